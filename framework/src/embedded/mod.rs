@@ -1,0 +1,836 @@
+//! The embedded broker: queues, topics and sessions in SQLite, in this process.
+//!
+//! Durable in a file ([`Embedded::open`]) or in memory for tests ([`Embedded::in_memory`]).
+//! One engine task owns the database connection and serves every call; calls that arrive
+//! together share one transaction (group commit). See `engine.rs` for how.
+//!
+//! # Durability
+//!
+//! A send returns once its transaction has committed. With the default
+//! [`Durability::Normal`] (SQLite WAL mode, `synchronous=NORMAL`) a committed message
+//! survives the process being killed at any point; an operating-system crash or power
+//! loss may lose the last transactions. [`Durability::Full`] (`synchronous=FULL`) also
+//! survives those, at a cost in throughput.
+//!
+//! The database file is held in SQLite's exclusive locking mode: one process at a time
+//! opens it; a second gets [`ErrorKind::Storage`] saying it is in use. Locks are volatile
+//! (S2.7): when a broker opens a file, every message lock left by a previous process is
+//! released at once and those messages are delivered again (their delivery count kept).
+
+mod engine;
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use sqlx::ConnectOptions;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteLockingMode, SqliteSynchronous};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::time::Instant;
+
+use self::engine::{
+    AcceptRequest, Command, Engine, EntityInfo, Kind, LockRef, ReceiveMode, ReceiveRequest, SessionKey, SessionOp,
+};
+use crate::clock::{Clock, SystemClock};
+use crate::entity::{EntityCounts, EntityPath, QueueOptions, SubQueue, SubscriptionOptions, TopicOptions};
+use crate::error::{Error, ErrorKind, Result, SendError};
+use crate::message::{Envelope, LockToken, ReceivedMessage, SequenceNumber};
+use crate::transport::{
+    Capabilities, Delivery, Receiver, Sender, SenderOptions, SessionReceiver, SessionSelector, Settlement, Settler,
+    Transport,
+};
+
+/// How hard a commit tries to reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// WAL with `synchronous=NORMAL`: survives a killed process, not a power loss. Default.
+    #[default]
+    Normal,
+    /// WAL with `synchronous=FULL`: also survives an operating-system crash or power loss.
+    Full,
+}
+
+/// The default limit on a message's size: 1 MiB.
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 1024 * 1024;
+/// The longest message id accepted.
+pub const MAX_MESSAGE_ID_LEN: usize = 128;
+/// How far ahead a message may be scheduled (about 100 years).
+const MAX_SCHEDULE_AHEAD: chrono::Duration = chrono::Duration::days(100 * 366);
+
+/// Opens an embedded broker with settings.
+#[derive(Debug)]
+#[must_use]
+pub struct EmbeddedBuilder {
+    path: Option<PathBuf>,
+    clock: Arc<dyn Clock>,
+    durability: Durability,
+    max_message_size: usize,
+}
+
+impl Default for EmbeddedBuilder {
+    fn default() -> Self {
+        Self {
+            path: None,
+            clock: Arc::new(SystemClock),
+            durability: Durability::Normal,
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+        }
+    }
+}
+
+impl EmbeddedBuilder {
+    /// Keeps the broker in this file (created if missing).
+    pub fn path(mut self, path: impl AsRef<Path>) -> Self {
+        self.path = Some(path.as_ref().to_owned());
+        self
+    }
+
+    /// Keeps the broker in memory: gone when it closes (for tests).
+    pub fn in_memory(mut self) -> Self {
+        self.path = None;
+        self
+    }
+
+    /// Reads time from this clock (a [`VirtualClock`](crate::VirtualClock) in tests).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Sets the durability of commits (file brokers only).
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
+
+    /// Sets the largest message accepted, in bytes (body, ids, headers and properties).
+    pub fn max_message_size(mut self, bytes: usize) -> Self {
+        self.max_message_size = bytes;
+        self
+    }
+
+    /// Opens the broker: creates or migrates its schema, releases the locks a previous
+    /// process left, and starts its engine on the current tokio runtime.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Storage`] if the file cannot be opened (for example it is in use by
+    /// another process) or migrated.
+    pub async fn open(self) -> Result<Embedded> {
+        if self.max_message_size == 0 {
+            return Err(Error::new(ErrorKind::InvalidOptions {
+                reason: "max_message_size must be at least 1 byte".into(),
+            }));
+        }
+        let options = match &self.path {
+            Some(path) => SqliteConnectOptions::new()
+                .filename(path)
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .locking_mode(SqliteLockingMode::Exclusive)
+                .synchronous(match self.durability {
+                    Durability::Normal => SqliteSynchronous::Normal,
+                    Durability::Full => SqliteSynchronous::Full,
+                }),
+            None => SqliteConnectOptions::from_str("sqlite::memory:").map_err(engine::storage_error)?,
+        }
+        .busy_timeout(Duration::from_millis(250))
+        .statement_cache_capacity(256)
+        .foreign_keys(false);
+        let mut conn = options.connect().await.map_err(|e| {
+            let what = self
+                .path
+                .as_ref()
+                .map_or_else(|| "in-memory database".to_owned(), |p| p.display().to_string());
+            Error::with_source(
+                ErrorKind::Storage {
+                    detail: format!("cannot open {what} (is another process using it?): {e}"),
+                    transient: true,
+                },
+                e,
+            )
+        })?;
+        let mut migrator = sqlx::migrate!("../migrations/sqlite");
+        migrator.dangerous_set_table_name("courier_migrations");
+        migrator.run(&mut conn).await.map_err(|e| {
+            Error::with_source(
+                ErrorKind::Storage {
+                    detail: format!("cannot migrate the embedded broker's schema: {e}"),
+                    transient: false,
+                },
+                e,
+            )
+        })?;
+        let epoch = u32::from_be_bytes(
+            uuid::Uuid::new_v4().as_bytes()[..4]
+                .try_into()
+                .unwrap_or([0, 0, 0, 1]),
+        );
+        let engine = Engine::start(conn, self.clock.clone(), epoch).await?;
+        let (tx, rx) = mpsc::channel(4096);
+        tokio::spawn(engine.run(rx));
+        Ok(Embedded {
+            shared: Arc::new(Shared {
+                tx,
+                clock: self.clock,
+                epoch,
+                max_message_size: self.max_message_size,
+                closed: AtomicBool::new(false),
+            }),
+        })
+    }
+}
+
+struct Shared {
+    tx: mpsc::Sender<Command>,
+    clock: Arc<dyn Clock>,
+    epoch: u32,
+    max_message_size: usize,
+    closed: AtomicBool,
+}
+
+impl Shared {
+    async fn call<T>(&self, make: impl FnOnce(oneshot::Sender<Result<T>>) -> Command) -> Result<T> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::new(ErrorKind::Closed));
+        }
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(make(reply))
+            .await
+            .map_err(|_| Error::new(ErrorKind::Closed))?;
+        rx.await.map_err(|_| Error::new(ErrorKind::Closed))?
+    }
+
+    fn check_open(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) || self.tx.is_closed() {
+            Err(Error::new(ErrorKind::Closed))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// The embedded broker. Cloning gives another handle to the same broker.
+///
+/// # Examples
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), courier::Error> {
+/// use courier::prelude::*;
+/// let broker = Embedded::in_memory().await?;
+/// broker.create_queue("orders", &QueueOptions::default()).await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Embedded {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Embedded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Embedded").field("epoch", &self.shared.epoch).finish()
+    }
+}
+
+impl Embedded {
+    /// Opens (or creates) a durable broker in `path` with the system clock.
+    ///
+    /// # Errors
+    /// As [`EmbeddedBuilder::open`].
+    pub async fn open(path: impl AsRef<Path>) -> Result<Self> {
+        Self::builder().path(path).open().await
+    }
+
+    /// A broker in memory with the system clock.
+    ///
+    /// # Errors
+    /// As [`EmbeddedBuilder::open`].
+    pub async fn in_memory() -> Result<Self> {
+        Self::builder().in_memory().open().await
+    }
+
+    /// A builder for other settings.
+    pub fn builder() -> EmbeddedBuilder {
+        EmbeddedBuilder::default()
+    }
+
+    /// The broker's clock.
+    pub fn clock(&self) -> Arc<dyn Clock> {
+        self.shared.clock.clone()
+    }
+
+    async fn resolve(&self, path: &EntityPath, for_send: bool) -> Result<Arc<EntityInfo>> {
+        path.validate()?;
+        let path = path.clone();
+        self.shared
+            .call(|reply| Command::Resolve { path, for_send, reply })
+            .await
+    }
+
+    async fn link(&self, path: &EntityPath, session: Option<SessionKey>) -> Result<Arc<Link>> {
+        let info = self.resolve(path, false).await?;
+        Ok(Arc::new(Link {
+            shared: self.shared.clone(),
+            entity: info.id,
+            path: path.clone(),
+            session,
+        }))
+    }
+}
+
+#[async_trait]
+impl Transport for Embedded {
+    fn name(&self) -> &'static str {
+        "embedded"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::default()
+    }
+
+    async fn create_queue(&self, name: &str, options: &QueueOptions) -> Result<()> {
+        crate::entity::validate_name(name)?;
+        options.validate()?;
+        let (name, options) = (name.to_owned(), options.clone());
+        self.shared
+            .call(|reply| Command::Create {
+                kind: Kind::Queue,
+                topic: None,
+                name,
+                options,
+                reply,
+            })
+            .await
+    }
+
+    async fn create_topic(&self, name: &str, options: &TopicOptions) -> Result<()> {
+        crate::entity::validate_name(name)?;
+        let mut q = QueueOptions::default();
+        q.default_time_to_live = options.default_time_to_live;
+        q.validate()?;
+        let name = name.to_owned();
+        self.shared
+            .call(|reply| Command::Create {
+                kind: Kind::Topic,
+                topic: None,
+                name,
+                options: q,
+                reply,
+            })
+            .await
+    }
+
+    async fn create_subscription(&self, topic: &str, name: &str, options: &SubscriptionOptions) -> Result<()> {
+        crate::entity::validate_name(topic)?;
+        crate::entity::validate_name(name)?;
+        options.validate()?;
+        let (topic, name, options) = (topic.to_owned(), name.to_owned(), options.clone());
+        self.shared
+            .call(|reply| Command::Create {
+                kind: Kind::Subscription,
+                topic: Some(topic),
+                name,
+                options,
+                reply,
+            })
+            .await
+    }
+
+    async fn delete(&self, path: &EntityPath) -> Result<()> {
+        path.validate()?;
+        let path = path.clone();
+        self.shared.call(|reply| Command::Delete { path, reply }).await
+    }
+
+    async fn sender(&self, entity: &str, options: SenderOptions) -> Result<Arc<dyn Sender>> {
+        options.validate()?;
+        let info = self.resolve(&EntityPath::queue(entity), true).await?;
+        Ok(Arc::new(EmbeddedSender {
+            shared: self.shared.clone(),
+            name: entity.to_owned(),
+            requires_session: info.requires_session,
+            entity: info.id,
+            permits: Arc::new(Semaphore::new(options.max_in_flight)),
+            max_in_flight: options.max_in_flight,
+            allow_presettled: options.allow_presettled,
+        }))
+    }
+
+    async fn receiver(&self, path: &EntityPath) -> Result<Arc<dyn Receiver>> {
+        let link = self.link(path, None).await?;
+        Ok(Arc::new(EmbeddedReceiver { link }))
+    }
+
+    async fn accept_session(
+        &self,
+        path: &EntityPath,
+        session: SessionSelector,
+        max_wait: Duration,
+    ) -> Result<Arc<dyn SessionReceiver>> {
+        if path.sub_queue() == SubQueue::DeadLetter {
+            return Err(Error::new(ErrorKind::InvalidOperation {
+                reason: "dead-letter sub-queues have no sessions: use a plain receiver".into(),
+            }));
+        }
+        let info = self.resolve(path, false).await?;
+        let deadline = deadline(max_wait);
+        let entity = info.id;
+        let (id, generation, until) = self
+            .shared
+            .call(|reply| {
+                Command::Accept(AcceptRequest {
+                    entity,
+                    selector: session,
+                    deadline,
+                    reply,
+                })
+            })
+            .await?;
+        let key = SessionKey { id, generation };
+        Ok(Arc::new(EmbeddedSessionReceiver {
+            link: Arc::new(Link {
+                shared: self.shared.clone(),
+                entity,
+                path: path.clone(),
+                session: Some(key),
+            }),
+            locked_until: Mutex::new(until),
+        }))
+    }
+
+    async fn peek(
+        &self,
+        path: &EntityPath,
+        from_sequence_number: SequenceNumber,
+        max_count: usize,
+    ) -> Result<Vec<ReceivedMessage>> {
+        let info = self.resolve(path, false).await?;
+        let sub_queue = path.sub_queue();
+        self.shared
+            .call(|reply| Command::Peek {
+                entity: info.id,
+                sub_queue,
+                from: from_sequence_number,
+                max: max_count,
+                reply,
+            })
+            .await
+    }
+
+    async fn counts(&self, path: &EntityPath) -> Result<EntityCounts> {
+        let info = self.resolve(path, false).await?;
+        self.shared
+            .call(|reply| Command::Counts { entity: info.id, reply })
+            .await
+    }
+
+    async fn close(&self) {
+        if self.shared.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (reply, rx) = oneshot::channel();
+        if self.shared.tx.send(Command::Close { reply }).await.is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
+
+fn deadline(max_wait: Duration) -> Option<Instant> {
+    if max_wait.is_zero() {
+        None
+    } else {
+        Some(Instant::now() + max_wait.min(Duration::from_secs(24 * 3600)))
+    }
+}
+
+struct EmbeddedSender {
+    shared: Arc<Shared>,
+    name: String,
+    entity: i64,
+    requires_session: bool,
+    permits: Arc<Semaphore>,
+    max_in_flight: usize,
+    allow_presettled: bool,
+}
+
+impl EmbeddedSender {
+    fn check(&self, m: &Envelope, now: DateTime<Utc>) -> Result<()> {
+        let invalid = |reason: String| Err(Error::new(ErrorKind::InvalidMessage { reason }));
+        let size = m.size();
+        if size > self.shared.max_message_size {
+            return Err(Error::new(ErrorKind::MessageTooLarge {
+                size,
+                limit: self.shared.max_message_size,
+            }));
+        }
+        if m.message_id.is_empty() || m.message_id.len() > MAX_MESSAGE_ID_LEN {
+            return invalid(format!(
+                "the message id must have 1 to {MAX_MESSAGE_ID_LEN} bytes, it has {}",
+                m.message_id.len()
+            ));
+        }
+        if let Some(s) = &m.session_id {
+            if s.is_empty() || s.len() > MAX_MESSAGE_ID_LEN {
+                return invalid(format!("the session id must have 1 to {MAX_MESSAGE_ID_LEN} bytes"));
+            }
+        } else if self.requires_session {
+            return invalid(format!("{} requires sessions: set a session id", self.name));
+        }
+        if let Some(ttl) = m.time_to_live {
+            if ttl.is_zero() || ttl > crate::entity::MAX_TIME_TO_LIVE {
+                return invalid(format!("time-to-live {ttl:?} must be between 1 ms and 100 years"));
+            }
+        }
+        if let Some(at) = m.scheduled_enqueue_time {
+            check_schedule(at, now)?;
+        }
+        Ok(())
+    }
+
+    async fn submit(&self, messages: Vec<Envelope>) -> Result<Vec<SequenceNumber>, SendError> {
+        if let Err(e) = self.shared.check_open() {
+            return Err(SendError::new(e, messages));
+        }
+        let now = self.shared.clock.now();
+        if let Some(e) = messages.iter().find_map(|m| self.check(m, now).err()) {
+            return Err(SendError::new(e, messages));
+        }
+        let n = u32::try_from(messages.len().clamp(1, self.max_in_flight)).unwrap_or(u32::MAX);
+        let Ok(_permits) = self.permits.acquire_many(n).await else {
+            return Err(SendError::new(Error::new(ErrorKind::Closed), messages));
+        };
+        let (reply, rx) = oneshot::channel();
+        // Keep a copy to hand back if the broker refuses; bodies are reference counted.
+        let kept = messages.clone();
+        let cmd = Command::Send {
+            entity: self.entity,
+            messages,
+            reply: Some(reply),
+        };
+        if self.shared.tx.send(cmd).await.is_err() {
+            return Err(SendError::new(Error::new(ErrorKind::Closed), kept));
+        }
+        match rx.await {
+            Ok(Ok(seqs)) => Ok(seqs),
+            Ok(Err(e)) => Err(SendError::new(e, kept)),
+            Err(_) => Err(SendError::new(Error::new(ErrorKind::Closed), kept)),
+        }
+    }
+}
+
+fn check_schedule(at: DateTime<Utc>, now: DateTime<Utc>) -> Result<()> {
+    let refuse = |reason| {
+        Err(Error::new(ErrorKind::InvalidScheduleTime {
+            time: at.to_rfc3339(),
+            reason,
+        }))
+    };
+    if at.timestamp() < 0 {
+        return refuse("it is before 1970-01-01");
+    }
+    if at > now + MAX_SCHEDULE_AHEAD {
+        return refuse("it is more than 100 years ahead");
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Sender for EmbeddedSender {
+    fn entity(&self) -> &str {
+        &self.name
+    }
+
+    fn in_flight(&self) -> usize {
+        self.max_in_flight - self.permits.available_permits()
+    }
+
+    async fn send(&self, message: Envelope) -> Result<(), SendError> {
+        self.submit(vec![message]).await.map(|_| ())
+    }
+
+    async fn send_batch(&self, messages: Vec<Envelope>) -> Result<(), SendError> {
+        if messages.is_empty() {
+            return Ok(());
+        }
+        self.submit(messages).await.map(|_| ())
+    }
+
+    async fn schedule(&self, mut message: Envelope, at: DateTime<Utc>) -> Result<SequenceNumber, SendError> {
+        message.scheduled_enqueue_time = Some(at);
+        let seqs = self.submit(vec![message]).await?;
+        seqs.first().copied().ok_or_else(|| {
+            SendError::new(
+                Error::new(ErrorKind::Corrupt {
+                    detail: "the broker returned no sequence number".into(),
+                }),
+                Vec::new(),
+            )
+        })
+    }
+
+    async fn cancel_scheduled(&self, sequence_number: SequenceNumber) -> Result<()> {
+        let entity = self.entity;
+        self.shared
+            .call(|reply| Command::Cancel {
+                entity,
+                seq: sequence_number,
+                reply,
+            })
+            .await
+    }
+
+    async fn send_presettled(&self, message: Envelope) -> Result<(), SendError> {
+        if !self.allow_presettled {
+            return Err(SendError::new(
+                Error::new(ErrorKind::InvalidOperation {
+                    reason: "pre-settled sends are off: enable SenderOptions::allow_presettled".into(),
+                }),
+                vec![message],
+            ));
+        }
+        if let Err(e) = self
+            .shared
+            .check_open()
+            .and_then(|()| self.check(&message, self.shared.clock.now()))
+        {
+            return Err(SendError::new(e, vec![message]));
+        }
+        let cmd = Command::Send {
+            entity: self.entity,
+            messages: vec![message],
+            reply: None,
+        };
+        match self.shared.tx.send(cmd).await {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::SendError(Command::Send { messages, .. })) => {
+                Err(SendError::new(Error::new(ErrorKind::Closed), messages))
+            }
+            Err(_) => Err(SendError::new(Error::new(ErrorKind::Closed), Vec::new())),
+        }
+    }
+}
+
+/// What a receiver and its deliveries share: the entity and, for a session receiver, the
+/// session lock.
+struct Link {
+    shared: Arc<Shared>,
+    entity: i64,
+    path: EntityPath,
+    session: Option<SessionKey>,
+}
+
+impl Link {
+    fn lock_ref(&self, token: Option<LockToken>) -> Result<LockRef> {
+        let token = token.ok_or_else(|| {
+            Error::new(ErrorKind::InvalidOperation {
+                reason: "the message was not received in PeekLock mode".into(),
+            })
+        })?;
+        let (seq, delivery_count) = engine::read_token(self.shared.epoch, token).ok_or_else(|| {
+            Error::new(ErrorKind::UnknownLockToken {
+                token: token.to_string(),
+            })
+        })?;
+        Ok(LockRef {
+            entity: self.entity,
+            sub_queue: self.path.sub_queue(),
+            seq,
+            delivery_count,
+            session: self.session.clone(),
+        })
+    }
+
+    async fn settle_token(&self, token: Option<LockToken>, settlement: Settlement) -> Result<()> {
+        let lock = self.lock_ref(token)?;
+        self.shared
+            .call(|reply| Command::Settle {
+                lock,
+                settlement,
+                reply,
+            })
+            .await
+    }
+
+    async fn receive(self: &Arc<Self>, max: usize, max_wait: Duration, mode: ReceiveMode) -> Result<Vec<ReceivedMessage>> {
+        let req = |reply| {
+            Command::Receive(ReceiveRequest {
+                entity: self.entity,
+                sub_queue: self.path.sub_queue(),
+                max,
+                mode,
+                session: self.session.clone(),
+                deadline: deadline(max_wait),
+                reply,
+            })
+        };
+        self.shared.call(req).await
+    }
+
+    fn deliveries(self: &Arc<Self>, messages: Vec<ReceivedMessage>) -> Vec<Delivery> {
+        let settler: Arc<dyn Settler> = self.clone();
+        messages
+            .into_iter()
+            .map(|m| Delivery::new(m, settler.clone()))
+            .collect()
+    }
+
+    async fn receive_deferred(self: &Arc<Self>, seqs: &[SequenceNumber]) -> Result<Vec<Delivery>> {
+        if self.path.sub_queue() == SubQueue::DeadLetter {
+            return Err(Error::new(ErrorKind::InvalidOperation {
+                reason: "dead-letter sub-queues hold no deferred messages".into(),
+            }));
+        }
+        let seqs = seqs.to_vec();
+        let messages = self
+            .shared
+            .call(|reply| Command::ReceiveDeferred {
+                entity: self.entity,
+                seqs,
+                session: self.session.clone(),
+                reply,
+            })
+            .await?;
+        Ok(self.deliveries(messages))
+    }
+}
+
+#[async_trait]
+impl Settler for Link {
+    async fn settle(&self, message: &ReceivedMessage, settlement: Settlement) -> Result<()> {
+        self.settle_token(message.broker.lock_token, settlement).await
+    }
+
+    async fn renew(&self, message: &ReceivedMessage) -> Result<DateTime<Utc>> {
+        let lock = self.lock_ref(message.broker.lock_token)?;
+        self.shared.call(|reply| Command::Renew { lock, reply }).await
+    }
+}
+
+struct EmbeddedReceiver {
+    link: Arc<Link>,
+}
+
+#[async_trait]
+impl Receiver for EmbeddedReceiver {
+    fn path(&self) -> &EntityPath {
+        &self.link.path
+    }
+
+    async fn receive(&self, max_count: usize, max_wait: Duration) -> Result<Vec<Delivery>> {
+        let messages = self.link.receive(max_count, max_wait, ReceiveMode::PeekLock).await?;
+        Ok(self.link.deliveries(messages))
+    }
+
+    async fn receive_and_delete(&self, max_count: usize, max_wait: Duration) -> Result<Vec<ReceivedMessage>> {
+        self.link
+            .receive(max_count, max_wait, ReceiveMode::ReceiveAndDelete)
+            .await
+    }
+
+    async fn receive_deferred(&self, sequence_numbers: &[SequenceNumber]) -> Result<Vec<Delivery>> {
+        self.link.receive_deferred(sequence_numbers).await
+    }
+
+    async fn settle_by_token(&self, token: LockToken, settlement: Settlement) -> Result<()> {
+        self.link.settle_token(Some(token), settlement).await
+    }
+}
+
+struct EmbeddedSessionReceiver {
+    link: Arc<Link>,
+    locked_until: Mutex<DateTime<Utc>>,
+}
+
+impl EmbeddedSessionReceiver {
+    fn key(&self) -> SessionKey {
+        // A session receiver always has a session key.
+        self.link.session.clone().unwrap_or(SessionKey {
+            id: String::new(),
+            generation: -1,
+        })
+    }
+
+    async fn session_call<T>(&self, op: impl FnOnce(oneshot::Sender<Result<T>>) -> SessionOp) -> Result<T> {
+        let (entity, key) = (self.link.entity, self.key());
+        self.link
+            .shared
+            .call(|reply| Command::Session {
+                entity,
+                key,
+                op: op(reply),
+            })
+            .await
+    }
+}
+
+impl Drop for EmbeddedSessionReceiver {
+    fn drop(&mut self) {
+        // Give the session back at once rather than when its lock expires.
+        let _ = self.link.shared.tx.try_send(Command::Session {
+            entity: self.link.entity,
+            key: self.key(),
+            op: SessionOp::Release(None),
+        });
+    }
+}
+
+#[async_trait]
+impl Receiver for EmbeddedSessionReceiver {
+    fn path(&self) -> &EntityPath {
+        &self.link.path
+    }
+
+    async fn receive(&self, max_count: usize, max_wait: Duration) -> Result<Vec<Delivery>> {
+        let messages = self.link.receive(max_count, max_wait, ReceiveMode::PeekLock).await?;
+        Ok(self.link.deliveries(messages))
+    }
+
+    async fn receive_and_delete(&self, max_count: usize, max_wait: Duration) -> Result<Vec<ReceivedMessage>> {
+        self.link
+            .receive(max_count, max_wait, ReceiveMode::ReceiveAndDelete)
+            .await
+    }
+
+    async fn receive_deferred(&self, sequence_numbers: &[SequenceNumber]) -> Result<Vec<Delivery>> {
+        self.link.receive_deferred(sequence_numbers).await
+    }
+
+    async fn settle_by_token(&self, token: LockToken, settlement: Settlement) -> Result<()> {
+        self.link.settle_token(Some(token), settlement).await
+    }
+}
+
+#[async_trait]
+impl SessionReceiver for EmbeddedSessionReceiver {
+    fn session_id(&self) -> &str {
+        self.link.session.as_ref().map_or("", |k| k.id.as_str())
+    }
+
+    fn session_locked_until(&self) -> DateTime<Utc> {
+        *self.locked_until.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    async fn renew_session_lock(&self) -> Result<DateTime<Utc>> {
+        let until = self.session_call(SessionOp::Renew).await?;
+        *self.locked_until.lock().unwrap_or_else(PoisonError::into_inner) = until;
+        Ok(until)
+    }
+
+    async fn session_state(&self) -> Result<Option<Bytes>> {
+        self.session_call(SessionOp::GetState).await
+    }
+
+    async fn set_session_state(&self, state: Option<Bytes>) -> Result<()> {
+        self.session_call(|reply| SessionOp::SetState(state, reply)).await
+    }
+
+    async fn release(&self) -> Result<()> {
+        self.session_call(|reply| SessionOp::Release(Some(reply))).await
+    }
+}

@@ -1,0 +1,74 @@
+//! Courier: message workflows for Rust.
+//!
+//! This crate holds the message model ([`Envelope`], [`ReceivedMessage`]), the transport
+//! contract ([`Transport`], [`Sender`], [`Receiver`], [`Delivery`]) that every broker
+//! implements rule by rule (see `SEMANTICS.md`), time ([`Clock`]), and the embedded
+//! broker ([`Embedded`]), an in-process broker kept in SQLite that needs no server.
+//!
+//! # Examples
+//!
+//! ```
+//! use std::time::Duration;
+//! use courier::prelude::*;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), courier::Error> {
+//! let broker = Embedded::in_memory().await?;
+//! broker.create_queue("billing", &QueueOptions::default()).await?;
+//! let sender = broker.sender("billing", SenderOptions::default()).await?;
+//! sender.send(Envelope::new("hello")).await?;
+//!
+//! let receiver = broker.receiver(&EntityPath::queue("billing")).await?;
+//! for delivery in receiver.receive(10, Duration::from_secs(1)).await? {
+//!     assert_eq!(delivery.message().body().as_ref(), b"hello");
+//!     delivery.complete().await?;
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+mod clock;
+mod codec;
+mod entity;
+mod error;
+mod message;
+mod transport;
+
+#[cfg(feature = "sqlite")]
+mod embedded;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+pub use clock::{Clock, Sleep, SystemClock, VirtualClock};
+pub use codec::{Codec, CodecError, JsonCodec};
+pub use entity::{
+    EntityCounts, EntityPath, MAX_LOCK_DURATION, MAX_NAME_LEN, MAX_TIME_TO_LIVE, QueueOptions, SubQueue,
+    SubscriptionOptions, TopicOptions, validate_name,
+};
+pub use error::{BoxError, Error, ErrorKind, Result, SendError};
+pub use message::{
+    BrokerProperties, Envelope, LockToken, MessageState, Properties, PropertyValue, ReceivedMessage, SequenceNumber,
+    reasons,
+};
+pub use transport::{
+    BentRule, Capabilities, DEFAULT_MAX_IN_FLIGHT, Delivery, Receiver, SenderOptions, SessionReceiver, SessionSelector,
+    Settlement, Settler, Transport,
+};
+/// The sending half of the contract (re-exported under its own name to keep `Sender`
+/// free for applications).
+pub use transport::Sender;
+
+#[cfg(feature = "sqlite")]
+pub use embedded::{DEFAULT_MAX_MESSAGE_SIZE, Durability, Embedded, EmbeddedBuilder, MAX_MESSAGE_ID_LEN};
+
+/// The names most programs need: `use courier::prelude::*;`.
+pub mod prelude {
+    pub use crate::{
+        Clock, Codec, Delivery, EntityPath, Envelope, JsonCodec, QueueOptions, ReceivedMessage, Receiver, Sender,
+        SenderOptions, SessionReceiver, SessionSelector, Settlement, SystemClock, TopicOptions, Transport,
+        VirtualClock,
+    };
+    #[cfg(feature = "sqlite")]
+    pub use crate::Embedded;
+}
