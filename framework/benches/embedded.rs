@@ -1,1 +1,271 @@
-fn main() {}
+//! Throughput and latency of the embedded broker on a file, with its default durability
+//! (WAL, synchronous=NORMAL), next to the raw SQLite baseline measured in the same run.
+//!
+//! Run: `cargo bench -p courier --bench embedded` (add `-- --quick` for a short run).
+//! The baseline is `../shared/baselines/sqlite-handler-baseline.py` (python3); when it
+//! cannot be found or run, the ratios are left out and the reason printed.
+
+#![allow(
+    clippy::print_stdout,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    missing_docs
+)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use courier::prelude::*;
+use tokio::task::JoinSet;
+
+const BODY: usize = 1024;
+
+struct Bench {
+    broker: Embedded,
+    _dir: tempfile::TempDir,
+}
+
+async fn broker() -> Bench {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Embedded::open(dir.path().join("bench.db")).await.unwrap();
+    Bench { broker, _dir: dir }
+}
+
+fn body() -> Vec<u8> {
+    vec![b'x'; BODY]
+}
+
+/// `producers` tasks send `n` messages one per call; `consumers` tasks receive one per call
+/// and complete it. Returns messages per second, end to end.
+async fn one_at_a_time(n: u64, producers: u64, consumers: u64) -> f64 {
+    let b = broker().await;
+    b.broker.create_queue("q", &QueueOptions::default()).await.unwrap();
+    let sender = b.broker.sender("q", SenderOptions::default()).await.unwrap();
+    let receiver = b.broker.receiver(&EntityPath::queue("q")).await.unwrap();
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = JoinSet::new();
+    for p in 0..producers {
+        let sender = sender.clone();
+        tasks.spawn(async move {
+            for _ in (p..n).step_by(producers as usize) {
+                sender.send(Envelope::new(body())).await.unwrap();
+            }
+        });
+    }
+    for _ in 0..consumers {
+        let (receiver, done) = (receiver.clone(), done.clone());
+        tasks.spawn(async move {
+            while done.load(Ordering::Relaxed) < n {
+                for d in receiver.receive(1, Duration::from_millis(50)).await.unwrap() {
+                    d.complete().await.unwrap();
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    b.broker.close().await;
+    rate
+}
+
+/// Sends in batches of `batch`, receives up to `batch` per call and completes them
+/// concurrently. Returns messages per second, end to end.
+async fn batched(n: u64, batch: usize, producers: u64, consumers: u64) -> f64 {
+    let b = broker().await;
+    b.broker.create_queue("q", &QueueOptions::default()).await.unwrap();
+    let sender = b.broker.sender("q", SenderOptions::default()).await.unwrap();
+    let receiver = b.broker.receiver(&EntityPath::queue("q")).await.unwrap();
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = JoinSet::new();
+    let batches = n / batch as u64;
+    for p in 0..producers {
+        let sender = sender.clone();
+        tasks.spawn(async move {
+            for _ in (p..batches).step_by(producers as usize) {
+                let msgs = (0..batch).map(|_| Envelope::new(body())).collect();
+                sender.send_batch(msgs).await.unwrap();
+            }
+        });
+    }
+    let total = batches * batch as u64;
+    for _ in 0..consumers {
+        let (receiver, done) = (receiver.clone(), done.clone());
+        tasks.spawn(async move {
+            while done.load(Ordering::Relaxed) < total {
+                let got = receiver.receive(batch, Duration::from_millis(50)).await.unwrap();
+                let k = got.len() as u64;
+                let mut completes = JoinSet::new();
+                for d in got {
+                    completes.spawn(d.complete());
+                }
+                while let Some(r) = completes.join_next().await {
+                    r.unwrap().unwrap();
+                }
+                done.fetch_add(k, Ordering::Relaxed);
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let rate = total as f64 / start.elapsed().as_secs_f64();
+    b.broker.close().await;
+    rate
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+/// Sends at `rate` messages per second for `secs`; a receiver records send-to-receive
+/// latency. Returns (p50, p99, count).
+async fn latency(rate: f64, secs: f64) -> (Duration, Duration, usize) {
+    let b = broker().await;
+    b.broker.create_queue("q", &QueueOptions::default()).await.unwrap();
+    let sender = b.broker.sender("q", SenderOptions::default()).await.unwrap();
+    let receiver = b.broker.receiver(&EntityPath::queue("q")).await.unwrap();
+    let base = Instant::now();
+    let total = (rate * secs) as u64;
+    let consumer = tokio::spawn(async move {
+        let mut lat = Vec::with_capacity(total as usize);
+        while (lat.len() as u64) < total {
+            for d in receiver.receive(64, Duration::from_millis(200)).await.unwrap() {
+                let sent_ns = u64::from_le_bytes(d.message().body()[..8].try_into().unwrap());
+                lat.push(base.elapsed().saturating_sub(Duration::from_nanos(sent_ns)));
+                tokio::spawn(d.complete());
+            }
+        }
+        lat
+    });
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut sends = JoinSet::new();
+    for _ in 0..total {
+        ticker.tick().await;
+        let sender = sender.clone();
+        sends.spawn(async move {
+            let mut b = body();
+            b[..8].copy_from_slice(&(base.elapsed().as_nanos() as u64).to_le_bytes());
+            sender.send(Envelope::new(b)).await.unwrap();
+        });
+        while sends.try_join_next().is_some() {}
+    }
+    while sends.join_next().await.is_some() {}
+    let mut lat = consumer.await.unwrap();
+    lat.sort();
+    b.broker.close().await;
+    (percentile(&lat, 0.5), percentile(&lat, 0.99), lat.len())
+}
+
+/// Schedules `n` messages over the next `secs` seconds (system clock) and records how late
+/// each is received after its scheduled time. Returns (p50, p99, max).
+async fn schedule_lateness(n: usize, secs: f64) -> (Duration, Duration, Duration) {
+    let b = broker().await;
+    b.broker.create_queue("q", &QueueOptions::default()).await.unwrap();
+    let sender = b.broker.sender("q", SenderOptions::default()).await.unwrap();
+    let receiver = b.broker.receiver(&EntityPath::queue("q")).await.unwrap();
+    let start = chrono::Utc::now() + chrono::Duration::milliseconds(200);
+    for i in 0..n {
+        let at = start + chrono::Duration::microseconds((secs * 1e6 * i as f64 / n as f64) as i64);
+        sender.schedule(Envelope::new(body()), at).await.unwrap();
+    }
+    let mut late = Vec::with_capacity(n);
+    while late.len() < n {
+        for d in receiver.receive(64, Duration::from_secs(2)).await.unwrap() {
+            let now = chrono::Utc::now();
+            let at = d.message().envelope.scheduled_enqueue_time.unwrap();
+            late.push((now - at).to_std().unwrap_or(Duration::ZERO));
+            tokio::spawn(d.complete());
+        }
+    }
+    late.sort();
+    b.broker.close().await;
+    (percentile(&late, 0.5), percentile(&late, 0.99), *late.last().unwrap())
+}
+
+/// Runs the raw SQLite baseline; returns (handler 1 msg/tx, handler 10 msg/tx) at
+/// synchronous=NORMAL.
+fn baseline() -> Result<(f64, f64), String> {
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/baselines/sqlite-handler-baseline.py");
+    if !script.exists() {
+        return Err(format!("{} not found", script.display()));
+    }
+    let out = std::process::Command::new("python3")
+        .arg(&script)
+        .output()
+        .map_err(|e| format!("python3: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    print!(
+        "{}",
+        text.lines().map(|l| format!("    baseline: {l}\n")).collect::<String>()
+    );
+    let find = |what: &str| {
+        text.lines()
+            .find(|l| l.starts_with("NORMAL") && l.contains(what))
+            .and_then(|l| l.split_whitespace().rev().nth(1))
+            .and_then(|v| v.parse::<f64>().ok())
+            .ok_or_else(|| format!("no '{what}' line in the baseline's output"))
+    };
+    Ok((find("handler 1 msg/tx")?, find("handler 10 msg/tx")?))
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let scale = if quick { 1 } else { 4 };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        println!("embedded broker, file, durability NORMAL, {BODY} B messages");
+        let seq = one_at_a_time(2_000 * scale, 1, 1).await;
+        println!("  one at a time, 1 sender / 1 receiver (strictly sequential): {seq:>9.0} msg/s");
+        let one = one_at_a_time(10_000 * scale, 64, 8).await;
+        println!("  one at a time, 64 senders / 8 receivers (pipelined):        {one:>9.0} msg/s");
+        let b10 = batched(20_000 * scale, 10, 8, 2).await;
+        println!("  batches of 10, 8 senders / 2 receivers:                     {b10:>9.0} msg/s");
+        let b100 = batched(20_000 * scale, 100, 4, 2).await;
+        println!("  batches of 100, 4 senders / 2 receivers:                    {b100:>9.0} msg/s");
+        let (p50, p99, count) = latency(one / 2.0, if quick { 2.0 } else { 5.0 }).await;
+        println!(
+            "  latency at half load ({:.0} msg/s, {count} messages): p50 {:.2} ms, p99 {:.2} ms",
+            one / 2.0,
+            p50.as_secs_f64() * 1e3,
+            p99.as_secs_f64() * 1e3
+        );
+        let (s50, s99, smax) = schedule_lateness(2_000 * scale as usize, 2.0).await;
+        println!(
+            "  scheduled delivery after its time: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+            s50.as_secs_f64() * 1e3,
+            s99.as_secs_f64() * 1e3,
+            smax.as_secs_f64() * 1e3
+        );
+        match baseline() {
+            Ok((b1, b10raw)) => {
+                println!(
+                    "  ratio one at a time / raw handler 1 msg/tx:  {:.0}% ({one:.0} / {b1:.0})",
+                    100.0 * one / b1
+                );
+                println!(
+                    "  ratio batched (10) / raw handler 10 msg/tx:  {:.0}% ({b10:.0} / {b10raw:.0})",
+                    100.0 * b10 / b10raw
+                );
+                println!(
+                    "  ratio batched (100) / raw handler 10 msg/tx: {:.0}% ({b100:.0} / {b10raw:.0})",
+                    100.0 * b100 / b10raw
+                );
+            }
+            Err(e) => println!("  baseline not measured: {e}"),
+        }
+    });
+}

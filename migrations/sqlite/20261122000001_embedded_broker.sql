@@ -19,14 +19,22 @@ CREATE TABLE courier_entity (
 );
 
 -- Messages of queues and subscriptions, and scheduled messages of topics.
--- state: 0 active, 1 scheduled, 2 deferred, 3 dead-lettered.
--- locked_until is NULL when the message is not locked; a lock is named by
--- (seq, delivery_count) together with the broker's epoch.
+-- id = entity_id * 2^40 + seq: the table itself is ordered by entity and sequence number.
+-- state: 0 ready, 1 scheduled, 2 deferred, 3 dead-lettered, 4 locked (active, held by a
+-- receiver until locked_until). A lock is named by (id, delivery_count) and the broker's
+-- epoch: the delivery count rises with every lock.
 CREATE TABLE courier_message (
+    id              INTEGER PRIMARY KEY,
     entity_id       INTEGER NOT NULL,
     seq             INTEGER NOT NULL,
     state           INTEGER NOT NULL,
+    delivery_count  INTEGER NOT NULL DEFAULT 0,
+    locked_until    INTEGER,
     session_id      TEXT,
+    enqueued_at     INTEGER NOT NULL,
+    scheduled_at    INTEGER,
+    expires_at      INTEGER,
+    ttl_ms          INTEGER,
     message_id      TEXT    NOT NULL,
     correlation_id  TEXT,
     causation_id    TEXT,
@@ -34,31 +42,24 @@ CREATE TABLE courier_message (
     content_type    TEXT,
     reply_to        TEXT,
     properties      TEXT,
-    body            BLOB    NOT NULL,
-    ttl_ms          INTEGER,
-    enqueued_at     INTEGER NOT NULL,
-    scheduled_at    INTEGER,
-    expires_at      INTEGER,
-    delivery_count  INTEGER NOT NULL DEFAULT 0,
-    locked_until    INTEGER,
     dl_reason       TEXT,
     dl_description  TEXT,
     dl_source       TEXT,
-    PRIMARY KEY (entity_id, seq)
-) WITHOUT ROWID;
+    body            BLOB    NOT NULL
+);
 
--- The receive path: the first unlocked active messages of an entity in sequence order.
-CREATE INDEX courier_message_active ON courier_message (entity_id, seq) WHERE state = 0;
--- Sessions: the first active message of a session.
+-- Receive: the first ready messages of an entity (or of one session) in sequence order.
+CREATE INDEX courier_message_ready ON courier_message (entity_id, seq) WHERE state = 0;
 CREATE INDEX courier_message_session ON courier_message (entity_id, session_id, seq)
     WHERE state = 0 AND session_id IS NOT NULL;
--- Activation of scheduled messages.
+-- Lock expiry, activation of scheduled messages, time-to-live, the dead-letter sub-queue.
+CREATE INDEX courier_message_locked ON courier_message (locked_until) WHERE state = 4;
 CREATE INDEX courier_message_scheduled ON courier_message (scheduled_at) WHERE state = 1;
--- Expiry of time-to-live.
 CREATE INDEX courier_message_expiry ON courier_message (expires_at)
     WHERE expires_at IS NOT NULL AND state IN (0, 2);
+CREATE INDEX courier_message_dead ON courier_message (entity_id, seq) WHERE state = 3;
 
--- Session locks and state (S4). Locks are volatile: cleared when the broker opens.
+-- Session locks and state (S4). Locks are volatile: released when the broker opens.
 CREATE TABLE courier_session (
     entity_id     INTEGER NOT NULL,
     session_id    TEXT    NOT NULL,
@@ -67,6 +68,3 @@ CREATE TABLE courier_session (
     state         BLOB,
     PRIMARY KEY (entity_id, session_id)
 ) WITHOUT ROWID;
-
--- The dead-letter sub-queue in sequence order.
-CREATE INDEX courier_message_dead ON courier_message (entity_id, seq) WHERE state = 3;

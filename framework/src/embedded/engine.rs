@@ -1,15 +1,17 @@
-//! The embedded broker's engine: one task that owns the SQLite connection and serves
-//! every command.
+//! The embedded broker's engine: one task, on a thread of its own, that owns the SQLite
+//! connection and serves every command.
 //!
-//! Commands that arrive together are served in ONE transaction (group commit): a hundred
-//! concurrent sends cost one commit, which is how pipelined sends (S1.3) become cheap on a
-//! single-writer database. Replies are sent only after the commit, so an acknowledged send
-//! is durable (S1.1). Receivers that find nothing wait inside the engine and are served
-//! as soon as a send, an abandon, an activation or a lock expiry makes a message
-//! available: no polling interval.
+//! Commands that arrive together are served in ONE transaction (group commit), and within
+//! it commands of one kind share statements: the sends of a batch are one multi-row
+//! INSERT, its completes one DELETE, the receives of one queue one UPDATE. A hundred
+//! concurrent sends cost one commit and a couple of statements, which is how pipelined
+//! sends (S1.3) become cheap on a single-writer database. Replies are sent only after the
+//! commit, so an acknowledged send is durable (S1.1). Receivers that find nothing wait
+//! inside the engine and are served as soon as a send, an abandon, an activation or a lock
+//! expiry makes a message ready: no polling interval.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
@@ -29,8 +31,25 @@ use crate::transport::{SessionSelector, Settlement};
 
 /// The most commands served in one transaction.
 const MAX_BATCH: usize = 512;
-/// The most scheduled messages activated in one transaction.
+/// Batches of at least this many commands make the engine linger for the next one.
+const LINGER_AFTER: usize = 4;
+/// How long the engine lingers at most.
+const LINGER: std::time::Duration = std::time::Duration::from_micros(150);
+/// The most scheduled messages activated in one statement.
 const ACTIVATION_BATCH: i64 = 1000;
+/// The most messages one receive statement locks.
+const MAX_RECEIVE: usize = 5000;
+/// Row ids are `entity << SEQ_BITS | seq`.
+const SEQ_BITS: u32 = 40;
+/// Entity ids must stay below this so that row ids fit in an i64.
+const MAX_ENTITY_ID: i64 = 1 << 22;
+
+/// Message states as stored.
+const READY: i64 = 0;
+const SCHEDULED: i64 = 1;
+const DEFERRED: i64 = 2;
+const DEAD: i64 = 3;
+const LOCKED: i64 = 4;
 
 pub(crate) type Reply<T> = oneshot::Sender<Result<T>>;
 
@@ -58,23 +77,25 @@ impl Kind {
 pub(crate) struct EntityInfo {
     pub(crate) id: i64,
     pub(crate) kind: Kind,
-    pub(crate) parent: i64,
+    parent: i64,
+    name: String,
     /// `queue`, `topic` or `topic/subscriptions/name`, for errors and dead-letter sources.
-    pub(crate) display: String,
-    pub(crate) lock_ms: i64,
-    pub(crate) max_delivery_count: i64,
-    pub(crate) default_ttl_ms: Option<i64>,
+    display: String,
+    lock_ms: i64,
+    max_delivery_count: i64,
+    default_ttl_ms: Option<i64>,
     pub(crate) requires_session: bool,
     next_seq: i64,
 }
 
 /// A session lock as a session receiver holds it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct SessionKey {
     pub(crate) id: String,
     pub(crate) generation: i64,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum ReceiveMode {
     PeekLock,
     ReceiveAndDelete,
@@ -102,7 +123,7 @@ pub(crate) struct AcceptRequest {
 pub(crate) struct LockRef {
     pub(crate) entity: i64,
     pub(crate) sub_queue: SubQueue,
-    pub(crate) seq: SequenceNumber,
+    pub(crate) id: i64,
     pub(crate) delivery_count: i64,
     pub(crate) session: Option<SessionKey>,
 }
@@ -126,7 +147,7 @@ pub(crate) enum Command {
         path: EntityPath,
         reply: Reply<()>,
     },
-    /// Finds a queue or topic to send to (`path` None topic) or an entity to receive from.
+    /// Finds a queue or topic to send to, or a queue or subscription to receive from.
     Resolve {
         path: EntityPath,
         for_send: bool,
@@ -180,52 +201,35 @@ pub(crate) enum Command {
     },
 }
 
+fn answer<T>(reply: Reply<T>, kind: &ErrorKind) {
+    let _ = reply.send(Err(Error::new(kind.clone())));
+}
+
 impl Command {
     /// Answers the command with an error (the batch it was in failed, or the broker closed).
     fn fail(self, kind: &ErrorKind) {
-        let e = || Error::new(kind.clone());
         match self {
             Command::Create { reply, .. } | Command::Delete { reply, .. } | Command::Cancel { reply, .. } => {
-                let _ = reply.send(Err(e()));
+                answer(reply, kind);
             }
-            Command::Resolve { reply, .. } => {
-                let _ = reply.send(Err(e()));
-            }
+            Command::Resolve { reply, .. } => answer(reply, kind),
             Command::Send { reply, .. } => {
                 if let Some(reply) = reply {
-                    let _ = reply.send(Err(e()));
+                    answer(reply, kind);
                 }
             }
-            Command::Receive(r) => {
-                let _ = r.reply.send(Err(e()));
-            }
-            Command::ReceiveDeferred { reply, .. } | Command::Peek { reply, .. } => {
-                let _ = reply.send(Err(e()));
-            }
-            Command::Settle { reply, .. } => {
-                let _ = reply.send(Err(e()));
-            }
-            Command::Renew { reply, .. } => {
-                let _ = reply.send(Err(e()));
-            }
-            Command::Accept(a) => {
-                let _ = a.reply.send(Err(e()));
-            }
+            Command::Receive(r) => answer(r.reply, kind),
+            Command::ReceiveDeferred { reply, .. } | Command::Peek { reply, .. } => answer(reply, kind),
+            Command::Settle { reply, .. } => answer(reply, kind),
+            Command::Renew { reply, .. } => answer(reply, kind),
+            Command::Accept(a) => answer(a.reply, kind),
             Command::Session { op, .. } => match op {
-                SessionOp::Renew(r) => {
-                    let _ = r.send(Err(e()));
-                }
-                SessionOp::GetState(r) => {
-                    let _ = r.send(Err(e()));
-                }
-                SessionOp::SetState(_, r) | SessionOp::Release(Some(r)) => {
-                    let _ = r.send(Err(e()));
-                }
+                SessionOp::Renew(r) => answer(r, kind),
+                SessionOp::GetState(r) => answer(r, kind),
+                SessionOp::SetState(_, r) | SessionOp::Release(Some(r)) => answer(r, kind),
                 SessionOp::Release(None) => {}
             },
-            Command::Counts { reply, .. } => {
-                let _ = reply.send(Err(e()));
-            }
+            Command::Counts { reply, .. } => answer(reply, kind),
             Command::Close { reply } => {
                 let _ = reply.send(());
             }
@@ -238,7 +242,6 @@ enum Outcome {
     Reply(Box<dyn FnOnce(Option<&ErrorKind>) + Send>),
     /// Messages locked for a receiver: if it has gone, the locks are released.
     Received {
-        entity: i64,
         locked: bool,
         reply: Reply<Vec<ReceivedMessage>>,
         messages: Vec<ReceivedMessage>,
@@ -285,10 +288,20 @@ impl Waiter {
             }
         }
     }
+    fn fail(self, make: impl Fn() -> Error) {
+        match self {
+            Waiter::Receive(r) => {
+                let _ = r.reply.send(Err(make()));
+            }
+            Waiter::Accept(a) => {
+                let _ = a.reply.send(Err(make()));
+            }
+        }
+    }
 }
 
 /// The engine's state, apart from the connection.
-pub(crate) struct State {
+struct State {
     clock: Arc<dyn Clock>,
     epoch: u32,
     entities: HashMap<i64, EntityInfo>,
@@ -296,12 +309,15 @@ pub(crate) struct State {
     subscriptions: HashMap<i64, Vec<i64>>,
     dirty_seq: HashSet<i64>,
     waiters: HashMap<i64, VecDeque<Waiter>>,
-    /// Clock time at which a waiting entity may see a lock expire.
-    wake_entity: HashMap<i64, i64>,
     touched: HashSet<i64>,
+    /// Clock times (µs) at which something is due: a scheduled message, a lock or a
+    /// session lock expiring, a time-to-live running out.
     next_scheduled: Option<i64>,
+    next_unlock: Option<i64>,
+    next_session_unlock: Option<i64>,
     next_expiry: Option<i64>,
-    releases: Vec<(i64, SequenceNumber, i64)>,
+    /// Locks handed to receivers that had gone: `(row id, delivery count)`.
+    releases: Vec<(i64, i64)>,
 }
 
 pub(crate) struct Engine {
@@ -309,12 +325,14 @@ pub(crate) struct Engine {
     state: State,
 }
 
+type Sql<T = ()> = Result<T, sqlx::Error>;
+
 fn storage(e: &sqlx::Error) -> ErrorKind {
     let transient = match e {
         sqlx::Error::Database(db) => {
-            let code = db.code();
-            // SQLITE_BUSY (5), SQLITE_LOCKED (6), SQLITE_IOERR (10), SQLITE_FULL (13)
-            matches!(code.as_deref(), Some("5" | "6" | "10" | "13" | "261" | "517"))
+            // SQLITE_BUSY, SQLITE_LOCKED, SQLITE_IOERR, SQLITE_FULL and their extended codes.
+            let primary = db.code().and_then(|c| c.parse::<i64>().ok()).map(|c| c & 0xff);
+            matches!(primary, Some(5 | 6 | 10 | 13))
         }
         sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::WorkerCrashed => true,
         _ => false,
@@ -338,67 +356,85 @@ fn from_micros(v: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_micros(v).unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
-/// Lock tokens: 32 bits of broker epoch, 32 bits of delivery count, 64 bits of sequence
-/// number. The delivery count rises with every lock, so a token names one lock.
-pub(crate) fn make_token(epoch: u32, seq: SequenceNumber, delivery_count: i64) -> LockToken {
+fn row_id(entity: i64, seq: SequenceNumber) -> i64 {
+    (entity << SEQ_BITS) | seq
+}
+
+fn entity_of(id: i64) -> i64 {
+    id >> SEQ_BITS
+}
+
+fn min_opt(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+fn after_ms(now: i64, ms: i64) -> i64 {
+    now.saturating_add(ms.saturating_mul(1000))
+}
+
+/// Lock tokens: 32 bits of broker epoch, 32 bits of delivery count, 64 bits of row id. The
+/// delivery count rises with every lock, so a token names one lock.
+fn make_token(epoch: u32, id: i64, delivery_count: i64) -> LockToken {
     let mut b = [0u8; 16];
     b[0..4].copy_from_slice(&epoch.to_be_bytes());
-    b[4..8].copy_from_slice(&(delivery_count as u32).to_be_bytes());
-    b[8..16].copy_from_slice(&seq.to_be_bytes());
+    b[4..8].copy_from_slice(&u32::try_from(delivery_count).unwrap_or(u32::MAX).to_be_bytes());
+    b[8..16].copy_from_slice(&id.to_be_bytes());
     LockToken::from_uuid(Uuid::from_bytes(b))
 }
 
-/// `(seq, delivery_count)` of a token this broker issued.
-pub(crate) fn read_token(epoch: u32, token: LockToken) -> Option<(SequenceNumber, i64)> {
+/// `(entity, row id, delivery count)` of a token this broker issued.
+pub(crate) fn read_token(epoch: u32, token: LockToken) -> Option<(i64, i64, i64)> {
     let b = token.as_uuid().into_bytes();
-    let mut e = [0u8; 4];
-    e.copy_from_slice(&b[0..4]);
-    if u32::from_be_bytes(e) != epoch {
+    let (e, rest) = b.split_at(4);
+    let (dc, id) = rest.split_at(4);
+    if u32::from_be_bytes(e.try_into().ok()?) != epoch {
         return None;
     }
-    let mut dc = [0u8; 4];
-    dc.copy_from_slice(&b[4..8]);
-    let mut seq = [0u8; 8];
-    seq.copy_from_slice(&b[8..16]);
-    Some((i64::from_be_bytes(seq), i64::from(u32::from_be_bytes(dc))))
+    let id = i64::from_be_bytes(id.try_into().ok()?);
+    let dc = i64::from(u32::from_be_bytes(dc.try_into().ok()?));
+    Some((entity_of(id), id, dc))
 }
 
 /// The columns a message is read with, in the order `row_to_message` expects. SQL is built
-/// only from literals (`concat!`), never from input.
+/// only from literals (`concat!`) and numbers, never from input.
 macro_rules! columns {
     () => {
-        "seq, state, session_id, message_id, correlation_id, causation_id, message_type, content_type, reply_to, \
-         properties, body, ttl_ms, enqueued_at, scheduled_at, expires_at, delivery_count, locked_until, dl_reason, \
-         dl_description, dl_source"
+        "id, seq, state, delivery_count, locked_until, session_id, enqueued_at, scheduled_at, expires_at, ttl_ms, \
+         message_id, correlation_id, causation_id, message_type, content_type, reply_to, properties, dl_reason, \
+         dl_description, dl_source, body"
     };
 }
 
-/// Receivable messages of `?2` at time `?3`, with max delivery count `?4` (and session `?6`).
-macro_rules! filter_main {
+/// Ready messages of entity `?2` at time `?3` under max delivery count `?4` (and session `?6`).
+macro_rules! ready_filter {
     () => {
-        "state = 0 AND (locked_until IS NULL OR locked_until <= ?3) AND delivery_count < ?4 \
+        "entity_id = ?2 AND state = 0 AND delivery_count < ?4 AND (expires_at IS NULL OR expires_at > ?3)"
+    };
+}
+macro_rules! session_filter {
+    () => {
+        "entity_id = ?2 AND state = 0 AND session_id = ?6 AND delivery_count < ?4 \
          AND (expires_at IS NULL OR expires_at > ?3)"
     };
 }
-macro_rules! filter_session {
+macro_rules! dead_filter {
     () => {
-        "state = 0 AND session_id = ?6 AND (locked_until IS NULL OR locked_until <= ?3) AND delivery_count < ?4 \
-         AND (expires_at IS NULL OR expires_at > ?3)"
-    };
-}
-macro_rules! filter_dead {
-    () => {
-        "state = 3 AND (locked_until IS NULL OR locked_until <= ?3) AND ?4 = ?4 AND (?6 IS NULL OR ?6 IS NOT NULL)"
+        "entity_id = ?2 AND state = 3 AND (locked_until IS NULL OR locked_until <= ?3)"
     };
 }
 /// Locks up to `?5` receivable messages until `?1`.
 macro_rules! lock_sql {
-    ($filter:ident) => {
+    ($filter:ident, $new_state:literal) => {
         concat!(
-            "UPDATE courier_message SET locked_until = ?1, delivery_count = delivery_count + 1 WHERE entity_id = ?2 \
-             AND seq IN (SELECT seq FROM courier_message WHERE entity_id = ?2 AND ",
+            "UPDATE courier_message SET state = ",
+            $new_state,
+            ", locked_until = ?1, delivery_count = delivery_count + 1 WHERE id IN (SELECT id FROM courier_message \
+             WHERE ",
             $filter!(),
-            " ORDER BY seq LIMIT ?5) AND ?1 = ?1 RETURNING ",
+            " ORDER BY seq LIMIT ?5) RETURNING ",
             columns!()
         )
     };
@@ -407,20 +443,18 @@ macro_rules! lock_sql {
 macro_rules! take_sql {
     ($filter:ident) => {
         concat!(
-            "DELETE FROM courier_message WHERE entity_id = ?2 AND seq IN (SELECT seq FROM courier_message \
-             WHERE entity_id = ?2 AND ",
+            "DELETE FROM courier_message WHERE id IN (SELECT id FROM courier_message WHERE ",
             $filter!(),
-            " ORDER BY seq LIMIT ?5) AND ?1 = ?1 RETURNING ",
+            " ORDER BY seq LIMIT ?5) RETURNING ",
             columns!()
         )
     };
 }
-/// The condition of a settlement: lock `(?2, ?3)` of entity `?1` still held at `?4`.
+/// The condition of a settlement: lock `(?1, ?2)` still held at `?3`.
 macro_rules! lock_cond {
     ($states:literal) => {
         concat!(
-            " WHERE entity_id = ?1 AND seq = ?2 AND delivery_count = ?3 AND locked_until IS NOT NULL \
-             AND locked_until > ?4 AND ",
+            " WHERE id = ?1 AND delivery_count = ?2 AND locked_until IS NOT NULL AND locked_until > ?3 AND state IN ",
             $states
         )
     };
@@ -437,6 +471,35 @@ macro_rules! patch_props {
     };
 }
 
+/// Columns written by an insert, in order.
+const INSERT_COLUMNS: usize = 19;
+
+/// `INSERT` statements for 1, 4, 16 and 64 rows: the sends of a batch go in as few
+/// statements as these sizes allow, and each size is prepared once.
+static INSERTS: LazyLock<[(usize, String); 4]> = LazyLock::new(|| {
+    [64, 16, 4, 1].map(|rows| {
+        let mut sql = String::from(
+            "INSERT INTO courier_message (id, entity_id, seq, state, session_id, enqueued_at, scheduled_at, \
+             expires_at, ttl_ms, message_id, correlation_id, causation_id, message_type, content_type, reply_to, \
+             properties, dl_reason, dl_source, body) VALUES ",
+        );
+        for r in 0..rows {
+            if r > 0 {
+                sql.push_str(", ");
+            }
+            sql.push('(');
+            for c in 0..INSERT_COLUMNS {
+                if c > 0 {
+                    sql.push_str(", ");
+                }
+                sql.push('?');
+            }
+            sql.push(')');
+        }
+        (rows, sql)
+    })
+});
+
 fn props_json(p: &Properties) -> Option<String> {
     if p.is_empty() {
         None
@@ -447,6 +510,58 @@ fn props_json(p: &Properties) -> Option<String> {
 
 fn corrupt(detail: impl Into<String>) -> Error {
     Error::new(ErrorKind::Corrupt { detail: detail.into() })
+}
+
+fn lock_lost() -> Error {
+    Error::new(ErrorKind::LockLost)
+}
+
+/// A message row to insert.
+struct NewRow {
+    id: i64,
+    entity: i64,
+    seq: SequenceNumber,
+    state: i64,
+    enqueued_at: i64,
+    scheduled_at: Option<i64>,
+    expires_at: Option<i64>,
+    ttl_ms: Option<i64>,
+    /// For a copy that is dead-lettered on arrival (a session subscription, no session id).
+    dead: Option<String>,
+    fields: Arc<Fields>,
+}
+
+/// The sender-set fields of a message, shared by its copies.
+struct Fields {
+    session_id: Option<String>,
+    message_id: String,
+    correlation_id: Option<String>,
+    causation_id: Option<String>,
+    message_type: Option<String>,
+    content_type: Option<String>,
+    reply_to: Option<String>,
+    properties: Option<String>,
+    body: Bytes,
+}
+
+impl Fields {
+    fn from_envelope(m: Envelope) -> Self {
+        Self {
+            properties: props_json(&m.properties),
+            session_id: m.session_id,
+            message_id: m.message_id,
+            correlation_id: m.correlation_id,
+            causation_id: m.causation_id,
+            message_type: m.message_type,
+            content_type: m.content_type,
+            reply_to: m.reply_to,
+            body: m.body,
+        }
+    }
+
+    fn from_message(m: ReceivedMessage) -> Self {
+        Self::from_envelope(m.envelope)
+    }
 }
 
 impl State {
@@ -463,53 +578,49 @@ impl State {
     }
 
     fn row_to_message(&self, row: &SqliteRow, now: i64, locked: bool) -> Result<ReceivedMessage> {
-        let get_err = |e: sqlx::Error| corrupt(e.to_string());
-        let seq: i64 = row.try_get(0).map_err(get_err)?;
-        let state = match row.try_get::<i64, _>(1).map_err(get_err)? {
-            0 => MessageState::Active,
-            1 => MessageState::Scheduled,
-            2 => MessageState::Deferred,
-            3 => MessageState::DeadLettered,
+        let get = |e: sqlx::Error| corrupt(e.to_string());
+        let id: i64 = row.try_get(0).map_err(get)?;
+        let seq: i64 = row.try_get(1).map_err(get)?;
+        let state = match row.try_get::<i64, _>(2).map_err(get)? {
+            READY | LOCKED => MessageState::Active,
+            SCHEDULED => MessageState::Scheduled,
+            DEFERRED => MessageState::Deferred,
+            DEAD => MessageState::DeadLettered,
             other => return Err(corrupt(format!("message {seq} has unknown state {other}"))),
         };
-        let properties = match row.try_get::<Option<String>, _>(9).map_err(get_err)? {
+        let delivery_count: i64 = row.try_get(3).map_err(get)?;
+        let locked_until: Option<i64> = row.try_get::<Option<i64>, _>(4).map_err(get)?.filter(|t| *t > now);
+        let ttl_ms: Option<i64> = row.try_get(9).map_err(get)?;
+        let properties = match row.try_get::<Option<String>, _>(16).map_err(get)? {
             Some(json) => serde_json::from_str::<Properties>(&json)
                 .map_err(|e| corrupt(format!("properties of message {seq}: {e}")))?,
             None => Properties::new(),
         };
-        let body: Vec<u8> = row.try_get(10).map_err(get_err)?;
-        let ttl_ms: Option<i64> = row.try_get(11).map_err(get_err)?;
-        let scheduled_at: Option<i64> = row.try_get(13).map_err(get_err)?;
-        let delivery_count: i64 = row.try_get(15).map_err(get_err)?;
-        let locked_until: Option<i64> = row.try_get::<Option<i64>, _>(16).map_err(get_err)?.filter(|t| *t > now);
+        let body: Vec<u8> = row.try_get(20).map_err(get)?;
         let envelope = Envelope {
-            message_id: row.try_get(3).map_err(get_err)?,
-            correlation_id: row.try_get(4).map_err(get_err)?,
-            causation_id: row.try_get(5).map_err(get_err)?,
-            message_type: row.try_get(6).map_err(get_err)?,
-            content_type: row.try_get(7).map_err(get_err)?,
+            message_id: row.try_get(10).map_err(get)?,
+            correlation_id: row.try_get(11).map_err(get)?,
+            causation_id: row.try_get(12).map_err(get)?,
+            message_type: row.try_get(13).map_err(get)?,
+            content_type: row.try_get(14).map_err(get)?,
             body: Bytes::from(body),
             properties,
-            session_id: row.try_get(2).map_err(get_err)?,
-            reply_to: row.try_get(8).map_err(get_err)?,
-            time_to_live: ttl_ms.map(|ms| std::time::Duration::from_millis(ms.max(0) as u64)),
-            scheduled_enqueue_time: scheduled_at.map(from_micros),
+            session_id: row.try_get(5).map_err(get)?,
+            reply_to: row.try_get(15).map_err(get)?,
+            time_to_live: ttl_ms.map(|ms| std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+            scheduled_enqueue_time: row.try_get::<Option<i64>, _>(7).map_err(get)?.map(from_micros),
         };
         let broker = BrokerProperties {
             sequence_number: seq,
-            enqueued_time: from_micros(row.try_get(12).map_err(get_err)?),
+            enqueued_time: from_micros(row.try_get(6).map_err(get)?),
             delivery_count: u32::try_from(delivery_count).unwrap_or(u32::MAX),
-            lock_token: if locked {
-                Some(make_token(self.epoch, seq, delivery_count))
-            } else {
-                None
-            },
+            lock_token: locked.then(|| make_token(self.epoch, id, delivery_count)),
             locked_until: locked_until.map(from_micros),
             state,
-            expires_at: row.try_get::<Option<i64>, _>(14).map_err(get_err)?.map(from_micros),
-            dead_letter_reason: row.try_get(17).map_err(get_err)?,
-            dead_letter_description: row.try_get(18).map_err(get_err)?,
-            dead_letter_source: row.try_get(19).map_err(get_err)?,
+            expires_at: row.try_get::<Option<i64>, _>(8).map_err(get)?.map(from_micros),
+            dead_letter_reason: row.try_get(17).map_err(get)?,
+            dead_letter_description: row.try_get(18).map_err(get)?,
+            dead_letter_source: row.try_get(19).map_err(get)?,
         };
         Ok(ReceivedMessage { envelope, broker })
     }
@@ -524,34 +635,97 @@ impl State {
     }
 
     fn alloc_seq(&mut self, entity: i64, n: i64) -> Result<i64> {
-        let info = self.entities.get_mut(&entity).ok_or_else(|| corrupt("sequence of unknown entity"))?;
+        let info = self
+            .entities
+            .get_mut(&entity)
+            .ok_or_else(|| corrupt("sequence of unknown entity"))?;
         let first = info.next_seq;
+        if first + n >= 1 << SEQ_BITS {
+            return Err(Error::new(ErrorKind::InvalidOperation {
+                reason: format!("{} has used up its sequence numbers", info.display),
+            }));
+        }
         info.next_seq += n;
         self.dirty_seq.insert(entity);
         Ok(first)
     }
 
-    fn note_expiry(&mut self, at: Option<i64>) {
+    fn note(slot: &mut Option<i64>, at: Option<i64>) {
         if let Some(at) = at {
-            self.next_expiry = Some(self.next_expiry.map_or(at, |n| n.min(at)));
+            *slot = Some(slot.map_or(at, |n| n.min(at)));
+        }
+    }
+
+    /// The rows for one message sent to `entity` (a queue, or a topic's subscriptions).
+    fn rows_for(&self, info: &EntityInfo, seq: SequenceNumber, msg: Envelope, now: i64, out: &mut Vec<NewRow>) {
+        let scheduled = msg.scheduled_enqueue_time.map(micros).filter(|t| *t > now);
+        let msg_ttl = msg
+            .time_to_live
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let ttl = min_opt(msg_ttl, info.default_ttl_ms);
+        let fields = Arc::new(Fields::from_envelope(msg));
+        if scheduled.is_some() || info.kind != Kind::Topic {
+            // A queue's message, or a topic's scheduled message (fanned out on activation).
+            out.push(NewRow {
+                id: row_id(info.id, seq),
+                entity: info.id,
+                seq,
+                state: if scheduled.is_some() { SCHEDULED } else { READY },
+                enqueued_at: now,
+                scheduled_at: scheduled,
+                expires_at: if scheduled.is_some() { None } else { ttl.map(|ms| after_ms(now, ms)) },
+                ttl_ms: ttl,
+                dead: None,
+                fields,
+            });
+            return;
+        }
+        self.fan_out(info.id, seq, ttl, None, &fields, now, out);
+    }
+
+    /// Copies of a topic message for each subscription.
+    #[allow(clippy::too_many_arguments)]
+    fn fan_out(
+        &self,
+        topic: i64,
+        seq: SequenceNumber,
+        ttl: Option<i64>,
+        scheduled_at: Option<i64>,
+        fields: &Arc<Fields>,
+        now: i64,
+        out: &mut Vec<NewRow>,
+    ) {
+        for sub in self.subscriptions.get(&topic).into_iter().flatten() {
+            let Some(s) = self.entities.get(sub) else { continue };
+            let ttl = min_opt(ttl, s.default_ttl_ms);
+            let dead = (s.requires_session && fields.session_id.is_none()).then(|| s.display.clone());
+            out.push(NewRow {
+                id: row_id(s.id, seq),
+                entity: s.id,
+                seq,
+                state: if dead.is_some() { DEAD } else { READY },
+                enqueued_at: now,
+                scheduled_at,
+                expires_at: ttl.map(|ms| after_ms(now, ms)),
+                ttl_ms: ttl,
+                dead,
+                fields: fields.clone(),
+            });
         }
     }
 }
 
-/// Why a receive had no messages.
-type Sql = Result<(), sqlx::Error>;
-
 impl Engine {
     pub(crate) async fn start(mut conn: SqliteConnection, clock: Arc<dyn Clock>, epoch: u32) -> Result<Self> {
-        // Locks are volatile (S2.7): whatever a previous process held is released.
-        sqlx::query("UPDATE courier_message SET locked_until = NULL WHERE locked_until IS NOT NULL")
-            .execute(&mut conn)
-            .await
-            .map_err(storage_error)?;
-        sqlx::query("UPDATE courier_session SET locked_until = NULL WHERE locked_until IS NOT NULL")
-            .execute(&mut conn)
-            .await
-            .map_err(storage_error)?;
+        // Locks are volatile (S2.7): whatever a previous process held is released, and its
+        // locked messages are ready again with their delivery count kept.
+        for sql in [
+            "UPDATE courier_message SET state = 0, locked_until = NULL WHERE state = 4",
+            "UPDATE courier_message SET locked_until = NULL WHERE locked_until IS NOT NULL",
+            "UPDATE courier_session SET locked_until = NULL WHERE locked_until IS NOT NULL",
+        ] {
+            sqlx::query(sql).execute(&mut conn).await.map_err(storage_error)?;
+        }
         let mut state = State {
             clock,
             epoch,
@@ -560,9 +734,10 @@ impl Engine {
             subscriptions: HashMap::new(),
             dirty_seq: HashSet::new(),
             waiters: HashMap::new(),
-            wake_entity: HashMap::new(),
             touched: HashSet::new(),
             next_scheduled: None,
+            next_unlock: None,
+            next_session_unlock: None,
             next_expiry: None,
             releases: Vec::new(),
         };
@@ -573,6 +748,7 @@ impl Engine {
 
     pub(crate) async fn run(mut self, mut rx: mpsc::Receiver<Command>) {
         let mut batch: Vec<Command> = Vec::with_capacity(MAX_BATCH);
+        let mut last_batch = 0;
         loop {
             let wake_clock = self.next_clock_wake();
             let wake_real = self.next_waiter_deadline();
@@ -582,17 +758,15 @@ impl Engine {
                     Some(c) => batch.push(c),
                     None => break,
                 },
-                () = async { if let Some(s) = clock_sleep { s.await } else { std::future::pending().await } } => {}
+                () = async {
+                    match clock_sleep { Some(s) => s.await, None => std::future::pending().await }
+                } => {}
                 () = async {
                     match wake_real { Some(t) => tokio::time::sleep_until(t).await, None => std::future::pending().await }
                 } => {}
             }
-            while batch.len() < MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(c) => batch.push(c),
-                    Err(_) => break,
-                }
-            }
+            self.gather(&mut rx, &mut batch, last_batch);
+            last_batch = batch.len();
             let close = batch
                 .iter()
                 .position(|c| matches!(c, Command::Close { .. }))
@@ -606,29 +780,35 @@ impl Engine {
         self.shut_down(Vec::new(), &mut rx).await;
     }
 
+    /// Takes what else is waiting. When the last batch showed concurrent callers, lingers
+    /// a little for more: their commands are on their way, and one commit for all of them
+    /// costs far less than one each (group commit).
+    fn gather(&self, rx: &mut mpsc::Receiver<Command>, batch: &mut Vec<Command>, last_batch: usize) {
+        let linger = if last_batch >= LINGER_AFTER { LINGER } else { std::time::Duration::ZERO };
+        let start = std::time::Instant::now();
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(c) => batch.push(c),
+                Err(_) if start.elapsed() < linger && batch.len() < last_batch => std::thread::yield_now(),
+                Err(_) => break,
+            }
+        }
+    }
+
     async fn shut_down(mut self, rest: Vec<Command>, rx: &mut mpsc::Receiver<Command>) {
         rx.close();
         let closed = ErrorKind::Closed;
         for (_, waiters) in self.state.waiters.drain() {
             for w in waiters {
-                match w {
-                    Waiter::Receive(r) => {
-                        let _ = r.reply.send(Err(Error::new(closed.clone())));
-                    }
-                    Waiter::Accept(a) => {
-                        let _ = a.reply.send(Err(Error::new(closed.clone())));
-                    }
-                }
+                w.fail(|| Error::new(closed.clone()));
             }
         }
         let mut close_replies = Vec::new();
-        for cmd in rest {
-            match cmd {
-                Command::Close { reply } => close_replies.push(reply),
-                other => other.fail(&closed),
-            }
-        }
+        let mut rest = rest.into_iter().collect::<VecDeque<_>>();
         while let Ok(cmd) = rx.try_recv() {
+            rest.push_back(cmd);
+        }
+        for cmd in rest {
             match cmd {
                 Command::Close { reply } => close_replies.push(reply),
                 other => other.fail(&closed),
@@ -644,7 +824,7 @@ impl Engine {
 
     fn next_clock_wake(&self) -> Option<i64> {
         let s = &self.state;
-        [s.next_scheduled, s.next_expiry, s.wake_entity.values().copied().min()]
+        [s.next_scheduled, s.next_unlock, s.next_session_unlock, s.next_expiry]
             .into_iter()
             .flatten()
             .min()
@@ -660,16 +840,35 @@ impl Engine {
 
     async fn process(&mut self, batch: Vec<Command>) {
         let mut outcomes: Vec<Outcome> = Vec::with_capacity(batch.len());
-        let mut pending = batch.into_iter();
+        let mut pending: VecDeque<Command> = batch.into();
         let result: Sql = async {
             sqlx::query("BEGIN IMMEDIATE").execute(&mut self.conn).await?;
             let now = self.state.now();
             self.maintenance(now).await?;
-            for cmd in pending.by_ref() {
-                if let Some(o) = self.handle(cmd, now).await? {
-                    outcomes.push(o);
+            // Commands of one kind share statements: sends, completes and receives are
+            // gathered and served together after the others, in arrival order.
+            let mut sends = Vec::new();
+            let mut completes = Vec::new();
+            let mut receives = Vec::new();
+            while let Some(cmd) = pending.pop_front() {
+                match cmd {
+                    Command::Send { entity, messages, reply } => sends.push((entity, messages, reply)),
+                    Command::Settle {
+                        lock,
+                        settlement: Settlement::Complete,
+                        reply,
+                    } if lock.sub_queue == SubQueue::Main && lock.session.is_none() => completes.push((lock, reply)),
+                    Command::Receive(r) => receives.push(r),
+                    other => {
+                        if let Some(o) = self.handle(other, now).await? {
+                            outcomes.push(o);
+                        }
+                    }
                 }
             }
+            self.send_all(sends, now, &mut outcomes).await?;
+            self.complete_all(completes, now, &mut outcomes).await?;
+            self.receive_all(receives, now, &mut outcomes).await?;
             self.serve_waiters(now, &mut outcomes).await?;
             self.flush_sequences().await?;
             sqlx::query("COMMIT").execute(&mut self.conn).await?;
@@ -682,19 +881,21 @@ impl Engine {
                     match o {
                         Outcome::Reply(f) => f(None),
                         Outcome::Received {
-                            entity,
                             locked,
                             reply,
                             messages,
                         } => {
                             if let Err(Ok(messages)) = reply.send(Ok(messages)) {
                                 if locked {
+                                    // The receiver went away: give the messages back.
                                     for m in messages {
-                                        self.state.releases.push((
-                                            entity,
-                                            m.broker.sequence_number,
-                                            i64::from(m.broker.delivery_count),
-                                        ));
+                                        if let Some((_, id, dc)) = m
+                                            .broker
+                                            .lock_token
+                                            .and_then(|t| read_token(self.state.epoch, t))
+                                        {
+                                            self.state.releases.push((id, dc));
+                                        }
                                     }
                                 }
                             }
@@ -709,21 +910,21 @@ impl Engine {
                 for o in outcomes {
                     match o {
                         Outcome::Reply(f) => f(Some(&kind)),
-                        Outcome::Received { reply, .. } => {
-                            let _ = reply.send(Err(Error::new(kind.clone())));
-                        }
+                        Outcome::Received { reply, .. } => answer(reply, &kind),
                     }
                 }
                 for cmd in pending {
                     cmd.fail(&kind);
                 }
                 self.state.dirty_seq.clear();
-                self.state.releases.clear();
+                self.state.touched.clear();
                 // The cache may hold entities or sequence numbers of the rolled back work.
                 if let Err(e) = load_entities(&mut self.conn, &mut self.state).await {
                     tracing::error!(error = %e, "reloading the embedded broker's entities failed");
                 }
-                let _ = refresh_due_times(&mut self.conn, &mut self.state).await;
+                if let Err(e) = refresh_due_times(&mut self.conn, &mut self.state).await {
+                    tracing::error!(error = %e, "reloading the embedded broker's timers failed");
+                }
             }
         }
         self.expire_waiters();
@@ -746,8 +947,6 @@ impl Engine {
             *queue = keep;
         }
         self.state.waiters.retain(|_, q| !q.is_empty());
-        let waiting: HashSet<i64> = self.state.waiters.keys().copied().collect();
-        self.state.wake_entity.retain(|e, _| waiting.contains(e));
     }
 
     async fn flush_sequences(&mut self) -> Sql {
@@ -763,37 +962,50 @@ impl Engine {
         Ok(())
     }
 
-    /// Activates due scheduled messages, dead-letters expired ones, releases locks of
-    /// receivers that went away, and notes entities whose locks may have expired.
+    /// Gives back locks of receivers that went away, activates due scheduled messages,
+    /// releases expired locks (dead-lettering messages past their max delivery count),
+    /// dead-letters expired messages, and wakes waiters whose sessions may be free.
     async fn maintenance(&mut self, now: i64) -> Sql {
-        for (entity, seq, dc) in std::mem::take(&mut self.state.releases) {
-            sqlx::query(
-                "UPDATE courier_message SET locked_until = NULL, delivery_count = delivery_count - 1 \
-                 WHERE entity_id = ?1 AND seq = ?2 AND delivery_count = ?3 AND locked_until IS NOT NULL",
+        for (id, dc) in std::mem::take(&mut self.state.releases) {
+            let r = sqlx::query(
+                "UPDATE courier_message SET state = 0, locked_until = NULL, delivery_count = delivery_count - 1 \
+                 WHERE id = ?1 AND delivery_count = ?2 AND state = 4",
             )
-            .bind(entity)
-            .bind(seq)
+            .bind(id)
             .bind(dc)
             .execute(&mut self.conn)
             .await?;
-            self.state.touched.insert(entity);
+            if r.rows_affected() == 0 {
+                // A deferred or dead-lettered message keeps its state; only unlock it.
+                sqlx::query(
+                    "UPDATE courier_message SET locked_until = NULL, delivery_count = delivery_count - 1 \
+                     WHERE id = ?1 AND delivery_count = ?2 AND state IN (2, 3) AND locked_until IS NOT NULL",
+                )
+                .bind(id)
+                .bind(dc)
+                .execute(&mut self.conn)
+                .await?;
+            }
+            self.state.touched.insert(entity_of(id));
         }
         if self.state.next_scheduled.is_some_and(|t| t <= now) {
             self.activate(now).await?;
         }
+        if self.state.next_unlock.is_some_and(|t| t <= now) {
+            self.unlock_expired(now).await?;
+        }
         if self.state.next_expiry.is_some_and(|t| t <= now) {
             self.sweep_expired(now).await?;
         }
-        let due: Vec<i64> = self
-            .state
-            .wake_entity
-            .iter()
-            .filter(|(_, t)| **t <= now)
-            .map(|(e, _)| *e)
-            .collect();
-        for e in due {
-            self.state.wake_entity.remove(&e);
-            self.state.touched.insert(e);
+        if self.state.next_session_unlock.is_some_and(|t| t <= now) {
+            let waiting: Vec<i64> = self.state.waiters.keys().copied().collect();
+            self.state.touched.extend(waiting);
+            self.state.next_session_unlock = sqlx::query_scalar::<_, Option<i64>>(
+                "SELECT MIN(locked_until) FROM courier_session WHERE locked_until > ?1",
+            )
+            .bind(now)
+            .fetch_one(&mut self.conn)
+            .await?;
         }
         Ok(())
     }
@@ -801,57 +1013,62 @@ impl Engine {
     async fn activate(&mut self, now: i64) -> Sql {
         loop {
             let rows = sqlx::query(concat!(
-                "SELECT entity_id, ",
+                "SELECT ",
                 columns!(),
-                " FROM courier_message WHERE state = 1 AND scheduled_at <= ?1 ORDER BY scheduled_at, seq LIMIT ?2"
+                " FROM courier_message WHERE state = 1 AND scheduled_at <= ?1 ORDER BY scheduled_at, id LIMIT ?2"
             ))
             .bind(now)
             .bind(ACTIVATION_BATCH)
             .fetch_all(&mut self.conn)
             .await?;
             let n = rows.len();
+            let mut new_rows = Vec::new();
             for row in rows {
-                let entity: i64 = row.try_get(0)?;
-                let old_seq: i64 = row.try_get(1)?;
-                let Some(info) = self.state.entities.get(&entity) else {
-                    continue;
-                };
-                let kind = info.kind;
-                let Ok(new_seq) = self.state.alloc_seq(entity, 1) else {
-                    continue;
-                };
-                if kind == Kind::Topic {
-                    // Fan the activated message out to the subscriptions.
-                    let ttl: Option<i64> = row.try_get(12)?;
-                    let session: Option<String> = row.try_get(3)?;
-                    let copy = RowCopy::from_row(&row)?;
-                    let subs = self.state.subscriptions.get(&entity).cloned().unwrap_or_default();
-                    for sub in subs {
-                        self.insert_copy(sub, new_seq, &copy, ttl, session.as_deref(), now).await?;
-                    }
-                    sqlx::query("DELETE FROM courier_message WHERE entity_id = ?1 AND seq = ?2")
-                        .bind(entity)
-                        .bind(old_seq)
-                        .execute(&mut self.conn)
-                        .await?;
-                } else {
-                    let ttl: Option<i64> = row.try_get(12)?;
-                    let expires = ttl.map(|ms| now.saturating_add(ms.saturating_mul(1000)));
-                    sqlx::query(
-                        "UPDATE courier_message SET seq = ?1, state = 0, enqueued_at = ?2, expires_at = ?3 \
-                         WHERE entity_id = ?4 AND seq = ?5",
-                    )
-                    .bind(new_seq)
-                    .bind(now)
-                    .bind(expires)
-                    .bind(entity)
-                    .bind(old_seq)
+                let old_id: i64 = row.try_get(0)?;
+                let entity = entity_of(old_id);
+                sqlx::query("DELETE FROM courier_message WHERE id = ?1")
+                    .bind(old_id)
                     .execute(&mut self.conn)
                     .await?;
-                    self.state.note_expiry(expires);
-                    self.state.touched.insert(entity);
+                let Some(info) = self.state.entities.get(&entity).cloned() else {
+                    continue;
+                };
+                let message = match self.state.row_to_message(&row, now, false) {
+                    Ok(m) => m,
+                    Err(_) => {
+                        tracing::error!(entity = %info.display, "an unreadable scheduled message was dropped");
+                        continue;
+                    }
+                };
+                let scheduled_at = message.envelope.scheduled_enqueue_time.map(micros);
+                let ttl = message
+                    .envelope
+                    .time_to_live
+                    .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+                let Ok(seq) = self.state.alloc_seq(entity, 1) else {
+                    continue;
+                };
+                // Enqueued as if sent now: a new sequence number and enqueued time (S5.4).
+                let fields = Arc::new(Fields::from_message(message));
+                if info.kind == Kind::Topic {
+                    self.state
+                        .fan_out(entity, seq, ttl, scheduled_at, &fields, now, &mut new_rows);
+                } else {
+                    new_rows.push(NewRow {
+                        id: row_id(entity, seq),
+                        entity,
+                        seq,
+                        state: READY,
+                        enqueued_at: now,
+                        scheduled_at,
+                        expires_at: ttl.map(|ms| after_ms(now, ms)),
+                        ttl_ms: ttl,
+                        dead: None,
+                        fields,
+                    });
                 }
             }
+            self.insert_rows(&new_rows).await?;
             if (n as i64) < ACTIVATION_BATCH {
                 break;
             }
@@ -863,20 +1080,51 @@ impl Engine {
         Ok(())
     }
 
-    async fn sweep_expired(&mut self, now: i64) -> Sql {
+    /// Expired locks: the message is ready again (S2.5), or dead-lettered if it has been
+    /// delivered as often as its queue allows (S2.6).
+    async fn unlock_expired(&mut self, now: i64) -> Sql {
         let rows = sqlx::query(
+            "UPDATE courier_message SET locked_until = NULL, \
+             state = CASE WHEN delivery_count >= (SELECT max_delivery_count FROM courier_entity e \
+                 WHERE e.id = entity_id) THEN 3 ELSE 0 END, \
+             dl_reason = CASE WHEN delivery_count >= (SELECT max_delivery_count FROM courier_entity e \
+                 WHERE e.id = entity_id) THEN ?2 ELSE dl_reason END, \
+             dl_description = CASE WHEN delivery_count >= (SELECT max_delivery_count FROM courier_entity e \
+                 WHERE e.id = entity_id) THEN 'the message was delivered ' || delivery_count || \
+                 ' times without being settled' ELSE dl_description END, \
+             dl_source = CASE WHEN delivery_count >= (SELECT max_delivery_count FROM courier_entity e \
+                 WHERE e.id = entity_id) THEN (SELECT name FROM courier_entity e WHERE e.id = entity_id) \
+                 ELSE dl_source END \
+             WHERE state = 4 AND locked_until <= ?1 RETURNING entity_id",
+        )
+        .bind(now)
+        .bind(reasons::MAX_DELIVERY_COUNT_EXCEEDED)
+        .fetch_all(&mut self.conn)
+        .await?;
+        for row in rows {
+            self.state.touched.insert(row.try_get(0)?);
+        }
+        self.state.next_unlock =
+            sqlx::query_scalar::<_, Option<i64>>("SELECT MIN(locked_until) FROM courier_message WHERE state = 4")
+                .fetch_one(&mut self.conn)
+                .await?;
+        Ok(())
+    }
+
+    async fn sweep_expired(&mut self, now: i64) -> Sql {
+        let done = sqlx::query(
             "UPDATE courier_message SET state = 3, locked_until = NULL, dl_reason = ?2, \
              dl_description = 'the message expired before it was received', \
-             dl_source = (SELECT name FROM courier_entity WHERE id = entity_id) \
+             dl_source = (SELECT name FROM courier_entity e WHERE e.id = entity_id) \
              WHERE state IN (0, 2) AND expires_at IS NOT NULL AND expires_at <= ?1 \
-             AND (locked_until IS NULL OR locked_until <= ?1) RETURNING entity_id",
+             AND (locked_until IS NULL OR locked_until <= ?1)",
         )
         .bind(now)
         .bind(reasons::TTL_EXPIRED)
-        .fetch_all(&mut self.conn)
+        .execute(&mut self.conn)
         .await?;
-        if !rows.is_empty() {
-            tracing::debug!(count = rows.len(), "dead-lettered expired messages");
+        if done.rows_affected() > 0 {
+            tracing::info!(count = done.rows_affected(), "dead-lettered expired messages");
         }
         self.state.next_expiry = sqlx::query_scalar::<_, Option<i64>>(
             "SELECT MIN(expires_at) FROM courier_message WHERE expires_at IS NOT NULL AND expires_at > ?1 \
@@ -888,7 +1136,7 @@ impl Engine {
         Ok(())
     }
 
-    async fn handle(&mut self, cmd: Command, now: i64) -> Result<Option<Outcome>, sqlx::Error> {
+    async fn handle(&mut self, cmd: Command, now: i64) -> Sql<Option<Outcome>> {
         Ok(Some(match cmd {
             Command::Create {
                 kind,
@@ -906,39 +1154,32 @@ impl Engine {
             }
             Command::Resolve { path, for_send, reply } => outcome(reply, self.resolve(&path, for_send)),
             Command::Send { entity, messages, reply } => {
-                let r = self.send(entity, messages, now).await?;
-                match reply {
-                    Some(reply) => outcome(reply, r),
-                    None => {
-                        if let Err(e) = r {
-                            tracing::warn!(error = %e, "a pre-settled send failed; its sender is not told (S1.5)");
-                        }
-                        return Ok(None);
-                    }
-                }
+                let mut outcomes = Vec::new();
+                self.send_all(vec![(entity, messages, reply)], now, &mut outcomes).await?;
+                return Ok(outcomes.pop());
             }
             Command::Cancel { entity, seq, reply } => {
                 let r = self.cancel(entity, seq).await?;
                 outcome(reply, r)
             }
-            Command::Receive(req) => return self.receive(req, now).await,
+            Command::Receive(req) => {
+                let mut outcomes = Vec::new();
+                self.receive_all(vec![req], now, &mut outcomes).await?;
+                return Ok(outcomes.pop());
+            }
             Command::ReceiveDeferred {
                 entity,
                 seqs,
                 session,
                 reply,
-            } => {
-                let r = self.receive_deferred(entity, &seqs, session.as_ref(), now).await?;
-                match r {
-                    Ok(messages) => Outcome::Received {
-                        entity,
-                        locked: true,
-                        reply,
-                        messages,
-                    },
-                    Err(e) => outcome(reply, Err(e)),
-                }
-            }
+            } => match self.receive_deferred(entity, &seqs, session.as_ref(), now).await? {
+                Ok(messages) => Outcome::Received {
+                    locked: true,
+                    reply,
+                    messages,
+                },
+                Err(e) => outcome(reply, Err(e)),
+            },
             Command::Settle {
                 lock,
                 settlement,
@@ -981,13 +1222,11 @@ impl Engine {
         name: String,
         options: &QueueOptions,
         now: i64,
-    ) -> Result<Result<()>, sqlx::Error> {
+    ) -> Sql<Result<()>> {
         let parent = match &topic {
             Some(t) => match self.state.by_name.get(&(0, t.clone())) {
                 Some(id) if self.state.entities.get(id).is_some_and(|e| e.kind == Kind::Topic) => *id,
-                _ => {
-                    return Ok(Err(Error::new(ErrorKind::EntityNotFound { path: t.clone() })));
-                }
+                _ => return Ok(Err(Error::new(ErrorKind::EntityNotFound { path: t.clone() }))),
             },
             None => 0,
         };
@@ -1019,6 +1258,11 @@ impl Engine {
         .bind(now)
         .fetch_one(&mut self.conn)
         .await?;
+        if id >= MAX_ENTITY_ID {
+            return Ok(Err(Error::new(ErrorKind::InvalidOperation {
+                reason: "the broker has run out of entity ids".into(),
+            })));
+        }
         let display = match &topic {
             Some(t) => format!("{t}/subscriptions/{name}"),
             None => name.clone(),
@@ -1029,6 +1273,7 @@ impl Engine {
                 id,
                 kind,
                 parent,
+                name: name.clone(),
                 display,
                 lock_ms,
                 max_delivery_count: i64::from(options.max_delivery_count),
@@ -1066,146 +1311,137 @@ impl Engine {
                 reason: format!("{path} is a topic: receive from one of its subscriptions"),
             }));
         }
+        if for_send && info.kind == Kind::Subscription {
+            return Err(Error::new(ErrorKind::InvalidOperation {
+                reason: format!("{path} is a subscription: send to its topic"),
+            }));
+        }
         Ok(Arc::new(info.clone()))
     }
 
-    async fn delete(&mut self, path: &EntityPath) -> Result<Result<()>, sqlx::Error> {
+    async fn delete(&mut self, path: &EntityPath) -> Sql<Result<()>> {
         let Some(id) = self.lookup(path) else {
             return Ok(Err(Self::not_found(path)));
         };
         let mut ids = vec![id];
-        if let Some(subs) = self.state.subscriptions.remove(&id) {
-            ids.extend(subs);
-        }
+        ids.extend(self.state.subscriptions.remove(&id).unwrap_or_default());
         for e in &ids {
+            sqlx::query("DELETE FROM courier_message WHERE id >= ?1 AND id < ?2")
+                .bind(row_id(*e, 0))
+                .bind(row_id(*e + 1, 0))
+                .execute(&mut self.conn)
+                .await?;
             for q in [
-                "DELETE FROM courier_message WHERE entity_id = ?1",
                 "DELETE FROM courier_session WHERE entity_id = ?1",
                 "DELETE FROM courier_entity WHERE id = ?1",
             ] {
                 sqlx::query(q).bind(e).execute(&mut self.conn).await?;
             }
             if let Some(info) = self.state.entities.remove(e) {
-                let name = info.display.rsplit('/').next().unwrap_or_default().to_owned();
-                self.state.by_name.remove(&(info.parent, name));
+                self.state.by_name.remove(&(info.parent, info.name));
                 if let Some(subs) = self.state.subscriptions.get_mut(&info.parent) {
                     subs.retain(|s| s != e);
                 }
             }
-            if let Some(waiters) = self.state.waiters.remove(e) {
-                for w in waiters {
-                    let err = Self::not_found(path);
-                    match w {
-                        Waiter::Receive(r) => {
-                            let _ = r.reply.send(Err(err));
-                        }
-                        Waiter::Accept(a) => {
-                            let _ = a.reply.send(Err(err));
-                        }
-                    }
-                }
+            for w in self.state.waiters.remove(e).unwrap_or_default() {
+                w.fail(|| Self::not_found(path));
             }
         }
         Ok(Ok(()))
     }
 
-    async fn send(
+    /// Serves the sends of a batch with as few INSERT statements as possible.
+    async fn send_all(
+        &mut self,
+        sends: Vec<(i64, Vec<Envelope>, Option<Reply<Vec<SequenceNumber>>>)>,
+        now: i64,
+        outcomes: &mut Vec<Outcome>,
+    ) -> Sql {
+        if sends.is_empty() {
+            return Ok(());
+        }
+        let mut rows = Vec::new();
+        for (entity, messages, reply) in sends {
+            let result = self.rows_for_send(entity, messages, now, &mut rows);
+            match reply {
+                Some(reply) => outcomes.push(outcome(reply, result)),
+                None => {
+                    if let Err(e) = result {
+                        tracing::warn!(error = %e, "a pre-settled send failed; its sender is not told (S1.5)");
+                    }
+                }
+            }
+        }
+        self.insert_rows(&rows).await
+    }
+
+    fn rows_for_send(
         &mut self,
         entity: i64,
         messages: Vec<Envelope>,
         now: i64,
-    ) -> Result<Result<Vec<SequenceNumber>>, sqlx::Error> {
-        let info = match self.state.entity(entity) {
-            Ok(i) => i.clone(),
-            Err(e) => return Ok(Err(e)),
-        };
-        let n = messages.len() as i64;
-        let first = match self.state.alloc_seq(entity, n) {
-            Ok(f) => f,
-            Err(e) => return Ok(Err(e)),
-        };
-        let mut seqs = Vec::with_capacity(messages.len());
-        for (i, msg) in messages.iter().enumerate() {
-            let seq = first + i as i64;
-            seqs.push(seq);
-            let scheduled = msg.scheduled_enqueue_time.map(micros).filter(|t| *t > now);
-            let msg_ttl = msg
-                .time_to_live
-                .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-            let copy = RowCopy::from_envelope(msg);
-            if info.kind == Kind::Topic {
-                if let Some(at) = scheduled {
-                    let ttl = min_opt(msg_ttl, info.default_ttl_ms);
-                    copy.insert(&mut self.conn, entity, seq, 1, ttl, now, Some(at), None).await?;
-                    self.state.next_scheduled = Some(self.state.next_scheduled.map_or(at, |t| t.min(at)));
-                } else {
-                    let ttl = min_opt(msg_ttl, info.default_ttl_ms);
-                    let subs = self.state.subscriptions.get(&entity).cloned().unwrap_or_default();
-                    for sub in subs {
-                        self.insert_copy(sub, seq, &copy, ttl, msg.session_id.as_deref(), now)
-                            .await?;
-                    }
-                }
-            } else {
-                let ttl = min_opt(msg_ttl, info.default_ttl_ms);
-                if let Some(at) = scheduled {
-                    copy.insert(&mut self.conn, entity, seq, 1, ttl, now, Some(at), None).await?;
-                    self.state.next_scheduled = Some(self.state.next_scheduled.map_or(at, |t| t.min(at)));
-                } else {
-                    let expires = ttl.map(|ms| now.saturating_add(ms.saturating_mul(1000)));
-                    copy.insert(&mut self.conn, entity, seq, 0, ttl, now, None, expires).await?;
-                    self.state.note_expiry(expires);
-                    self.state.touched.insert(entity);
-                }
-            }
+        rows: &mut Vec<NewRow>,
+    ) -> Result<Vec<SequenceNumber>> {
+        let info = self.state.entity(entity)?.clone();
+        let first = self.state.alloc_seq(entity, messages.len() as i64)?;
+        let seqs: Vec<SequenceNumber> = (first..first + messages.len() as i64).collect();
+        for (seq, msg) in seqs.iter().zip(messages) {
+            self.state.rows_for(&info, *seq, msg, now, rows);
         }
-        Ok(Ok(seqs))
+        Ok(seqs)
     }
 
-    /// Inserts a topic message's copy into a subscription.
-    async fn insert_copy(
-        &mut self,
-        sub: i64,
-        seq: SequenceNumber,
-        copy: &RowCopy,
-        topic_ttl: Option<i64>,
-        session: Option<&str>,
-        now: i64,
-    ) -> Sql {
-        let Some(info) = self.state.entities.get(&sub) else {
-            return Ok(());
-        };
-        let ttl = min_opt(topic_ttl, info.default_ttl_ms);
-        let expires = ttl.map(|ms| now.saturating_add(ms.saturating_mul(1000)));
-        let state = if info.requires_session && session.is_none() {
-            3
-        } else {
-            0
-        };
-        let dead = (state == 3).then(|| info.display.clone());
-        copy.insert(&mut self.conn, sub, seq, state, ttl, now, None, expires).await?;
-        if let Some(source) = dead {
-            sqlx::query(
-                "UPDATE courier_message SET dl_reason = 'SessionIdMissing', \
-                 dl_description = 'the subscription requires a session id and the message has none', dl_source = ?3 \
-                 WHERE entity_id = ?1 AND seq = ?2",
-            )
-            .bind(sub)
-            .bind(seq)
-            .bind(source)
-            .execute(&mut self.conn)
-            .await?;
-        } else {
-            self.state.note_expiry(expires);
-            self.state.touched.insert(sub);
+    async fn insert_rows(&mut self, rows: &[NewRow]) -> Sql {
+        let mut rest = rows;
+        while !rest.is_empty() {
+            let Some((n, sql)) = INSERTS.iter().find(|(n, _)| *n <= rest.len()) else {
+                break;
+            };
+            let (chunk, tail) = rest.split_at(*n);
+            rest = tail;
+            let sql: &'static str = sql.as_str();
+            let mut q = sqlx::query(sql);
+            for r in chunk {
+                let f = &r.fields;
+                q = q
+                    .bind(r.id)
+                    .bind(r.entity)
+                    .bind(r.seq)
+                    .bind(r.state)
+                    .bind(f.session_id.as_deref())
+                    .bind(r.enqueued_at)
+                    .bind(r.scheduled_at)
+                    .bind(r.expires_at)
+                    .bind(r.ttl_ms)
+                    .bind(f.message_id.as_str())
+                    .bind(f.correlation_id.as_deref())
+                    .bind(f.causation_id.as_deref())
+                    .bind(f.message_type.as_deref())
+                    .bind(f.content_type.as_deref())
+                    .bind(f.reply_to.as_deref())
+                    .bind(f.properties.as_deref())
+                    .bind(r.dead.as_ref().map(|_| "SessionIdMissing"))
+                    .bind(r.dead.as_deref())
+                    .bind(&f.body[..]);
+            }
+            q.execute(&mut self.conn).await?;
+        }
+        for r in rows {
+            match r.state {
+                READY => {
+                    State::note(&mut self.state.next_expiry, r.expires_at);
+                    self.state.touched.insert(r.entity);
+                }
+                SCHEDULED => State::note(&mut self.state.next_scheduled, r.scheduled_at),
+                _ => {}
+            }
         }
         Ok(())
     }
 
-    async fn cancel(&mut self, entity: i64, seq: SequenceNumber) -> Result<Result<()>, sqlx::Error> {
-        let done = sqlx::query("DELETE FROM courier_message WHERE entity_id = ?1 AND seq = ?2 AND state = 1")
-            .bind(entity)
-            .bind(seq)
+    async fn cancel(&mut self, entity: i64, seq: SequenceNumber) -> Sql<Result<()>> {
+        let done = sqlx::query("DELETE FROM courier_message WHERE id = ?1 AND state = 1")
+            .bind(row_id(entity, seq))
             .execute(&mut self.conn)
             .await?;
         Ok(if done.rows_affected() == 1 {
@@ -1218,8 +1454,8 @@ impl Engine {
         })
     }
 
-    /// Checks a session lock; returns its locked-until time.
-    async fn session_lock(&mut self, entity: i64, key: &SessionKey, now: i64) -> Result<Option<i64>, sqlx::Error> {
+    /// A session lock's locked-until time, if it is still held.
+    async fn session_lock(&mut self, entity: i64, key: &SessionKey, now: i64) -> Sql<Option<i64>> {
         sqlx::query_scalar::<_, i64>(
             "SELECT locked_until FROM courier_session WHERE entity_id = ?1 AND session_id = ?2 AND lock_gen = ?3 \
              AND locked_until > ?4",
@@ -1232,187 +1468,167 @@ impl Engine {
         .await
     }
 
-    async fn receive(&mut self, req: ReceiveRequest, now: i64) -> Result<Option<Outcome>, sqlx::Error> {
-        match self.try_receive(&req, now).await? {
-            Err(e) => Ok(Some(outcome(req.reply, Err(e)))),
-            Ok(messages) if !messages.is_empty() || req.deadline.is_none() => Ok(Some(Outcome::Received {
-                entity: req.entity,
-                locked: matches!(req.mode, ReceiveMode::PeekLock),
-                reply: req.reply,
-                messages,
-            })),
-            Ok(_) => {
-                self.park(req.entity, Waiter::Receive(req), now).await?;
-                Ok(None)
+    /// Serves receive requests: those for the same entity, sub-queue, session and mode
+    /// share one statement; the messages go to the requests in arrival order. Requests
+    /// left empty wait (until their deadline) or get an empty answer.
+    async fn receive_all(&mut self, requests: Vec<ReceiveRequest>, now: i64, outcomes: &mut Vec<Outcome>) -> Sql {
+        type Key = (i64, SubQueue, Option<SessionKey>, ReceiveMode);
+        let mut groups: Vec<(Key, Vec<ReceiveRequest>)> = Vec::new();
+        for r in requests {
+            let key = (r.entity, r.sub_queue, r.session.clone(), r.mode);
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, g)) => g.push(r),
+                None => groups.push((key, vec![r])),
             }
         }
-    }
-
-    async fn park(&mut self, entity: i64, waiter: Waiter, now: i64) -> Sql {
-        // Wake when the first lock on this entity expires: its message (or session) comes back.
-        let next: Option<i64> = sqlx::query_scalar(
-            "SELECT MIN(t) FROM (SELECT MIN(locked_until) AS t FROM courier_message WHERE entity_id = ?1 \
-             AND state IN (0, 3) AND locked_until > ?2 UNION ALL SELECT MIN(locked_until) FROM courier_session \
-             WHERE entity_id = ?1 AND locked_until > ?2)",
-        )
-        .bind(entity)
-        .bind(now)
-        .fetch_one(&mut self.conn)
-        .await?;
-        if let Some(t) = next {
-            let w = self.state.wake_entity.entry(entity).or_insert(t);
-            *w = (*w).min(t);
-        }
-        self.state.waiters.entry(entity).or_default().push_back(waiter);
-        Ok(())
-    }
-
-    async fn serve_waiters(&mut self, now: i64, outcomes: &mut Vec<Outcome>) -> Sql {
-        let touched: Vec<i64> = std::mem::take(&mut self.state.touched).into_iter().collect();
-        for entity in touched {
-            let Some(mut queue) = self.state.waiters.remove(&entity) else {
-                continue;
-            };
-            let mut keep = VecDeque::new();
-            let mut exhausted = false;
-            while let Some(w) = queue.pop_front() {
-                if w.is_abandoned() {
-                    continue;
-                }
-                if exhausted {
-                    keep.push_back(w);
-                    continue;
-                }
-                match w {
-                    Waiter::Receive(req) => match self.try_receive(&req, now).await? {
-                        Ok(messages) if messages.is_empty() => {
-                            exhausted = req.session.is_none();
-                            keep.push_back(Waiter::Receive(req));
-                        }
-                        Ok(messages) => outcomes.push(Outcome::Received {
-                            entity,
-                            locked: matches!(req.mode, ReceiveMode::PeekLock),
-                            reply: req.reply,
-                            messages,
-                        }),
-                        Err(e) => outcomes.push(outcome(req.reply, Err(e))),
-                    },
-                    Waiter::Accept(req) => match self.try_accept(&req, now).await? {
-                        Some(r) => outcomes.push(outcome(req.reply, r)),
-                        None => keep.push_back(Waiter::Accept(req)),
-                    },
-                }
-            }
-            if !keep.is_empty() {
-                self.state.waiters.insert(entity, keep);
-                let next: Option<i64> = sqlx::query_scalar(
-                    "SELECT MIN(t) FROM (SELECT MIN(locked_until) AS t FROM courier_message WHERE entity_id = ?1 \
-                     AND state IN (0, 3) AND locked_until > ?2 UNION ALL SELECT MIN(locked_until) \
-                     FROM courier_session WHERE entity_id = ?1 AND locked_until > ?2)",
-                )
-                .bind(entity)
-                .bind(now)
-                .fetch_one(&mut self.conn)
+        for ((entity, sub_queue, session, mode), group) in groups {
+            let wanted: usize = group.iter().map(|r| r.max.max(1)).sum();
+            let taken = self
+                .take_messages(entity, sub_queue, session.as_ref(), mode, wanted, now)
                 .await?;
-                match next {
-                    Some(t) => {
-                        self.state.wake_entity.insert(entity, t);
+            let mut messages = match taken {
+                Ok(m) => m.into_iter(),
+                Err(e) => {
+                    let kind = e.kind().clone();
+                    for r in group {
+                        outcomes.push(outcome(r.reply, Err(Error::new(kind.clone()))));
                     }
-                    None => {
-                        self.state.wake_entity.remove(&entity);
-                    }
+                    continue;
+                }
+            };
+            for r in group {
+                let mine: Vec<ReceivedMessage> = messages.by_ref().take(r.max.max(1)).collect();
+                if mine.is_empty() && r.deadline.is_some() {
+                    self.state.waiters.entry(entity).or_default().push_back(Waiter::Receive(r));
+                } else {
+                    outcomes.push(Outcome::Received {
+                        locked: mode == ReceiveMode::PeekLock,
+                        reply: r.reply,
+                        messages: mine,
+                    });
                 }
             }
         }
         Ok(())
     }
 
-    /// Locks (or takes) up to `max` messages; dead-letters the expired and over-delivered
-    /// ones it meets on the way.
-    async fn try_receive(&mut self, req: &ReceiveRequest, now: i64) -> Result<Result<Vec<ReceivedMessage>>, sqlx::Error> {
-        let info = match self.state.entity(req.entity) {
+    /// Locks (or takes) up to `max` messages of an entity.
+    async fn take_messages(
+        &mut self,
+        entity: i64,
+        sub_queue: SubQueue,
+        session: Option<&SessionKey>,
+        mode: ReceiveMode,
+        max: usize,
+        now: i64,
+    ) -> Sql<Result<Vec<ReceivedMessage>>> {
+        let info = match self.state.entity(entity) {
             Ok(i) => i.clone(),
             Err(e) => return Ok(Err(e)),
         };
-        let dead = req.sub_queue == SubQueue::DeadLetter;
-        let mut lock_until = now.saturating_add(info.lock_ms.saturating_mul(1000));
-        match (&req.session, info.requires_session && !dead) {
+        let dead = sub_queue == SubQueue::DeadLetter;
+        let mut lock_until = after_ms(now, info.lock_ms);
+        match (session, info.requires_session && !dead) {
             (None, true) => {
                 return Ok(Err(Error::new(ErrorKind::InvalidOperation {
                     reason: format!("{} requires sessions: accept a session to receive", info.display),
                 })));
             }
-            (Some(key), _) => match self.session_lock(req.entity, key, now).await? {
+            (Some(key), _) => match self.session_lock(entity, key, now).await? {
+                // In a session, a message's lock is the session's lock.
                 Some(until) => lock_until = until,
                 None => return Ok(Err(Error::new(ErrorKind::SessionLockLost))),
             },
             (None, false) => {}
         }
-        let max = i64::try_from(req.max.clamp(1, 5000)).unwrap_or(5000);
-        for attempt in 0..2 {
-            let sql: &'static str = match (&req.mode, dead, req.session.is_some()) {
-                (ReceiveMode::PeekLock, true, _) => lock_sql!(filter_dead),
-                (ReceiveMode::PeekLock, false, true) => lock_sql!(filter_session),
-                (ReceiveMode::PeekLock, false, false) => lock_sql!(filter_main),
-                (ReceiveMode::ReceiveAndDelete, true, _) => take_sql!(filter_dead),
-                (ReceiveMode::ReceiveAndDelete, false, true) => take_sql!(filter_session),
-                (ReceiveMode::ReceiveAndDelete, false, false) => take_sql!(filter_main),
-            };
-            let rows = sqlx::query(sql)
-                .bind(lock_until)
-                .bind(req.entity)
-                .bind(now)
-                .bind(info.max_delivery_count)
-                .bind(max)
-                .bind(req.session.as_ref().map(|k| k.id.as_str()))
-                .fetch_all(&mut self.conn)
-                .await?;
-            let locked = matches!(req.mode, ReceiveMode::PeekLock);
-            let mut messages = match self.state.rows_to_messages(&rows, now, locked) {
-                Ok(m) => m,
-                Err(e) => return Ok(Err(e)),
-            };
-            if !locked {
-                for m in &mut messages {
-                    m.broker.delivery_count = m.broker.delivery_count.saturating_add(1);
-                }
+        let sql: &'static str = match (mode, dead, session.is_some()) {
+            (ReceiveMode::PeekLock, true, _) => lock_sql!(dead_filter, "3"),
+            (ReceiveMode::PeekLock, false, true) => lock_sql!(session_filter, "4"),
+            (ReceiveMode::PeekLock, false, false) => lock_sql!(ready_filter, "4"),
+            (ReceiveMode::ReceiveAndDelete, true, _) => take_sql!(dead_filter),
+            (ReceiveMode::ReceiveAndDelete, false, true) => take_sql!(session_filter),
+            (ReceiveMode::ReceiveAndDelete, false, false) => take_sql!(ready_filter),
+        };
+        let rows = sqlx::query(sql)
+            .bind(lock_until)
+            .bind(entity)
+            .bind(now)
+            .bind(info.max_delivery_count)
+            .bind(i64::try_from(max.clamp(1, MAX_RECEIVE)).unwrap_or(1))
+            .bind(session.map(|k| k.id.as_str()))
+            .fetch_all(&mut self.conn)
+            .await?;
+        let locked = mode == ReceiveMode::PeekLock;
+        let mut messages = match self.state.rows_to_messages(&rows, now, locked) {
+            Ok(m) => m,
+            Err(e) => return Ok(Err(e)),
+        };
+        if locked {
+            if !rows.is_empty() && !dead {
+                State::note(&mut self.state.next_unlock, Some(lock_until));
             }
-            if (messages.len() as i64) < max && !dead && attempt == 0 {
-                // Few messages: look for expired or over-delivered ones to dead-letter (they
-                // were skipped above) and, if any moved, try once more.
-                let moved = self.dead_letter_unreceivable(&info, now).await?;
-                if moved > 0 && messages.is_empty() {
-                    continue;
-                }
+        } else {
+            for m in &mut messages {
+                m.broker.delivery_count = m.broker.delivery_count.saturating_add(1);
             }
-            return Ok(Ok(messages));
         }
-        Ok(Ok(Vec::new()))
+        Ok(Ok(messages))
     }
 
-    async fn dead_letter_unreceivable(&mut self, info: &EntityInfo, now: i64) -> Result<u64, sqlx::Error> {
-        let done = sqlx::query(
-            "UPDATE courier_message SET state = 3, locked_until = NULL, \
-             dl_reason = CASE WHEN delivery_count >= ?3 THEN ?4 ELSE ?5 END, \
-             dl_description = CASE WHEN delivery_count >= ?3 \
-                 THEN 'the message was delivered ' || delivery_count || ' times without being settled' \
-                 ELSE 'the message expired before it was received' END, \
-             dl_source = ?6 \
-             WHERE entity_id = ?1 AND state = 0 AND (locked_until IS NULL OR locked_until <= ?2) \
-             AND (delivery_count >= ?3 OR (expires_at IS NOT NULL AND expires_at <= ?2))",
-        )
-        .bind(info.id)
-        .bind(now)
-        .bind(info.max_delivery_count)
-        .bind(reasons::MAX_DELIVERY_COUNT_EXCEEDED)
-        .bind(reasons::TTL_EXPIRED)
-        .bind(&info.display)
-        .execute(&mut self.conn)
-        .await?;
-        if done.rows_affected() > 0 {
-            tracing::info!(entity = %info.display, count = done.rows_affected(), "dead-lettered messages that can no longer be delivered");
+    async fn serve_waiters(&mut self, now: i64, outcomes: &mut Vec<Outcome>) -> Sql {
+        let touched: Vec<i64> = std::mem::take(&mut self.state.touched).into_iter().collect();
+        for entity in touched {
+            let Some(queue) = self.state.waiters.remove(&entity) else {
+                continue;
+            };
+            let mut receives = Vec::new();
+            for w in queue {
+                if w.is_abandoned() {
+                    continue;
+                }
+                match w {
+                    Waiter::Receive(r) => receives.push(r),
+                    Waiter::Accept(a) => match self.try_accept(&a, now).await? {
+                        Some(r) => outcomes.push(outcome(a.reply, r)),
+                        None => self.state.waiters.entry(entity).or_default().push_back(Waiter::Accept(a)),
+                    },
+                }
+            }
+            // Requests still empty are parked again by receive_all.
+            self.receive_all(receives, now, outcomes).await?;
         }
-        Ok(done.rows_affected())
+        Ok(())
+    }
+
+    /// Completes many locks with one statement.
+    async fn complete_all(&mut self, completes: Vec<(LockRef, Reply<()>)>, now: i64, outcomes: &mut Vec<Outcome>) -> Sql {
+        if completes.is_empty() {
+            return Ok(());
+        }
+        let mut json = String::from("[");
+        for (i, (lock, _)) in completes.iter().enumerate() {
+            if i > 0 {
+                json.push(',');
+            }
+            json.push_str(&format!("[{},{}]", lock.id, lock.delivery_count));
+        }
+        json.push(']');
+        let done: HashSet<i64> = sqlx::query_scalar(
+            "DELETE FROM courier_message WHERE (id, delivery_count) IN \
+             (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?1)) \
+             AND state IN (2, 4) AND locked_until > ?2 RETURNING id",
+        )
+        .bind(json)
+        .bind(now)
+        .fetch_all(&mut self.conn)
+        .await?
+        .into_iter()
+        .collect();
+        for (lock, reply) in completes {
+            let r = if done.contains(&lock.id) { Ok(()) } else { Err(lock_lost()) };
+            outcomes.push(outcome(reply, r));
+        }
+        Ok(())
     }
 
     async fn receive_deferred(
@@ -1421,12 +1637,12 @@ impl Engine {
         seqs: &[SequenceNumber],
         session: Option<&SessionKey>,
         now: i64,
-    ) -> Result<Result<Vec<ReceivedMessage>>, sqlx::Error> {
+    ) -> Sql<Result<Vec<ReceivedMessage>>> {
         let info = match self.state.entity(entity) {
             Ok(i) => i.clone(),
             Err(e) => return Ok(Err(e)),
         };
-        let mut lock_until = now.saturating_add(info.lock_ms.saturating_mul(1000));
+        let mut lock_until = after_ms(now, info.lock_ms);
         if let Some(key) = session {
             match self.session_lock(entity, key, now).await? {
                 Some(until) => lock_until = until,
@@ -1436,11 +1652,10 @@ impl Engine {
         // Check all first: either every message is locked or none.
         for seq in seqs {
             let found: Option<i64> = sqlx::query_scalar(
-                "SELECT seq FROM courier_message WHERE entity_id = ?1 AND seq = ?2 AND state = 2 \
-                 AND (locked_until IS NULL OR locked_until <= ?3) AND (?4 IS NULL OR session_id = ?4)",
+                "SELECT id FROM courier_message WHERE id = ?1 AND state = 2 \
+                 AND (locked_until IS NULL OR locked_until <= ?2) AND (?3 IS NULL OR session_id = ?3)",
             )
-            .bind(entity)
-            .bind(seq)
+            .bind(row_id(entity, *seq))
             .bind(now)
             .bind(session.map(|k| k.id.as_str()))
             .fetch_optional(&mut self.conn)
@@ -1456,12 +1671,11 @@ impl Engine {
         for seq in seqs {
             let row = sqlx::query(concat!(
                 "UPDATE courier_message SET locked_until = ?1, delivery_count = delivery_count + 1 \
-                 WHERE entity_id = ?2 AND seq = ?3 RETURNING ",
+                 WHERE id = ?2 RETURNING ",
                 columns!()
             ))
             .bind(lock_until)
-            .bind(entity)
-            .bind(seq)
+            .bind(row_id(entity, *seq))
             .fetch_one(&mut self.conn)
             .await?;
             rows.push(row);
@@ -1469,12 +1683,7 @@ impl Engine {
         Ok(self.state.rows_to_messages(&rows, now, true))
     }
 
-    async fn settle(
-        &mut self,
-        lock: &LockRef,
-        settlement: Settlement,
-        now: i64,
-    ) -> Result<Result<()>, sqlx::Error> {
+    async fn settle(&mut self, lock: &LockRef, settlement: Settlement, now: i64) -> Sql<Result<()>> {
         let info = match self.state.entity(lock.entity) {
             Ok(i) => i.clone(),
             Err(e) => return Ok(Err(e)),
@@ -1492,55 +1701,50 @@ impl Engine {
             })))
         };
         let rows = match settlement {
-            Settlement::Complete => {
-                sqlx::query(pick(
-                    concat!("DELETE FROM courier_message", lock_cond!("state IN (0, 2)")),
-                    concat!("DELETE FROM courier_message", lock_cond!("state = 3")),
-                ))
-                    .bind(lock.entity)
-                    .bind(lock.seq)
-                    .bind(lock.delivery_count)
-                    .bind(now)
-                    .execute(&mut self.conn)
-                    .await?
-                    .rows_affected()
-            }
+            Settlement::Complete => sqlx::query(pick(
+                concat!("DELETE FROM courier_message", lock_cond!("(2, 4)")),
+                concat!("DELETE FROM courier_message", lock_cond!("(3)")),
+            ))
+            .bind(lock.id)
+            .bind(lock.delivery_count)
+            .bind(now)
+            .execute(&mut self.conn)
+            .await?
+            .rows_affected(),
             Settlement::Abandon { properties } => {
+                // Back to the front: a locked message is ready again; a deferred or
+                // dead-lettered one stays where it is, unlocked. At the max delivery
+                // count it is dead-lettered (S2.6).
                 let r = sqlx::query(pick(
                     concat!(
-                        "UPDATE courier_message SET locked_until = NULL, ",
-                        patch_props!("?5"),
-                        lock_cond!("state IN (0, 2)")
+                        "UPDATE courier_message SET locked_until = NULL, \
+                         state = CASE WHEN state = 2 THEN 2 WHEN delivery_count >= ?5 THEN 3 ELSE 0 END, \
+                         dl_reason = CASE WHEN state = 4 AND delivery_count >= ?5 THEN ?6 ELSE dl_reason END, \
+                         dl_description = CASE WHEN state = 4 AND delivery_count >= ?5 THEN 'the message was delivered ' \
+                             || delivery_count || ' times without being settled' ELSE dl_description END, \
+                         dl_source = CASE WHEN state = 4 AND delivery_count >= ?5 THEN ?7 ELSE dl_source END, ",
+                        patch_props!("?4"),
+                        lock_cond!("(2, 4)")
                     ),
                     concat!(
                         "UPDATE courier_message SET locked_until = NULL, ",
-                        patch_props!("?5"),
-                        lock_cond!("state = 3")
+                        patch_props!("?4"),
+                        lock_cond!("(3)"),
+                        " AND ?5 = ?5 AND ?6 = ?6 AND ?7 = ?7"
                     ),
                 ))
-                .bind(lock.entity)
-                .bind(lock.seq)
+                .bind(lock.id)
                 .bind(lock.delivery_count)
                 .bind(now)
                 .bind(props_json(&properties))
+                .bind(info.max_delivery_count)
+                .bind(reasons::MAX_DELIVERY_COUNT_EXCEEDED)
+                .bind(&info.display)
                 .execute(&mut self.conn)
                 .await?
                 .rows_affected();
                 if r == 1 {
                     self.state.touched.insert(lock.entity);
-                    if !dead && lock.delivery_count >= info.max_delivery_count {
-                        sqlx::query(
-                            "UPDATE courier_message SET state = 3, dl_reason = ?3, \
-                             dl_description = 'the message was delivered ' || delivery_count || ' times without being settled', \
-                             dl_source = ?4 WHERE entity_id = ?1 AND seq = ?2",
-                        )
-                        .bind(lock.entity)
-                        .bind(lock.seq)
-                        .bind(reasons::MAX_DELIVERY_COUNT_EXCEEDED)
-                        .bind(&info.display)
-                        .execute(&mut self.conn)
-                        .await?;
-                    }
                 }
                 r
             }
@@ -1555,17 +1759,16 @@ impl Engine {
                 sqlx::query(concat!(
                     "UPDATE courier_message SET state = 3, locked_until = NULL, dl_reason = ?5, dl_description = ?6, \
                      dl_source = ?7, ",
-                    patch_props!("?8"),
-                    lock_cond!("state IN (0, 2)")
+                    patch_props!("?4"),
+                    lock_cond!("(2, 4)")
                 ))
-                .bind(lock.entity)
-                .bind(lock.seq)
+                .bind(lock.id)
                 .bind(lock.delivery_count)
                 .bind(now)
+                .bind(props_json(&properties))
                 .bind(reason)
                 .bind(description)
                 .bind(&info.display)
-                .bind(props_json(&properties))
                 .execute(&mut self.conn)
                 .await?
                 .rows_affected()
@@ -1576,11 +1779,10 @@ impl Engine {
                 }
                 sqlx::query(concat!(
                     "UPDATE courier_message SET state = 2, locked_until = NULL, ",
-                    patch_props!("?5"),
-                    lock_cond!("state IN (0, 2)")
+                    patch_props!("?4"),
+                    lock_cond!("(2, 4)")
                 ))
-                .bind(lock.entity)
-                .bind(lock.seq)
+                .bind(lock.id)
                 .bind(lock.delivery_count)
                 .bind(now)
                 .bind(props_json(&properties))
@@ -1589,55 +1791,39 @@ impl Engine {
                 .rows_affected()
             }
         };
-        Ok(if rows == 1 {
-            Ok(())
-        } else {
-            Err(Error::new(ErrorKind::LockLost))
-        })
+        Ok(if rows == 1 { Ok(()) } else { Err(lock_lost()) })
     }
 
-    async fn renew(&mut self, lock: &LockRef, now: i64) -> Result<Result<DateTime<Utc>>, sqlx::Error> {
+    async fn renew(&mut self, lock: &LockRef, now: i64) -> Sql<Result<DateTime<Utc>>> {
         if let Some(key) = &lock.session {
             // In a session, a message's lock is the session's lock.
-            return Ok(match self.renew_session(lock.entity, key, now).await? {
-                Ok(until) => Ok(until),
-                Err(e) => Err(e),
-            });
+            return self.renew_session(lock.entity, key, now).await;
         }
         let info = match self.state.entity(lock.entity) {
             Ok(i) => i.clone(),
             Err(e) => return Ok(Err(e)),
         };
-        let until = now.saturating_add(info.lock_ms.saturating_mul(1000));
-        let r = sqlx::query(
-            "UPDATE courier_message SET locked_until = ?5 WHERE entity_id = ?1 AND seq = ?2 AND delivery_count = ?3 \
-             AND locked_until IS NOT NULL AND locked_until > ?4",
-        )
-        .bind(lock.entity)
-        .bind(lock.seq)
-        .bind(lock.delivery_count)
-        .bind(now)
-        .bind(until)
-        .execute(&mut self.conn)
-        .await?;
+        let until = after_ms(now, info.lock_ms);
+        let r = sqlx::query(concat!("UPDATE courier_message SET locked_until = ?4", lock_cond!("(2, 3, 4)")))
+            .bind(lock.id)
+            .bind(lock.delivery_count)
+            .bind(now)
+            .bind(until)
+            .execute(&mut self.conn)
+            .await?;
         Ok(if r.rows_affected() == 1 {
             Ok(from_micros(until))
         } else {
-            Err(Error::new(ErrorKind::LockLost))
+            Err(lock_lost())
         })
     }
 
-    async fn renew_session(
-        &mut self,
-        entity: i64,
-        key: &SessionKey,
-        now: i64,
-    ) -> Result<Result<DateTime<Utc>>, sqlx::Error> {
+    async fn renew_session(&mut self, entity: i64, key: &SessionKey, now: i64) -> Sql<Result<DateTime<Utc>>> {
         let info = match self.state.entity(entity) {
             Ok(i) => i.clone(),
             Err(e) => return Ok(Err(e)),
         };
-        let until = now.saturating_add(info.lock_ms.saturating_mul(1000));
+        let until = after_ms(now, info.lock_ms);
         let r = sqlx::query(
             "UPDATE courier_session SET locked_until = ?5 WHERE entity_id = ?1 AND session_id = ?2 AND lock_gen = ?3 \
              AND locked_until > ?4",
@@ -1653,34 +1839,41 @@ impl Engine {
             return Ok(Err(Error::new(ErrorKind::SessionLockLost)));
         }
         sqlx::query(
-            "UPDATE courier_message SET locked_until = ?4 WHERE entity_id = ?1 AND session_id = ?2 \
+            "UPDATE courier_message SET locked_until = ?4 WHERE id >= ?1 AND id < ?5 AND session_id = ?2 \
              AND locked_until > ?3",
         )
-        .bind(entity)
+        .bind(row_id(entity, 0))
         .bind(&key.id)
         .bind(now)
         .bind(until)
+        .bind(row_id(entity + 1, 0))
         .execute(&mut self.conn)
         .await?;
+        State::note(&mut self.state.next_session_unlock, Some(until));
         Ok(Ok(from_micros(until)))
     }
 
-    async fn accept(&mut self, req: AcceptRequest, now: i64) -> Result<Option<Outcome>, sqlx::Error> {
+    async fn accept(&mut self, req: AcceptRequest, now: i64) -> Sql<Option<Outcome>> {
         match self.try_accept(&req, now).await? {
             Some(r) => Ok(Some(outcome(req.reply, r))),
             None if req.deadline.is_some() => {
-                self.park(req.entity, Waiter::Accept(req), now).await?;
+                self.state
+                    .waiters
+                    .entry(req.entity)
+                    .or_default()
+                    .push_back(Waiter::Accept(req));
                 Ok(None)
             }
-            None => Ok(Some(outcome(
-                req.reply,
-                Err(Error::new(ErrorKind::SessionNotAvailable {
-                    reason: match &req.selector {
-                        SessionSelector::Next => "no unlocked session has messages".into(),
-                        SessionSelector::Named(s) => format!("session {s:?} is held by another receiver"),
-                    },
-                })),
-            ))),
+            None => {
+                let reason = match &req.selector {
+                    SessionSelector::Next => "no unlocked session has messages".to_owned(),
+                    SessionSelector::Named(s) => format!("session {s:?} is held by another receiver"),
+                };
+                Ok(Some(outcome(
+                    req.reply,
+                    Err(Error::new(ErrorKind::SessionNotAvailable { reason })),
+                )))
+            }
         }
     }
 
@@ -1689,7 +1882,7 @@ impl Engine {
         &mut self,
         req: &AcceptRequest,
         now: i64,
-    ) -> Result<Option<Result<(String, i64, DateTime<Utc>)>>, sqlx::Error> {
+    ) -> Sql<Option<Result<(String, i64, DateTime<Utc>)>>> {
         let info = match self.state.entity(req.entity) {
             Ok(i) => i.clone(),
             Err(e) => return Ok(Some(Err(e))),
@@ -1718,9 +1911,8 @@ impl Engine {
             SessionSelector::Next => {
                 let found: Option<String> = sqlx::query_scalar(
                     "SELECT m.session_id FROM courier_message m WHERE m.entity_id = ?1 AND m.state = 0 \
-                     AND m.session_id IS NOT NULL AND (m.locked_until IS NULL OR m.locked_until <= ?2) \
-                     AND NOT EXISTS (SELECT 1 FROM courier_session s WHERE s.entity_id = ?1 \
-                         AND s.session_id = m.session_id AND s.locked_until > ?2) \
+                     AND m.session_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM courier_session s \
+                     WHERE s.entity_id = ?1 AND s.session_id = m.session_id AND s.locked_until > ?2) \
                      ORDER BY m.seq LIMIT 1",
                 )
                 .bind(req.entity)
@@ -1733,7 +1925,7 @@ impl Engine {
                 }
             }
         };
-        let until = now.saturating_add(info.lock_ms.saturating_mul(1000));
+        let until = after_ms(now, info.lock_ms);
         let generation: i64 = sqlx::query_scalar(
             "INSERT INTO courier_session (entity_id, session_id, locked_until, lock_gen) VALUES (?1, ?2, ?3, 1) \
              ON CONFLICT (entity_id, session_id) DO UPDATE SET locked_until = excluded.locked_until, \
@@ -1744,16 +1936,11 @@ impl Engine {
         .bind(until)
         .fetch_one(&mut self.conn)
         .await?;
+        State::note(&mut self.state.next_session_unlock, Some(until));
         Ok(Some(Ok((session, generation, from_micros(until)))))
     }
 
-    async fn session_op(
-        &mut self,
-        entity: i64,
-        key: &SessionKey,
-        op: SessionOp,
-        now: i64,
-    ) -> Result<Option<Outcome>, sqlx::Error> {
+    async fn session_op(&mut self, entity: i64, key: &SessionKey, op: SessionOp, now: i64) -> Sql<Option<Outcome>> {
         fn lost<T>() -> Result<T> {
             Err(Error::new(ErrorKind::SessionLockLost))
         }
@@ -1766,14 +1953,13 @@ impl Engine {
                 if self.session_lock(entity, key, now).await?.is_none() {
                     return Ok(Some(outcome(reply, lost())));
                 }
-                let state: Option<Vec<u8>> = sqlx::query_scalar(
-                    "SELECT state FROM courier_session WHERE entity_id = ?1 AND session_id = ?2",
-                )
-                .bind(entity)
-                .bind(&key.id)
-                .fetch_optional(&mut self.conn)
-                .await?
-                .flatten();
+                let state: Option<Vec<u8>> =
+                    sqlx::query_scalar("SELECT state FROM courier_session WHERE entity_id = ?1 AND session_id = ?2")
+                        .bind(entity)
+                        .bind(&key.id)
+                        .fetch_optional(&mut self.conn)
+                        .await?
+                        .flatten();
                 Some(outcome(reply, Ok(state.map(Bytes::from))))
             }
             SessionOp::SetState(state, reply) => {
@@ -1801,12 +1987,13 @@ impl Engine {
                     .await?;
                     // Messages still locked under the session go back, as if abandoned.
                     sqlx::query(
-                        "UPDATE courier_message SET locked_until = NULL WHERE entity_id = ?1 AND session_id = ?2 \
-                         AND locked_until > ?3",
+                        "UPDATE courier_message SET locked_until = NULL, state = CASE WHEN state = 4 THEN 0 ELSE state END \
+                         WHERE id >= ?1 AND id < ?4 AND session_id = ?2 AND locked_until > ?3",
                     )
-                    .bind(entity)
+                    .bind(row_id(entity, 0))
                     .bind(&key.id)
                     .bind(now)
+                    .bind(row_id(entity + 1, 0))
                     .execute(&mut self.conn)
                     .await?;
                     self.state.touched.insert(entity);
@@ -1823,7 +2010,7 @@ impl Engine {
         from: SequenceNumber,
         max: usize,
         now: i64,
-    ) -> Result<Result<Vec<ReceivedMessage>>, sqlx::Error> {
+    ) -> Sql<Result<Vec<ReceivedMessage>>> {
         if let Err(e) = self.state.entity(entity) {
             return Ok(Err(e));
         }
@@ -1831,134 +2018,44 @@ impl Engine {
             SubQueue::Main => concat!(
                 "SELECT ",
                 columns!(),
-                " FROM courier_message WHERE entity_id = ?1 AND seq >= ?2 AND state IN (0, 1, 2) ORDER BY seq LIMIT ?3"
+                " FROM courier_message WHERE id >= ?1 AND id < ?2 AND state IN (0, 1, 2, 4) ORDER BY id LIMIT ?3"
             ),
             SubQueue::DeadLetter => concat!(
                 "SELECT ",
                 columns!(),
-                " FROM courier_message WHERE entity_id = ?1 AND seq >= ?2 AND state = 3 ORDER BY seq LIMIT ?3"
+                " FROM courier_message WHERE id >= ?1 AND id < ?2 AND state = 3 ORDER BY id LIMIT ?3"
             ),
         };
         let rows = sqlx::query(sql)
-        .bind(entity)
-        .bind(from)
-        .bind(i64::try_from(max.min(5000)).unwrap_or(5000))
-        .fetch_all(&mut self.conn)
-        .await?;
+            .bind(row_id(entity, from.clamp(0, (1 << SEQ_BITS) - 1)))
+            .bind(row_id(entity + 1, 0))
+            .bind(i64::try_from(max.min(MAX_RECEIVE)).unwrap_or(1))
+            .fetch_all(&mut self.conn)
+            .await?;
         Ok(self.state.rows_to_messages(&rows, now, false))
     }
 
-    async fn counts(&mut self, entity: i64) -> Result<Result<EntityCounts>, sqlx::Error> {
+    async fn counts(&mut self, entity: i64) -> Sql<Result<EntityCounts>> {
         if let Err(e) = self.state.entity(entity) {
             return Ok(Err(e));
         }
-        let rows = sqlx::query("SELECT state, COUNT(*) FROM courier_message WHERE entity_id = ?1 GROUP BY state")
-            .bind(entity)
+        let rows = sqlx::query("SELECT state, COUNT(*) FROM courier_message WHERE id >= ?1 AND id < ?2 GROUP BY state")
+            .bind(row_id(entity, 0))
+            .bind(row_id(entity + 1, 0))
             .fetch_all(&mut self.conn)
             .await?;
         let mut c = EntityCounts::default();
         for row in rows {
             let state: i64 = row.try_get(0)?;
-            let n: i64 = row.try_get(1)?;
-            let n = u64::try_from(n).unwrap_or(0);
+            let n = u64::try_from(row.try_get::<i64, _>(1)?).unwrap_or(0);
             match state {
-                0 => c.active = n,
-                1 => c.scheduled = n,
-                2 => c.deferred = n,
+                READY | LOCKED => c.active += n,
+                SCHEDULED => c.scheduled = n,
+                DEFERRED => c.deferred = n,
                 _ => c.dead_lettered = n,
             }
         }
         Ok(Ok(c))
-    }
-}
-
-fn min_opt(a: Option<i64>, b: Option<i64>) -> Option<i64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-/// The sender-set columns of a message, ready to insert.
-struct RowCopy {
-    session_id: Option<String>,
-    message_id: String,
-    correlation_id: Option<String>,
-    causation_id: Option<String>,
-    message_type: Option<String>,
-    content_type: Option<String>,
-    reply_to: Option<String>,
-    properties: Option<String>,
-    body: Bytes,
-}
-
-impl RowCopy {
-    fn from_envelope(m: &Envelope) -> Self {
-        Self {
-            session_id: m.session_id.clone(),
-            message_id: m.message_id.clone(),
-            correlation_id: m.correlation_id.clone(),
-            causation_id: m.causation_id.clone(),
-            message_type: m.message_type.clone(),
-            content_type: m.content_type.clone(),
-            reply_to: m.reply_to.clone(),
-            properties: props_json(&m.properties),
-            body: m.body.clone(),
-        }
-    }
-
-    /// From a row selected as `entity_id, COLUMNS`.
-    fn from_row(row: &SqliteRow) -> Result<Self, sqlx::Error> {
-        let body: Vec<u8> = row.try_get(11)?;
-        Ok(Self {
-            session_id: row.try_get(3)?,
-            message_id: row.try_get(4)?,
-            correlation_id: row.try_get(5)?,
-            causation_id: row.try_get(6)?,
-            message_type: row.try_get(7)?,
-            content_type: row.try_get(8)?,
-            reply_to: row.try_get(9)?,
-            properties: row.try_get(10)?,
-            body: Bytes::from(body),
-        })
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn insert(
-        &self,
-        conn: &mut SqliteConnection,
-        entity: i64,
-        seq: SequenceNumber,
-        state: i64,
-        ttl_ms: Option<i64>,
-        now: i64,
-        scheduled_at: Option<i64>,
-        expires_at: Option<i64>,
-    ) -> Sql {
-        sqlx::query(
-            "INSERT INTO courier_message (entity_id, seq, state, session_id, message_id, correlation_id, causation_id, \
-             message_type, content_type, reply_to, properties, body, ttl_ms, enqueued_at, scheduled_at, expires_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
-        )
-        .bind(entity)
-        .bind(seq)
-        .bind(state)
-        .bind(self.session_id.as_deref())
-        .bind(&self.message_id)
-        .bind(self.correlation_id.as_deref())
-        .bind(self.causation_id.as_deref())
-        .bind(self.message_type.as_deref())
-        .bind(self.content_type.as_deref())
-        .bind(self.reply_to.as_deref())
-        .bind(self.properties.as_deref())
-        .bind(&self.body[..])
-        .bind(ttl_ms)
-        .bind(now)
-        .bind(scheduled_at)
-        .bind(expires_at)
-        .execute(conn)
-        .await?;
-        Ok(())
     }
 }
 
@@ -1991,6 +2088,7 @@ async fn load_entities(conn: &mut SqliteConnection, state: &mut State) -> Sql {
                 id,
                 kind,
                 parent,
+                name: name.clone(),
                 display,
                 lock_ms: row.try_get(4)?,
                 max_delivery_count: row.try_get(5)?,
@@ -2008,14 +2106,20 @@ async fn load_entities(conn: &mut SqliteConnection, state: &mut State) -> Sql {
 }
 
 async fn refresh_due_times(conn: &mut SqliteConnection, state: &mut State) -> Sql {
-    state.next_scheduled =
-        sqlx::query_scalar::<_, Option<i64>>("SELECT MIN(scheduled_at) FROM courier_message WHERE state = 1")
+    let one = |sql: &'static str| sqlx::query_scalar::<_, Option<i64>>(sql);
+    state.next_scheduled = one("SELECT MIN(scheduled_at) FROM courier_message WHERE state = 1")
+        .fetch_one(&mut *conn)
+        .await?;
+    state.next_unlock = one("SELECT MIN(locked_until) FROM courier_message WHERE state = 4")
+        .fetch_one(&mut *conn)
+        .await?;
+    state.next_expiry =
+        one("SELECT MIN(expires_at) FROM courier_message WHERE expires_at IS NOT NULL AND state IN (0, 2)")
             .fetch_one(&mut *conn)
             .await?;
-    state.next_expiry = sqlx::query_scalar::<_, Option<i64>>(
-        "SELECT MIN(expires_at) FROM courier_message WHERE expires_at IS NOT NULL AND state IN (0, 2)",
-    )
-    .fetch_one(&mut *conn)
-    .await?;
+    state.next_session_unlock = one("SELECT MIN(locked_until) FROM courier_session WHERE locked_until IS NOT NULL")
+        .fetch_one(&mut *conn)
+        .await?;
     Ok(())
 }
+

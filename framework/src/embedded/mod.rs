@@ -172,7 +172,33 @@ impl EmbeddedBuilder {
         );
         let engine = Engine::start(conn, self.clock.clone(), epoch).await?;
         let (tx, rx) = mpsc::channel(4096);
-        tokio::spawn(engine.run(rx));
+        // The engine gets a thread and a runtime of its own: every statement is a round trip
+        // to SQLite's worker thread, and on a shared runtime each return waits behind the
+        // application's tasks. Alone, the engine resumes at once.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                Error::with_source(
+                    ErrorKind::Storage {
+                        detail: format!("cannot start the embedded broker's engine: {e}"),
+                        transient: true,
+                    },
+                    e,
+                )
+            })?;
+        std::thread::Builder::new()
+            .name("courier-embedded".into())
+            .spawn(move || runtime.block_on(engine.run(rx)))
+            .map_err(|e| {
+                Error::with_source(
+                    ErrorKind::Storage {
+                        detail: format!("cannot start the embedded broker's engine thread: {e}"),
+                        transient: true,
+                    },
+                    e,
+                )
+            })?;
         Ok(Embedded {
             shared: Arc::new(Shared {
                 tx,
@@ -632,15 +658,19 @@ impl Link {
                 reason: "the message was not received in PeekLock mode".into(),
             })
         })?;
-        let (seq, delivery_count) = engine::read_token(self.shared.epoch, token).ok_or_else(|| {
+        let unknown = || {
             Error::new(ErrorKind::UnknownLockToken {
                 token: token.to_string(),
             })
-        })?;
+        };
+        let (entity, id, delivery_count) = engine::read_token(self.shared.epoch, token).ok_or_else(unknown)?;
+        if entity != self.entity {
+            return Err(unknown());
+        }
         Ok(LockRef {
-            entity: self.entity,
+            entity,
             sub_queue: self.path.sub_queue(),
-            seq,
+            id,
             delivery_count,
             session: self.session.clone(),
         })
