@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod embedded_durability;
+mod embedded_engine;
 
 /// The conformance suite (SEMANTICS.md S1-S6) on the embedded broker.
 mod embedded_conformance {

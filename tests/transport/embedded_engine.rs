@@ -1,0 +1,126 @@
+//! What is particular to the embedded broker's engine: batching, cancel safety, limits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use courier::prelude::*;
+use courier::{ErrorKind, LockToken};
+
+async fn broker() -> (Embedded, VirtualClock) {
+    let clock = VirtualClock::starting_now();
+    let broker = Embedded::builder()
+        .in_memory()
+        .clock(Arc::new(clock.clone()))
+        .open()
+        .await
+        .unwrap();
+    (broker, clock)
+}
+
+/// Receives that arrive together share one statement; each gets its own messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_receives_share_messages_without_overlap() {
+    let (broker, _clock) = broker().await;
+    broker.create_queue("q", &QueueOptions::default()).await.unwrap();
+    let sender = broker.sender("q", SenderOptions::default()).await.unwrap();
+    let receiver = broker.receiver(&EntityPath::queue("q")).await.unwrap();
+    let mut waiting = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let r = receiver.clone();
+        waiting.spawn(async move { r.receive(3, Duration::from_secs(10)).await.unwrap() });
+    }
+    sender
+        .send_batch((0..24).map(|i| Envelope::new(format!("m{i}"))).collect())
+        .await
+        .unwrap();
+    let mut seen = std::collections::HashSet::new();
+    while let Some(got) = waiting.join_next().await {
+        let got = got.unwrap();
+        assert!(!got.is_empty() && got.len() <= 3);
+        for d in got {
+            assert!(seen.insert(d.message().sequence_number()), "delivered twice");
+        }
+    }
+    let rest = receiver.receive(100, Duration::ZERO).await.unwrap();
+    assert_eq!(seen.len() + rest.len(), 24);
+}
+
+/// A receive whose future is dropped while it waits gives back what the engine locked for
+/// it, with the delivery count restored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_receive_gives_its_messages_back() {
+    let (broker, _clock) = broker().await;
+    broker.create_queue("q", &QueueOptions::default()).await.unwrap();
+    let sender = broker.sender("q", SenderOptions::default()).await.unwrap();
+    let receiver = broker.receiver(&EntityPath::queue("q")).await.unwrap();
+    for _ in 0..20 {
+        // Start a waiting receive, let it park, drop it, and send: whatever the engine
+        // locked for the dropped receive must come back unlocked.
+        let r = receiver.clone();
+        let waiting = tokio::spawn(async move { r.receive(1, Duration::from_secs(30)).await });
+        tokio::task::yield_now().await;
+        waiting.abort();
+        sender.send(Envelope::new("x")).await.unwrap();
+        let got = loop {
+            let got = receiver.receive(1, Duration::from_secs(5)).await.unwrap();
+            if !got.is_empty() {
+                break got;
+            }
+        };
+        assert_eq!(got[0].message().delivery_count(), 1, "a lost receive must not count as a delivery");
+        got.into_iter().next().unwrap().complete().await.unwrap();
+    }
+}
+
+/// A lock token of another queue is unknown here, even though the broker issued it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_of_another_queue_is_unknown() {
+    let (broker, _clock) = broker().await;
+    for q in ["a", "b"] {
+        broker.create_queue(q, &QueueOptions::default()).await.unwrap();
+    }
+    let sender = broker.sender("a", SenderOptions::default()).await.unwrap();
+    sender.send(Envelope::new("x")).await.unwrap();
+    let a = broker.receiver(&EntityPath::queue("a")).await.unwrap();
+    let b = broker.receiver(&EntityPath::queue("b")).await.unwrap();
+    let d = a.receive(1, Duration::from_secs(5)).await.unwrap().pop().unwrap();
+    let token: LockToken = d.lock_token().unwrap();
+    let err = b.settle_by_token(token, Settlement::Complete).await.unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::UnknownLockToken { .. }), "{err}");
+    a.settle_by_token(token, Settlement::Complete).await.unwrap();
+    assert!(a.receive(1, Duration::ZERO).await.unwrap().is_empty());
+}
+
+/// Messages over the configured size are refused and handed back; the broker keeps
+/// serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configured_size_limit_is_enforced() {
+    let broker = Embedded::builder().in_memory().max_message_size(2048).open().await.unwrap();
+    broker.create_queue("q", &QueueOptions::default()).await.unwrap();
+    let sender = broker.sender("q", SenderOptions::default()).await.unwrap();
+    let err = sender.send(Envelope::new(vec![0u8; 4096])).await.unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::MessageTooLarge { limit: 2048, .. }), "{err}");
+    assert_eq!(err.messages.len(), 1);
+    assert_eq!(err.messages[0].body.len(), 4096);
+    sender.send(Envelope::new(vec![0u8; 1024])).await.unwrap();
+    assert_eq!(broker.counts(&EntityPath::queue("q")).await.unwrap().active, 1);
+}
+
+/// Locks expire on the virtual clock without any call: a receiver waiting on an empty
+/// queue gets the message whose lock expired, as soon as the clock passes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_receiver_gets_message_when_lock_expires() {
+    let (broker, clock) = broker().await;
+    broker.create_queue("q", &QueueOptions::default().lock_duration(Duration::from_secs(30))).await.unwrap();
+    broker.sender("q", SenderOptions::default()).await.unwrap().send(Envelope::new("x")).await.unwrap();
+    let receiver = broker.receiver(&EntityPath::queue("q")).await.unwrap();
+    let first = receiver.receive(1, Duration::ZERO).await.unwrap();
+    assert_eq!(first.len(), 1);
+    let r = receiver.clone();
+    let waiting = tokio::spawn(async move { r.receive(1, Duration::from_secs(30)).await.unwrap() });
+    tokio::task::yield_now().await;
+    clock.advance(Duration::from_secs(31));
+    let got = tokio::time::timeout(Duration::from_secs(10), waiting).await.unwrap().unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].message().delivery_count(), 2);
+}
