@@ -172,11 +172,18 @@ async fn schedule_lateness(n: usize, secs: f64) -> (Duration, Duration, Duration
     b.broker.create_queue("q", &QueueOptions::default()).await.unwrap();
     let sender = b.broker.sender("q", SenderOptions::default()).await.unwrap();
     let receiver = b.broker.receiver(&EntityPath::queue("q")).await.unwrap();
-    let start = chrono::Utc::now() + chrono::Duration::milliseconds(200);
-    for i in 0..n {
-        let at = start + chrono::Duration::microseconds((secs * 1e6 * i as f64 / n as f64) as i64);
-        sender.schedule(Envelope::new(body()), at).await.unwrap();
+    // Scheduled in batches, all before the first one is due.
+    let start = chrono::Utc::now() + chrono::Duration::milliseconds(1000);
+    let all: Vec<Envelope> = (0..n)
+        .map(|i| {
+            let at = start + chrono::Duration::microseconds((secs * 1e6 * i as f64 / n as f64) as i64);
+            Envelope::new(body()).with_scheduled_enqueue_time(at)
+        })
+        .collect();
+    for chunk in all.chunks(100) {
+        sender.send_batch(chunk.to_vec()).await.unwrap();
     }
+    assert!(chrono::Utc::now() < start, "scheduling took too long to measure lateness");
     let mut late = Vec::with_capacity(n);
     while late.len() < n {
         for d in receiver.receive(64, Duration::from_secs(2)).await.unwrap() {

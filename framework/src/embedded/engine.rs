@@ -323,6 +323,8 @@ struct State {
 pub(crate) struct Engine {
     conn: SqliteConnection,
     state: State,
+    /// Held while the engine runs (the file's lock, the checkpointer's stop signal).
+    guards: Vec<Box<dyn std::any::Any + Send>>,
 }
 
 type Sql<T = ()> = Result<T, sqlx::Error>;
@@ -743,7 +745,16 @@ impl Engine {
         };
         load_entities(&mut conn, &mut state).await.map_err(storage_error)?;
         refresh_due_times(&mut conn, &mut state).await.map_err(storage_error)?;
-        Ok(Self { conn, state })
+        Ok(Self {
+            conn,
+            state,
+            guards: Vec::new(),
+        })
+    }
+
+    /// Keeps `guard` alive until the engine has closed its connection.
+    pub(crate) fn keep(&mut self, guard: Box<dyn std::any::Any + Send>) {
+        self.guards.push(guard);
     }
 
     pub(crate) async fn run(mut self, mut rx: mpsc::Receiver<Command>) {
@@ -817,6 +828,7 @@ impl Engine {
         if let Err(e) = self.conn.close().await {
             tracing::warn!(error = %e, "closing the embedded broker's database failed");
         }
+        self.guards.clear();
         for r in close_replies {
             let _ = r.send(());
         }

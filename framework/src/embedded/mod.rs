@@ -28,8 +28,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use sqlx::ConnectOptions;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteLockingMode, SqliteSynchronous};
+use sqlx::{ConnectOptions, Connection};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -126,16 +126,20 @@ impl EmbeddedBuilder {
                 reason: "max_message_size must be at least 1 byte".into(),
             }));
         }
+        // One broker per file: the lock is held as long as the engine runs.
+        let owner = self.path.as_deref().map(own_file).transpose()?;
         let options = match &self.path {
             Some(path) => SqliteConnectOptions::new()
                 .filename(path)
                 .create_if_missing(true)
                 .journal_mode(SqliteJournalMode::Wal)
-                .locking_mode(SqliteLockingMode::Exclusive)
                 .synchronous(match self.durability {
                     Durability::Normal => SqliteSynchronous::Normal,
                     Durability::Full => SqliteSynchronous::Full,
-                }),
+                })
+                // Checkpoints run on a connection of their own (see `checkpointer`), so a
+                // commit never waits for one; this only bounds the WAL if that fails.
+                .pragma("wal_autocheckpoint", "50000"),
             None => SqliteConnectOptions::from_str("sqlite::memory:").map_err(engine::storage_error)?,
         }
         .busy_timeout(Duration::from_millis(250))
@@ -170,7 +174,13 @@ impl EmbeddedBuilder {
                 .try_into()
                 .unwrap_or([0, 0, 0, 1]),
         );
-        let engine = Engine::start(conn, self.clock.clone(), epoch).await?;
+        let mut engine = Engine::start(conn, self.clock.clone(), epoch).await?;
+        if let Some(owner) = owner {
+            engine.keep(Box::new(owner));
+        }
+        if self.path.is_some() {
+            engine.keep(Box::new(checkpointer(options.clone())?));
+        }
         let (tx, rx) = mpsc::channel(4096);
         // The engine gets a thread and a runtime of its own: every statement is a round trip
         // to SQLite's worker thread, and on a shared runtime each return waits behind the
@@ -209,6 +219,70 @@ impl EmbeddedBuilder {
             }),
         })
     }
+}
+
+/// Takes the lock file beside the database (`<file>.lock`); fails if another broker holds it.
+fn own_file(path: &Path) -> Result<std::fs::File> {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lock");
+    let storage = |detail: String, e: std::io::Error| {
+        Error::with_source(ErrorKind::Storage { detail, transient: true }, e)
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&name)
+        .map_err(|e| storage(format!("cannot open the lock file {}", Path::new(&name).display()), e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::new(ErrorKind::Storage {
+            detail: format!(
+                "{} is in use by another process or broker (its lock file {} is held)",
+                path.display(),
+                Path::new(&name).display()
+            ),
+            transient: true,
+        })),
+        Err(std::fs::TryLockError::Error(e)) => Err(storage(format!("cannot lock {}", Path::new(&name).display()), e)),
+    }
+}
+
+/// Runs WAL checkpoints on a connection and thread of their own, every 100 ms, until the
+/// returned sender is dropped: the engine's commits never wait for a checkpoint's fsync.
+fn checkpointer(options: SqliteConnectOptions) -> Result<mpsc::Sender<()>> {
+    let (stop, mut stopped) = mpsc::channel::<()>(1);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Error::with_source(ErrorKind::Storage { detail: format!("cannot start the checkpointer: {e}"), transient: true }, e))?;
+    std::thread::Builder::new()
+        .name("courier-checkpoint".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                let mut conn = match options.connect().await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the checkpointer cannot connect; SQLite checkpoints on commit instead");
+                        return;
+                    }
+                };
+                let mut tick = tokio::time::interval(Duration::from_millis(100));
+                loop {
+                    tokio::select! {
+                        _ = stopped.recv() => break,
+                        _ = tick.tick() => {
+                            if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)").execute(&mut conn).await {
+                                tracing::debug!(error = %e, "checkpoint failed; retrying");
+                            }
+                        }
+                    }
+                }
+                let _ = conn.close().await;
+            });
+        })
+        .map_err(|e| Error::with_source(ErrorKind::Storage { detail: format!("cannot start the checkpointer: {e}"), transient: true }, e))?;
+    Ok(stop)
 }
 
 struct Shared {
