@@ -21,7 +21,11 @@ struct PlaceOrder {
 }
 
 fn check(ok: bool, what: &str) -> Result<(), Box<dyn Error>> {
-    if ok { Ok(()) } else { Err(format!("unexpected: {what}").into()) }
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("unexpected: {what}").into())
+    }
 }
 
 #[tokio::main]
@@ -37,14 +41,27 @@ async fn main() -> Result<(), Box<dyn Error>> {
 
     // 1. A queue, a typed message, a PeekLock receive and a complete.
     let orders = "tour-orders";
-    broker.create_queue(orders, &QueueOptions::default().max_delivery_count(3)).await?;
+    broker
+        .create_queue(orders, &QueueOptions::default().max_delivery_count(3))
+        .await?;
     let sender = broker.sender(orders, SenderOptions::default()).await?;
     let receiver = broker.receiver(&EntityPath::queue(orders)).await?;
-    let order = PlaceOrder { order_id: 1, amount_cents: 4_200 };
+    let order = PlaceOrder {
+        order_id: 1,
+        amount_cents: 4_200,
+    };
     sender
-        .send(Envelope::json(&order)?.with_message_type("tour.PlaceOrder").with_correlation_id("order-1"))
+        .send(
+            Envelope::json(&order)?
+                .with_message_type("tour.PlaceOrder")
+                .with_correlation_id("order-1"),
+        )
         .await?;
-    let delivery = receiver.receive(1, Duration::from_secs(5)).await?.pop().ok_or("no message")?;
+    let delivery = receiver
+        .receive(1, Duration::from_secs(5))
+        .await?
+        .pop()
+        .ok_or("no message")?;
     let got: PlaceOrder = delivery.message().envelope.decode(&JsonCodec)?;
     println!(
         "received order {} for {} cents (sequence number {}, delivery {})",
@@ -57,17 +74,31 @@ async fn main() -> Result<(), Box<dyn Error>> {
 
     // 2. A poison message: abandoned until the max delivery count sends it to the
     //    dead-letter queue, with the reason on the message.
-    sender.send(Envelope::new("not json at all").with_message_id("poison-1")).await?;
+    sender
+        .send(Envelope::new("not json at all").with_message_id("poison-1"))
+        .await?;
     for attempt in 1..=3 {
-        let d = receiver.receive(1, Duration::from_secs(5)).await?.pop().ok_or("no message")?;
+        let d = receiver
+            .receive(1, Duration::from_secs(5))
+            .await?
+            .pop()
+            .ok_or("no message")?;
         let decoded: Result<PlaceOrder, _> = d.message().envelope.decode(&JsonCodec);
-        println!("attempt {attempt}: cannot decode {} ({}); abandon", d.message().message_id(), decoded.is_err());
+        println!(
+            "attempt {attempt}: cannot decode {} ({}); abandon",
+            d.message().message_id(),
+            decoded.is_err()
+        );
         let mut props = courier::Properties::new();
         props.insert("last-error".into(), PropertyValue::from("body is not JSON"));
         d.abandon_with(props).await?;
     }
     let dlq = broker.receiver(&EntityPath::queue(orders).dead_letter()).await?;
-    let dead = dlq.receive(1, Duration::from_secs(5)).await?.pop().ok_or("nothing dead-lettered")?;
+    let dead = dlq
+        .receive(1, Duration::from_secs(5))
+        .await?
+        .pop()
+        .ok_or("nothing dead-lettered")?;
     println!(
         "dead-lettered {}: reason {:?}, description {:?}",
         dead.message().message_id(),
@@ -87,9 +118,16 @@ async fn main() -> Result<(), Box<dyn Error>> {
     let cancelled = sender.schedule(Envelope::new("cancelled"), at).await?;
     sender.cancel_scheduled(cancelled).await?;
     let peeked = broker.peek(&EntityPath::queue(orders), 0, 10).await?;
-    check(peeked.iter().any(|m| m.broker.state == MessageState::Scheduled), "scheduled message visible to peek")?;
+    check(
+        peeked.iter().any(|m| m.broker.state == MessageState::Scheduled),
+        "scheduled message visible to peek",
+    )?;
     println!("scheduled message #{reminder} for {at}; cancelled #{cancelled}");
-    let d = receiver.receive(1, Duration::from_secs(10)).await?.pop().ok_or("the reminder never came")?;
+    let d = receiver
+        .receive(1, Duration::from_secs(10))
+        .await?
+        .pop()
+        .ok_or("the reminder never came")?;
     println!(
         "the reminder arrived {} ms after its time as #{}",
         (chrono::Utc::now() - at).num_milliseconds(),
@@ -101,28 +139,44 @@ async fn main() -> Result<(), Box<dyn Error>> {
     // 4. A topic: each subscription gets its own copy.
     broker.create_topic("tour-events", &TopicOptions::default()).await?;
     for sub in ["billing", "shipping"] {
-        broker.create_subscription("tour-events", sub, &QueueOptions::default()).await?;
+        broker
+            .create_subscription("tour-events", sub, &QueueOptions::default())
+            .await?;
     }
     let publisher = broker.sender("tour-events", SenderOptions::default()).await?;
-    publisher.send(Envelope::new("order-placed").with_message_type("tour.OrderPlaced")).await?;
+    publisher
+        .send(Envelope::new("order-placed").with_message_type("tour.OrderPlaced"))
+        .await?;
     for sub in ["billing", "shipping"] {
         let r = broker.receiver(&EntityPath::subscription("tour-events", sub)).await?;
         let d = r.receive(1, Duration::from_secs(5)).await?.pop().ok_or("no copy")?;
-        println!("subscription {sub} got its copy of {:?}", String::from_utf8_lossy(d.message().body()));
+        println!(
+            "subscription {sub} got its copy of {:?}",
+            String::from_utf8_lossy(d.message().body())
+        );
         d.complete().await?;
     }
 
     // 5. Sessions: one receiver at a time holds a session and gets its messages in order.
-    broker.create_queue("tour-sessions", &QueueOptions::default().requires_session(true)).await?;
+    broker
+        .create_queue("tour-sessions", &QueueOptions::default().requires_session(true))
+        .await?;
     let s = broker.sender("tour-sessions", SenderOptions::default()).await?;
     for step in ["created", "paid", "shipped"] {
         s.send(Envelope::new(step).with_session_id("order-7")).await?;
     }
     let session = broker
-        .accept_session(&EntityPath::queue("tour-sessions"), SessionSelector::Next, Duration::from_secs(5))
+        .accept_session(
+            &EntityPath::queue("tour-sessions"),
+            SessionSelector::Next,
+            Duration::from_secs(5),
+        )
         .await?;
     let steps = session.receive(10, Duration::from_secs(5)).await?;
-    let names: Vec<String> = steps.iter().map(|d| String::from_utf8_lossy(d.message().body()).into_owned()).collect();
+    let names: Vec<String> = steps
+        .iter()
+        .map(|d| String::from_utf8_lossy(d.message().body()).into_owned())
+        .collect();
     println!("session {} in order: {}", session.session_id(), names.join(" -> "));
     check(names == ["created", "paid", "shipped"], "session order")?;
     for d in steps {

@@ -183,7 +183,10 @@ async fn schedule_lateness(n: usize, secs: f64) -> (Duration, Duration, Duration
     for chunk in all.chunks(100) {
         sender.send_batch(chunk.to_vec()).await.unwrap();
     }
-    assert!(chrono::Utc::now() < start, "scheduling took too long to measure lateness");
+    assert!(
+        chrono::Utc::now() < start,
+        "scheduling took too long to measure lateness"
+    );
     let mut late = Vec::with_capacity(n);
     while late.len() < n {
         for d in receiver.receive(64, Duration::from_secs(2)).await.unwrap() {

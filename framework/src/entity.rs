@@ -196,7 +196,9 @@ impl QueueOptions {
         }
         if let Some(ttl) = self.default_time_to_live {
             if ttl.is_zero() || ttl > MAX_TIME_TO_LIVE {
-                return bad(format!("default time-to-live {ttl:?} must be between 1 ms and 100 years"));
+                return bad(format!(
+                    "default time-to-live {ttl:?} must be between 1 ms and 100 years"
+                ));
             }
         }
         Ok(())
@@ -250,7 +252,12 @@ mod tests {
     #[test]
     fn lock_duration_is_bounded() {
         assert!(QueueOptions::default().validate().is_ok());
-        assert!(QueueOptions::default().lock_duration(Duration::from_secs(301)).validate().is_err());
+        assert!(
+            QueueOptions::default()
+                .lock_duration(Duration::from_secs(301))
+                .validate()
+                .is_err()
+        );
         assert!(QueueOptions::default().max_delivery_count(0).validate().is_err());
     }
 }

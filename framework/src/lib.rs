@@ -38,6 +38,7 @@ mod transport;
 mod embedded;
 
 #[cfg(feature = "conformance")]
+#[path = "suite.rs"]
 pub mod conformance;
 
 pub use clock::{Clock, Sleep, SystemClock, VirtualClock};
@@ -51,24 +52,24 @@ pub use message::{
     BrokerProperties, Envelope, LockToken, MessageState, Properties, PropertyValue, ReceivedMessage, SequenceNumber,
     reasons,
 };
+/// The sending half of the contract (re-exported under its own name to keep `Sender`
+/// free for applications).
+pub use transport::Sender;
 pub use transport::{
     BentRule, Capabilities, DEFAULT_MAX_IN_FLIGHT, Delivery, Receiver, SenderOptions, SessionReceiver, SessionSelector,
     Settlement, Settler, Transport,
 };
-/// The sending half of the contract (re-exported under its own name to keep `Sender`
-/// free for applications).
-pub use transport::Sender;
 
 #[cfg(feature = "sqlite")]
 pub use embedded::{DEFAULT_MAX_MESSAGE_SIZE, Durability, Embedded, EmbeddedBuilder, MAX_MESSAGE_ID_LEN};
 
 /// The names most programs need: `use courier::prelude::*;`.
 pub mod prelude {
+    #[cfg(feature = "sqlite")]
+    pub use crate::Embedded;
     pub use crate::{
         Clock, Codec, Delivery, EntityPath, Envelope, JsonCodec, QueueOptions, ReceivedMessage, Receiver, Sender,
         SenderOptions, SessionReceiver, SessionSelector, Settlement, SystemClock, TopicOptions, Transport,
         VirtualClock,
     };
-    #[cfg(feature = "sqlite")]
-    pub use crate::Embedded;
 }

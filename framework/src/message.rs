@@ -215,11 +215,7 @@ impl Envelope {
             + opt(&self.content_type)
             + opt(&self.session_id)
             + opt(&self.reply_to)
-            + self
-                .properties
-                .iter()
-                .map(|(k, v)| k.len() + v.size())
-                .sum::<usize>()
+            + self.properties.iter().map(|(k, v)| k.len() + v.size()).sum::<usize>()
     }
 
     /// Decodes the body with `codec`.

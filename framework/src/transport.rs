@@ -494,8 +494,12 @@ pub trait Transport: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`ErrorKind::EntityNotFound`].
-    async fn peek(&self, path: &EntityPath, from_sequence_number: SequenceNumber, max_count: usize)
-    -> Result<Vec<ReceivedMessage>>;
+    async fn peek(
+        &self,
+        path: &EntityPath,
+        from_sequence_number: SequenceNumber,
+        max_count: usize,
+    ) -> Result<Vec<ReceivedMessage>>;
 
     /// Counts the messages of an entity by state.
     ///

@@ -67,7 +67,11 @@ async fn dropped_receive_gives_its_messages_back() {
                 break got;
             }
         };
-        assert_eq!(got[0].message().delivery_count(), 1, "a lost receive must not count as a delivery");
+        assert_eq!(
+            got[0].message().delivery_count(),
+            1,
+            "a lost receive must not count as a delivery"
+        );
         got.into_iter().next().unwrap().complete().await.unwrap();
     }
 }
@@ -95,11 +99,19 @@ async fn token_of_another_queue_is_unknown() {
 /// serving.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configured_size_limit_is_enforced() {
-    let broker = Embedded::builder().in_memory().max_message_size(2048).open().await.unwrap();
+    let broker = Embedded::builder()
+        .in_memory()
+        .max_message_size(2048)
+        .open()
+        .await
+        .unwrap();
     broker.create_queue("q", &QueueOptions::default()).await.unwrap();
     let sender = broker.sender("q", SenderOptions::default()).await.unwrap();
     let err = sender.send(Envelope::new(vec![0u8; 4096])).await.unwrap_err();
-    assert!(matches!(err.kind(), ErrorKind::MessageTooLarge { limit: 2048, .. }), "{err}");
+    assert!(
+        matches!(err.kind(), ErrorKind::MessageTooLarge { limit: 2048, .. }),
+        "{err}"
+    );
     assert_eq!(err.messages.len(), 1);
     assert_eq!(err.messages[0].body.len(), 4096);
     sender.send(Envelope::new(vec![0u8; 1024])).await.unwrap();
@@ -111,8 +123,17 @@ async fn configured_size_limit_is_enforced() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_receiver_gets_message_when_lock_expires() {
     let (broker, clock) = broker().await;
-    broker.create_queue("q", &QueueOptions::default().lock_duration(Duration::from_secs(30))).await.unwrap();
-    broker.sender("q", SenderOptions::default()).await.unwrap().send(Envelope::new("x")).await.unwrap();
+    broker
+        .create_queue("q", &QueueOptions::default().lock_duration(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    broker
+        .sender("q", SenderOptions::default())
+        .await
+        .unwrap()
+        .send(Envelope::new("x"))
+        .await
+        .unwrap();
     let receiver = broker.receiver(&EntityPath::queue("q")).await.unwrap();
     let first = receiver.receive(1, Duration::ZERO).await.unwrap();
     assert_eq!(first.len(), 1);
@@ -120,7 +141,10 @@ async fn waiting_receiver_gets_message_when_lock_expires() {
     let waiting = tokio::spawn(async move { r.receive(1, Duration::from_secs(30)).await.unwrap() });
     tokio::task::yield_now().await;
     clock.advance(Duration::from_secs(31));
-    let got = tokio::time::timeout(Duration::from_secs(10), waiting).await.unwrap().unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].message().delivery_count(), 2);
 }

@@ -675,7 +675,11 @@ impl State {
                 state: if scheduled.is_some() { SCHEDULED } else { READY },
                 enqueued_at: now,
                 scheduled_at: scheduled,
-                expires_at: if scheduled.is_some() { None } else { ttl.map(|ms| after_ms(now, ms)) },
+                expires_at: if scheduled.is_some() {
+                    None
+                } else {
+                    ttl.map(|ms| after_ms(now, ms))
+                },
                 ttl_ms: ttl,
                 dead: None,
                 fields,
@@ -795,7 +799,11 @@ impl Engine {
     /// a little for more: their commands are on their way, and one commit for all of them
     /// costs far less than one each (group commit).
     fn gather(&self, rx: &mut mpsc::Receiver<Command>, batch: &mut Vec<Command>, last_batch: usize) {
-        let linger = if last_batch >= LINGER_AFTER { LINGER } else { std::time::Duration::ZERO };
+        let linger = if last_batch >= LINGER_AFTER {
+            LINGER
+        } else {
+            std::time::Duration::ZERO
+        };
         let start = std::time::Instant::now();
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
@@ -864,7 +872,11 @@ impl Engine {
             let mut receives = Vec::new();
             while let Some(cmd) = pending.pop_front() {
                 match cmd {
-                    Command::Send { entity, messages, reply } => sends.push((entity, messages, reply)),
+                    Command::Send {
+                        entity,
+                        messages,
+                        reply,
+                    } => sends.push((entity, messages, reply)),
                     Command::Settle {
                         lock,
                         settlement: Settlement::Complete,
@@ -901,10 +913,8 @@ impl Engine {
                                 if locked {
                                     // The receiver went away: give the messages back.
                                     for m in messages {
-                                        if let Some((_, id, dc)) = m
-                                            .broker
-                                            .lock_token
-                                            .and_then(|t| read_token(self.state.epoch, t))
+                                        if let Some((_, id, dc)) =
+                                            m.broker.lock_token.and_then(|t| read_token(self.state.epoch, t))
                                         {
                                             self.state.releases.push((id, dc));
                                         }
@@ -1165,9 +1175,14 @@ impl Engine {
                 outcome(reply, r)
             }
             Command::Resolve { path, for_send, reply } => outcome(reply, self.resolve(&path, for_send)),
-            Command::Send { entity, messages, reply } => {
+            Command::Send {
+                entity,
+                messages,
+                reply,
+            } => {
                 let mut outcomes = Vec::new();
-                self.send_all(vec![(entity, messages, reply)], now, &mut outcomes).await?;
+                self.send_all(vec![(entity, messages, reply)], now, &mut outcomes)
+                    .await?;
                 return Ok(outcomes.pop());
             }
             Command::Cancel { entity, seq, reply } => {
@@ -1511,7 +1526,11 @@ impl Engine {
             for r in group {
                 let mine: Vec<ReceivedMessage> = messages.by_ref().take(r.max.max(1)).collect();
                 if mine.is_empty() && r.deadline.is_some() {
-                    self.state.waiters.entry(entity).or_default().push_back(Waiter::Receive(r));
+                    self.state
+                        .waiters
+                        .entry(entity)
+                        .or_default()
+                        .push_back(Waiter::Receive(r));
                 } else {
                     outcomes.push(Outcome::Received {
                         locked: mode == ReceiveMode::PeekLock,
@@ -1602,7 +1621,12 @@ impl Engine {
                     Waiter::Receive(r) => receives.push(r),
                     Waiter::Accept(a) => match self.try_accept(&a, now).await? {
                         Some(r) => outcomes.push(outcome(a.reply, r)),
-                        None => self.state.waiters.entry(entity).or_default().push_back(Waiter::Accept(a)),
+                        None => self
+                            .state
+                            .waiters
+                            .entry(entity)
+                            .or_default()
+                            .push_back(Waiter::Accept(a)),
                     },
                 }
             }
@@ -1613,7 +1637,12 @@ impl Engine {
     }
 
     /// Completes many locks with one statement.
-    async fn complete_all(&mut self, completes: Vec<(LockRef, Reply<()>)>, now: i64, outcomes: &mut Vec<Outcome>) -> Sql {
+    async fn complete_all(
+        &mut self,
+        completes: Vec<(LockRef, Reply<()>)>,
+        now: i64,
+        outcomes: &mut Vec<Outcome>,
+    ) -> Sql {
         if completes.is_empty() {
             return Ok(());
         }
@@ -1637,7 +1666,11 @@ impl Engine {
         .into_iter()
         .collect();
         for (lock, reply) in completes {
-            let r = if done.contains(&lock.id) { Ok(()) } else { Err(lock_lost()) };
+            let r = if done.contains(&lock.id) {
+                Ok(())
+            } else {
+                Err(lock_lost())
+            };
             outcomes.push(outcome(reply, r));
         }
         Ok(())
@@ -1816,13 +1849,16 @@ impl Engine {
             Err(e) => return Ok(Err(e)),
         };
         let until = after_ms(now, info.lock_ms);
-        let r = sqlx::query(concat!("UPDATE courier_message SET locked_until = ?4", lock_cond!("(2, 3, 4)")))
-            .bind(lock.id)
-            .bind(lock.delivery_count)
-            .bind(now)
-            .bind(until)
-            .execute(&mut self.conn)
-            .await?;
+        let r = sqlx::query(concat!(
+            "UPDATE courier_message SET locked_until = ?4",
+            lock_cond!("(2, 3, 4)")
+        ))
+        .bind(lock.id)
+        .bind(lock.delivery_count)
+        .bind(now)
+        .bind(until)
+        .execute(&mut self.conn)
+        .await?;
         Ok(if r.rows_affected() == 1 {
             Ok(from_micros(until))
         } else {
@@ -1890,11 +1926,7 @@ impl Engine {
     }
 
     /// Locks a session if one is available; `None` if none is (yet).
-    async fn try_accept(
-        &mut self,
-        req: &AcceptRequest,
-        now: i64,
-    ) -> Sql<Option<Result<(String, i64, DateTime<Utc>)>>> {
+    async fn try_accept(&mut self, req: &AcceptRequest, now: i64) -> Sql<Option<Result<(String, i64, DateTime<Utc>)>>> {
         let info = match self.state.entity(req.entity) {
             Ok(i) => i.clone(),
             Err(e) => return Ok(Some(Err(e))),
@@ -2134,4 +2166,3 @@ async fn refresh_due_times(conn: &mut SqliteConnection, state: &mut State) -> Sq
         .await?;
     Ok(())
 }
-

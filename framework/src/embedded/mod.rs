@@ -28,8 +28,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use sqlx::{ConnectOptions, Connection};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
+use sqlx::{ConnectOptions, Connection};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -169,11 +169,7 @@ impl EmbeddedBuilder {
                 e,
             )
         })?;
-        let epoch = u32::from_be_bytes(
-            uuid::Uuid::new_v4().as_bytes()[..4]
-                .try_into()
-                .unwrap_or([0, 0, 0, 1]),
-        );
+        let epoch = u32::from_be_bytes(uuid::Uuid::new_v4().as_bytes()[..4].try_into().unwrap_or([0, 0, 0, 1]));
         let mut engine = Engine::start(conn, self.clock.clone(), epoch).await?;
         if let Some(owner) = owner {
             engine.keep(Box::new(owner));
@@ -226,7 +222,13 @@ fn own_file(path: &Path) -> Result<std::fs::File> {
     let mut name = path.as_os_str().to_owned();
     name.push(".lock");
     let storage = |detail: String, e: std::io::Error| {
-        Error::with_source(ErrorKind::Storage { detail, transient: true }, e)
+        Error::with_source(
+            ErrorKind::Storage {
+                detail,
+                transient: true,
+            },
+            e,
+        )
     };
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -255,7 +257,15 @@ fn checkpointer(options: SqliteConnectOptions) -> Result<mpsc::Sender<()>> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| Error::with_source(ErrorKind::Storage { detail: format!("cannot start the checkpointer: {e}"), transient: true }, e))?;
+        .map_err(|e| {
+            Error::with_source(
+                ErrorKind::Storage {
+                    detail: format!("cannot start the checkpointer: {e}"),
+                    transient: true,
+                },
+                e,
+            )
+        })?;
     std::thread::Builder::new()
         .name("courier-checkpoint".into())
         .spawn(move || {
@@ -761,7 +771,12 @@ impl Link {
             .await
     }
 
-    async fn receive(self: &Arc<Self>, max: usize, max_wait: Duration, mode: ReceiveMode) -> Result<Vec<ReceivedMessage>> {
+    async fn receive(
+        self: &Arc<Self>,
+        max: usize,
+        max_wait: Duration,
+        mode: ReceiveMode,
+    ) -> Result<Vec<ReceivedMessage>> {
         let req = |reply| {
             Command::Receive(ReceiveRequest {
                 entity: self.entity,
