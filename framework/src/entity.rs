@@ -194,12 +194,12 @@ impl QueueOptions {
                 self.max_delivery_count
             ));
         }
-        if let Some(ttl) = self.default_time_to_live {
-            if ttl.is_zero() || ttl > MAX_TIME_TO_LIVE {
-                return bad(format!(
-                    "default time-to-live {ttl:?} must be between 1 ms and 100 years"
-                ));
-            }
+        if let Some(ttl) = self.default_time_to_live
+            && (ttl.is_zero() || ttl > MAX_TIME_TO_LIVE)
+        {
+            return bad(format!(
+                "default time-to-live {ttl:?} must be between 1 ms and 100 years"
+            ));
         }
         Ok(())
     }

@@ -224,13 +224,13 @@ impl Envelope {
     /// [`CodecError::ContentTypeMismatch`] if the message says it is of another content
     /// type, or the codec's error if the body does not decode.
     pub fn decode<C: Codec, T: serde::de::DeserializeOwned>(&self, codec: &C) -> Result<T, CodecError> {
-        if let Some(ct) = &self.content_type {
-            if ct != codec.content_type() {
-                return Err(CodecError::ContentTypeMismatch {
-                    expected: codec.content_type().to_owned(),
-                    found: ct.clone(),
-                });
-            }
+        if let Some(ct) = &self.content_type
+            && ct != codec.content_type()
+        {
+            return Err(CodecError::ContentTypeMismatch {
+                expected: codec.content_type().to_owned(),
+                found: ct.clone(),
+            });
         }
         codec.decode(&self.body)
     }

@@ -237,9 +237,16 @@ impl Command {
     }
 }
 
+/// Sends a reply: the result, or the error of a transaction that failed.
+type Answer = Box<dyn FnOnce(Option<&ErrorKind>) + Send>;
+
+/// One send command: entity, messages, and where the sequence numbers go (none for a
+/// pre-settled send).
+type SendCommand = (i64, Vec<Envelope>, Option<Reply<Vec<SequenceNumber>>>);
+
 /// An answer held back until the transaction commits.
 enum Outcome {
-    Reply(Box<dyn FnOnce(Option<&ErrorKind>) + Send>),
+    Reply(Answer),
     /// Messages locked for a receiver: if it has gone, the locks are released.
     Received {
         locked: bool,
@@ -909,15 +916,15 @@ impl Engine {
                             reply,
                             messages,
                         } => {
-                            if let Err(Ok(messages)) = reply.send(Ok(messages)) {
-                                if locked {
-                                    // The receiver went away: give the messages back.
-                                    for m in messages {
-                                        if let Some((_, id, dc)) =
-                                            m.broker.lock_token.and_then(|t| read_token(self.state.epoch, t))
-                                        {
-                                            self.state.releases.push((id, dc));
-                                        }
+                            if let Err(Ok(messages)) = reply.send(Ok(messages))
+                                && locked
+                            {
+                                // The receiver went away: give the messages back.
+                                for m in messages {
+                                    if let Some((_, id, dc)) =
+                                        m.broker.lock_token.and_then(|t| read_token(self.state.epoch, t))
+                                    {
+                                        self.state.releases.push((id, dc));
                                     }
                                 }
                             }
@@ -1378,12 +1385,7 @@ impl Engine {
     }
 
     /// Serves the sends of a batch with as few INSERT statements as possible.
-    async fn send_all(
-        &mut self,
-        sends: Vec<(i64, Vec<Envelope>, Option<Reply<Vec<SequenceNumber>>>)>,
-        now: i64,
-        outcomes: &mut Vec<Outcome>,
-    ) -> Sql {
+    async fn send_all(&mut self, sends: Vec<SendCommand>, now: i64, outcomes: &mut Vec<Outcome>) -> Sql {
         if sends.is_empty() {
             return Ok(());
         }
@@ -1733,10 +1735,10 @@ impl Engine {
             Ok(i) => i.clone(),
             Err(e) => return Ok(Err(e)),
         };
-        if let Some(key) = &lock.session {
-            if self.session_lock(lock.entity, key, now).await?.is_none() {
-                return Ok(Err(Error::new(ErrorKind::SessionLockLost)));
-            }
+        if let Some(key) = &lock.session
+            && self.session_lock(lock.entity, key, now).await?.is_none()
+        {
+            return Ok(Err(Error::new(ErrorKind::SessionLockLost)));
         }
         let dead = lock.sub_queue == SubQueue::DeadLetter;
         let pick = |main: &'static str, dlq: &'static str| if dead { dlq } else { main };

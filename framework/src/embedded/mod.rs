@@ -421,8 +421,10 @@ impl Transport for Embedded {
 
     async fn create_topic(&self, name: &str, options: &TopicOptions) -> Result<()> {
         crate::entity::validate_name(name)?;
-        let mut q = QueueOptions::default();
-        q.default_time_to_live = options.default_time_to_live;
+        let q = QueueOptions {
+            default_time_to_live: options.default_time_to_live,
+            ..QueueOptions::default()
+        };
         q.validate()?;
         let name = name.to_owned();
         self.shared
@@ -592,10 +594,10 @@ impl EmbeddedSender {
         } else if self.requires_session {
             return invalid(format!("{} requires sessions: set a session id", self.name));
         }
-        if let Some(ttl) = m.time_to_live {
-            if ttl.is_zero() || ttl > crate::entity::MAX_TIME_TO_LIVE {
-                return invalid(format!("time-to-live {ttl:?} must be between 1 ms and 100 years"));
-            }
+        if let Some(ttl) = m.time_to_live
+            && (ttl.is_zero() || ttl > crate::entity::MAX_TIME_TO_LIVE)
+        {
+            return invalid(format!("time-to-live {ttl:?} must be between 1 ms and 100 years"));
         }
         if let Some(at) = m.scheduled_enqueue_time {
             check_schedule(at, now)?;
