@@ -3,9 +3,23 @@
 //!
 //! A transport crate instantiates it with a factory that returns a fresh [`Fixture`]:
 //!
-//! ```ignore
-//! async fn fixture() -> courier::conformance::Fixture { /* transport on a VirtualClock */ }
+//! ```no_run
+//! use std::sync::Arc;
+//! use courier::conformance::Fixture;
+//!
+//! async fn fixture() -> Fixture {
+//!     let clock = courier::VirtualClock::starting_now();
+//!     let broker = courier::Embedded::builder()
+//!         .in_memory()
+//!         .clock(Arc::new(clock.clone()))
+//!         .open()
+//!         .await
+//!         .expect("broker");
+//!     Fixture { transport: Arc::new(broker), clock }
+//! }
+//!
 //! courier::conformance_suite!(fixture);
+//! # fn main() {}
 //! ```
 //!
 //! Each test creates its own uniquely named queues and topics, so the suite runs in
