@@ -483,10 +483,12 @@ macro_rules! patch_props {
 /// Columns written by an insert, in order.
 const INSERT_COLUMNS: usize = 19;
 
-/// `INSERT` statements for 1, 4, 16 and 64 rows: the sends of a batch go in as few
-/// statements as these sizes allow, and each size is prepared once.
-static INSERTS: LazyLock<[(usize, String); 4]> = LazyLock::new(|| {
-    [64, 16, 4, 1].map(|rows| {
+/// `INSERT` statements for 256, 128, 64, 32 and 16 down to 1 rows: the sends of a batch go
+/// in as few statements as these sizes allow (one for up to 16 rows), each size prepared
+/// once and kept in the connection's statement cache.
+static INSERTS: LazyLock<[(usize, String); 20]> = LazyLock::new(|| {
+    let sizes: [usize; 20] = [256, 128, 64, 32, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1];
+    sizes.map(|rows| {
         let mut sql = String::from(
             "INSERT INTO courier_message (id, entity_id, seq, state, session_id, enqueued_at, scheduled_at, \
              expires_at, ttl_ms, message_id, correlation_id, causation_id, message_type, content_type, reply_to, \
