@@ -77,6 +77,22 @@ impl Fixture {
         self.transport.peek(path, 0, 5000).await.unwrap()
     }
 
+    /// A fresh topic with these subscriptions.
+    async fn topic(&self, subscriptions: &[&str]) -> String {
+        let topic = self.unique("t");
+        self.transport
+            .create_topic(&topic, &TopicOptions::default())
+            .await
+            .unwrap();
+        for s in subscriptions {
+            self.transport
+                .create_subscription(&topic, s, &QueueOptions::default())
+                .await
+                .unwrap();
+        }
+        topic
+    }
+
     fn now(&self) -> DateTime<Utc> {
         self.clock.now()
     }
@@ -620,17 +636,7 @@ pub async fn s3_1_sequence_numbers_are_gap_free_and_increasing(fx: Fixture) {
         assert_eq!(w[1].sequence_number(), w[0].sequence_number() + 1, "gap-free");
     }
 
-    let topic = fx.unique("t");
-    fx.transport
-        .create_topic(&topic, &TopicOptions::default())
-        .await
-        .unwrap();
-    for s in ["a", "b"] {
-        fx.transport
-            .create_subscription(&topic, s, &QueueOptions::default())
-            .await
-            .unwrap();
-    }
+    let topic = fx.topic(&["a", "b"]).await;
     fx.send(&topic, (0..5).map(|i| msg(&i.to_string())).collect()).await;
     let a = fx.peek_all(&EntityPath::subscription(&topic, "a")).await;
     let b = fx.peek_all(&EntityPath::subscription(&topic, "b")).await;
@@ -980,17 +986,7 @@ pub async fn s6_1_peek_shows_every_state_and_changes_nothing(fx: Fixture) {
 // Topics, time-to-live, bad input
 
 pub async fn topic_subscriptions_each_get_a_copy(fx: Fixture) {
-    let topic = fx.unique("t");
-    fx.transport
-        .create_topic(&topic, &TopicOptions::default())
-        .await
-        .unwrap();
-    for s in ["billing", "shipping"] {
-        fx.transport
-            .create_subscription(&topic, s, &QueueOptions::default())
-            .await
-            .unwrap();
-    }
+    let topic = fx.topic(&["billing", "shipping"]).await;
     fx.send(&topic, vec![msg("order-placed")]).await;
     fx.transport
         .create_subscription(&topic, "late", &QueueOptions::default())

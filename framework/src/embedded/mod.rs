@@ -181,30 +181,7 @@ impl EmbeddedBuilder {
         // The engine gets a thread and a runtime of its own: every statement is a round trip
         // to SQLite's worker thread, and on a shared runtime each return waits behind the
         // application's tasks. Alone, the engine resumes at once.
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| {
-                Error::with_source(
-                    ErrorKind::Storage {
-                        detail: format!("cannot start the embedded broker's engine: {e}"),
-                        transient: true,
-                    },
-                    e,
-                )
-            })?;
-        std::thread::Builder::new()
-            .name("courier-embedded".into())
-            .spawn(move || runtime.block_on(engine.run(rx)))
-            .map_err(|e| {
-                Error::with_source(
-                    ErrorKind::Storage {
-                        detail: format!("cannot start the embedded broker's engine thread: {e}"),
-                        transient: true,
-                    },
-                    e,
-                )
-            })?;
+        spawn_on_own_thread("courier-embedded", engine.run(rx))?;
         Ok(Embedded {
             shared: Arc::new(Shared {
                 tx,
@@ -254,45 +231,50 @@ fn own_file(path: &Path) -> Result<std::fs::File> {
 /// returned sender is dropped: the engine's commits never wait for a checkpoint's fsync.
 fn checkpointer(options: SqliteConnectOptions) -> Result<mpsc::Sender<()>> {
     let (stop, mut stopped) = mpsc::channel::<()>(1);
+    spawn_on_own_thread("courier-checkpoint", async move {
+        let mut conn = match options.connect().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "the checkpointer cannot connect; SQLite checkpoints on commit instead");
+                return;
+            }
+        };
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tokio::select! {
+                _ = stopped.recv() => break,
+                _ = tick.tick() => {
+                    if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)").execute(&mut conn).await {
+                        tracing::debug!(error = %e, "checkpoint failed; retrying");
+                    }
+                }
+            }
+        }
+        let _ = conn.close().await;
+    })?;
+    Ok(stop)
+}
+
+/// Runs `work` to completion on a new thread with a single-threaded tokio runtime.
+fn spawn_on_own_thread(name: &str, work: impl std::future::Future<Output = ()> + Send + 'static) -> Result<()> {
+    let failed = |e: std::io::Error| {
+        Error::with_source(
+            ErrorKind::Storage {
+                detail: format!("cannot start the embedded broker's {name} thread: {e}"),
+                transient: true,
+            },
+            e,
+        )
+    };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| {
-            Error::with_source(
-                ErrorKind::Storage {
-                    detail: format!("cannot start the checkpointer: {e}"),
-                    transient: true,
-                },
-                e,
-            )
-        })?;
+        .map_err(failed)?;
     std::thread::Builder::new()
-        .name("courier-checkpoint".into())
-        .spawn(move || {
-            runtime.block_on(async move {
-                let mut conn = match options.connect().await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "the checkpointer cannot connect; SQLite checkpoints on commit instead");
-                        return;
-                    }
-                };
-                let mut tick = tokio::time::interval(Duration::from_millis(100));
-                loop {
-                    tokio::select! {
-                        _ = stopped.recv() => break,
-                        _ = tick.tick() => {
-                            if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)").execute(&mut conn).await {
-                                tracing::debug!(error = %e, "checkpoint failed; retrying");
-                            }
-                        }
-                    }
-                }
-                let _ = conn.close().await;
-            });
-        })
-        .map_err(|e| Error::with_source(ErrorKind::Storage { detail: format!("cannot start the checkpointer: {e}"), transient: true }, e))?;
-    Ok(stop)
+        .name(name.to_owned())
+        .spawn(move || runtime.block_on(work))
+        .map_err(failed)?;
+    Ok(())
 }
 
 struct Shared {
@@ -837,31 +819,42 @@ struct EmbeddedReceiver {
     link: Arc<Link>,
 }
 
-#[async_trait]
-impl Receiver for EmbeddedReceiver {
-    fn path(&self) -> &EntityPath {
-        &self.link.path
-    }
+/// Plain and session receivers receive the same way, through their link.
+macro_rules! receive_through_link {
+    ($ty:ty) => {
+        #[async_trait]
+        impl Receiver for $ty {
+            fn path(&self) -> &EntityPath {
+                &self.link.path
+            }
 
-    async fn receive(&self, max_count: usize, max_wait: Duration) -> Result<Vec<Delivery>> {
-        let messages = self.link.receive(max_count, max_wait, ReceiveMode::PeekLock).await?;
-        Ok(self.link.deliveries(messages))
-    }
+            async fn receive(&self, max_count: usize, max_wait: Duration) -> Result<Vec<Delivery>> {
+                let messages = self
+                    .link
+                    .receive(max_count, max_wait, ReceiveMode::PeekLock)
+                    .await?;
+                Ok(self.link.deliveries(messages))
+            }
 
-    async fn receive_and_delete(&self, max_count: usize, max_wait: Duration) -> Result<Vec<ReceivedMessage>> {
-        self.link
-            .receive(max_count, max_wait, ReceiveMode::ReceiveAndDelete)
-            .await
-    }
+            async fn receive_and_delete(&self, max_count: usize, max_wait: Duration) -> Result<Vec<ReceivedMessage>> {
+                self.link
+                    .receive(max_count, max_wait, ReceiveMode::ReceiveAndDelete)
+                    .await
+            }
 
-    async fn receive_deferred(&self, sequence_numbers: &[SequenceNumber]) -> Result<Vec<Delivery>> {
-        self.link.receive_deferred(sequence_numbers).await
-    }
+            async fn receive_deferred(&self, sequence_numbers: &[SequenceNumber]) -> Result<Vec<Delivery>> {
+                self.link.receive_deferred(sequence_numbers).await
+            }
 
-    async fn settle_by_token(&self, token: LockToken, settlement: Settlement) -> Result<()> {
-        self.link.settle_token(Some(token), settlement).await
-    }
+            async fn settle_by_token(&self, token: LockToken, settlement: Settlement) -> Result<()> {
+                self.link.settle_token(Some(token), settlement).await
+            }
+        }
+    };
 }
+
+receive_through_link!(EmbeddedReceiver);
+receive_through_link!(EmbeddedSessionReceiver);
 
 struct EmbeddedSessionReceiver {
     link: Arc<Link>,
@@ -898,32 +891,6 @@ impl Drop for EmbeddedSessionReceiver {
             key: self.key(),
             op: SessionOp::Release(None),
         });
-    }
-}
-
-#[async_trait]
-impl Receiver for EmbeddedSessionReceiver {
-    fn path(&self) -> &EntityPath {
-        &self.link.path
-    }
-
-    async fn receive(&self, max_count: usize, max_wait: Duration) -> Result<Vec<Delivery>> {
-        let messages = self.link.receive(max_count, max_wait, ReceiveMode::PeekLock).await?;
-        Ok(self.link.deliveries(messages))
-    }
-
-    async fn receive_and_delete(&self, max_count: usize, max_wait: Duration) -> Result<Vec<ReceivedMessage>> {
-        self.link
-            .receive(max_count, max_wait, ReceiveMode::ReceiveAndDelete)
-            .await
-    }
-
-    async fn receive_deferred(&self, sequence_numbers: &[SequenceNumber]) -> Result<Vec<Delivery>> {
-        self.link.receive_deferred(sequence_numbers).await
-    }
-
-    async fn settle_by_token(&self, token: LockToken, settlement: Settlement) -> Result<()> {
-        self.link.settle_token(Some(token), settlement).await
     }
 }
 
