@@ -53,7 +53,7 @@ CREATE INDEX courier_message_ready ON courier_message (entity_id, seq) WHERE sta
 CREATE INDEX courier_message_session ON courier_message (entity_id, session_id, seq)
     WHERE state = 0 AND session_id IS NOT NULL;
 -- Lock expiry, activation of scheduled messages, time-to-live, the dead-letter sub-queue.
-CREATE INDEX courier_message_locked ON courier_message (locked_until) WHERE state = 4;
+CREATE INDEX courier_message_locked ON courier_message (locked_until) WHERE locked_until IS NOT NULL;
 CREATE INDEX courier_message_scheduled ON courier_message (scheduled_at) WHERE state = 1;
 CREATE INDEX courier_message_expiry ON courier_message (expires_at)
     WHERE expires_at IS NOT NULL AND state IN (0, 2);

@@ -148,3 +148,56 @@ async fn waiting_receiver_gets_message_when_lock_expires() {
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].message().delivery_count(), 2);
 }
+
+/// Regression: a receiver waiting on a dead-letter sub-queue is served when a message is
+/// dead-lettered (by a receiver, by expiry) and when a dead-lettered message's lock expires.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letter_receivers_are_woken() {
+    let (broker, clock) = broker().await;
+    broker.create_queue("q", &QueueOptions::default()).await.unwrap();
+    let sender = broker.sender("q", SenderOptions::default()).await.unwrap();
+    let main = broker.receiver(&EntityPath::queue("q")).await.unwrap();
+    let dlq = broker.receiver(&EntityPath::queue("q").dead_letter()).await.unwrap();
+
+    let r = dlq.clone();
+    let waiting = tokio::spawn(async move { r.receive(1, Duration::from_secs(30)).await.unwrap() });
+    sender.send(Envelope::new("bad")).await.unwrap();
+    let d = main.receive(1, Duration::from_secs(5)).await.unwrap().pop().unwrap();
+    d.dead_letter("test", "wake the waiter").await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.len(), 1, "dead-lettering serves a waiting dead-letter receiver");
+
+    let r = dlq.clone();
+    let waiting = tokio::spawn(async move { r.receive(1, Duration::from_secs(30)).await.unwrap() });
+    tokio::task::yield_now().await;
+    clock.advance(Duration::from_secs(61));
+    let again = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.len(), 1, "an expired dead-letter lock serves a waiting receiver");
+    assert_eq!(
+        again[0].message().delivery_count(),
+        3,
+        "one main lock, two dead-letter locks"
+    );
+
+    let r = dlq.clone();
+    let waiting = tokio::spawn(async move { r.receive(5, Duration::from_secs(30)).await.unwrap() });
+    sender
+        .send(Envelope::new("short").with_time_to_live(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(6));
+    let expired = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        expired.iter().any(|d| d.message().body().as_ref() == b"short"),
+        "an expired message serves a waiting dead-letter receiver"
+    );
+}

@@ -1111,22 +1111,23 @@ impl Engine {
         Ok(())
     }
 
-    /// Expired locks: the message is ready again (S2.5), or dead-lettered if it has been
-    /// delivered as often as its queue allows (S2.6).
+    /// Expired locks: a locked message is ready again (S2.5), or dead-lettered if it has
+    /// been delivered as often as its queue allows (S2.6); a deferred or dead-lettered one
+    /// stays where it is, unlocked. Waiters of those entities are served.
     async fn unlock_expired(&mut self, now: i64) -> Sql {
         let rows = sqlx::query(
-            "UPDATE courier_message SET locked_until = NULL, \
-             state = CASE WHEN delivery_count >= (SELECT max_delivery_count FROM courier_entity e \
-                 WHERE e.id = entity_id) THEN 3 ELSE 0 END, \
-             dl_reason = CASE WHEN delivery_count >= (SELECT max_delivery_count FROM courier_entity e \
-                 WHERE e.id = entity_id) THEN ?2 ELSE dl_reason END, \
-             dl_description = CASE WHEN delivery_count >= (SELECT max_delivery_count FROM courier_entity e \
-                 WHERE e.id = entity_id) THEN 'the message was delivered ' || delivery_count || \
-                 ' times without being settled' ELSE dl_description END, \
-             dl_source = CASE WHEN delivery_count >= (SELECT max_delivery_count FROM courier_entity e \
-                 WHERE e.id = entity_id) THEN (SELECT name FROM courier_entity e WHERE e.id = entity_id) \
-                 ELSE dl_source END \
-             WHERE state = 4 AND locked_until <= ?1 RETURNING entity_id",
+            "WITH e AS (SELECT id, name, max_delivery_count AS max FROM courier_entity) \
+             UPDATE courier_message SET locked_until = NULL, \
+             state = CASE WHEN state <> 4 THEN state \
+                 WHEN delivery_count >= (SELECT max FROM e WHERE e.id = entity_id) THEN 3 ELSE 0 END, \
+             dl_reason = CASE WHEN state = 4 AND delivery_count >= (SELECT max FROM e WHERE e.id = entity_id) \
+                 THEN ?2 ELSE dl_reason END, \
+             dl_description = CASE WHEN state = 4 AND delivery_count >= (SELECT max FROM e WHERE e.id = entity_id) \
+                 THEN 'the message was delivered ' || delivery_count || ' times without being settled' \
+                 ELSE dl_description END, \
+             dl_source = CASE WHEN state = 4 AND delivery_count >= (SELECT max FROM e WHERE e.id = entity_id) \
+                 THEN (SELECT name FROM e WHERE e.id = entity_id) ELSE dl_source END \
+             WHERE locked_until IS NOT NULL AND locked_until <= ?1 RETURNING entity_id",
         )
         .bind(now)
         .bind(reasons::MAX_DELIVERY_COUNT_EXCEEDED)
@@ -1135,27 +1136,32 @@ impl Engine {
         for row in rows {
             self.state.touched.insert(row.try_get(0)?);
         }
-        self.state.next_unlock =
-            sqlx::query_scalar::<_, Option<i64>>("SELECT MIN(locked_until) FROM courier_message WHERE state = 4")
-                .fetch_one(&mut self.conn)
-                .await?;
+        self.state.next_unlock = sqlx::query_scalar::<_, Option<i64>>(
+            "SELECT MIN(locked_until) FROM courier_message WHERE locked_until IS NOT NULL",
+        )
+        .fetch_one(&mut self.conn)
+        .await?;
         Ok(())
     }
 
     async fn sweep_expired(&mut self, now: i64) -> Sql {
-        let done = sqlx::query(
+        let moved = sqlx::query(
             "UPDATE courier_message SET state = 3, locked_until = NULL, dl_reason = ?2, \
              dl_description = 'the message expired before it was received', \
              dl_source = (SELECT name FROM courier_entity e WHERE e.id = entity_id) \
              WHERE state IN (0, 2) AND expires_at IS NOT NULL AND expires_at <= ?1 \
-             AND (locked_until IS NULL OR locked_until <= ?1)",
+             AND (locked_until IS NULL OR locked_until <= ?1) RETURNING entity_id",
         )
         .bind(now)
         .bind(reasons::TTL_EXPIRED)
-        .execute(&mut self.conn)
+        .fetch_all(&mut self.conn)
         .await?;
-        if done.rows_affected() > 0 {
-            tracing::info!(count = done.rows_affected(), "dead-lettered expired messages");
+        if !moved.is_empty() {
+            tracing::info!(count = moved.len(), "dead-lettered expired messages");
+        }
+        for row in moved {
+            // Receivers of the dead-letter sub-queue may be waiting.
+            self.state.touched.insert(row.try_get(0)?);
         }
         self.state.next_expiry = sqlx::query_scalar::<_, Option<i64>>(
             "SELECT MIN(expires_at) FROM courier_message WHERE expires_at IS NOT NULL AND expires_at > ?1 \
@@ -1464,7 +1470,9 @@ impl Engine {
                     self.state.touched.insert(r.entity);
                 }
                 SCHEDULED => State::note(&mut self.state.next_scheduled, r.scheduled_at),
-                _ => {}
+                _ => {
+                    self.state.touched.insert(r.entity);
+                }
             }
         }
         Ok(())
@@ -1599,7 +1607,7 @@ impl Engine {
             Err(e) => return Ok(Err(e)),
         };
         if locked {
-            if !rows.is_empty() && !dead {
+            if !rows.is_empty() {
                 State::note(&mut self.state.next_unlock, Some(lock_until));
             }
         } else {
@@ -1716,6 +1724,7 @@ impl Engine {
                 })));
             }
         }
+        State::note(&mut self.state.next_unlock, Some(lock_until));
         let mut rows = Vec::with_capacity(seqs.len());
         for seq in seqs {
             let row = sqlx::query(concat!(
@@ -1805,7 +1814,7 @@ impl Engine {
                 if dead {
                     return invalid("dead-lettered again");
                 }
-                sqlx::query(concat!(
+                let r = sqlx::query(concat!(
                     "UPDATE courier_message SET state = 3, locked_until = NULL, dl_reason = ?5, dl_description = ?6, \
                      dl_source = ?7, ",
                     patch_props!("?4"),
@@ -1820,7 +1829,10 @@ impl Engine {
                 .bind(&info.display)
                 .execute(&mut self.conn)
                 .await?
-                .rows_affected()
+                .rows_affected();
+                // Receivers of the dead-letter sub-queue may be waiting.
+                self.state.touched.insert(lock.entity);
+                r
             }
             Settlement::Defer { properties } => {
                 if dead {
@@ -1902,6 +1914,7 @@ impl Engine {
         .execute(&mut self.conn)
         .await?;
         State::note(&mut self.state.next_session_unlock, Some(until));
+        State::note(&mut self.state.next_unlock, Some(until));
         Ok(Ok(from_micros(until)))
     }
 
@@ -2158,7 +2171,7 @@ async fn refresh_due_times(conn: &mut SqliteConnection, state: &mut State) -> Sq
     state.next_scheduled = one("SELECT MIN(scheduled_at) FROM courier_message WHERE state = 1")
         .fetch_one(&mut *conn)
         .await?;
-    state.next_unlock = one("SELECT MIN(locked_until) FROM courier_message WHERE state = 4")
+    state.next_unlock = one("SELECT MIN(locked_until) FROM courier_message WHERE locked_until IS NOT NULL")
         .fetch_one(&mut *conn)
         .await?;
     state.next_expiry =
