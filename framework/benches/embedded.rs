@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use courier::Durability;
 use courier::prelude::*;
 use tokio::task::JoinSet;
 
@@ -28,8 +29,17 @@ struct Bench {
 }
 
 async fn broker() -> Bench {
+    broker_with(Durability::Normal).await
+}
+
+async fn broker_with(durability: Durability) -> Bench {
     let dir = tempfile::tempdir().unwrap();
-    let broker = Embedded::open(dir.path().join("bench.db")).await.unwrap();
+    let broker = Embedded::builder()
+        .path(dir.path().join("bench.db"))
+        .durability(durability)
+        .open()
+        .await
+        .unwrap();
     Bench { broker, _dir: dir }
 }
 
@@ -40,7 +50,11 @@ fn body() -> Vec<u8> {
 /// `producers` tasks send `n` messages one per call; `consumers` tasks receive one per call
 /// and complete it. Returns messages per second, end to end.
 async fn one_at_a_time(n: u64, producers: u64, consumers: u64) -> f64 {
-    let b = broker().await;
+    one_at_a_time_with(Durability::Normal, n, producers, consumers).await
+}
+
+async fn one_at_a_time_with(durability: Durability, n: u64, producers: u64, consumers: u64) -> f64 {
+    let b = broker_with(durability).await;
     b.broker.create_queue("q", &QueueOptions::default()).await.unwrap();
     let sender = b.broker.sender("q", SenderOptions::default()).await.unwrap();
     let receiver = b.broker.receiver(&EntityPath::queue("q")).await.unwrap();
@@ -216,8 +230,8 @@ async fn schedule_lateness(n: usize, secs: f64) -> (Duration, Duration, Duration
 }
 
 /// Runs the raw SQLite baseline; returns (handler 1 msg/tx, handler 10 msg/tx) at
-/// synchronous=NORMAL.
-fn baseline() -> Result<(f64, f64), String> {
+/// synchronous=NORMAL and handler 1 msg/tx at synchronous=FULL.
+fn baseline() -> Result<(f64, f64, f64), String> {
     let script =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/baselines/sqlite-handler-baseline.py");
     if !script.exists() {
@@ -232,14 +246,19 @@ fn baseline() -> Result<(f64, f64), String> {
         "{}",
         text.lines().map(|l| format!("    baseline: {l}\n")).collect::<String>()
     );
-    let find = |what: &str| {
+    let find_in = |mode: &str, what: &str| {
         text.lines()
-            .find(|l| l.starts_with("NORMAL") && l.contains(what))
+            .find(|l| l.starts_with(mode) && l.contains(what))
             .and_then(|l| l.split_whitespace().rev().nth(1))
             .and_then(|v| v.parse::<f64>().ok())
-            .ok_or_else(|| format!("no '{what}' line in the baseline's output"))
+            .ok_or_else(|| format!("no '{mode} {what}' line in the baseline's output"))
     };
-    Ok((find("handler 1 msg/tx")?, find("handler 10 msg/tx")?))
+    let find = |what: &str| find_in("NORMAL", what);
+    Ok((
+        find("handler 1 msg/tx")?,
+        find("handler 10 msg/tx")?,
+        find_in("FULL", "handler 1 msg/tx")?,
+    ))
 }
 
 fn main() {
@@ -295,8 +314,15 @@ fn main() {
         let b100 = batched(20_000 * scale, 100, 4, 2).await;
         println!("  batches of 100, 4 senders / 2 receivers:                    {b100:>9.0} msg/s");
         quiesce().await;
+        let full = one_at_a_time_with(Durability::Full, 5_000 * scale, 64, 8).await;
+        println!("  Durability::Full, one at a time, 64 senders / 8 receivers:  {full:>9.0} msg/s");
+        quiesce().await;
         match baseline() {
-            Ok((b1, b10raw)) => {
+            Ok((b1, b10raw, f1)) => {
+                println!(
+                    "  ratio Full one at a time / raw FULL handler 1 msg/tx: {:.0}% ({full:.0} / {f1:.0})",
+                    100.0 * full / f1
+                );
                 println!(
                     "  ratio one at a time / raw handler 1 msg/tx:  {:.0}% ({one:.0} / {b1:.0})",
                     100.0 * one / b1
