@@ -201,3 +201,114 @@ async fn dead_letter_receivers_are_woken() {
         "an expired message serves a waiting dead-letter receiver"
     );
 }
+
+/// A message scheduled on a topic is fanned out when it activates, with the topic's next
+/// sequence number (S5.4), to the subscriptions that exist then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduled_topic_message_fans_out_on_activation() {
+    let (broker, clock) = broker().await;
+    broker.create_topic("t", &TopicOptions::default()).await.unwrap();
+    broker
+        .create_subscription("t", "early", &QueueOptions::default())
+        .await
+        .unwrap();
+    let sender = broker.sender("t", SenderOptions::default()).await.unwrap();
+    let seq = sender
+        .schedule(Envelope::new("tick"), clock.now() + chrono::Duration::minutes(5))
+        .await
+        .unwrap();
+    broker
+        .create_subscription("t", "late", &QueueOptions::default())
+        .await
+        .unwrap();
+    let early = broker.receiver(&EntityPath::subscription("t", "early")).await.unwrap();
+    assert!(early.receive(1, Duration::ZERO).await.unwrap().is_empty());
+    clock.advance(Duration::from_secs(300));
+    for sub in ["early", "late"] {
+        let r = broker.receiver(&EntityPath::subscription("t", sub)).await.unwrap();
+        let d = r.receive(1, Duration::from_secs(5)).await.unwrap().pop().unwrap();
+        assert_eq!(d.message().body().as_ref(), b"tick");
+        assert_eq!(d.message().sequence_number(), seq + 1, "{sub}");
+    }
+}
+
+/// A copy for a session subscription without a session id is dead-lettered with a reason,
+/// never stuck where no session receiver can reach it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_without_session_id_for_a_session_subscription_is_dead_lettered() {
+    let (broker, _clock) = broker().await;
+    broker.create_topic("t", &TopicOptions::default()).await.unwrap();
+    broker
+        .create_subscription("t", "ordered", &QueueOptions::default().requires_session(true))
+        .await
+        .unwrap();
+    let sender = broker.sender("t", SenderOptions::default()).await.unwrap();
+    sender.send(Envelope::new("no session")).await.unwrap();
+    let dead = broker
+        .peek(&EntityPath::subscription("t", "ordered").dead_letter(), 0, 10)
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].broker.dead_letter_reason.as_deref(), Some("SessionIdMissing"));
+    assert_eq!(
+        broker
+            .counts(&EntityPath::subscription("t", "ordered"))
+            .await
+            .unwrap()
+            .dead_lettered,
+        1
+    );
+}
+
+/// Deferred messages: receive-deferred is all or nothing, abandoning keeps the message
+/// deferred, and a dead-lettered message cannot be dead-lettered again or deferred.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deferred_and_dead_lettered_settlements() {
+    let (broker, _clock) = broker().await;
+    broker.create_queue("q", &QueueOptions::default()).await.unwrap();
+    let sender = broker.sender("q", SenderOptions::default()).await.unwrap();
+    sender
+        .send_batch(vec![Envelope::new("a"), Envelope::new("b")])
+        .await
+        .unwrap();
+    let r = broker.receiver(&EntityPath::queue("q")).await.unwrap();
+    let got = r.receive(2, Duration::from_secs(5)).await.unwrap();
+    let mut seqs = Vec::new();
+    for d in got {
+        seqs.push(d.defer().await.unwrap());
+    }
+    let err = r.receive_deferred(&[seqs[0], 9999]).await.unwrap_err();
+    assert!(
+        matches!(
+            err.kind(),
+            ErrorKind::MessageNotFound {
+                sequence_number: 9999,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let both = r.receive_deferred(&seqs).await.unwrap();
+    assert_eq!(both.len(), 2, "nothing was locked by the failed call");
+    let mut both = both.into_iter();
+    both.next().unwrap().abandon().await.unwrap();
+    let counts = broker.counts(&EntityPath::queue("q")).await.unwrap();
+    assert_eq!(
+        (counts.active, counts.deferred),
+        (0, 2),
+        "an abandoned deferred message stays deferred"
+    );
+    assert!(r.receive(1, Duration::ZERO).await.unwrap().is_empty());
+
+    both.next()
+        .unwrap()
+        .dead_letter("test", "to the dead-letter queue")
+        .await
+        .unwrap();
+    let dlq = broker.receiver(&EntityPath::queue("q").dead_letter()).await.unwrap();
+    let d = dlq.receive(1, Duration::from_secs(5)).await.unwrap().pop().unwrap();
+    let err = d.dead_letter("again", "no").await.unwrap_err();
+    assert!(matches!(err.kind(), ErrorKind::InvalidOperation { .. }), "{err}");
+    let d = dlq.receive(1, Duration::ZERO).await.unwrap();
+    assert!(d.is_empty(), "the refused settlement left the lock in place");
+}
