@@ -176,6 +176,14 @@ pub enum ErrorKind {
         /// Whether retrying can help (a busy database, an interrupted call).
         transient: bool,
     },
+    /// A message type has no destination in the routing table.
+    #[error("cannot route {message_type}: {reason}")]
+    NoRoute {
+        /// The wire name of the message type.
+        message_type: String,
+        /// What is missing.
+        reason: String,
+    },
     /// The broker's storage holds something this version cannot read.
     #[error("corrupt stored message: {detail}")]
     Corrupt {
@@ -203,6 +211,7 @@ impl ErrorKind {
             | ErrorKind::MessageNotFound { .. }
             | ErrorKind::Unsupported { .. }
             | ErrorKind::Closed
+            | ErrorKind::NoRoute { .. }
             | ErrorKind::Corrupt { .. } => false,
         }
     }

@@ -27,9 +27,13 @@
 //! # }
 //! ```
 
+#[allow(unused_extern_crates)]
+extern crate self as courier;
+
 mod clock;
 mod codec;
 mod entity;
+mod endpoint;
 mod error;
 mod message;
 mod transport;
@@ -46,6 +50,17 @@ pub use codec::{Codec, CodecError, JsonCodec};
 pub use entity::{
     EntityCounts, EntityPath, MAX_LOCK_DURATION, MAX_NAME_LEN, MAX_TIME_TO_LIVE, QueueOptions, SubQueue,
     SubscriptionOptions, TopicOptions, validate_name,
+};
+pub use courier_macros::{Message, handler};
+pub use endpoint::bus::{Bus, SendOptions};
+pub use endpoint::context::Context;
+pub use endpoint::handler::{BoxFuture, Handler, HandlerError, Message, ResultExt, __private};
+pub use endpoint::recoverability::{RetryPolicy, headers};
+pub use endpoint::routing::{Routes, default_topic_name};
+pub use endpoint::trace::{TRACEPARENT, TRACESTATE, TraceContext};
+pub use endpoint::{
+    DEFAULT_CONCURRENCY, DEFAULT_MAX_LOCK_RENEWAL, DEFAULT_SHUTDOWN_TIMEOUT, Endpoint, EndpointBuilder,
+    RunningEndpoint, ShutdownReport, reasons as failure_reasons,
 };
 pub use error::{BoxError, Error, ErrorKind, Result, SendError};
 pub use message::{
@@ -67,6 +82,10 @@ pub use embedded::{DEFAULT_MAX_MESSAGE_SIZE, Durability, Embedded, EmbeddedBuild
 pub mod prelude {
     #[cfg(feature = "sqlite")]
     pub use crate::Embedded;
+    pub use crate::{
+        Bus, Context, Endpoint, Handler, HandlerError, Message, ResultExt, RetryPolicy, Routes, SendOptions,
+        handler,
+    };
     pub use crate::{
         Clock, Codec, Delivery, EntityPath, Envelope, JsonCodec, QueueOptions, ReceivedMessage, Receiver, Sender,
         SenderOptions, SessionReceiver, SessionSelector, Settlement, SystemClock, TopicOptions, Transport,

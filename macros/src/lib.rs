@@ -1,6 +1,32 @@
-//! Procedural macros of Courier.
+//! Procedural macros of Courier: `#[derive(Message)]` and `#[handler]`.
 //!
-//! The macros only generate trait impls and registration data; the runtime lives in the
-//! `courier` crate. The message derive, `#[handler]` and `#[saga]` arrive with the
-//! handler and saga issues; this crate holds their place in the workspace so that the
-//! layout, lints and CI are settled from the start.
+//! They only generate trait impls and registration data; the runtime lives in the
+//! `courier` crate, which re-exports these macros. Each macro parses its input into a
+//! model, checks it (collecting every error with its span), then generates code.
+
+mod handler;
+mod message;
+
+use proc_macro::TokenStream;
+
+/// Derives `courier::Message`: a stable wire name and the codec of a serde type.
+///
+/// Attributes: `#[message(name = "billing.InvoicePaid")]` pins the wire name (default:
+/// the Rust path of the type); `aliases = ["old.Name"]` lists earlier names still
+/// accepted; `codec = MyCodec` picks another `courier::Codec` (it must implement
+/// `Default`).
+#[proc_macro_derive(Message, attributes(message))]
+pub fn derive_message(input: TokenStream) -> TokenStream {
+    let input = syn::parse_macro_input!(input as syn::DeriveInput);
+    message::expand(&input).unwrap_or_else(syn::Error::into_compile_error).into()
+}
+
+/// Turns `async fn name(message: T, ctx: &mut courier::Context) -> Result<(), E>` into a
+/// handler: a unit struct `name` implementing `courier::Handler`, registered with
+/// `EndpointBuilder::handler(name)`.
+#[proc_macro_attribute]
+pub fn handler(args: TokenStream, input: TokenStream) -> TokenStream {
+    handler::expand(args.into(), input.into())
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}

@@ -1,0 +1,335 @@
+//! Sending and publishing typed messages: the [`Bus`] (outside handlers) and the
+//! dispatch of what a handler's [`Context`](crate::Context) collected.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::clock::{Clock, SystemClock};
+use crate::endpoint::handler::Message;
+use crate::endpoint::routing::Routes;
+use crate::endpoint::trace::{TRACEPARENT, TraceContext};
+use crate::entity::{TopicOptions, validate_name};
+use crate::error::{Error, ErrorKind, Result};
+use crate::message::{Envelope, Properties, PropertyValue};
+use crate::transport::{Sender, SenderOptions, Transport};
+
+/// How one message is sent: destination override, message id, headers, delivery time.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct SendOptions {
+    /// Send to this queue instead of the routed one.
+    pub destination: Option<String>,
+    /// Use this message id instead of a new UUIDv7 (receivers deduplicate by it).
+    pub message_id: Option<String>,
+    /// Headers (application properties) to set.
+    pub headers: Properties,
+    /// Deliver at this time instead of now.
+    pub deliver_at: Option<DateTime<Utc>>,
+    /// Deliver after this delay instead of now (from the clock's now at dispatch time).
+    pub deliver_after: Option<Duration>,
+    /// Session (ordered group) of the message.
+    pub session_id: Option<String>,
+    /// Time-to-live of the message.
+    pub time_to_live: Option<Duration>,
+}
+
+impl SendOptions {
+    /// Default options.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Sends to `queue` instead of the routed queue.
+    #[must_use]
+    pub fn to(mut self, queue: impl Into<String>) -> Self {
+        self.destination = Some(queue.into());
+        self
+    }
+    /// Sets the message id.
+    #[must_use]
+    pub fn message_id(mut self, id: impl Into<String>) -> Self {
+        self.message_id = Some(id.into());
+        self
+    }
+    /// Sets a header.
+    #[must_use]
+    pub fn header(mut self, key: impl Into<String>, value: impl Into<PropertyValue>) -> Self {
+        self.headers.insert(key.into(), value.into());
+        self
+    }
+    /// Delivers at `at`.
+    #[must_use]
+    pub fn deliver_at(mut self, at: DateTime<Utc>) -> Self {
+        self.deliver_at = Some(at);
+        self
+    }
+    /// Delivers after `delay`.
+    #[must_use]
+    pub fn deliver_after(mut self, delay: Duration) -> Self {
+        self.deliver_after = Some(delay);
+        self
+    }
+    /// Sets the session id.
+    #[must_use]
+    pub fn session_id(mut self, id: impl Into<String>) -> Self {
+        self.session_id = Some(id.into());
+        self
+    }
+    /// Sets the time-to-live.
+    #[must_use]
+    pub fn time_to_live(mut self, ttl: Duration) -> Self {
+        self.time_to_live = Some(ttl);
+        self
+    }
+}
+
+/// Whether a message is a command (to one queue) or an event (to a topic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Intent {
+    Send,
+    Publish,
+}
+
+/// A message ready to leave, with where it goes.
+#[derive(Debug, Clone)]
+pub(crate) struct Outgoing {
+    pub(crate) destination: String,
+    pub(crate) is_topic: bool,
+    pub(crate) envelope: Envelope,
+}
+
+/// What an outgoing message inherits from the message being handled.
+#[derive(Debug, Clone)]
+pub(crate) struct Parent {
+    pub(crate) message_id: String,
+    pub(crate) correlation_id: Option<String>,
+    pub(crate) trace: TraceContext,
+}
+
+/// Encodes and addresses one message.
+pub(crate) fn prepare<M: Message>(
+    routes: &Routes,
+    clock: &dyn Clock,
+    intent: Intent,
+    message: &M,
+    options: SendOptions,
+    parent: Option<&Parent>,
+) -> Result<Outgoing> {
+    let (destination, is_topic) = match intent {
+        Intent::Publish => match routes.topic_of(M::NAME) {
+            Some(topic) => (topic.to_owned(), true),
+            None => {
+                return Err(Error::new(ErrorKind::NoRoute {
+                    message_type: M::NAME.to_owned(),
+                    reason: "it is not declared as an event: add Routes::event::<T>()".into(),
+                }));
+            }
+        },
+        Intent::Send => match options.destination.clone().or_else(|| routes.queue_of(M::NAME).map(str::to_owned)) {
+            Some(queue) => (queue, false),
+            None => {
+                return Err(Error::new(ErrorKind::NoRoute {
+                    message_type: M::NAME.to_owned(),
+                    reason: "no queue is routed for it: add Routes::send::<T>(queue) or send with SendOptions::to"
+                        .into(),
+                }));
+            }
+        },
+    };
+    validate_name(&destination)?;
+    let mut envelope = message.to_envelope().map_err(|e| {
+        Error::with_source(
+            ErrorKind::InvalidMessage {
+                reason: format!("cannot encode {}", M::NAME),
+            },
+            e,
+        )
+    })?;
+    if let Some(id) = options.message_id {
+        envelope.message_id = id;
+    }
+    envelope.properties.extend(options.headers);
+    let trace = match parent {
+        Some(p) => {
+            envelope.correlation_id = Some(p.correlation_id.clone().unwrap_or_else(|| p.message_id.clone()));
+            envelope.causation_id = Some(p.message_id.clone());
+            p.trace
+        }
+        None => TraceContext::new_root(),
+    };
+    envelope
+        .properties
+        .insert(TRACEPARENT.to_owned(), PropertyValue::String(trace.to_string()));
+    envelope.scheduled_enqueue_time = match (options.deliver_at, options.deliver_after) {
+        (Some(at), _) => Some(at),
+        (None, Some(delay)) => Some(clock.now() + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX)),
+        (None, None) => None,
+    };
+    envelope.session_id = options.session_id;
+    envelope.time_to_live = options.time_to_live;
+    Ok(Outgoing {
+        destination,
+        is_topic,
+        envelope,
+    })
+}
+
+/// Sends and publishes typed messages from outside a handler (a web request, a
+/// startup job). Cheap to clone.
+///
+/// Inside a handler use the [`Context`](crate::Context) instead: what it sends leaves only
+/// when the handler succeeded, and carries the correlation of the handled message.
+#[derive(Clone)]
+pub struct Bus {
+    inner: Arc<BusInner>,
+}
+
+struct BusInner {
+    transport: Arc<dyn Transport>,
+    routes: Routes,
+    clock: Arc<dyn Clock>,
+    senders: Mutex<HashMap<String, Arc<dyn Sender>>>,
+}
+
+impl std::fmt::Debug for Bus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bus")
+            .field("transport", &self.inner.transport.name())
+            .field("routes", &self.inner.routes)
+            .finish()
+    }
+}
+
+impl Bus {
+    /// A bus over `transport` with `routes`, on the system clock.
+    pub fn new(transport: Arc<dyn Transport>, routes: Routes) -> Self {
+        Self::with_clock(transport, routes, Arc::new(SystemClock))
+    }
+
+    /// A bus that reads time (for [`SendOptions::deliver_after`]) from `clock`.
+    pub fn with_clock(transport: Arc<dyn Transport>, routes: Routes, clock: Arc<dyn Clock>) -> Self {
+        Self {
+            inner: Arc::new(BusInner {
+                transport,
+                routes,
+                clock,
+                senders: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// The routing table.
+    pub fn routes(&self) -> &Routes {
+        &self.inner.routes
+    }
+
+    /// The transport.
+    pub fn transport(&self) -> &Arc<dyn Transport> {
+        &self.inner.transport
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.inner.clock
+    }
+
+    /// Sends a command to its routed queue; returns its message id.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoRoute`] when no queue is routed for the type; the transport's send
+    /// error (see [`Error::is_transient`]).
+    pub async fn send<M: Message>(&self, message: &M) -> Result<String> {
+        self.send_with(message, SendOptions::default()).await
+    }
+
+    /// Sends a command with options; returns its message id.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    pub async fn send_with<M: Message>(&self, message: &M, options: SendOptions) -> Result<String> {
+        let out = prepare(&self.inner.routes, &*self.inner.clock, Intent::Send, message, options, None)?;
+        let id = out.envelope.message_id.clone();
+        self.dispatch(vec![out]).await?;
+        Ok(id)
+    }
+
+    /// Publishes an event to its topic; returns its message id.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoRoute`] when the type is not declared as an event; the transport's
+    /// send error.
+    pub async fn publish<M: Message>(&self, message: &M) -> Result<String> {
+        self.publish_with(message, SendOptions::default()).await
+    }
+
+    /// Publishes an event with options; returns its message id.
+    ///
+    /// # Errors
+    /// As [`publish`](Self::publish).
+    pub async fn publish_with<M: Message>(&self, message: &M, options: SendOptions) -> Result<String> {
+        let out = prepare(&self.inner.routes, &*self.inner.clock, Intent::Publish, message, options, None)?;
+        let id = out.envelope.message_id.clone();
+        self.dispatch(vec![out]).await?;
+        Ok(id)
+    }
+
+    /// Sends a raw envelope to a queue or topic (for bridges and tests).
+    ///
+    /// # Errors
+    /// The transport's send error.
+    pub async fn send_envelope(&self, destination: &str, envelope: Envelope) -> Result<()> {
+        let sender = self.sender(destination, false).await?;
+        sender.send(envelope).await.map_err(Error::from)
+    }
+
+    /// Sends what a handler collected: one batch per destination, in the order given.
+    pub(crate) async fn dispatch(&self, outgoing: Vec<Outgoing>) -> Result<()> {
+        let mut groups: Vec<(String, bool, Vec<Envelope>)> = Vec::new();
+        for out in outgoing {
+            match groups.iter_mut().find(|(d, _, _)| *d == out.destination) {
+                Some((_, _, list)) => list.push(out.envelope),
+                None => groups.push((out.destination, out.is_topic, vec![out.envelope])),
+            }
+        }
+        for (destination, is_topic, mut envelopes) in groups {
+            let sender = self.sender(&destination, is_topic).await?;
+            let result = if envelopes.len() == 1 {
+                match envelopes.pop() {
+                    Some(one) => sender.send(one).await,
+                    None => Ok(()),
+                }
+            } else {
+                sender.send_batch(envelopes).await
+            };
+            result.map_err(Error::from)?;
+        }
+        Ok(())
+    }
+
+    /// The cached sender of a queue or topic; a topic that does not exist yet is
+    /// created (publishing before any subscriber exists is not an error).
+    pub(crate) async fn sender(&self, destination: &str, is_topic: bool) -> Result<Arc<dyn Sender>> {
+        if let Some(s) = self.cached(destination) {
+            return Ok(s);
+        }
+        let transport = &self.inner.transport;
+        let sender = match transport.sender(destination, SenderOptions::default()).await {
+            Ok(s) => s,
+            Err(e) if is_topic && matches!(e.kind(), ErrorKind::EntityNotFound { .. }) => {
+                transport.create_topic(destination, &TopicOptions::default()).await?;
+                transport.sender(destination, SenderOptions::default()).await?
+            }
+            Err(e) => return Err(e),
+        };
+        if let Ok(mut map) = self.inner.senders.lock() {
+            map.insert(destination.to_owned(), sender.clone());
+        }
+        Ok(sender)
+    }
+
+    fn cached(&self, destination: &str) -> Option<Arc<dyn Sender>> {
+        self.inner.senders.lock().ok()?.get(destination).cloned()
+    }
+}

@@ -1,0 +1,273 @@
+//! The [`Context`] a handler gets with its message.
+
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::Clock;
+use crate::endpoint::bus::{Bus, Intent, Outgoing, Parent, SendOptions, prepare};
+use crate::endpoint::handler::Message;
+use crate::endpoint::trace::TraceContext;
+use crate::error::{Error, ErrorKind, Result};
+use crate::message::{Properties, PropertyValue, ReceivedMessage, SequenceNumber};
+
+/// Values shared by every handler of an endpoint, by type (a database pool, a client).
+#[derive(Default)]
+pub(crate) struct Extensions {
+    map: HashMap<TypeId, Arc<dyn Any + Send + Sync>>,
+}
+
+impl Extensions {
+    pub(crate) fn insert<T: Send + Sync + 'static>(&mut self, value: T) {
+        self.map.insert(TypeId::of::<T>(), Arc::new(value));
+    }
+    pub(crate) fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.map.get(&TypeId::of::<T>())?.downcast_ref::<T>()
+    }
+}
+
+/// What a handler knows about the message it handles, and how it sends more.
+///
+/// Messages sent, published or scheduled through the context are collected and leave
+/// only once every handler of the message succeeded; if a handler fails they are
+/// discarded with the attempt. Each carries the handled message's correlation id (or,
+/// when it had none, its message id) and the handled message's id as causation id, and
+/// continues its W3C trace.
+pub struct Context {
+    endpoint: Arc<str>,
+    message: ReceivedMessage,
+    attempt: u32,
+    delayed_retries: u32,
+    bus: Bus,
+    clock: Arc<dyn Clock>,
+    cancel: CancellationToken,
+    trace: TraceContext,
+    extensions: Arc<Extensions>,
+    outgoing: Vec<Outgoing>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("endpoint", &self.endpoint)
+            .field("message_id", &self.message.envelope.message_id)
+            .field("attempt", &self.attempt)
+            .field("outgoing", &self.outgoing.len())
+            .finish()
+    }
+}
+
+/// Everything a context is made of.
+pub(crate) struct ContextParts {
+    pub(crate) endpoint: Arc<str>,
+    pub(crate) message: ReceivedMessage,
+    pub(crate) attempt: u32,
+    pub(crate) delayed_retries: u32,
+    pub(crate) bus: Bus,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) trace: TraceContext,
+    pub(crate) extensions: Arc<Extensions>,
+}
+
+impl Context {
+    pub(crate) fn new(parts: ContextParts) -> Self {
+        Self {
+            endpoint: parts.endpoint,
+            message: parts.message,
+            attempt: parts.attempt,
+            delayed_retries: parts.delayed_retries,
+            bus: parts.bus,
+            clock: parts.clock,
+            cancel: parts.cancel,
+            trace: parts.trace,
+            extensions: parts.extensions,
+            outgoing: Vec::new(),
+        }
+    }
+
+    pub(crate) fn take_outgoing(&mut self) -> Vec<Outgoing> {
+        std::mem::take(&mut self.outgoing)
+    }
+
+    /// The endpoint handling the message.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The message id (kept through every redelivery and retry).
+    pub fn message_id(&self) -> &str {
+        &self.message.envelope.message_id
+    }
+
+    /// The correlation id, if the sender set one.
+    pub fn correlation_id(&self) -> Option<&str> {
+        self.message.envelope.correlation_id.as_deref()
+    }
+
+    /// The id of the message whose handling sent this one.
+    pub fn causation_id(&self) -> Option<&str> {
+        self.message.envelope.causation_id.as_deref()
+    }
+
+    /// The wire name of the message type.
+    pub fn message_type(&self) -> Option<&str> {
+        self.message.envelope.message_type.as_deref()
+    }
+
+    /// The broker's sequence number.
+    pub fn sequence_number(&self) -> SequenceNumber {
+        self.message.broker.sequence_number
+    }
+
+    /// When the broker enqueued the message (for a delayed retry: when the retry was
+    /// enqueued).
+    pub fn enqueued_time(&self) -> DateTime<Utc> {
+        self.message.broker.enqueued_time
+    }
+
+    /// How many times the broker has delivered this copy of the message.
+    pub fn delivery_count(&self) -> u32 {
+        self.message.broker.delivery_count
+    }
+
+    /// Which attempt this is, counting every immediate and delayed retry (1 on the
+    /// first).
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// How many delayed retries came before this attempt.
+    pub fn delayed_retries(&self) -> u32 {
+        self.delayed_retries
+    }
+
+    /// The message's headers (application properties).
+    pub fn headers(&self) -> &Properties {
+        &self.message.envelope.properties
+    }
+
+    /// One header.
+    pub fn header(&self, key: &str) -> Option<&PropertyValue> {
+        self.message.envelope.properties.get(key)
+    }
+
+    /// Where the sender wants replies.
+    pub fn reply_to(&self) -> Option<&str> {
+        self.message.envelope.reply_to.as_deref()
+    }
+
+    /// The whole received message.
+    pub fn received(&self) -> &ReceivedMessage {
+        &self.message
+    }
+
+    /// The trace position of this handling (its span id is the parent of what it sends).
+    pub fn trace(&self) -> TraceContext {
+        self.trace
+    }
+
+    /// Fires when the handler should stop: the endpoint's shutdown deadline passed, or
+    /// the message lock was lost (its outcome will not count).
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// Whether [`cancellation`](Self::cancellation) has fired.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    /// The clock of the endpoint (virtual in tests).
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// A value given to the endpoint with
+    /// [`EndpointBuilder::state`](crate::EndpointBuilder::state).
+    pub fn state<T: Send + Sync + 'static>(&self) -> Option<&T> {
+        self.extensions.get::<T>()
+    }
+
+    fn push<M: Message>(&mut self, intent: Intent, message: &M, options: SendOptions) -> Result<()> {
+        let parent = Parent {
+            message_id: self.message.envelope.message_id.clone(),
+            correlation_id: self.message.envelope.correlation_id.clone(),
+            trace: self.trace,
+        };
+        let out = prepare(self.bus.routes(), &*self.clock, intent, message, options, Some(&parent))?;
+        self.outgoing.push(out);
+        Ok(())
+    }
+
+    /// Sends a command to its routed queue when the handler succeeds.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoRoute`] or an encoding error ([`ErrorKind::InvalidMessage`]).
+    pub fn send<M: Message>(&mut self, message: &M) -> Result<()> {
+        self.push(Intent::Send, message, SendOptions::default())
+    }
+
+    /// Sends a command with options when the handler succeeds.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    pub fn send_with<M: Message>(&mut self, message: &M, options: SendOptions) -> Result<()> {
+        self.push(Intent::Send, message, options)
+    }
+
+    /// Sends a command that is delivered at `at`.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    pub fn send_at<M: Message>(&mut self, message: &M, at: DateTime<Utc>) -> Result<()> {
+        self.push(Intent::Send, message, SendOptions::default().deliver_at(at))
+    }
+
+    /// Sends a command that is delivered after `delay`.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    pub fn send_after<M: Message>(&mut self, message: &M, delay: Duration) -> Result<()> {
+        self.push(Intent::Send, message, SendOptions::default().deliver_after(delay))
+    }
+
+    /// Publishes an event when the handler succeeds.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoRoute`] if the type is not declared as an event.
+    pub fn publish<M: Message>(&mut self, message: &M) -> Result<()> {
+        self.push(Intent::Publish, message, SendOptions::default())
+    }
+
+    /// Publishes an event with options when the handler succeeds.
+    ///
+    /// # Errors
+    /// As [`publish`](Self::publish).
+    pub fn publish_with<M: Message>(&mut self, message: &M, options: SendOptions) -> Result<()> {
+        self.push(Intent::Publish, message, options)
+    }
+
+    /// Sends a reply to the handled message's `reply_to` queue when the handler succeeds.
+    ///
+    /// # Errors
+    /// [`ErrorKind::NoRoute`] if the message has no reply-to address.
+    pub fn reply<M: Message>(&mut self, message: &M) -> Result<()> {
+        let Some(to) = self.message.envelope.reply_to.clone() else {
+            return Err(Error::new(ErrorKind::NoRoute {
+                message_type: M::NAME.to_owned(),
+                reason: "the handled message has no reply-to address".into(),
+            }));
+        };
+        self.push(Intent::Send, message, SendOptions::default().to(to))
+    }
+
+    /// How many messages wait to leave when the handler succeeds.
+    pub fn pending_messages(&self) -> usize {
+        self.outgoing.len()
+    }
+}

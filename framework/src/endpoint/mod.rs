@@ -1,0 +1,394 @@
+//! The endpoint: receives its messages in PeekLock mode, runs their handlers, settles each
+//! message the right way. See `docs/endpoints.md`.
+
+pub(crate) mod bus;
+pub(crate) mod context;
+pub(crate) mod handler;
+pub(crate) mod recoverability;
+pub(crate) mod routing;
+pub(crate) mod trace;
+
+mod runtime;
+
+use std::any::TypeId;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::clock::{Clock, SystemClock};
+use crate::endpoint::context::Extensions;
+use crate::endpoint::handler::{BoxFuture, Handler, Message};
+use crate::endpoint::recoverability::RetryPolicy;
+use crate::endpoint::routing::Routes;
+use crate::entity::{QueueOptions, validate_name};
+use crate::error::{Error, ErrorKind, Result};
+use crate::transport::Transport;
+
+pub use recoverability::reasons;
+pub use runtime::{RunningEndpoint, ShutdownReport};
+
+/// Why handling failed, as the endpoint records it.
+pub(crate) enum Failure {
+    /// The body does not decode into the handler's message type.
+    Decode(crate::codec::CodecError),
+    /// A handler returned an error.
+    Handler {
+        handler: &'static str,
+        error: handler::HandlerError,
+    },
+    /// A handler panicked.
+    Panic { handler: &'static str, text: String },
+    /// The messages the handlers sent could not be dispatched.
+    Dispatch(Error),
+    /// Earlier deliveries ended without an outcome (the process stopped, or the lock
+    /// expired while a handler ran).
+    Unfinished { deliveries: u32 },
+}
+
+impl Failure {
+    /// The dead-letter reason when no retry can help.
+    pub(crate) fn permanent_reason(&self) -> Option<&'static str> {
+        match self {
+            Failure::Decode(_) => Some(reasons::DESERIALIZATION_FAILED),
+            Failure::Handler { error, .. } if error.is_permanent() => Some(reasons::PERMANENT_FAILURE),
+            Failure::Handler { .. } | Failure::Panic { .. } | Failure::Dispatch(_) | Failure::Unfinished { .. } => None,
+        }
+    }
+
+    pub(crate) fn handler(&self) -> Option<&'static str> {
+        match self {
+            Failure::Handler { handler, .. } | Failure::Panic { handler, .. } => Some(handler),
+            Failure::Decode(_) | Failure::Dispatch(_) | Failure::Unfinished { .. } => None,
+        }
+    }
+
+    pub(crate) fn chain(&self) -> Vec<String> {
+        fn walk(top: &(dyn std::error::Error + 'static)) -> Vec<String> {
+            let mut out = vec![top.to_string()];
+            let mut next = top.source();
+            while let Some(e) = next {
+                out.push(e.to_string());
+                next = e.source();
+            }
+            out
+        }
+        match self {
+            Failure::Decode(e) => walk(e),
+            Failure::Handler { error, .. } => error.chain(),
+            Failure::Panic { text, .. } => vec![format!("handler panicked: {text}")],
+            Failure::Dispatch(e) => {
+                let mut v = vec!["could not send the handler's messages".to_owned()];
+                v.extend(walk(e));
+                v
+            }
+            Failure::Unfinished { deliveries } => vec![format!(
+                "{} earlier deliveries ended without an outcome (the process stopped or the lock expired)",
+                deliveries.saturating_sub(1)
+            )],
+        }
+    }
+}
+
+/// A handler with its message type erased.
+pub(crate) trait ErasedHandler: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn call<'a>(&'a self, ctx: &'a mut context::Context) -> BoxFuture<'a, Result<(), Failure>>;
+}
+
+struct Erased<H>(H);
+
+impl<H: Handler> ErasedHandler for Erased<H> {
+    fn name(&self) -> &'static str {
+        self.0.name()
+    }
+
+    fn call<'a>(&'a self, ctx: &'a mut context::Context) -> BoxFuture<'a, Result<(), Failure>> {
+        Box::pin(async move {
+            let message = H::Message::from_envelope(&ctx.received().envelope).map_err(Failure::Decode)?;
+            let name = self.0.name();
+            self.0
+                .handle(message, ctx)
+                .await
+                .map_err(|error| Failure::Handler { handler: name, error })
+        })
+    }
+}
+
+/// The handlers of one message type.
+pub(crate) struct TypeEntry {
+    pub(crate) name: &'static str,
+    pub(crate) handlers: Arc<[Arc<dyn ErasedHandler>]>,
+}
+
+struct Registration {
+    type_id: TypeId,
+    type_name: &'static str,
+    name: &'static str,
+    aliases: &'static [&'static str],
+    handler: Arc<dyn ErasedHandler>,
+}
+
+/// An endpoint: a named input queue and the handlers of the messages that arrive on it.
+///
+/// # Examples
+///
+/// ```
+/// use std::sync::Arc;
+/// use courier::prelude::*;
+///
+/// #[derive(serde::Serialize, serde::Deserialize, courier::Message)]
+/// #[message(name = "billing.ChargeCard")]
+/// struct ChargeCard { order: u64 }
+///
+/// #[courier::handler]
+/// async fn charge(msg: ChargeCard, ctx: &mut Context) -> Result<(), HandlerError> {
+///     assert_eq!(msg.order, 7);
+///     Ok(())
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), courier::Error> {
+/// let transport: Arc<dyn Transport> = Arc::new(Embedded::in_memory().await?);
+/// let routes = Routes::new().send::<ChargeCard>("billing");
+/// let billing = Endpoint::builder("billing")
+///     .transport(transport.clone())
+///     .routes(routes.clone())
+///     .handler(charge)
+///     .start()
+///     .await?;
+/// billing.bus().send(&ChargeCard { order: 7 }).await?;
+/// billing.shutdown().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Endpoint;
+
+impl Endpoint {
+    /// Starts configuring the endpoint `name`; its input queue has the same name.
+    pub fn builder(name: impl Into<String>) -> EndpointBuilder {
+        EndpointBuilder::new(name.into())
+    }
+}
+
+/// How many messages an endpoint handles at once by default.
+pub const DEFAULT_CONCURRENCY: usize = 16;
+/// How long a lock is renewed while a handler runs, at most, by default.
+pub const DEFAULT_MAX_LOCK_RENEWAL: Duration = Duration::from_secs(300);
+/// How long a graceful shutdown waits for running handlers by default.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Configures an [`Endpoint`]; [`start`](EndpointBuilder::start) runs it.
+#[must_use]
+pub struct EndpointBuilder {
+    name: String,
+    transport: Option<Arc<dyn Transport>>,
+    routes: Routes,
+    registrations: Vec<Registration>,
+    concurrency: usize,
+    prefetch: Option<usize>,
+    policy: RetryPolicy,
+    max_lock_renewal: Duration,
+    shutdown_timeout: Duration,
+    clock: Arc<dyn Clock>,
+    queue_options: QueueOptions,
+    extensions: Extensions,
+}
+
+impl std::fmt::Debug for EndpointBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EndpointBuilder")
+            .field("name", &self.name)
+            .field("handlers", &self.registrations.len())
+            .field("concurrency", &self.concurrency)
+            .field("prefetch", &self.prefetch)
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EndpointBuilder {
+    fn new(name: String) -> Self {
+        Self {
+            name,
+            transport: None,
+            routes: Routes::new(),
+            registrations: Vec::new(),
+            concurrency: DEFAULT_CONCURRENCY,
+            prefetch: None,
+            policy: RetryPolicy::default(),
+            max_lock_renewal: DEFAULT_MAX_LOCK_RENEWAL,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            clock: Arc::new(SystemClock),
+            queue_options: QueueOptions::default(),
+            extensions: Extensions::default(),
+        }
+    }
+
+    /// The broker (required).
+    pub fn transport(mut self, transport: Arc<dyn Transport>) -> Self {
+        self.transport = Some(transport);
+        self
+    }
+
+    /// The routing table: where sent commands go, which types are events.
+    pub fn routes(mut self, routes: Routes) -> Self {
+        self.routes = routes;
+        self
+    }
+
+    /// Adds a handler. Several handlers of one message type all run, in the order they
+    /// were added; one failing fails the message (and all run again on a retry).
+    pub fn handler<H: Handler>(mut self, handler: H) -> Self {
+        self.registrations.push(Registration {
+            type_id: TypeId::of::<H::Message>(),
+            type_name: std::any::type_name::<H::Message>(),
+            name: <H::Message as Message>::NAME,
+            aliases: <H::Message as Message>::ALIASES,
+            handler: Arc::new(Erased(handler)),
+        });
+        self
+    }
+
+    /// How many messages are handled at once (default [`DEFAULT_CONCURRENCY`]).
+    pub fn concurrency(mut self, n: usize) -> Self {
+        self.concurrency = n;
+        self
+    }
+
+    /// How many messages are received ahead of the handlers, locked and waiting (default:
+    /// the concurrency). Their locks run while they wait.
+    pub fn prefetch(mut self, n: usize) -> Self {
+        self.prefetch = Some(n);
+        self
+    }
+
+    /// The retry policy (default [`RetryPolicy::default`]).
+    pub fn recoverability(mut self, policy: RetryPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Renew a message's lock while its handlers run for at most this long (default
+    /// [`DEFAULT_MAX_LOCK_RENEWAL`]).
+    pub fn max_lock_renewal(mut self, d: Duration) -> Self {
+        self.max_lock_renewal = d;
+        self
+    }
+
+    /// How long a graceful shutdown waits for running handlers (default
+    /// [`DEFAULT_SHUTDOWN_TIMEOUT`]).
+    pub fn shutdown_timeout(mut self, d: Duration) -> Self {
+        self.shutdown_timeout = d;
+        self
+    }
+
+    /// The clock (default the system clock; a [`VirtualClock`](crate::VirtualClock) in
+    /// tests, the same one the broker uses).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Options of the input queue and subscriptions when the endpoint creates them. The
+    /// max delivery count is raised to at least one more than the attempts per round of
+    /// the retry policy, so the broker's own limit stays a backstop.
+    pub fn queue_options(mut self, options: QueueOptions) -> Self {
+        self.queue_options = options;
+        self
+    }
+
+    /// A value every handler can read with [`Context::state`](crate::Context::state).
+    pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.extensions.insert(value);
+        self
+    }
+
+    fn registry(registrations: Vec<Registration>) -> Result<(HashMap<String, Arc<TypeEntry>>, Vec<Arc<TypeEntry>>)> {
+        let mut grouped: Vec<(TypeId, &'static str, &'static str, &'static [&'static str], Vec<Arc<dyn ErasedHandler>>)> =
+            Vec::new();
+        for r in registrations {
+            match grouped.iter_mut().find(|g| g.0 == r.type_id) {
+                Some(g) => g.4.push(r.handler),
+                None => grouped.push((r.type_id, r.type_name, r.name, r.aliases, vec![r.handler])),
+            }
+        }
+        let mut by_name: HashMap<String, Arc<TypeEntry>> = HashMap::new();
+        let mut owners: HashMap<&'static str, &'static str> = HashMap::new();
+        let mut entries = Vec::new();
+        for (_, type_name, name, aliases, handlers) in grouped {
+            let entry = Arc::new(TypeEntry {
+                name,
+                handlers: handlers.into(),
+            });
+            for wire in std::iter::once(name).chain(aliases.iter().copied()) {
+                if let Some(other) = owners.insert(wire, type_name) {
+                    return Err(Error::new(ErrorKind::InvalidOptions {
+                        reason: format!("the wire name {wire:?} belongs to both {other} and {type_name}"),
+                    }));
+                }
+                by_name.insert(wire.to_owned(), entry.clone());
+            }
+            entries.push(entry);
+        }
+        Ok((by_name, entries))
+    }
+
+    /// Creates the input queue (and a subscription per handled event) if missing, and
+    /// starts receiving.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidOptions`] for a missing transport, zero concurrency, two types
+    /// sharing a wire name or a bad retry policy; [`ErrorKind::InvalidEntityName`]; the
+    /// transport's errors creating the topology.
+    pub async fn start(self) -> Result<RunningEndpoint> {
+        validate_name(&self.name)?;
+        self.routes.validate()?;
+        self.policy.validate()?;
+        let invalid = |reason: &str| {
+            Err(Error::new(ErrorKind::InvalidOptions {
+                reason: reason.to_owned(),
+            }))
+        };
+        let Some(transport) = self.transport else {
+            return invalid("an endpoint needs a transport: call EndpointBuilder::transport");
+        };
+        if self.concurrency == 0 {
+            return invalid("concurrency must be at least 1");
+        }
+        if self.registrations.is_empty() {
+            return invalid("an endpoint needs at least one handler");
+        }
+        let (by_name, entries) = Self::registry(self.registrations)?;
+        let mut options = self.queue_options;
+        options.max_delivery_count = options
+            .max_delivery_count
+            .max(self.policy.attempts_per_round().saturating_add(1));
+        transport.create_queue(&self.name, &options).await?;
+        let mut sources = vec![crate::entity::EntityPath::queue(self.name.clone())];
+        for entry in &entries {
+            if let Some(topic) = self.routes.topic_of(entry.name) {
+                transport
+                    .create_topic(topic, &crate::entity::TopicOptions::default())
+                    .await?;
+                transport.create_subscription(topic, &self.name, &options).await?;
+                sources.push(crate::entity::EntityPath::subscription(topic, self.name.clone()));
+            }
+        }
+        let config = runtime::Config {
+            name: self.name.into(),
+            transport,
+            routes: self.routes,
+            by_name,
+            policy: self.policy,
+            clock: self.clock,
+            concurrency: self.concurrency,
+            prefetch: self.prefetch.unwrap_or(self.concurrency),
+            max_lock_renewal: self.max_lock_renewal,
+            shutdown_timeout: self.shutdown_timeout,
+            extensions: Arc::new(self.extensions),
+            sources,
+        };
+        runtime::start(config).await
+    }
+}

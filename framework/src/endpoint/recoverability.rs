@@ -1,0 +1,202 @@
+//! What happens to a message whose handling failed: immediate retries, delayed retries,
+//! then the dead-letter queue with the failure written on the message.
+
+use std::time::Duration;
+
+use crate::error::{Error, ErrorKind, Result};
+
+/// Dead-letter reasons the endpoint writes.
+pub mod reasons {
+    /// The message has no type, or no handler of this endpoint knows its type.
+    pub const UNKNOWN_MESSAGE_TYPE: &str = "courier.UnknownMessageType";
+    /// The body could not be decoded into the message type.
+    pub const DESERIALIZATION_FAILED: &str = "courier.DeserializationFailed";
+    /// A handler returned an error it marked permanent.
+    pub const PERMANENT_FAILURE: &str = "courier.PermanentFailure";
+    /// Every immediate and delayed retry failed.
+    pub const RETRIES_EXHAUSTED: &str = "courier.RetriesExhausted";
+}
+
+/// The headers (application properties) the endpoint writes on a retried or
+/// dead-lettered message.
+pub mod headers {
+    /// How many delayed retries the message has had (an integer).
+    pub const DELAYED_RETRIES: &str = "courier.retry.delayed";
+    /// The text of the last failure.
+    pub const FAILURE_ERROR: &str = "courier.failure.error";
+    /// The last failure's error chain, outermost first, one per line.
+    pub const FAILURE_CHAIN: &str = "courier.failure.chain";
+    /// The handler that failed.
+    pub const FAILURE_HANDLER: &str = "courier.failure.handler";
+    /// The endpoint where it failed.
+    pub const FAILURE_ENDPOINT: &str = "courier.failure.endpoint";
+    /// How many attempts were made in all (an integer).
+    pub const FAILURE_ATTEMPTS: &str = "courier.failure.attempts";
+    /// When the last failure happened (RFC 3339, UTC).
+    pub const FAILURE_TIME: &str = "courier.failure.time";
+    /// Whether the handler marked the failure permanent (a boolean).
+    pub const FAILURE_PERMANENT: &str = "courier.failure.permanent";
+}
+
+/// How an endpoint retries a message whose handling failed.
+///
+/// Immediate retries hand the message back to the broker (abandon), which delivers it
+/// again at once; the attempt number is the broker's durable delivery count. When they
+/// are used up, a delayed retry sends a copy of the message (same message id, with
+/// [`headers::DELAYED_RETRIES`] counting up) scheduled for later to the endpoint's own
+/// queue, and completes the original; each delayed retry starts a new round of
+/// immediate retries. When the delayed retries are used up too, the message goes to the
+/// dead-letter queue with the failure recorded on it. No count lives in memory: a
+/// process that dies in the middle resumes where the broker says it was.
+///
+/// The defaults: 3 immediate retries, then delayed retries after 10 s, 20 s and 30 s:
+/// `4 x 4 = 16` attempts in all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RetryPolicy {
+    /// Immediate retries after the first attempt of each round.
+    pub immediate_retries: u32,
+    /// The delay before each delayed retry; its length is the number of delayed retries.
+    pub delayed_retries: Vec<Duration>,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            immediate_retries: 3,
+            delayed_retries: vec![Duration::from_secs(10), Duration::from_secs(20), Duration::from_secs(30)],
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// No retries at all: the first failure dead-letters the message.
+    pub fn none() -> Self {
+        Self {
+            immediate_retries: 0,
+            delayed_retries: Vec::new(),
+        }
+    }
+
+    /// Sets the number of immediate retries.
+    #[must_use]
+    pub fn immediate(mut self, retries: u32) -> Self {
+        self.immediate_retries = retries;
+        self
+    }
+
+    /// Sets the delayed retries, one delay each.
+    #[must_use]
+    pub fn delayed(mut self, delays: impl IntoIterator<Item = Duration>) -> Self {
+        self.delayed_retries = delays.into_iter().collect();
+        self
+    }
+
+    /// Sets `count` delayed retries growing linearly: `step`, `2 x step`, ...
+    #[must_use]
+    pub fn delayed_linear(self, count: u32, step: Duration) -> Self {
+        self.delayed((1..=count).map(|i| step.saturating_mul(i)))
+    }
+
+    /// Attempts per round: the first one and the immediate retries.
+    pub fn attempts_per_round(&self) -> u32 {
+        self.immediate_retries.saturating_add(1)
+    }
+
+    /// The number of the attempt made on the `delivery_count`-th delivery after
+    /// `delayed` delayed retries (1 on the first).
+    pub fn attempt_number(&self, delayed: u32, delivery_count: u32) -> u32 {
+        delayed.saturating_mul(self.attempts_per_round()).saturating_add(delivery_count)
+    }
+
+    /// The most attempts a message gets.
+    pub fn max_attempts(&self) -> u32 {
+        let rounds = u32::try_from(self.delayed_retries.len()).unwrap_or(u32::MAX).saturating_add(1);
+        rounds.saturating_mul(self.attempts_per_round())
+    }
+
+    /// Checks the ranges.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidOptions`] for more than 100 immediate retries or a delay over
+    /// 30 days.
+    pub fn validate(&self) -> Result<()> {
+        if self.immediate_retries > 100 {
+            return Err(Error::new(ErrorKind::InvalidOptions {
+                reason: "at most 100 immediate retries".into(),
+            }));
+        }
+        if self.delayed_retries.iter().any(|d| *d > Duration::from_secs(30 * 24 * 3600)) {
+            return Err(Error::new(ErrorKind::InvalidOptions {
+                reason: "a delayed retry may wait at most 30 days".into(),
+            }));
+        }
+        Ok(())
+    }
+}
+
+/// What to do with a failed attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// Abandon: the broker delivers it again at once.
+    Immediate,
+    /// Schedule a copy after this delay, as delayed retry number `n`.
+    Delayed { n: u32, delay: Duration },
+    /// Dead-letter: nothing left to try.
+    Exhausted,
+}
+
+impl RetryPolicy {
+    /// The decision after a retryable failure on the `delivery_count`-th delivery of a
+    /// message that had `delayed` delayed retries.
+    pub(crate) fn decide(&self, delayed: u32, delivery_count: u32) -> Decision {
+        if delivery_count <= self.immediate_retries {
+            return Decision::Immediate;
+        }
+        match usize::try_from(delayed).ok().and_then(|i| self.delayed_retries.get(i)) {
+            Some(delay) => Decision::Delayed {
+                n: delayed.saturating_add(1),
+                delay: *delay,
+            },
+            None => Decision::Exhausted,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_policy_walks_immediate_then_delayed_then_exhausted() {
+        let p = RetryPolicy::default();
+        assert_eq!(p.max_attempts(), 16);
+        assert_eq!(p.decide(0, 1), Decision::Immediate);
+        assert_eq!(p.decide(0, 3), Decision::Immediate);
+        assert_eq!(
+            p.decide(0, 4),
+            Decision::Delayed {
+                n: 1,
+                delay: Duration::from_secs(10)
+            }
+        );
+        assert_eq!(
+            p.decide(2, 4),
+            Decision::Delayed {
+                n: 3,
+                delay: Duration::from_secs(30)
+            }
+        );
+        assert_eq!(p.decide(3, 4), Decision::Exhausted);
+        assert_eq!(p.decide(3, 9), Decision::Exhausted);
+        assert_eq!(p.attempt_number(3, 4), 16);
+        assert_eq!(RetryPolicy::none().decide(0, 1), Decision::Exhausted);
+    }
+
+    #[test]
+    fn linear_delays() {
+        let p = RetryPolicy::default().delayed_linear(3, Duration::from_secs(10));
+        assert_eq!(p, RetryPolicy::default());
+        assert!(RetryPolicy::default().immediate(101).validate().is_err());
+    }
+}

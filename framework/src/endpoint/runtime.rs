@@ -1,0 +1,581 @@
+//! The running endpoint: receive loops, the worker pool, settlement, shutdown.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::clock::Clock;
+use crate::endpoint::bus::Bus;
+use crate::endpoint::context::{Context, ContextParts, Extensions};
+use crate::endpoint::recoverability::{Decision, RetryPolicy, headers, reasons};
+use crate::endpoint::routing::Routes;
+use crate::endpoint::trace::TraceContext;
+use crate::endpoint::{Failure, TypeEntry};
+use crate::entity::EntityPath;
+use crate::error::{Error, ErrorKind, Result};
+use crate::message::{Properties, PropertyValue};
+use crate::transport::{Delivery, Receiver, Settlement, Transport};
+
+/// How long one receive call waits for a first message before it asks again.
+const RECEIVE_WAIT: Duration = Duration::from_secs(1);
+
+pub(crate) struct Config {
+    pub(crate) name: Arc<str>,
+    pub(crate) transport: Arc<dyn Transport>,
+    pub(crate) routes: Routes,
+    pub(crate) by_name: HashMap<String, Arc<TypeEntry>>,
+    pub(crate) policy: RetryPolicy,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) concurrency: usize,
+    pub(crate) prefetch: usize,
+    pub(crate) max_lock_renewal: Duration,
+    pub(crate) shutdown_timeout: Duration,
+    pub(crate) extensions: Arc<Extensions>,
+    pub(crate) sources: Vec<EntityPath>,
+}
+
+/// Counters of what an endpoint did.
+#[derive(Default)]
+struct Stats {
+    completed: AtomicU64,
+    retried: AtomicU64,
+    dead_lettered: AtomicU64,
+}
+
+struct Shared {
+    name: Arc<str>,
+    by_name: HashMap<String, Arc<TypeEntry>>,
+    policy: RetryPolicy,
+    clock: Arc<dyn Clock>,
+    bus: Bus,
+    max_lock_renewal: Duration,
+    extensions: Arc<Extensions>,
+    /// Fired when the shutdown deadline passes: running handlers see it in their context.
+    hard_stop: CancellationToken,
+    stats: Stats,
+}
+
+/// What a graceful shutdown did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShutdownReport {
+    /// Messages received ahead but not started, handed back to the broker.
+    pub abandoned_prefetched: usize,
+    /// Handlers that finished during the shutdown.
+    pub finished_in_flight: usize,
+    /// Handlers still running at the deadline, stopped; their messages are delivered
+    /// again once their locks expire.
+    pub interrupted: usize,
+    /// Messages completed over the endpoint's life.
+    pub completed: u64,
+    /// Failed attempts that were retried (immediately or delayed).
+    pub retried: u64,
+    /// Messages dead-lettered.
+    pub dead_lettered: u64,
+}
+
+/// A started endpoint. Stop it with [`shutdown`](Self::shutdown) or
+/// [`run_until`](Self::run_until); dropping it stops it abruptly (running handlers are
+/// stopped and their messages delivered again after their locks expire).
+pub struct RunningEndpoint {
+    name: Arc<str>,
+    bus: Bus,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    receive_loops: Vec<tokio::task::JoinHandle<()>>,
+    dispatcher: Option<tokio::task::JoinHandle<(mpsc::Receiver<Delivery>, JoinSet<()>)>>,
+    shutdown_timeout: Duration,
+}
+
+impl std::fmt::Debug for RunningEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningEndpoint").field("name", &self.name).finish()
+    }
+}
+
+pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
+    let bus = Bus::with_clock(config.transport.clone(), config.routes, config.clock.clone());
+    let shared = Arc::new(Shared {
+        name: config.name.clone(),
+        by_name: config.by_name,
+        policy: config.policy,
+        clock: config.clock,
+        bus: bus.clone(),
+        max_lock_renewal: config.max_lock_renewal,
+        extensions: config.extensions,
+        hard_stop: CancellationToken::new(),
+        stats: Stats::default(),
+    });
+    // Make the sender of the input queue now, so delayed retries never wait for it.
+    bus.sender(&config.name, false).await?;
+    let stop = CancellationToken::new();
+    let (tx, rx) = mpsc::channel::<Delivery>(config.prefetch.max(1));
+    let mut receive_loops = Vec::new();
+    for path in &config.sources {
+        let receiver = config.transport.receiver(path).await?;
+        receive_loops.push(tokio::spawn(receive_loop(
+            receiver,
+            tx.clone(),
+            stop.clone(),
+            config.prefetch.max(1),
+        )));
+    }
+    drop(tx);
+    let semaphore = Arc::new(Semaphore::new(config.concurrency));
+    let dispatcher = tokio::spawn(dispatch_loop(rx, semaphore, shared.clone(), stop.clone()));
+    tracing::info!(endpoint = %config.name, sources = config.sources.len(), "endpoint started");
+    Ok(RunningEndpoint {
+        name: config.name,
+        bus,
+        shared,
+        stop,
+        receive_loops,
+        dispatcher: Some(dispatcher),
+        shutdown_timeout: config.shutdown_timeout,
+    })
+}
+
+impl RunningEndpoint {
+    /// The endpoint's name (its input queue).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A bus on the endpoint's transport, routes and clock, to send from outside handlers.
+    pub fn bus(&self) -> &Bus {
+        &self.bus
+    }
+
+    /// Runs until `signal` completes (for example `tokio::signal::ctrl_c()`), then shuts
+    /// down gracefully.
+    ///
+    /// # Errors
+    /// As [`shutdown`](Self::shutdown).
+    pub async fn run_until<F: Future>(self, signal: F) -> Result<ShutdownReport> {
+        signal.await;
+        self.shutdown().await
+    }
+
+    /// Stops gracefully: stops receiving, hands back to the broker the messages received
+    /// ahead but not started, and lets running handlers finish within the shutdown
+    /// timeout. Handlers still running then see their context's cancellation and are
+    /// stopped; their messages come back once their locks expire. Nothing is lost.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Closed`] if a task of the endpoint had died.
+    pub async fn shutdown(mut self) -> Result<ShutdownReport> {
+        self.stop.cancel();
+        for h in self.receive_loops.drain(..) {
+            let _ = h.await;
+        }
+        let Some(dispatcher) = self.dispatcher.take() else {
+            return Err(Error::new(ErrorKind::Closed));
+        };
+        let (mut rx, mut in_flight) = dispatcher
+            .await
+            .map_err(|e| Error::with_source(ErrorKind::Closed, e))?;
+        rx.close();
+        let mut report = ShutdownReport::default();
+        let mut abandons = JoinSet::new();
+        while let Some(delivery) = rx.recv().await {
+            report.abandoned_prefetched += 1;
+            abandons.spawn(async move {
+                if let Err(e) = delivery.abandon().await {
+                    tracing::debug!(error = %e, "abandon of a prefetched message failed; its lock will expire");
+                }
+            });
+        }
+        while abandons.join_next().await.is_some() {}
+        let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
+        loop {
+            match tokio::time::timeout_at(deadline, in_flight.join_next()).await {
+                Ok(Some(_)) => report.finished_in_flight += 1,
+                Ok(None) => break,
+                Err(_) => {
+                    self.shared.hard_stop.cancel();
+                    report.interrupted = in_flight.len();
+                    tracing::warn!(
+                        endpoint = %self.name,
+                        interrupted = report.interrupted,
+                        "shutdown deadline passed; stopping running handlers, their messages will be delivered again"
+                    );
+                    in_flight.shutdown().await;
+                    break;
+                }
+            }
+        }
+        report.completed = self.shared.stats.completed.load(Ordering::Relaxed);
+        report.retried = self.shared.stats.retried.load(Ordering::Relaxed);
+        report.dead_lettered = self.shared.stats.dead_lettered.load(Ordering::Relaxed);
+        tracing::info!(endpoint = %self.name, ?report, "endpoint stopped");
+        Ok(report)
+    }
+}
+
+impl Drop for RunningEndpoint {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        self.shared.hard_stop.cancel();
+        for h in &self.receive_loops {
+            h.abort();
+        }
+        if let Some(d) = &self.dispatcher {
+            d.abort();
+        }
+    }
+}
+
+async fn receive_loop(
+    receiver: Arc<dyn Receiver>,
+    tx: mpsc::Sender<Delivery>,
+    stop: CancellationToken,
+    prefetch: usize,
+) {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        // Reserve room first, so that every message received has a place to wait.
+        let wanted = tx.capacity().clamp(1, prefetch);
+        let permits = tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            p = tx.reserve_many(wanted) => match p { Ok(p) => p, Err(_) => return },
+        };
+        let received = tokio::select! {
+            biased;
+            () = stop.cancelled() => return,
+            r = receiver.receive(wanted, RECEIVE_WAIT) => r,
+        };
+        match received {
+            Ok(deliveries) => {
+                backoff = Duration::from_millis(50);
+                for (delivery, permit) in deliveries.into_iter().zip(permits) {
+                    permit.send(delivery);
+                }
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::Closed) => {
+                tracing::warn!(source = %receiver.path(), "the transport closed; the endpoint stops receiving");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(source = %receiver.path(), error = %e, retry_in = ?backoff, "receive failed");
+                tokio::select! {
+                    () = stop.cancelled() => return,
+                    () = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+async fn dispatch_loop(
+    mut rx: mpsc::Receiver<Delivery>,
+    semaphore: Arc<Semaphore>,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+) -> (mpsc::Receiver<Delivery>, JoinSet<()>) {
+    let mut in_flight = JoinSet::new();
+    loop {
+        while in_flight.try_join_next().is_some() {}
+        let permit = tokio::select! {
+            biased;
+            () = stop.cancelled() => break,
+            p = semaphore.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+        };
+        let delivery = tokio::select! {
+            biased;
+            () = stop.cancelled() => break,
+            d = rx.recv() => match d { Some(d) => d, None => break },
+        };
+        in_flight.spawn(process(shared.clone(), delivery, permit));
+    }
+    (rx, in_flight)
+}
+
+fn int_property(properties: &Properties, key: &str) -> u32 {
+    match properties.get(key) {
+        Some(PropertyValue::Int(n)) => u32::try_from(*n).unwrap_or(0),
+        _ => 0,
+    }
+}
+
+async fn process(shared: Arc<Shared>, delivery: Delivery, _permit: OwnedSemaphorePermit) {
+    let message = delivery.message();
+    let delayed = int_property(&message.envelope.properties, headers::DELAYED_RETRIES);
+    let delivery_count = message.broker.delivery_count;
+    let attempt = shared.policy.attempt_number(delayed, delivery_count);
+    let trace = TraceContext::from_properties(&message.envelope.properties)
+        .map_or_else(TraceContext::new_root, |parent| parent.child());
+    let span = tracing::info_span!(
+        "message",
+        endpoint = %shared.name,
+        message_id = %message.envelope.message_id,
+        message_type = message.envelope.message_type.as_deref().unwrap_or(""),
+        queue = %shared.name,
+        delivery_count,
+        attempt,
+        trace_id = %trace.trace_id(),
+        span_id = %trace.span_id(),
+    );
+    handle(&shared, delivery, delayed, attempt, trace).instrument(span).await;
+}
+
+async fn handle(shared: &Shared, mut delivery: Delivery, delayed: u32, attempt: u32, trace: TraceContext) {
+    if let Some(until) = delivery.locked_until()
+        && until <= shared.clock.now()
+    {
+        tracing::warn!("lock lost before the handler started; the message will be delivered again");
+        return;
+    }
+    let message_type = delivery.message().envelope.message_type.clone();
+    let Some(entry) = message_type.as_deref().and_then(|t| shared.by_name.get(t)).cloned() else {
+        let description = match &message_type {
+            None => format!("the message has no type; endpoint {} cannot pick a handler", shared.name),
+            Some(t) => {
+                let mut known: Vec<&str> = shared.by_name.keys().map(String::as_str).collect();
+                known.sort_unstable();
+                format!("endpoint {} has no handler for message type {t:?} (it handles {known:?})", shared.name)
+            }
+        };
+        dead_letter(shared, delivery, reasons::UNKNOWN_MESSAGE_TYPE, description, Properties::new()).await;
+        return;
+    };
+    let delivery_count = delivery.message().broker.delivery_count;
+    let failure = if delivery_count > shared.policy.attempts_per_round() {
+        Failure::Unfinished {
+            deliveries: delivery_count,
+        }
+    } else {
+        let cancel = shared.hard_stop.child_token();
+        let mut ctx = Context::new(ContextParts {
+            endpoint: shared.name.clone(),
+            message: delivery.message().clone(),
+            attempt,
+            delayed_retries: delayed,
+            bus: shared.bus.clone(),
+            clock: shared.clock.clone(),
+            cancel: cancel.clone(),
+            trace,
+            extensions: shared.extensions.clone(),
+        });
+        let handlers = entry.handlers.clone();
+        let work = async {
+            for h in handlers.iter() {
+                match CatchUnwind(h.call(&mut ctx)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(f)) => return Err(f),
+                    Err(payload) => {
+                        return Err(Failure::Panic {
+                            handler: h.name(),
+                            text: panic_text(payload.as_ref()),
+                        });
+                    }
+                }
+            }
+            Ok(())
+        };
+        let outcome = run_renewing(&mut delivery, &*shared.clock, shared.max_lock_renewal, &cancel, work).await;
+        match outcome {
+            Ok(()) => match shared.bus.dispatch(ctx.take_outgoing()).await {
+                Ok(()) => {
+                    complete(shared, delivery).await;
+                    return;
+                }
+                Err(e) => Failure::Dispatch(e),
+            },
+            Err(f) => f,
+        }
+    };
+    on_failure(shared, delivery, failure, delayed, attempt).await;
+}
+
+async fn complete(shared: &Shared, delivery: Delivery) {
+    match delivery.complete().await {
+        Ok(()) => {
+            shared.stats.completed.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!("message completed");
+        }
+        Err(e) if e.is_lock_lost() => {
+            tracing::warn!(error = %e, "lock lost before completion; the message will be delivered again");
+        }
+        Err(e) => tracing::warn!(error = %e, "completion failed; the message will be delivered again"),
+    }
+}
+
+fn failure_properties(shared: &Shared, failure: &Failure, attempt: u32) -> Properties {
+    let chain = failure.chain();
+    let mut p = Properties::new();
+    p.insert(
+        headers::FAILURE_ERROR.to_owned(),
+        PropertyValue::String(chain.first().cloned().unwrap_or_default()),
+    );
+    p.insert(headers::FAILURE_CHAIN.to_owned(), PropertyValue::String(chain.join("\n")));
+    if let Some(h) = failure.handler() {
+        p.insert(headers::FAILURE_HANDLER.to_owned(), PropertyValue::String(h.to_owned()));
+    }
+    p.insert(
+        headers::FAILURE_ENDPOINT.to_owned(),
+        PropertyValue::String(shared.name.to_string()),
+    );
+    p.insert(headers::FAILURE_ATTEMPTS.to_owned(), PropertyValue::Int(i64::from(attempt)));
+    p.insert(
+        headers::FAILURE_TIME.to_owned(),
+        PropertyValue::String(shared.clock.now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+    );
+    p.insert(
+        headers::FAILURE_PERMANENT.to_owned(),
+        PropertyValue::Bool(failure.permanent_reason().is_some()),
+    );
+    p
+}
+
+async fn on_failure(shared: &Shared, delivery: Delivery, failure: Failure, delayed: u32, attempt: u32) {
+    let properties = failure_properties(shared, &failure, attempt);
+    let error_text = failure.chain().join(": ");
+    if let Some(reason) = failure.permanent_reason() {
+        dead_letter(shared, delivery, reason, error_text, properties).await;
+        return;
+    }
+    let delivery_count = delivery.message().broker.delivery_count;
+    match shared.policy.decide(delayed, delivery_count) {
+        Decision::Immediate => {
+            shared.stats.retried.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(error = %error_text, handler = failure.handler(), "handler failed; immediate retry");
+            if let Err(e) = delivery.abandon_with(properties).await {
+                tracing::warn!(error = %e, "abandon failed; the lock will expire and the message come back");
+            }
+        }
+        Decision::Delayed { n, delay } => {
+            let mut copy = delivery.message().envelope.clone();
+            copy.properties.extend(properties);
+            copy.properties
+                .insert(headers::DELAYED_RETRIES.to_owned(), PropertyValue::Int(i64::from(n)));
+            let at = shared.clock.now() + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
+            copy.scheduled_enqueue_time = Some(at);
+            let scheduled = match shared.bus.sender(&shared.name, false).await {
+                Ok(sender) => sender.send(copy).await.map_err(Error::from),
+                Err(e) => Err(e),
+            };
+            match scheduled {
+                Ok(()) => {
+                    shared.stats.retried.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        error = %error_text,
+                        handler = failure.handler(),
+                        delayed_retry = n,
+                        due = %at,
+                        "handler failed; delayed retry scheduled"
+                    );
+                    if let Err(e) = delivery.complete().await {
+                        tracing::warn!(
+                            error = %e,
+                            "completion after scheduling a delayed retry failed; the message may be handled twice"
+                        );
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not schedule the delayed retry; handing the message back");
+                    if let Err(e) = delivery.abandon().await {
+                        tracing::warn!(error = %e, "abandon failed; the lock will expire and the message come back");
+                    }
+                }
+            }
+        }
+        Decision::Exhausted => {
+            dead_letter(shared, delivery, reasons::RETRIES_EXHAUSTED, error_text, properties).await;
+        }
+    }
+}
+
+async fn dead_letter(shared: &Shared, delivery: Delivery, reason: &str, description: String, properties: Properties) {
+    tracing::error!(reason, description = %description, "message dead-lettered");
+    let settlement = Settlement::DeadLetter {
+        reason: reason.to_owned(),
+        description,
+        properties,
+    };
+    match delivery.settle(settlement).await {
+        Ok(()) => {
+            shared.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(e) => tracing::warn!(error = %e, "dead-lettering failed; the message will be delivered again"),
+    }
+}
+
+/// Runs `work` while renewing the delivery's lock, for at most `max_total`. A lost lock
+/// fires `cancel`: the handler's outcome can no longer settle the message.
+async fn run_renewing<F: Future>(
+    delivery: &mut Delivery,
+    clock: &dyn Clock,
+    max_total: Duration,
+    cancel: &CancellationToken,
+    work: F,
+) -> F::Output {
+    let stop_at = clock.now() + chrono::Duration::from_std(max_total).unwrap_or(chrono::Duration::MAX);
+    let mut work = std::pin::pin!(work);
+    let mut renewing = true;
+    loop {
+        let next = match delivery.locked_until() {
+            Some(until) if renewing => {
+                let now = clock.now();
+                let half = ((until - now) / 2).max(chrono::Duration::milliseconds(1));
+                Some(now + half).filter(|at| *at < stop_at)
+            }
+            _ => None,
+        };
+        let Some(at) = next else {
+            return work.await;
+        };
+        tokio::select! {
+            out = &mut work => return out,
+            () = clock.sleep_until(at) => {
+                if let Err(e) = delivery.renew_lock().await {
+                    renewing = false;
+                    if e.is_lock_lost() {
+                        tracing::warn!(error = %e, "lock lost while the handler ran; the message will be delivered again");
+                        cancel.cancel();
+                    } else {
+                        tracing::warn!(error = %e, "lock renewal failed");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A future that turns a panic while polling into an error.
+struct CatchUnwind<F>(F);
+
+impl<F: Future + Unpin> Future for CatchUnwind<F> {
+    type Output = std::result::Result<F::Output, Box<dyn Any + Send>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let inner = &mut self.get_mut().0;
+        match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(&mut *inner).poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(out)) => Poll::Ready(Ok(out)),
+            Err(payload) => Poll::Ready(Err(payload)),
+        }
+    }
+}
+
+fn panic_text(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic with a non-text payload".to_owned()
+    }
+}
