@@ -312,3 +312,24 @@ async fn deferred_and_dead_lettered_settlements() {
     let d = dlq.receive(1, Duration::ZERO).await.unwrap();
     assert!(d.is_empty(), "the refused settlement left the lock in place");
 }
+
+/// Regression: completes arriving together are grouped into one statement; a stale lock
+/// (the message was locked again after it expired) completed in the same group as the
+/// current lock must still get LockLost, not share the current lock's success.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_lock_completed_together_with_the_current_one_is_refused() {
+    let (broker, clock) = broker().await;
+    broker.create_queue("q", &QueueOptions::default()).await.unwrap();
+    let sender = broker.sender("q", SenderOptions::default()).await.unwrap();
+    let receiver = broker.receiver(&EntityPath::queue("q")).await.unwrap();
+    for round in 0..10 {
+        sender.send(Envelope::new(format!("m{round}"))).await.unwrap();
+        let stale = receiver.receive(1, Duration::from_secs(5)).await.unwrap().pop().unwrap();
+        clock.advance(Duration::from_secs(61));
+        let fresh = receiver.receive(1, Duration::from_secs(5)).await.unwrap().pop().unwrap();
+        assert_eq!(fresh.message().delivery_count(), 2);
+        let (stale, fresh) = tokio::join!(stale.complete(), fresh.complete());
+        assert!(stale.unwrap_err().is_lock_lost(), "round {round}: the stale lock completed");
+        fresh.unwrap();
+    }
+}

@@ -1666,10 +1666,13 @@ impl Engine {
             json.push_str(&format!("[{},{}]", lock.id, lock.delivery_count));
         }
         json.push(']');
-        let done: HashSet<i64> = sqlx::query_scalar(
+        // The set holds (id, delivery count) pairs: a stale lock of a message that was
+        // locked again (same id, lower count) completed in the same group as the current
+        // lock must still get LockLost.
+        let done: HashSet<(i64, i64)> = sqlx::query_as(
             "DELETE FROM courier_message WHERE (id, delivery_count) IN \
              (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?1)) \
-             AND state IN (2, 4) AND locked_until > ?2 RETURNING id",
+             AND state IN (2, 4) AND locked_until > ?2 RETURNING id, delivery_count",
         )
         .bind(json)
         .bind(now)
@@ -1678,7 +1681,7 @@ impl Engine {
         .into_iter()
         .collect();
         for (lock, reply) in completes {
-            let r = if done.contains(&lock.id) {
+            let r = if done.contains(&(lock.id, lock.delivery_count)) {
                 Ok(())
             } else {
                 Err(lock_lost())
