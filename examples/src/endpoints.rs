@@ -23,7 +23,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use courier::prelude::*;
-use courier::{PropertyValue, ReceivedMessage, ShutdownReport, failure_reasons, headers};
+use courier::recoverability::{headers, reasons as failure_reasons};
+use courier::{ReceivedMessage, ShutdownReport};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -86,7 +87,6 @@ impl Newsroom {
     /// The newsroom of the endpoint handling the message.
     fn of(ctx: &Context) -> Result<&Self, HandlerError> {
         ctx.state::<Self>()
-            .ok_or_else(|| HandlerError::permanent("the endpoint was started without a Newsroom"))
     }
 
     /// Tells `main`.
@@ -365,10 +365,7 @@ fn print_dead_letter(message: &ReceivedMessage) {
     ] {
         let value = match message.envelope.properties.get(key) {
             None => "(not set)".to_owned(),
-            Some(PropertyValue::String(s)) => s.replace('\n', "\n                             "),
-            Some(PropertyValue::Int(n)) => n.to_string(),
-            Some(PropertyValue::Bool(b)) => b.to_string(),
-            Some(PropertyValue::Float(x)) => x.to_string(),
+            Some(v) => v.to_string().replace('\n', "\n                             "),
         };
         println!("  {key:<26} {value}");
     }

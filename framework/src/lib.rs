@@ -55,13 +55,19 @@ pub use courier_macros::{Message, handler};
 pub use endpoint::bus::{Bus, SendOptions};
 pub use endpoint::context::Context;
 pub use endpoint::handler::{BoxFuture, Handler, HandlerError, Message, ResultExt, __private};
-pub use endpoint::recoverability::{RetryPolicy, headers};
+pub use endpoint::recoverability::RetryPolicy;
 pub use endpoint::routing::{Routes, default_topic_name};
 pub use endpoint::trace::{TRACEPARENT, TRACESTATE, TraceContext};
 pub use endpoint::{
-    DEFAULT_CONCURRENCY, DEFAULT_MAX_LOCK_RENEWAL, DEFAULT_SHUTDOWN_TIMEOUT, Endpoint, EndpointBuilder,
-    RunningEndpoint, ShutdownReport, reasons as failure_reasons,
+    DEFAULT_CONCURRENCY, DEFAULT_MAX_LOCK_RENEWAL, DEFAULT_RECEIVE_WAIT, DEFAULT_SHUTDOWN_TIMEOUT, Endpoint,
+    EndpointBuilder, EndpointStats, RunningEndpoint, ShutdownReport,
 };
+
+/// What the endpoint writes on messages it retries or dead-letters: the dead-letter
+/// reasons and the failure headers. (The broker's own reasons are in [`reasons`].)
+pub mod recoverability {
+    pub use crate::endpoint::recoverability::{RetryPolicy, headers, reasons};
+}
 pub use error::{BoxError, Error, ErrorKind, Result, SendError};
 pub use message::{
     BrokerProperties, Envelope, LockToken, MessageState, Properties, PropertyValue, ReceivedMessage, SequenceNumber,

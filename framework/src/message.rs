@@ -64,6 +64,18 @@ impl From<String> for PropertyValue {
     }
 }
 
+impl fmt::Display for PropertyValue {
+    /// The value as text: `true`, `42`, `1.5`, or the string itself.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PropertyValue::Bool(v) => v.fmt(f),
+            PropertyValue::Int(v) => v.fmt(f),
+            PropertyValue::Float(v) => v.fmt(f),
+            PropertyValue::String(v) => f.write_str(v),
+        }
+    }
+}
+
 impl PropertyValue {
     /// The length this value counts for in the message size.
     pub(crate) fn size(&self) -> usize {

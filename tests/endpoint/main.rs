@@ -4,6 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs, unreachable_pub)]
 
+mod crash;
 mod support;
 mod tracing_capture;
 
@@ -13,7 +14,7 @@ use std::time::Duration;
 
 use courier::{
     Context, Envelope, HandlerError, Message, QueueOptions, ResultExt, RetryPolicy, Routes, SendOptions,
-    failure_reasons, headers,
+    recoverability::{headers, reasons},
 };
 use support::*;
 use tokio::sync::Semaphore;
@@ -259,7 +260,7 @@ async fn retries_exhausted_end_in_the_dead_letter_queue_with_the_failure_readabl
     assert_eq!(dead.len(), 1);
     let d = &dead[0];
     assert_eq!(d.message_id(), id);
-    assert_eq!(d.broker.dead_letter_reason.as_deref(), Some(failure_reasons::RETRIES_EXHAUSTED));
+    assert_eq!(d.broker.dead_letter_reason.as_deref(), Some(reasons::RETRIES_EXHAUSTED));
     assert_eq!(d.broker.dead_letter_description.as_deref(), Some("card declined: gateway said no"));
     assert_eq!(string_prop(d, headers::FAILURE_ERROR), "card declined");
     assert_eq!(string_prop(d, headers::FAILURE_CHAIN), "card declined\ngateway said no");
@@ -326,15 +327,15 @@ async fn undecodable_bodies_unknown_types_and_permanent_errors_are_dead_lettered
             d.broker.dead_letter_description.clone().unwrap(),
         )
     };
-    assert_eq!(reason("bad-body").0, failure_reasons::DESERIALIZATION_FAILED);
-    assert_eq!(reason("wrong-content-type").0, failure_reasons::DESERIALIZATION_FAILED);
+    assert_eq!(reason("bad-body").0, reasons::DESERIALIZATION_FAILED);
+    assert_eq!(reason("wrong-content-type").0, reasons::DESERIALIZATION_FAILED);
     assert!(reason("wrong-content-type").1.contains("application/xml"));
     let (r, d) = reason("unknown-type");
-    assert_eq!(r, failure_reasons::UNKNOWN_MESSAGE_TYPE);
+    assert_eq!(r, reasons::UNKNOWN_MESSAGE_TYPE);
     assert!(d.contains("test.Nobody") && d.contains("test.PlaceOrder"), "{d}");
-    assert_eq!(reason("no-type").0, failure_reasons::UNKNOWN_MESSAGE_TYPE);
+    assert_eq!(reason("no-type").0, reasons::UNKNOWN_MESSAGE_TYPE);
     let (r, d) = reason("permanent");
-    assert_eq!(r, failure_reasons::PERMANENT_FAILURE);
+    assert_eq!(r, reasons::PERMANENT_FAILURE);
     assert_eq!(d, "order 13 cannot exist");
     let handled: Vec<_> = calls.all().iter().map(|c| c.message_id.clone()).collect();
     assert_eq!(handled.len(), 2, "{handled:?}");
@@ -607,8 +608,8 @@ struct Greeting(&'static str);
 
 #[courier::handler]
 async fn greet(msg: Ping, ctx: &mut Context) -> Result<(), HandlerError> {
-    let greeting = ctx.state::<Greeting>().expect("state given to the endpoint");
-    let calls = ctx.state::<Calls>().expect("calls");
+    let greeting = ctx.state::<Greeting>()?;
+    let calls = ctx.state::<Calls>()?;
     calls.record("greet", ctx, format!("{} {}", greeting.0, msg.n));
     Ok(())
 }
@@ -737,7 +738,7 @@ async fn one_span_per_message_and_events_on_retry_and_dead_letter() {
     assert_eq!(retry.level, tracing::Level::WARN);
     let dead = events.iter().find(|e| e.message.contains("dead-lettered")).unwrap();
     assert_eq!(dead.level, tracing::Level::ERROR);
-    assert_eq!(dead.fields.get("reason").map(String::as_str), Some(failure_reasons::RETRIES_EXHAUSTED));
+    assert_eq!(dead.fields.get("reason").map(String::as_str), Some(reasons::RETRIES_EXHAUSTED));
 }
 
 #[tokio::test]
@@ -776,4 +777,53 @@ async fn a_lost_lock_is_reported_and_the_message_handled_again() {
         "{:?}",
         capture.events()
     );
+}
+
+/// Regression: an endpoint reading its queue and a subscription used one shared buffer;
+/// a receive waiting on the empty queue held all of it, so events waited for that receive
+/// to time out. Here the wait is an hour: the event must still be handled.
+#[tokio::test]
+async fn a_receive_waiting_on_one_source_never_holds_back_another() {
+    let fx = fixture().await;
+    let calls = Calls::default();
+    let billing = endpoint(&fx, "billing")
+        .routes(routes())
+        .prefetch(1)
+        .receive_wait(Duration::from_secs(3600))
+        .handler(recording::<OrderPlaced>("placed", &calls))
+        .handler(recording::<PlaceOrder>("place", &calls))
+        .start()
+        .await
+        .unwrap();
+    for id in 0..3 {
+        billing.bus().publish(&OrderPlaced { id }).await.unwrap();
+        eventually("the event", || async { calls.len() == id as usize + 1 }).await;
+    }
+    billing.bus().send_envelope("billing", PlaceOrder { id: 9 }.to_envelope().unwrap()).await.unwrap();
+    eventually("the command", || async { calls.len() == 4 }).await;
+    billing.shutdown().await.unwrap();
+}
+
+/// Regression: the shutdown report counted handlers that had finished long before the
+/// shutdown as "finished in flight".
+#[tokio::test]
+async fn the_shutdown_report_counts_only_handlers_running_at_shutdown() {
+    let fx = fixture().await;
+    let calls = Calls::default();
+    let sales = endpoint(&fx, "sales")
+        .routes(routes())
+        .handler(recording::<PlaceOrder>("place", &calls))
+        .start()
+        .await
+        .unwrap();
+    for id in 0..3 {
+        sales.bus().send(&PlaceOrder { id }).await.unwrap();
+    }
+    eventually("all done", || async {
+        let s = sales.stats();
+        s.completed == 3 && s.running == 0
+    })
+    .await;
+    let report = sales.shutdown().await.unwrap();
+    assert_eq!((report.finished_in_flight, report.interrupted, report.completed), (0, 0, 3));
 }

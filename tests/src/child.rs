@@ -5,6 +5,10 @@
 //! and prints `ACK <i>` after each acknowledged send.
 //! `courier-test-child lock <db> <queue>`: receives one message in PeekLock mode, prints
 //! `LOCKED <sequence number> <delivery count>` and waits to be killed.
+//! `courier-test-child endpoint <db> <queue>`: runs an endpoint whose handler of
+//! [`courier_tests::CrashJob`] always fails, under [`courier_tests::crash_policy`]; prints
+//! `ATTEMPT <attempt> <delayed retries>` per call and `SCHEDULED` once the delayed retry
+//! is in the broker and the original completed, then waits to be killed.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -37,6 +41,34 @@ async fn main() {
             let got = receiver.receive(1, Duration::from_secs(10)).await.unwrap();
             let m = got[0].message();
             writeln!(out, "LOCKED {} {}", m.sequence_number(), m.delivery_count()).unwrap();
+            out.flush().unwrap();
+            std::future::pending::<()>().await;
+        }
+        "endpoint" => {
+            #[courier::handler]
+            async fn always_fails(_job: courier_tests::CrashJob, ctx: &mut courier::Context) -> Result<(), HandlerError> {
+                let mut out = std::io::stdout().lock();
+                writeln!(out, "ATTEMPT {} {}", ctx.attempt(), ctx.delayed_retries()).unwrap();
+                out.flush().unwrap();
+                Err(HandlerError::msg("the job always fails"))
+            }
+            let broker = std::sync::Arc::new(broker);
+            let transport: std::sync::Arc<dyn Transport> = broker.clone();
+            let _running = Endpoint::builder(queue.as_str())
+                .transport(transport)
+                .recoverability(courier_tests::crash_policy())
+                .handler(always_fails)
+                .start()
+                .await
+                .unwrap();
+            loop {
+                let c = broker.counts(&EntityPath::queue(queue)).await.unwrap();
+                if c.scheduled == 1 && c.active == 0 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            writeln!(out, "SCHEDULED").unwrap();
             out.flush().unwrap();
             std::future::pending::<()>().await;
         }

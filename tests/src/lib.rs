@@ -24,3 +24,19 @@ pub async fn embedded_fixture() -> Fixture {
         clock,
     }
 }
+
+/// The job the crash tests hand to a child process's endpoint.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, courier::Message)]
+#[message(name = "tests.CrashJob")]
+pub struct CrashJob {
+    /// Which job.
+    pub n: u32,
+}
+
+/// The retry policy of the crash tests: no immediate retries, two delayed retries an hour
+/// apart (long enough that none fires before the test kills the child).
+pub fn crash_policy() -> courier::RetryPolicy {
+    courier::RetryPolicy::default()
+        .immediate(0)
+        .delayed([std::time::Duration::from_secs(3600), std::time::Duration::from_secs(3600)])
+}

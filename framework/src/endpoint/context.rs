@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::endpoint::bus::{Bus, Intent, Outgoing, Parent, SendOptions, prepare};
-use crate::endpoint::handler::Message;
+use crate::endpoint::handler::{HandlerError, Message};
 use crate::endpoint::trace::TraceContext;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Properties, PropertyValue, ReceivedMessage, SequenceNumber};
@@ -189,8 +189,19 @@ impl Context {
 
     /// A value given to the endpoint with
     /// [`EndpointBuilder::state`](crate::EndpointBuilder::state).
-    pub fn state<T: Send + Sync + 'static>(&self) -> Option<&T> {
-        self.extensions.get::<T>()
+    ///
+    /// # Errors
+    /// A [`HandlerError`] naming the type and the endpoint when no value of type `T` was
+    /// given (a configuration mistake: the message is retried and, if nobody fixes it,
+    /// dead-lettered with this text).
+    pub fn state<T: Send + Sync + 'static>(&self) -> Result<&T, HandlerError> {
+        self.extensions.get::<T>().ok_or_else(|| {
+            HandlerError::msg(format!(
+                "endpoint {} was given no state of type {}: add EndpointBuilder::state",
+                self.endpoint,
+                std::any::type_name::<T>()
+            ))
+        })
     }
 
     fn push<M: Message>(&mut self, intent: Intent, message: &M, options: SendOptions) -> Result<()> {

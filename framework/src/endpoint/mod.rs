@@ -24,13 +24,17 @@ use crate::entity::{QueueOptions, validate_name};
 use crate::error::{Error, ErrorKind, Result};
 use crate::transport::Transport;
 
-pub use recoverability::reasons;
-pub use runtime::{RunningEndpoint, ShutdownReport};
+use recoverability::reasons;
+pub use runtime::{EndpointStats, RunningEndpoint, ShutdownReport};
 
 /// Why handling failed, as the endpoint records it.
 pub(crate) enum Failure {
     /// The body does not decode into the handler's message type.
-    Decode(crate::codec::CodecError),
+    Decode {
+        message_type: &'static str,
+        content_type: Option<String>,
+        error: crate::codec::CodecError,
+    },
     /// A handler returned an error.
     Handler {
         handler: &'static str,
@@ -49,7 +53,7 @@ impl Failure {
     /// The dead-letter reason when no retry can help.
     pub(crate) fn permanent_reason(&self) -> Option<&'static str> {
         match self {
-            Failure::Decode(_) => Some(reasons::DESERIALIZATION_FAILED),
+            Failure::Decode { .. } => Some(reasons::DESERIALIZATION_FAILED),
             Failure::Handler { error, .. } if error.is_permanent() => Some(reasons::PERMANENT_FAILURE),
             Failure::Handler { .. } | Failure::Panic { .. } | Failure::Dispatch(_) | Failure::Unfinished { .. } => None,
         }
@@ -58,7 +62,7 @@ impl Failure {
     pub(crate) fn handler(&self) -> Option<&'static str> {
         match self {
             Failure::Handler { handler, .. } | Failure::Panic { handler, .. } => Some(handler),
-            Failure::Decode(_) | Failure::Dispatch(_) | Failure::Unfinished { .. } => None,
+            Failure::Decode { .. } | Failure::Dispatch(_) | Failure::Unfinished { .. } => None,
         }
     }
 
@@ -73,7 +77,18 @@ impl Failure {
             out
         }
         match self {
-            Failure::Decode(e) => walk(e),
+            Failure::Decode {
+                message_type,
+                content_type,
+                error,
+            } => {
+                let mut v = vec![format!(
+                    "cannot decode a {message_type} from a body of content type {}",
+                    content_type.as_deref().unwrap_or("(none)")
+                )];
+                v.extend(walk(error));
+                v
+            }
             Failure::Handler { error, .. } => error.chain(),
             Failure::Panic { text, .. } => vec![format!("handler panicked: {text}")],
             Failure::Dispatch(e) => {
@@ -104,7 +119,12 @@ impl<H: Handler> ErasedHandler for Erased<H> {
 
     fn call<'a>(&'a self, ctx: &'a mut context::Context) -> BoxFuture<'a, Result<(), Failure>> {
         Box::pin(async move {
-            let message = H::Message::from_envelope(&ctx.received().envelope).map_err(Failure::Decode)?;
+            let envelope = &ctx.received().envelope;
+            let message = H::Message::from_envelope(envelope).map_err(|error| Failure::Decode {
+                message_type: <H::Message as Message>::NAME,
+                content_type: envelope.content_type.clone(),
+                error,
+            })?;
             let name = self.0.name();
             self.0
                 .handle(message, ctx)
@@ -175,6 +195,8 @@ impl Endpoint {
 pub const DEFAULT_CONCURRENCY: usize = 16;
 /// How long a lock is renewed while a handler runs, at most, by default.
 pub const DEFAULT_MAX_LOCK_RENEWAL: Duration = Duration::from_secs(300);
+/// How long one receive call waits for a first message by default.
+pub const DEFAULT_RECEIVE_WAIT: Duration = Duration::from_secs(1);
 /// How long a graceful shutdown waits for running handlers by default.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -190,6 +212,7 @@ pub struct EndpointBuilder {
     policy: RetryPolicy,
     max_lock_renewal: Duration,
     shutdown_timeout: Duration,
+    receive_wait: Duration,
     clock: Arc<dyn Clock>,
     queue_options: QueueOptions,
     extensions: Extensions,
@@ -219,6 +242,7 @@ impl EndpointBuilder {
             policy: RetryPolicy::default(),
             max_lock_renewal: DEFAULT_MAX_LOCK_RENEWAL,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            receive_wait: DEFAULT_RECEIVE_WAIT,
             clock: Arc::new(SystemClock),
             queue_options: QueueOptions::default(),
             extensions: Extensions::default(),
@@ -280,6 +304,14 @@ impl EndpointBuilder {
     /// [`DEFAULT_SHUTDOWN_TIMEOUT`]).
     pub fn shutdown_timeout(mut self, d: Duration) -> Self {
         self.shutdown_timeout = d;
+        self
+    }
+
+    /// How long one receive call waits for a first message before it asks again (default
+    /// [`DEFAULT_RECEIVE_WAIT`]). A longer wait means fewer empty calls on an idle queue
+    /// (it matters on a networked broker); it never delays shutdown or other sources.
+    pub fn receive_wait(mut self, d: Duration) -> Self {
+        self.receive_wait = d;
         self
     }
 
@@ -386,6 +418,7 @@ impl EndpointBuilder {
             prefetch: self.prefetch.unwrap_or(self.concurrency),
             max_lock_renewal: self.max_lock_renewal,
             shutdown_timeout: self.shutdown_timeout,
+            receive_wait: self.receive_wait,
             extensions: Arc::new(self.extensions),
             sources,
         };

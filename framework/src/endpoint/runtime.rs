@@ -27,8 +27,6 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Properties, PropertyValue};
 use crate::transport::{Delivery, Receiver, Settlement, Transport};
 
-/// How long one receive call waits for a first message before it asks again.
-const RECEIVE_WAIT: Duration = Duration::from_secs(1);
 
 pub(crate) struct Config {
     pub(crate) name: Arc<str>,
@@ -41,6 +39,7 @@ pub(crate) struct Config {
     pub(crate) prefetch: usize,
     pub(crate) max_lock_renewal: Duration,
     pub(crate) shutdown_timeout: Duration,
+    pub(crate) receive_wait: Duration,
     pub(crate) extensions: Arc<Extensions>,
     pub(crate) sources: Vec<EntityPath>,
 }
@@ -48,9 +47,51 @@ pub(crate) struct Config {
 /// Counters of what an endpoint did.
 #[derive(Default)]
 struct Stats {
+    running: AtomicU64,
     completed: AtomicU64,
     retried: AtomicU64,
     dead_lettered: AtomicU64,
+}
+
+/// What an endpoint is doing and has done, as of the call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EndpointStats {
+    /// Messages being handled right now.
+    pub running: u64,
+    /// Messages completed.
+    pub completed: u64,
+    /// Failed attempts that were retried (immediately or delayed).
+    pub retried: u64,
+    /// Messages dead-lettered.
+    pub dead_lettered: u64,
+}
+
+impl Stats {
+    fn snapshot(&self) -> EndpointStats {
+        EndpointStats {
+            running: self.running.load(Ordering::Relaxed),
+            completed: self.completed.load(Ordering::Relaxed),
+            retried: self.retried.load(Ordering::Relaxed),
+            dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Counts a message as running while it lives.
+struct Running<'a>(&'a AtomicU64);
+
+impl<'a> Running<'a> {
+    fn new(gauge: &'a AtomicU64) -> Self {
+        gauge.fetch_add(1, Ordering::Relaxed);
+        Self(gauge)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 struct Shared {
@@ -85,6 +126,21 @@ pub struct ShutdownReport {
     pub dead_lettered: u64,
 }
 
+impl std::fmt::Display for ShutdownReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} completed, {} retried, {} dead-lettered; at shutdown {} prefetched handed back, {} finished, {} interrupted",
+            self.completed,
+            self.retried,
+            self.dead_lettered,
+            self.abandoned_prefetched,
+            self.finished_in_flight,
+            self.interrupted
+        )
+    }
+}
+
 /// A started endpoint. Stop it with [`shutdown`](Self::shutdown) or
 /// [`run_until`](Self::run_until); dropping it stops it abruptly (running handlers are
 /// stopped and their messages delivered again after their locks expire).
@@ -94,7 +150,7 @@ pub struct RunningEndpoint {
     shared: Arc<Shared>,
     stop: CancellationToken,
     receive_loops: Vec<tokio::task::JoinHandle<()>>,
-    dispatcher: Option<tokio::task::JoinHandle<(mpsc::Receiver<Delivery>, JoinSet<()>)>>,
+    dispatcher: Option<tokio::task::JoinHandle<(mpsc::UnboundedReceiver<Buffered>, JoinSet<()>)>>,
     shutdown_timeout: Duration,
 }
 
@@ -103,6 +159,9 @@ impl std::fmt::Debug for RunningEndpoint {
         f.debug_struct("RunningEndpoint").field("name", &self.name).finish()
     }
 }
+
+/// A delivery waiting in the prefetch buffer, with its slot of its source's share.
+type Buffered = (Delivery, OwnedSemaphorePermit);
 
 pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
     let bus = Bus::with_clock(config.transport.clone(), config.routes, config.clock.clone());
@@ -120,7 +179,9 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
     // Make the sender of the input queue now, so delayed retries never wait for it.
     bus.sender(&config.name, false).await?;
     let stop = CancellationToken::new();
-    let (tx, rx) = mpsc::channel::<Delivery>(config.prefetch.max(1));
+    // Each source (the queue, each subscription) has its own share of `prefetch` slots,
+    // so a receive waiting on an empty source never holds room another source needs.
+    let (tx, rx) = mpsc::unbounded_channel::<Buffered>();
     let mut receive_loops = Vec::new();
     for path in &config.sources {
         let receiver = config.transport.receiver(path).await?;
@@ -129,6 +190,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
             tx.clone(),
             stop.clone(),
             config.prefetch.max(1),
+            config.receive_wait,
         )));
     }
     drop(tx);
@@ -150,6 +212,11 @@ impl RunningEndpoint {
     /// The endpoint's name (its input queue).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// What the endpoint is doing and has done.
+    pub fn stats(&self) -> EndpointStats {
+        self.shared.stats.snapshot()
     }
 
     /// A bus on the endpoint's transport, routes and clock, to send from outside handlers.
@@ -187,8 +254,10 @@ impl RunningEndpoint {
             .map_err(|e| Error::with_source(ErrorKind::Closed, e))?;
         rx.close();
         let mut report = ShutdownReport::default();
+        // No handler starts from here on: those running now are the ones to wait for.
+        let running = self.shared.stats.running.load(Ordering::Relaxed);
         let mut abandons = JoinSet::new();
-        while let Some(delivery) = rx.recv().await {
+        while let Some((delivery, _slot)) = rx.recv().await {
             report.abandoned_prefetched += 1;
             abandons.spawn(async move {
                 if let Err(e) = delivery.abandon().await {
@@ -200,7 +269,7 @@ impl RunningEndpoint {
         let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
         loop {
             match tokio::time::timeout_at(deadline, in_flight.join_next()).await {
-                Ok(Some(_)) => report.finished_in_flight += 1,
+                Ok(Some(_)) => {}
                 Ok(None) => break,
                 Err(_) => {
                     self.shared.hard_stop.cancel();
@@ -215,9 +284,13 @@ impl RunningEndpoint {
                 }
             }
         }
-        report.completed = self.shared.stats.completed.load(Ordering::Relaxed);
-        report.retried = self.shared.stats.retried.load(Ordering::Relaxed);
-        report.dead_lettered = self.shared.stats.dead_lettered.load(Ordering::Relaxed);
+        report.finished_in_flight = usize::try_from(running)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(report.interrupted);
+        let stats = self.shared.stats.snapshot();
+        report.completed = stats.completed;
+        report.retried = stats.retried;
+        report.dead_lettered = stats.dead_lettered;
         tracing::info!(endpoint = %self.name, ?report, "endpoint stopped");
         Ok(report)
     }
@@ -238,29 +311,42 @@ impl Drop for RunningEndpoint {
 
 async fn receive_loop(
     receiver: Arc<dyn Receiver>,
-    tx: mpsc::Sender<Delivery>,
+    tx: mpsc::UnboundedSender<Buffered>,
     stop: CancellationToken,
     prefetch: usize,
+    receive_wait: Duration,
 ) {
+    let slots = Arc::new(Semaphore::new(prefetch));
     let mut backoff = Duration::from_millis(50);
     loop {
-        // Reserve room first, so that every message received has a place to wait.
-        let wanted = tx.capacity().clamp(1, prefetch);
-        let permits = tokio::select! {
+        // Take room first, so that every message received has a place to wait. Wait for
+        // at least half of the share to be free, so that receives stay batched instead of
+        // fetching one message each time a handler takes one.
+        let wanted = slots.available_permits().max(prefetch.div_ceil(2)).clamp(1, prefetch);
+        let Ok(wanted_u32) = u32::try_from(wanted) else { return };
+        let mut room = tokio::select! {
             biased;
             () = stop.cancelled() => return,
-            p = tx.reserve_many(wanted) => match p { Ok(p) => p, Err(_) => return },
+            p = slots.clone().acquire_many_owned(wanted_u32) => match p { Ok(p) => p, Err(_) => return },
         };
         let received = tokio::select! {
             biased;
             () = stop.cancelled() => return,
-            r = receiver.receive(wanted, RECEIVE_WAIT) => r,
+            r = receiver.receive(wanted, receive_wait) => r,
         };
         match received {
             Ok(deliveries) => {
                 backoff = Duration::from_millis(50);
-                for (delivery, permit) in deliveries.into_iter().zip(permits) {
-                    permit.send(delivery);
+                for delivery in deliveries {
+                    let Some(slot) = room.split(1) else {
+                        // More than asked for cannot happen; never drop a delivery silently.
+                        tracing::warn!(source = %receiver.path(), "a receive returned more than asked for; handing it back");
+                        let _ = delivery.abandon().await;
+                        continue;
+                    };
+                    if let Err(mpsc::error::SendError((delivery, _))) = tx.send((delivery, slot)) {
+                        let _ = delivery.abandon().await;
+                    }
                 }
             }
             Err(e) if matches!(e.kind(), ErrorKind::Closed) => {
@@ -280,11 +366,11 @@ async fn receive_loop(
 }
 
 async fn dispatch_loop(
-    mut rx: mpsc::Receiver<Delivery>,
+    mut rx: mpsc::UnboundedReceiver<Buffered>,
     semaphore: Arc<Semaphore>,
     shared: Arc<Shared>,
     stop: CancellationToken,
-) -> (mpsc::Receiver<Delivery>, JoinSet<()>) {
+) -> (mpsc::UnboundedReceiver<Buffered>, JoinSet<()>) {
     let mut in_flight = JoinSet::new();
     loop {
         while in_flight.try_join_next().is_some() {}
@@ -296,7 +382,7 @@ async fn dispatch_loop(
         let delivery = tokio::select! {
             biased;
             () = stop.cancelled() => break,
-            d = rx.recv() => match d { Some(d) => d, None => break },
+            d = rx.recv() => match d { Some((d, _slot)) => d, None => break },
         };
         in_flight.spawn(process(shared.clone(), delivery, permit));
     }
@@ -311,6 +397,7 @@ fn int_property(properties: &Properties, key: &str) -> u32 {
 }
 
 async fn process(shared: Arc<Shared>, delivery: Delivery, _permit: OwnedSemaphorePermit) {
+    let _running = Running::new(&shared.stats.running);
     let message = delivery.message();
     let delayed = int_property(&message.envelope.properties, headers::DELAYED_RETRIES);
     let delivery_count = message.broker.delivery_count;

@@ -23,9 +23,8 @@ pub struct TraceContext {
 impl TraceContext {
     /// A new trace with a fresh root span (sampled).
     pub fn new_root() -> Self {
-        let trace_id = *Uuid::new_v4().as_bytes();
         Self {
-            trace_id,
+            trace_id: new_trace_id(),
             span_id: new_span_id(),
             flags: 1,
         }
@@ -105,12 +104,44 @@ impl fmt::Debug for TraceContext {
     }
 }
 
-fn new_span_id() -> [u8; 8] {
+thread_local! {
+    /// Per-thread SplitMix64 state, seeded once from the operating system's randomness:
+    /// span ids are made per message, and a system call each time would cost more than
+    /// the rest of the id handling.
+    static RNG: std::cell::Cell<u64> = std::cell::Cell::new(seed());
+}
+
+fn seed() -> u64 {
     let bytes = Uuid::new_v4().into_bytes();
-    let mut id = [0u8; 8];
-    id.copy_from_slice(&bytes[..8]);
+    let mut s = [0u8; 8];
+    s.copy_from_slice(&bytes[..8]);
+    u64::from_le_bytes(s)
+}
+
+fn next_random() -> u64 {
+    RNG.with(|state| {
+        let mut z = state.get().wrapping_add(0x9E37_79B9_7F4A_7C15);
+        state.set(z);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    })
+}
+
+fn new_span_id() -> [u8; 8] {
+    let mut id = next_random().to_le_bytes();
     if id == [0; 8] {
         id[7] = 1;
+    }
+    id
+}
+
+fn new_trace_id() -> [u8; 16] {
+    let mut id = [0u8; 16];
+    id[..8].copy_from_slice(&next_random().to_le_bytes());
+    id[8..].copy_from_slice(&next_random().to_le_bytes());
+    if id == [0; 16] {
+        id[15] = 1;
     }
     id
 }

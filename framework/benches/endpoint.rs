@@ -1,0 +1,190 @@
+//! End-to-end handler throughput of an endpoint (no-op handler, 1 KiB JSON messages)
+//! next to the raw embedded broker's receive + complete, measured in the same run on the
+//! same kind of broker (a file, durability NORMAL), with the same parallelism.
+//!
+//! Run: `cargo bench -p courier --bench endpoint` (add `-- --quick` for a short run).
+//! Each round drains a queue pre-filled with `n` messages, once with the raw API and once
+//! with an endpoint, alternating; the median of the rounds is reported.
+
+#![allow(
+    clippy::print_stdout,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    missing_docs
+)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use courier::prelude::*;
+use courier::{BoxFuture, Durability};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+
+#[derive(Serialize, Deserialize, courier::Message)]
+#[message(name = "bench.Work")]
+struct Work {
+    n: u64,
+    payload: String,
+}
+
+/// A no-op handler that counts and tells the bench when the last message arrived.
+struct Count {
+    seen: Arc<AtomicU64>,
+    total: u64,
+    done: Arc<Notify>,
+}
+
+impl Handler for Count {
+    type Message = Work;
+    fn name(&self) -> &'static str {
+        "count"
+    }
+    fn handle<'a>(&'a self, _m: Work, _ctx: &'a mut Context) -> BoxFuture<'a, Result<(), HandlerError>> {
+        if self.seen.fetch_add(1, Ordering::Relaxed) + 1 == self.total {
+            self.done.notify_one();
+        }
+        Box::pin(async { Ok(()) })
+    }
+}
+
+struct Bench {
+    transport: Arc<dyn Transport>,
+    _dir: tempfile::TempDir,
+}
+
+/// A fresh broker file holding `n` messages of about 1 KiB of JSON in queue `work`.
+async fn prefilled(n: u64) -> Bench {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Embedded::builder()
+        .path(dir.path().join("bench.db"))
+        .durability(Durability::Normal)
+        .open()
+        .await
+        .unwrap();
+    broker.create_queue("work", &QueueOptions::default()).await.unwrap();
+    let sender = broker.sender("work", SenderOptions::default()).await.unwrap();
+    let payload = "x".repeat(1000);
+    let mut i = 0;
+    while i < n {
+        let batch: Vec<Envelope> = (i..(i + 100).min(n))
+            .map(|k| {
+                Work {
+                    n: k,
+                    payload: payload.clone(),
+                }
+                .to_envelope()
+                .unwrap()
+            })
+            .collect();
+        i += batch.len() as u64;
+        sender.send_batch(batch).await.unwrap();
+    }
+    Bench {
+        transport: Arc::new(broker),
+        _dir: dir,
+    }
+}
+
+/// Raw: `loops` receive loops, each taking up to `batch` messages per call and
+/// completing them concurrently before it asks again. Messages per second.
+async fn raw(n: u64, batch: usize, loops: usize) -> f64 {
+    let b = prefilled(n).await;
+    let receiver = b.transport.receiver(&EntityPath::queue("work")).await.unwrap();
+    let done = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let mut tasks = JoinSet::new();
+    for _ in 0..loops {
+        let (receiver, done) = (receiver.clone(), done.clone());
+        tasks.spawn(async move {
+            while done.load(Ordering::Relaxed) < n {
+                let got = receiver.receive(batch, Duration::from_millis(20)).await.unwrap();
+                let k = got.len() as u64;
+                let mut completes = JoinSet::new();
+                for d in got {
+                    completes.spawn(d.complete());
+                }
+                while let Some(r) = completes.join_next().await {
+                    r.unwrap().unwrap();
+                }
+                done.fetch_add(k, Ordering::Relaxed);
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    b.transport.close().await;
+    rate
+}
+
+/// Endpoint: `concurrency` handlers at once, prefetch equal to it; timed from start until
+/// the graceful shutdown after the last message returned (every message completed).
+async fn endpoint(n: u64, concurrency: usize) -> f64 {
+    let b = prefilled(n).await;
+    let seen = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(Notify::new());
+    let start = Instant::now();
+    let running = Endpoint::builder("work")
+        .transport(b.transport.clone())
+        .concurrency(concurrency)
+        .handler(Count {
+            seen: seen.clone(),
+            total: n,
+            done: done.clone(),
+        })
+        .start()
+        .await
+        .unwrap();
+    done.notified().await;
+    let report = running.shutdown().await.unwrap();
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    assert_eq!(report.completed, n);
+    b.transport.close().await;
+    rate
+}
+
+async fn quiesce() {
+    let _ = std::process::Command::new("sync").status();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let (n, rounds) = if quick { (5_000, 1) } else { (20_000, 3) };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        println!("endpoint vs raw embedded broker: file, durability NORMAL, ~1 KiB JSON, {n} messages, median of {rounds}");
+        println!("  (raw: the best of 1 and 2 receive loops of that batch size; the endpoint holds up to");
+        println!("   concurrency + prefetch = 2x that many locks, as 2 raw loops do)");
+        for parallel in [16, 32] {
+            let (mut r1, mut r2, mut e) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..rounds {
+                quiesce().await;
+                r1.push(raw(n, parallel, 1).await);
+                quiesce().await;
+                r2.push(raw(n, parallel, 2).await);
+                quiesce().await;
+                e.push(endpoint(n, parallel).await);
+            }
+            let (r1, r2, e) = (median(r1), median(r2), median(e));
+            let r = r1.max(r2);
+            let overhead_us = (1.0 / e - 1.0 / r) * 1e6;
+            println!(
+                "  {parallel:>2} at once: raw 1 loop {r1:>7.0} msg/s, 2 loops {r2:>7.0} msg/s | endpoint {e:>7.0} msg/s | {:>5.1}% of the best raw | overhead {overhead_us:+.1} us/msg",
+                e / r * 100.0
+            );
+        }
+    });
+}
