@@ -1,43 +1,99 @@
 //! `#[handler]`: parse, check, generate.
+//!
+//! The syntactic checks (shape of the signature) are made here, each error on the tokens
+//! at fault, all reported together. The type checks (the message is a `Message`, the
+//! return type is a `Result<(), E>` with a convertible `E`, the context is a `Context`) are
+//! left to the compiler: the generated code passes the user's own type tokens as explicit
+//! type arguments to `::courier::__private` functions, so that a failed bound is reported
+//! once, on those tokens, with the text of the trait's `#[diagnostic::on_unimplemented]`.
 
-use proc_macro2::TokenStream;
-use quote::{format_ident, quote, quote_spanned};
+use proc_macro2::{Delimiter, Group, Ident, Span, TokenStream};
+use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
-use syn::{FnArg, ItemFn, ReturnType, Type};
+use syn::{FnArg, GenericArgument, ItemFn, PathArguments, ReturnType, Signature, Type};
 
 /// The checked shape of a handler function.
-struct Model {
-    function: ItemFn,
+struct Model<'f> {
+    function: &'f ItemFn,
     message_ty: Type,
-    has_context: bool,
+    /// `T` of a second argument `&mut T` (the compiler checks that it is `Context`).
+    context_ty: Option<Type>,
     return_ty: Type,
 }
 
-fn check(function: ItemFn) -> syn::Result<Model> {
+/// `name(args)`: where a missing return type belongs.
+fn name_and_arguments(sig: &Signature) -> TokenStream {
+    // Only the spans of the first and the last token count.
+    let close = Ident::new("close", sig.paren_token.span.close());
+    let name = &sig.ident;
+    quote!(#name #close)
+}
+
+fn combine(errors: Vec<syn::Error>) -> Option<syn::Error> {
+    errors.into_iter().reduce(|mut first, e| {
+        first.combine(e);
+        first
+    })
+}
+
+fn check(function: &ItemFn) -> syn::Result<Model<'_>> {
     let mut errors: Vec<syn::Error> = Vec::new();
     let sig = &function.sig;
+    if let Some(c) = &sig.constness {
+        errors.push(syn::Error::new_spanned(c, "a handler cannot be a `const fn`"));
+    }
     if sig.asyncness.is_none() {
-        errors.push(syn::Error::new(
-            sig.fn_token.span(),
+        errors.push(syn::Error::new_spanned(
+            sig.fn_token,
             "a handler must be an `async fn`: write `async fn`",
         ));
     }
+    if let Some(u) = &sig.unsafety {
+        errors.push(syn::Error::new_spanned(u, "a handler cannot be `unsafe`"));
+    }
+    if let Some(abi) = &sig.abi {
+        errors.push(syn::Error::new_spanned(abi, "a handler cannot have an ABI"));
+    }
     if !sig.generics.params.is_empty() {
-        errors.push(syn::Error::new(sig.generics.span(), "a handler cannot be generic"));
+        errors.push(syn::Error::new_spanned(
+            &sig.generics,
+            "a handler cannot be generic: it handles one message type, with no lifetime of its own",
+        ));
+    }
+    if let Some(w) = &sig.generics.where_clause {
+        errors.push(syn::Error::new_spanned(w, "a handler cannot have a `where` clause"));
     }
     if let Some(v) = &sig.variadic {
-        errors.push(syn::Error::new(v.span(), "a handler cannot be variadic"));
+        errors.push(syn::Error::new_spanned(v, "a handler cannot be variadic"));
     }
-    let mut inputs = sig.inputs.iter();
-    let message_ty = match inputs.next() {
-        Some(FnArg::Typed(arg)) => Some((*arg.ty).clone()),
-        Some(FnArg::Receiver(r)) => {
-            errors.push(syn::Error::new(
-                r.span(),
+    // A `self` is reported on its own; the other arguments are checked as if it were not
+    // there, so that it does not shift them into the wrong roles.
+    let mut typed = Vec::new();
+    for arg in &sig.inputs {
+        match arg {
+            FnArg::Receiver(r) => errors.push(syn::Error::new_spanned(
+                r,
                 "a handler is a free function: it cannot take `self`",
+            )),
+            FnArg::Typed(t) => typed.push(t),
+        }
+    }
+    let message_ty = match typed.first().map(|arg| &*arg.ty) {
+        Some(Type::Reference(r)) => {
+            errors.push(syn::Error::new_spanned(
+                r,
+                "a handler takes the message by value, as its owner: drop the `&`",
             ));
             None
         }
+        Some(ty @ Type::ImplTrait(_)) => {
+            errors.push(syn::Error::new_spanned(
+                ty,
+                "a handler handles one message type: name it, with no `impl`",
+            ));
+            None
+        }
+        Some(ty) => Some(ty.clone()),
         None => {
             errors.push(syn::Error::new(
                 sig.paren_token.span.join(),
@@ -46,70 +102,185 @@ fn check(function: ItemFn) -> syn::Result<Model> {
             None
         }
     };
-    let has_context = match inputs.next() {
-        None => false,
-        Some(FnArg::Typed(arg)) => {
-            match &*arg.ty {
-                Type::Reference(r) if r.mutability.is_some() => {}
-                other => errors.push(syn::Error::new(
-                    other.span(),
+    let context_ty = match typed.get(1) {
+        None => None,
+        Some(arg) => match &*arg.ty {
+            Type::Reference(r) if r.mutability.is_some() => match &r.lifetime {
+                // The context is borrowed for the call only: `&'a mut` outlives it.
+                Some(l) if l.ident != "_" => {
+                    errors.push(syn::Error::new_spanned(
+                        l,
+                        "the context is lent to the handler for one call: write `&mut courier::Context`, with no lifetime",
+                    ));
+                    None
+                }
+                _ => Some((*r.elem).clone()),
+            },
+            other => {
+                errors.push(syn::Error::new_spanned(
+                    other,
                     "the second argument of a handler must be `&mut courier::Context`",
-                )),
+                ));
+                None
             }
-            true
-        }
-        Some(FnArg::Receiver(r)) => {
-            errors.push(syn::Error::new(r.span(), "a handler cannot take `self`"));
-            true
-        }
+        },
     };
-    for extra in inputs {
-        errors.push(syn::Error::new(
-            extra.span(),
-            "a handler takes at most two arguments: the message and `&mut courier::Context`",
+    for extra in typed.iter().skip(2) {
+        errors.push(syn::Error::new_spanned(
+            extra,
+            "a handler takes at most two arguments: the message and `ctx: &mut courier::Context`",
         ));
     }
     let return_ty = match &sig.output {
-        ReturnType::Type(_, ty) => Some((**ty).clone()),
+        ReturnType::Type(_, ty) => match &**ty {
+            Type::ImplTrait(_) | Type::Infer(_) | Type::Never(_) => {
+                errors.push(syn::Error::new_spanned(
+                    ty,
+                    "a handler must return `Result<(), E>` where `E` converts into `courier::HandlerError`",
+                ));
+                None
+            }
+            ty => Some(ty.clone()),
+        },
         ReturnType::Default => {
-            errors.push(syn::Error::new(
-                sig.span(),
-                "a handler must return `Result<(), E>` where `E` converts into `courier::HandlerError`",
+            errors.push(syn::Error::new_spanned(
+                name_and_arguments(sig),
+                "a handler must return `Result<(), E>` where `E` converts into `courier::HandlerError`: \
+                 add `-> Result<(), courier::HandlerError>`",
             ));
             None
         }
     };
-    let mut errors = errors.into_iter();
-    if let Some(mut first) = errors.next() {
-        for e in errors {
-            first.combine(e);
-        }
-        return Err(first);
+    if let Some(error) = combine(errors) {
+        return Err(error);
     }
     match (message_ty, return_ty) {
         (Some(message_ty), Some(return_ty)) => Ok(Model {
             function,
             message_ty,
-            has_context,
+            context_ty,
             return_ty,
         }),
-        _ => Err(syn::Error::new(sig.span(), "not a handler")),
+        // Unreachable: a missing part always comes with an error above.
+        _ => Err(syn::Error::new_spanned(&function.sig, "not a handler")),
     }
 }
 
-pub(crate) fn expand(args: TokenStream, input: TokenStream) -> syn::Result<TokenStream> {
-    if !args.is_empty() {
-        return Err(syn::Error::new(args.span(), "`#[handler]` takes no arguments"));
+/// The spans of the first and the last token of `tokens`.
+fn first_and_last_spans(tokens: &impl ToTokens) -> (Span, Span) {
+    let mut iter = tokens.to_token_stream().into_iter();
+    let first = iter.next().map_or_else(Span::call_site, |t| t.span());
+    let last = iter.last().map_or(first, |t| t.span());
+    (first, last)
+}
+
+/// `T` and `E` of a return type written `Result<T, E>`, to check each on its own tokens.
+fn result_parts(ty: &Type) -> Option<(&Type, &Type)> {
+    let Type::Path(path) = ty else { return None };
+    if path.qself.is_some() {
+        return None;
     }
-    let function: ItemFn = syn::parse2(input)?;
-    let model = check(function)?;
-    let name = model.function.sig.ident.clone();
-    let vis = model.function.vis.clone();
+    let last = path.path.segments.last()?;
+    if last.ident != "Result" {
+        return None;
+    }
+    let PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
+    let mut types = args.args.iter().map(|a| match a {
+        GenericArgument::Type(t) => Some(t),
+        _ => None,
+    });
+    match (types.next(), types.next(), types.next()) {
+        (Some(Some(ok)), Some(Some(err)), None) => Some((ok, err)),
+        _ => None,
+    }
+}
+
+/// What a handler that did not pass the checks leaves behind: the errors, and a unit
+/// struct of the function's name implementing `Handler` for a message type that has no
+/// value, so that the uses of the name (`.handler(name)`) add no errors of their own. A
+/// method (with `self`, so in an `impl` or a trait) is left as it is instead.
+fn recovery(errors: Option<syn::Error>, function: &ItemFn) -> TokenStream {
+    let errors = errors.map(|e| e.to_compile_error());
+    if function.sig.receiver().is_some() {
+        // A method: no struct can go where it is. It stays as it was.
+        return quote!(#errors #function);
+    }
+    let name = &function.sig.ident;
+    let vis = &function.vis;
+    let cfgs: Vec<_> = function.attrs.iter().filter(|a| a.path().is_ident("cfg")).collect();
+    quote! {
+        #errors
+        #(#cfgs)*
+        #[allow(non_camel_case_types, dead_code)]
+        #[derive(Debug, Clone, Copy, Default)]
+        #vis struct #name;
+
+        #(#cfgs)*
+        const _: () = {
+            impl ::courier::Handler for #name {
+                type Message = ::courier::__private::Rejected;
+
+                fn name(&self) -> &'static str {
+                    ::core::stringify!(#name)
+                }
+
+                fn handle<'a>(
+                    &'a self,
+                    message: ::courier::__private::Rejected,
+                    _: &'a mut ::courier::Context,
+                ) -> ::courier::BoxFuture<'a, ::core::result::Result<(), ::courier::HandlerError>> {
+                    match message {}
+                }
+            }
+        };
+    }
+}
+
+pub(crate) fn expand(args: &TokenStream, input: &TokenStream) -> TokenStream {
+    let args_error = (!args.is_empty()).then(|| {
+        syn::Error::new_spanned(
+            args,
+            "`#[handler]` takes no arguments: the message type is the type of the first argument",
+        )
+    });
+    let function: ItemFn = match syn::parse2(input.clone()) {
+        Ok(f) => f,
+        Err(e) => {
+            // Not a function: the item is left as it is, with the error on its first token.
+            let not_fn = syn::Error::new(e.span(), "`#[handler]` goes on an `async fn`");
+            let errors = combine(args_error.into_iter().chain([not_fn]).collect()).map(|e| e.to_compile_error());
+            return quote!(#errors #input);
+        }
+    };
+    let model = match check(&function) {
+        Ok(model) => model,
+        Err(error) => {
+            let errors = combine(args_error.into_iter().chain([error]).collect());
+            return recovery(errors, &function);
+        }
+    };
+    // Arguments are an error of their own: the handler is still generated and checked.
+    let args_error = args_error.map(|e| e.to_compile_error());
+    let generated = generate(&model);
+    quote!(#args_error #generated)
+}
+
+fn generate(model: &Model<'_>) -> TokenStream {
+    let name = &model.function.sig.ident;
+    let vis = &model.function.vis;
     let docs: Vec<_> = model
         .function
         .attrs
         .iter()
         .filter(|a| a.path().is_ident("doc") || a.path().is_ident("cfg"))
+        .collect();
+    let cfgs: Vec<_> = model
+        .function
+        .attrs
+        .iter()
+        .filter(|a| a.path().is_ident("cfg"))
         .collect();
     let message_ty = &model.message_ty;
     let return_ty = &model.return_ty;
@@ -118,34 +289,47 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> syn::Result<Token
     inner_fn.sig.ident = inner.clone();
     inner_fn.vis = syn::Visibility::Inherited;
     inner_fn.attrs.retain(|a| !a.path().is_ident("doc"));
-    let call = if model.has_context {
-        quote!(#inner(message, ctx))
-    } else {
-        quote!({
+    // The explicit type arguments below are the user's tokens: a failed bound is reported
+    // on them (the second argument's type, the return type or its parts).
+    let call = match &model.context_ty {
+        Some(ty) => quote!(#inner(message, ::courier::__private::context_arg::<#ty>(ctx))),
+        None => quote!({
             let _ = ctx;
             #inner(message)
-        })
+        }),
     };
-    let message_check = quote_spanned! {message_ty.span()=>
-        const _: () = ::courier::__private::assert_message::<#message_ty>();
-    };
-    let return_check = quote_spanned! {return_ty.span()=>
-        fn __courier_return_check(r: #return_ty) -> ::core::result::Result<(), ::courier::HandlerError> {
-            ::courier::__private::into_handler_result(r)
+    let result = match result_parts(return_ty) {
+        Some((ok, err)) => quote!(::courier::__private::into_handler_result::<#ok, #err>(#call.await)),
+        None => {
+            // A return type that is not a `Result` at all is reported on the call's span:
+            // from its path to its parentheses, which here are those of the return type.
+            let (first, last) = first_and_last_spans(return_ty);
+            let path = quote_spanned!(first=> ::courier::__private::handler_return::<#return_ty>);
+            let mut parens = Group::new(Delimiter::Parenthesis, TokenStream::new());
+            parens.set_span(last);
+            quote!((#path #parens)(#call.await))
         }
     };
-    Ok(quote! {
+    // On the message type's tokens: a private message type behind a public handler is
+    // reported there, not on the attribute.
+    let message_assoc = quote_spanned! {message_ty.span()=>
+        type Message = #message_ty;
+    };
+    // On the function's name: a future that is not `Send` is reported there.
+    let boxed = quote_spanned! {name.span()=>
+        ::std::boxed::Box::pin(async move { #result })
+    };
+    quote! {
         #(#docs)*
         #[allow(non_camel_case_types)]
         #[derive(Debug, Clone, Copy, Default)]
         #vis struct #name;
 
+        #(#cfgs)*
         const _: () = {
-            #message_check
-
             #[automatically_derived]
             impl ::courier::Handler for #name {
-                type Message = #message_ty;
+                #message_assoc
 
                 fn name(&self) -> &'static str {
                     ::core::concat!(::core::module_path!(), "::", ::core::stringify!(#name))
@@ -157,10 +341,9 @@ pub(crate) fn expand(args: TokenStream, input: TokenStream) -> syn::Result<Token
                     ctx: &'a mut ::courier::Context,
                 ) -> ::courier::BoxFuture<'a, ::core::result::Result<(), ::courier::HandlerError>> {
                     #inner_fn
-                    #return_check
-                    ::std::boxed::Box::pin(async move { __courier_return_check(#call.await) })
+                    #boxed
                 }
             }
         };
-    })
+    }
 }

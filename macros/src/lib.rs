@@ -18,15 +18,18 @@ use proc_macro::TokenStream;
 #[proc_macro_derive(Message, attributes(message))]
 pub fn derive_message(input: TokenStream) -> TokenStream {
     let input = syn::parse_macro_input!(input as syn::DeriveInput);
-    message::expand(&input).unwrap_or_else(syn::Error::into_compile_error).into()
+    message::expand(&input).into()
 }
 
 /// Turns `async fn name(message: T, ctx: &mut courier::Context) -> Result<(), E>` into a
 /// handler: a unit struct `name` implementing `courier::Handler`, registered with
 /// `EndpointBuilder::handler(name)`.
+///
+/// `T` is a `courier::Message`, taken by value; `ctx` may be left out; `E` is any
+/// `std::error::Error + Send + Sync + 'static`, or `courier::HandlerError`. Every mistake
+/// in the signature is a compile error on the tokens at fault (see the UI tests in
+/// `tests/macros/ui`).
 #[proc_macro_attribute]
 pub fn handler(args: TokenStream, input: TokenStream) -> TokenStream {
-    handler::expand(args.into(), input.into())
-        .unwrap_or_else(syn::Error::into_compile_error)
-        .into()
+    handler::expand(&args.into(), &input.into()).into()
 }

@@ -175,34 +175,152 @@ impl<T, E: Into<HandlerError>> ResultExt<T> for Result<T, E> {
 }
 
 /// What the macros call. Not a public API: it changes without notice.
+///
+/// Each check is a generic function the macros call with the user's own type tokens as
+/// explicit type arguments, so that a failed bound is reported on those tokens, once, with
+/// the text of the trait's `#[diagnostic::on_unimplemented]`.
 #[doc(hidden)]
 pub mod __private {
     pub use super::BoxFuture;
+    pub use crate::codec::{Codec, CodecError};
     pub use crate::endpoint::context::Context;
     pub use crate::endpoint::handler::{Handler, HandlerError, Message};
+    pub use crate::message::Envelope;
 
-    /// The return types a `#[handler]` function may have.
+    /// The return types a `#[handler]` function may have: a `Result`, whose success type
+    /// is `()` ([`HandlerOk`]) and whose error converts into [`HandlerError`]
+    /// ([`HandlerErrorType`]).
     #[diagnostic::on_unimplemented(
         message = "a Courier handler must return `Result<(), E>` where `E` converts into `courier::HandlerError`, not `{Self}`",
         label = "wrong return type for a handler",
         note = "any `std::error::Error + Send + Sync + 'static` converts; so does `courier::HandlerError`"
     )]
     pub trait HandlerReturn {
-        /// The result as the framework sees it.
-        fn into_handler_result(self) -> Result<(), HandlerError>;
+        /// The success type.
+        type Ok;
+        /// The error type.
+        type Error;
+        /// The value as a `Result`.
+        ///
+        /// # Errors
+        /// The handler's error.
+        fn into_result(self) -> Result<Self::Ok, Self::Error>;
     }
 
-    impl<E: Into<HandlerError>> HandlerReturn for Result<(), E> {
-        fn into_handler_result(self) -> Result<(), HandlerError> {
-            self.map_err(Into::into)
+    impl<T, E> HandlerReturn for Result<T, E> {
+        type Ok = T;
+        type Error = E;
+        fn into_result(self) -> Self {
+            self
         }
     }
 
-    /// Fails to compile unless `T` is a message type.
-    pub const fn assert_message<T: Message>() {}
+    /// The success type of a handler's `Result`: only `()`.
+    #[diagnostic::on_unimplemented(
+        message = "a Courier handler must return `Result<(), E>`: its success type must be `()`, not `{Self}`",
+        label = "must be `()`",
+        note = "a handler only succeeds or fails; to pass a value on, send or publish a message with the `Context`"
+    )]
+    pub trait HandlerOk {}
 
-    /// Fails to compile unless `R` is a handler return type.
-    pub fn into_handler_result<R: HandlerReturn>(r: R) -> Result<(), HandlerError> {
-        r.into_handler_result()
+    impl HandlerOk for () {}
+
+    /// The error type of a handler's `Result`: anything that converts into [`HandlerError`].
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` cannot be the error type of a Courier handler: it does not convert into `courier::HandlerError`",
+        label = "not an error type",
+        note = "any `std::error::Error + Send + Sync + 'static` converts; so does `courier::HandlerError`"
+    )]
+    pub trait HandlerErrorType {
+        /// The error as the framework sees it.
+        fn into_handler_error(self) -> HandlerError;
+    }
+
+    impl<E: Into<HandlerError>> HandlerErrorType for E {
+        fn into_handler_error(self) -> HandlerError {
+            self.into()
+        }
+    }
+
+    /// The type behind the `&mut` of a handler's second argument: only [`Context`].
+    #[diagnostic::on_unimplemented(
+        message = "the second argument of a Courier handler must be `&mut courier::Context`, not `&mut {Self}`",
+        label = "not `courier::Context`"
+    )]
+    pub trait ContextArg {
+        /// The context, as the handler function takes it.
+        fn from_context(ctx: &mut Context) -> &mut Self;
+    }
+
+    impl ContextArg for Context {
+        fn from_context(ctx: &mut Context) -> &mut Self {
+            ctx
+        }
+    }
+
+    /// What the codec of `#[message(codec = C)]` must be: a [`Codec`] with a [`Default`].
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` cannot be the codec of a Courier message",
+        label = "not a codec",
+        note = "a message codec implements `courier::Codec` and `Default`"
+    )]
+    pub trait MessageCodec: Codec + Default {}
+
+    impl<C: Codec + Default> MessageCodec for C {}
+
+    /// How a message with `#[message(codec = C)]` is encoded and decoded.
+    #[derive(Debug)]
+    pub struct CodecFns<M> {
+        /// [`Message::to_envelope`].
+        pub encode: fn(&M) -> Result<Envelope, CodecError>,
+        /// [`Message::from_envelope`].
+        pub decode: fn(&Envelope) -> Result<M, CodecError>,
+    }
+
+    /// The encoding of `M` with the codec `C`. Both methods of the generated impl call
+    /// this one function, so that a codec that is not one is reported once.
+    pub fn codec_fns<C: MessageCodec, M: Message>() -> CodecFns<M> {
+        CodecFns {
+            encode: |m| Ok(Envelope::encode(&C::default(), m)?.with_message_type(M::NAME)),
+            decode: |e| e.decode(&C::default()),
+        }
+    }
+
+    /// The result of a handler declared `-> Result<T, E>`, checked part by part.
+    ///
+    /// # Errors
+    /// The handler's error, converted.
+    pub fn into_handler_result<T: HandlerOk, E: HandlerErrorType>(r: Result<T, E>) -> Result<(), HandlerError> {
+        match r {
+            Ok(_) => Ok(()),
+            Err(e) => Err(e.into_handler_error()),
+        }
+    }
+
+    /// The conversion of the result of a handler declared with any other return type (an
+    /// alias of a `Result`, say). It takes no value, so that a failed bound is reported on
+    /// the explicit type argument.
+    pub fn handler_return<R>() -> fn(R) -> Result<(), HandlerError>
+    where
+        R: HandlerReturn,
+        R::Ok: HandlerOk,
+        R::Error: HandlerErrorType,
+    {
+        |r| into_handler_result(r.into_result())
+    }
+
+    /// The context as a handler's second argument takes it.
+    pub fn context_arg<T: ContextArg + ?Sized>(ctx: &mut Context) -> &mut T {
+        T::from_context(ctx)
+    }
+
+    /// The message type of what `#[handler]` leaves in place of a function it rejected (with
+    /// a compile error), so that the uses of its name add no errors of their own. It has no
+    /// value: such a handler never runs, and never compiles into a program.
+    #[derive(Debug, serde::Serialize, serde::Deserialize)]
+    pub enum Rejected {}
+
+    impl Message for Rejected {
+        const NAME: &'static str = "courier.__private.Rejected";
     }
 }

@@ -1,0 +1,18 @@
+//! The second argument of a handler is `&mut Context`: not `&Context`, not with a lifetime.
+
+#[derive(serde::Serialize, serde::Deserialize, courier::Message)]
+struct Tick;
+
+#[courier::handler]
+async fn on_tick(_tick: Tick, ctx: &courier::Context) -> Result<(), courier::HandlerError> {
+    let _ = ctx;
+    Ok(())
+}
+
+fn main() {}
+
+#[courier::handler]
+async fn on_tock(_tick: Tick, ctx: &'static mut courier::Context) -> Result<(), courier::HandlerError> {
+    let _ = ctx;
+    Ok(())
+}

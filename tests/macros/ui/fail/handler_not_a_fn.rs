@@ -1,0 +1,6 @@
+//! `#[handler]` goes on a function.
+
+#[courier::handler]
+struct OnTick;
+
+fn main() {}
