@@ -32,8 +32,8 @@ extern crate self as courier;
 
 mod clock;
 mod codec;
-mod entity;
 mod endpoint;
+mod entity;
 mod error;
 mod message;
 mod transport;
@@ -47,20 +47,20 @@ pub mod conformance;
 
 pub use clock::{Clock, Sleep, SystemClock, VirtualClock};
 pub use codec::{Codec, CodecError, JsonCodec};
-pub use entity::{
-    EntityCounts, EntityPath, MAX_LOCK_DURATION, MAX_NAME_LEN, MAX_TIME_TO_LIVE, QueueOptions, SubQueue,
-    SubscriptionOptions, TopicOptions, validate_name,
-};
 pub use courier_macros::{Message, handler};
 pub use endpoint::bus::{Bus, SendOptions};
 pub use endpoint::context::Context;
-pub use endpoint::handler::{BoxFuture, Handler, HandlerError, Message, ResultExt, __private};
+pub use endpoint::handler::{__private, BoxFuture, Handler, HandlerError, Message, ResultExt};
 pub use endpoint::recoverability::RetryPolicy;
 pub use endpoint::routing::{Routes, default_topic_name};
 pub use endpoint::trace::{TRACEPARENT, TRACESTATE, TraceContext};
 pub use endpoint::{
     DEFAULT_CONCURRENCY, DEFAULT_MAX_LOCK_RENEWAL, DEFAULT_RECEIVE_WAIT, DEFAULT_SHUTDOWN_TIMEOUT, Endpoint,
     EndpointBuilder, EndpointStats, RunningEndpoint, ShutdownReport,
+};
+pub use entity::{
+    EntityCounts, EntityPath, MAX_LOCK_DURATION, MAX_NAME_LEN, MAX_TIME_TO_LIVE, QueueOptions, SubQueue,
+    SubscriptionOptions, TopicOptions, validate_name,
 };
 
 /// What the endpoint writes on messages it retries or dead-letters: the dead-letter
@@ -89,8 +89,7 @@ pub mod prelude {
     #[cfg(feature = "sqlite")]
     pub use crate::Embedded;
     pub use crate::{
-        Bus, Context, Endpoint, Handler, HandlerError, Message, ResultExt, RetryPolicy, Routes, SendOptions,
-        handler,
+        Bus, Context, Endpoint, Handler, HandlerError, Message, ResultExt, RetryPolicy, Routes, SendOptions, handler,
     };
     pub use crate::{
         Clock, Codec, Delivery, EntityPath, Envelope, JsonCodec, QueueOptions, ReceivedMessage, Receiver, Sender,

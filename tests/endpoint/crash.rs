@@ -22,7 +22,10 @@ async fn a_crash_during_a_delayed_retry_resumes_the_count() {
     let db = dir.path().join("courier.db");
     {
         let broker = Embedded::open(&db).await.unwrap();
-        broker.create_queue("jobs", &courier::QueueOptions::default()).await.unwrap();
+        broker
+            .create_queue("jobs", &courier::QueueOptions::default())
+            .await
+            .unwrap();
         let transport: Arc<dyn Transport> = Arc::new(broker);
         courier::Bus::new(transport.clone(), courier::Routes::new().send::<CrashJob>("jobs"))
             .send_with(&CrashJob { n: 1 }, courier::SendOptions::new().message_id("job-1"))
@@ -58,7 +61,12 @@ async fn a_crash_during_a_delayed_retry_resumes_the_count() {
     // Restart: a new process (here, this one) opens the same file.
     let clock = VirtualClock::starting_now();
     let shared: Arc<dyn Clock> = Arc::new(clock.clone());
-    let broker = Embedded::builder().path(&db).clock(shared.clone()).open().await.unwrap();
+    let broker = Embedded::builder()
+        .path(&db)
+        .clock(shared.clone())
+        .open()
+        .await
+        .unwrap();
     let transport: Arc<dyn Transport> = Arc::new(broker);
     let calls = Calls::default();
     let c = calls.clone();
@@ -80,7 +88,11 @@ async fn a_crash_during_a_delayed_retry_resumes_the_count() {
     }
     wait_counts(&transport, "jobs", |c| c.dead_lettered == 1).await;
     let seen: Vec<_> = calls.all().iter().map(|c| (c.attempt, c.delayed_retries)).collect();
-    assert_eq!(seen, vec![(2, 1), (3, 2)], "the count resumed where the killed process left it");
+    assert_eq!(
+        seen,
+        vec![(2, 1), (3, 2)],
+        "the count resumed where the killed process left it"
+    );
     let dead = transport
         .peek(&EntityPath::queue("jobs").dead_letter(), 0, 10)
         .await

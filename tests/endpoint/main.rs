@@ -2,7 +2,13 @@
 //! observability. Every test runs on its own in-memory embedded broker and a virtual
 //! clock.
 
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs, unreachable_pub)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    missing_docs,
+    unreachable_pub
+)]
 
 mod crash;
 mod support;
@@ -61,7 +67,8 @@ async fn outgoing_messages_inherit_correlation_take_causation_and_leave_only_on_
         .handler(handler_fn("place", move |m: PlaceOrder, ctx: &mut Context| {
             ctx.send(&Ping { n: m.id }).unwrap();
             ctx.publish(&OrderPlaced { id: m.id }).unwrap();
-            ctx.send_after(&Ping { n: 1000 + m.id }, Duration::from_secs(60)).unwrap();
+            ctx.send_after(&Ping { n: 1000 + m.id }, Duration::from_secs(60))
+                .unwrap();
             // The first attempt fails after sending: nothing of it may leave.
             if a.fetch_add(1, Ordering::SeqCst) == 0 {
                 return fail(HandlerError::msg("first attempt fails"));
@@ -127,7 +134,10 @@ async fn a_correlation_id_set_by_the_sender_flows_through_every_hop() {
         .start()
         .await
         .unwrap();
-    let mut env = PlaceOrder { id: 3 }.to_envelope().unwrap().with_correlation_id("order-3");
+    let mut env = PlaceOrder { id: 3 }
+        .to_envelope()
+        .unwrap()
+        .with_correlation_id("order-3");
     env.message_id = "cmd-3".into();
     sales.bus().send_envelope("sales", env).await.unwrap();
     eventually("ping", || async { calls.len() == 1 }).await;
@@ -220,7 +230,11 @@ async fn a_handler_failing_n_times_then_succeeding_is_called_n_plus_one_times_an
     assert_eq!(report.completed, 1, "completed once");
     assert_eq!(report.retried, 2);
     let counts: Vec<_> = calls.all().iter().map(|c| c.delivery_count).collect();
-    assert_eq!(counts, vec![1, 2, 3], "immediate retries are redeliveries by the broker");
+    assert_eq!(
+        counts,
+        vec![1, 2, 3],
+        "immediate retries are redeliveries by the broker"
+    );
     assert!(dead_letters(&fx.transport, "sales").await.is_empty());
 }
 
@@ -252,16 +266,29 @@ async fn retries_exhausted_end_in_the_dead_letter_queue_with_the_failure_readabl
     advance_when_scheduled(&fx, "sales", 1, Duration::from_secs(20)).await;
     wait_counts(&fx.transport, "sales", |c| c.dead_lettered == 1).await;
     assert_eq!(calls.len() as u32, policy.max_attempts());
-    let attempts: Vec<_> = calls.all().iter().map(|c| (c.attempt, c.delayed_retries, c.delivery_count)).collect();
-    assert_eq!(attempts, vec![(1, 0, 1), (2, 0, 2), (3, 1, 1), (4, 1, 2), (5, 2, 1), (6, 2, 2)]);
-    assert!(calls.all().iter().all(|c| c.message_id == id), "retries keep the message id");
+    let attempts: Vec<_> = calls
+        .all()
+        .iter()
+        .map(|c| (c.attempt, c.delayed_retries, c.delivery_count))
+        .collect();
+    assert_eq!(
+        attempts,
+        vec![(1, 0, 1), (2, 0, 2), (3, 1, 1), (4, 1, 2), (5, 2, 1), (6, 2, 2)]
+    );
+    assert!(
+        calls.all().iter().all(|c| c.message_id == id),
+        "retries keep the message id"
+    );
 
     let dead = dead_letters(&fx.transport, "sales").await;
     assert_eq!(dead.len(), 1);
     let d = &dead[0];
     assert_eq!(d.message_id(), id);
     assert_eq!(d.broker.dead_letter_reason.as_deref(), Some(reasons::RETRIES_EXHAUSTED));
-    assert_eq!(d.broker.dead_letter_description.as_deref(), Some("card declined: gateway said no"));
+    assert_eq!(
+        d.broker.dead_letter_description.as_deref(),
+        Some("card declined: gateway said no")
+    );
     assert_eq!(string_prop(d, headers::FAILURE_ERROR), "card declined");
     assert_eq!(string_prop(d, headers::FAILURE_CHAIN), "card declined\ngateway said no");
     assert_eq!(string_prop(d, headers::FAILURE_HANDLER), "charge");
@@ -269,7 +296,12 @@ async fn retries_exhausted_end_in_the_dead_letter_queue_with_the_failure_readabl
     assert_eq!(int_prop(d, headers::FAILURE_ATTEMPTS), 6);
     assert_eq!(int_prop(d, headers::DELAYED_RETRIES), 2);
     let at = chrono::DateTime::parse_from_rfc3339(&string_prop(d, headers::FAILURE_TIME)).unwrap();
-    assert!((at.with_timezone(&chrono::Utc) - courier::Clock::now(&fx.clock)).num_seconds().abs() < 1);
+    assert!(
+        (at.with_timezone(&chrono::Utc) - courier::Clock::now(&fx.clock))
+            .num_seconds()
+            .abs()
+            < 1
+    );
     let report = sales.shutdown().await.unwrap();
     assert_eq!((report.completed, report.retried, report.dead_lettered), (0, 5, 1));
 }
@@ -353,7 +385,9 @@ async fn a_message_sent_under_an_earlier_name_is_handled_through_its_alias() {
         .start()
         .await
         .unwrap();
-    let old = Envelope::json(&Ping { n: 4 }).unwrap().with_message_type("test.OldPing");
+    let old = Envelope::json(&Ping { n: 4 })
+        .unwrap()
+        .with_message_type("test.OldPing");
     pings.bus().send_envelope("pings", old).await.unwrap();
     eventually("ping", || async { calls.len() == 1 }).await;
     assert_eq!(calls.all()[0].payload, "Ping { n: 4 }");
@@ -463,7 +497,10 @@ async fn graceful_shutdown_lets_running_handlers_finish_and_hands_back_the_prefe
         .await
         .unwrap();
     assert_eq!(left.len(), 8);
-    assert!(left.iter().all(|m| m.broker.locked_until.is_none()), "handed back, not left locked");
+    assert!(
+        left.iter().all(|m| m.broker.locked_until.is_none()),
+        "handed back, not left locked"
+    );
     // A new instance handles the rest: nothing was lost, nothing handled twice.
     gate.add_permits(100);
     let again = endpoint(&fx, "sales")
@@ -552,7 +589,9 @@ async fn the_lock_is_renewed_while_a_handler_runs_up_to_the_maximum() {
         let now = courier::Clock::now(&fx.clock);
         fx.clock.advance(Duration::from_secs(10));
         eventually("a lock held past now + 5 s", || async {
-            locked_until().await.is_some_and(|u| u > now + chrono::Duration::seconds(15))
+            locked_until()
+                .await
+                .is_some_and(|u| u > now + chrono::Duration::seconds(15))
         })
         .await;
     }
@@ -636,9 +675,18 @@ async fn attribute_handlers_run_and_read_endpoint_state() {
 #[tokio::test]
 async fn misconfigured_endpoints_are_refused_with_a_reason() {
     let fx = fixture().await;
-    let no_transport = courier::Endpoint::builder("x").handler(greet).start().await.unwrap_err();
+    let no_transport = courier::Endpoint::builder("x")
+        .handler(greet)
+        .start()
+        .await
+        .unwrap_err();
     assert!(no_transport.to_string().contains("transport"), "{no_transport}");
-    let zero = endpoint(&fx, "x").concurrency(0).handler(greet).start().await.unwrap_err();
+    let zero = endpoint(&fx, "x")
+        .concurrency(0)
+        .handler(greet)
+        .start()
+        .await
+        .unwrap_err();
     assert!(zero.to_string().contains("concurrency"), "{zero}");
     let none = endpoint(&fx, "x").start().await.unwrap_err();
     assert!(none.to_string().contains("handler"), "{none}");
@@ -656,7 +704,12 @@ async fn misconfigured_endpoints_are_refused_with_a_reason() {
         .unwrap_err();
     assert!(clash.to_string().contains("test.Ping"), "{clash}");
     let both = Routes::new().send::<Ping>("a").event_on::<Ping>("b");
-    let err = endpoint(&fx, "x").routes(both).handler(greet).start().await.unwrap_err();
+    let err = endpoint(&fx, "x")
+        .routes(both)
+        .handler(greet)
+        .start()
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("both"), "{err}");
 }
 
@@ -686,7 +739,10 @@ async fn trace_context_continues_across_endpoints() {
         .bus()
         .send_envelope(
             "sales",
-            PlaceOrder { id: 1 }.to_envelope().unwrap().with_property(courier::TRACEPARENT, parent),
+            PlaceOrder { id: 1 }
+                .to_envelope()
+                .unwrap()
+                .with_property(courier::TRACEPARENT, parent),
         )
         .await
         .unwrap();
@@ -738,7 +794,10 @@ async fn one_span_per_message_and_events_on_retry_and_dead_letter() {
     assert_eq!(retry.level, tracing::Level::WARN);
     let dead = events.iter().find(|e| e.message.contains("dead-lettered")).unwrap();
     assert_eq!(dead.level, tracing::Level::ERROR);
-    assert_eq!(dead.fields.get("reason").map(String::as_str), Some(reasons::RETRIES_EXHAUSTED));
+    assert_eq!(
+        dead.fields.get("reason").map(String::as_str),
+        Some(reasons::RETRIES_EXHAUSTED)
+    );
 }
 
 #[tokio::test]
@@ -773,7 +832,10 @@ async fn a_lost_lock_is_reported_and_the_message_handled_again() {
     wait_counts(&fx.transport, "sales", |c| c.active == 0).await;
     sales.shutdown().await.unwrap();
     assert!(
-        capture.events().iter().any(|e| e.message.contains("lock lost before completion")),
+        capture
+            .events()
+            .iter()
+            .any(|e| e.message.contains("lock lost before completion")),
         "{:?}",
         capture.events()
     );
@@ -799,7 +861,11 @@ async fn a_receive_waiting_on_one_source_never_holds_back_another() {
         billing.bus().publish(&OrderPlaced { id }).await.unwrap();
         eventually("the event", || async { calls.len() == id as usize + 1 }).await;
     }
-    billing.bus().send_envelope("billing", PlaceOrder { id: 9 }.to_envelope().unwrap()).await.unwrap();
+    billing
+        .bus()
+        .send_envelope("billing", PlaceOrder { id: 9 }.to_envelope().unwrap())
+        .await
+        .unwrap();
     eventually("the command", || async { calls.len() == 4 }).await;
     billing.shutdown().await.unwrap();
 }
@@ -825,5 +891,8 @@ async fn the_shutdown_report_counts_only_handlers_running_at_shutdown() {
     })
     .await;
     let report = sales.shutdown().await.unwrap();
-    assert_eq!((report.finished_in_flight, report.interrupted, report.completed), (0, 0, 3));
+    assert_eq!(
+        (report.finished_in_flight, report.interrupted, report.completed),
+        (0, 0, 3)
+    );
 }

@@ -166,7 +166,10 @@ pub async fn counts(transport: &Arc<dyn Transport>, queue: &str) -> EntityCounts
 }
 
 pub async fn wait_counts(transport: &Arc<dyn Transport>, queue: &str, want: impl Fn(&EntityCounts) -> bool) {
-    eventually(&format!("counts of {queue}"), || async { want(&counts(transport, queue).await) }).await;
+    eventually(&format!("counts of {queue}"), || async {
+        want(&counts(transport, queue).await)
+    })
+    .await;
 }
 
 pub async fn dead_letters(transport: &Arc<dyn Transport>, queue: &str) -> Vec<ReceivedMessage> {
@@ -195,5 +198,3 @@ pub async fn advance_when_scheduled(fx: &Fixture, queue: &str, scheduled: u64, b
     wait_counts(&fx.transport, queue, |c| c.scheduled == scheduled && c.active == 0).await;
     fx.clock.advance(by);
 }
-
-

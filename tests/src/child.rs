@@ -46,7 +46,10 @@ async fn main() {
         }
         "endpoint" => {
             #[courier::handler]
-            async fn always_fails(_job: courier_tests::CrashJob, ctx: &mut courier::Context) -> Result<(), HandlerError> {
+            async fn always_fails(
+                _job: courier_tests::CrashJob,
+                ctx: &mut courier::Context,
+            ) -> Result<(), HandlerError> {
                 let mut out = std::io::stdout().lock();
                 writeln!(out, "ATTEMPT {} {}", ctx.attempt(), ctx.delayed_retries()).unwrap();
                 out.flush().unwrap();

@@ -36,7 +36,8 @@ pub struct CrashJob {
 /// The retry policy of the crash tests: no immediate retries, two delayed retries an hour
 /// apart (long enough that none fires before the test kills the child).
 pub fn crash_policy() -> courier::RetryPolicy {
-    courier::RetryPolicy::default()
-        .immediate(0)
-        .delayed([std::time::Duration::from_secs(3600), std::time::Duration::from_secs(3600)])
+    courier::RetryPolicy::default().immediate(0).delayed([
+        std::time::Duration::from_secs(3600),
+        std::time::Duration::from_secs(3600),
+    ])
 }

@@ -324,12 +324,25 @@ async fn a_stale_lock_completed_together_with_the_current_one_is_refused() {
     let receiver = broker.receiver(&EntityPath::queue("q")).await.unwrap();
     for round in 0..10 {
         sender.send(Envelope::new(format!("m{round}"))).await.unwrap();
-        let stale = receiver.receive(1, Duration::from_secs(5)).await.unwrap().pop().unwrap();
+        let stale = receiver
+            .receive(1, Duration::from_secs(5))
+            .await
+            .unwrap()
+            .pop()
+            .unwrap();
         clock.advance(Duration::from_secs(61));
-        let fresh = receiver.receive(1, Duration::from_secs(5)).await.unwrap().pop().unwrap();
+        let fresh = receiver
+            .receive(1, Duration::from_secs(5))
+            .await
+            .unwrap()
+            .pop()
+            .unwrap();
         assert_eq!(fresh.message().delivery_count(), 2);
         let (stale, fresh) = tokio::join!(stale.complete(), fresh.complete());
-        assert!(stale.unwrap_err().is_lock_lost(), "round {round}: the stale lock completed");
+        assert!(
+            stale.unwrap_err().is_lock_lost(),
+            "round {round}: the stale lock completed"
+        );
         fresh.unwrap();
     }
 }

@@ -127,7 +127,11 @@ pub(crate) fn prepare<M: Message>(
                 }));
             }
         },
-        Intent::Send => match options.destination.clone().or_else(|| routes.queue_of(M::NAME).map(str::to_owned)) {
+        Intent::Send => match options
+            .destination
+            .clone()
+            .or_else(|| routes.queue_of(M::NAME).map(str::to_owned))
+        {
             Some(queue) => (queue, false),
             None => {
                 return Err(Error::new(ErrorKind::NoRoute {
@@ -249,7 +253,14 @@ impl Bus {
     /// # Errors
     /// As [`send`](Self::send).
     pub async fn send_with<M: Message>(&self, message: &M, options: SendOptions) -> Result<String> {
-        let out = prepare(&self.inner.routes, &*self.inner.clock, Intent::Send, message, options, None)?;
+        let out = prepare(
+            &self.inner.routes,
+            &*self.inner.clock,
+            Intent::Send,
+            message,
+            options,
+            None,
+        )?;
         let id = out.envelope.message_id.clone();
         self.dispatch(vec![out]).await?;
         Ok(id)
@@ -269,7 +280,14 @@ impl Bus {
     /// # Errors
     /// As [`publish`](Self::publish).
     pub async fn publish_with<M: Message>(&self, message: &M, options: SendOptions) -> Result<String> {
-        let out = prepare(&self.inner.routes, &*self.inner.clock, Intent::Publish, message, options, None)?;
+        let out = prepare(
+            &self.inner.routes,
+            &*self.inner.clock,
+            Intent::Publish,
+            message,
+            options,
+            None,
+        )?;
         let id = out.envelope.message_id.clone();
         self.dispatch(vec![out]).await?;
         Ok(id)

@@ -26,7 +26,7 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// the names a type had before with `#[message(aliases = ["old.Name"])]`, so that
 /// messages sent under an earlier name are still handled after a rename. A message whose
 /// name no handler knows is dead-lettered with the reason
-/// [`UNKNOWN_MESSAGE_TYPE`](crate::endpoint::reasons::UNKNOWN_MESSAGE_TYPE), never dropped.
+/// [`UNKNOWN_MESSAGE_TYPE`](crate::recoverability::reasons::UNKNOWN_MESSAGE_TYPE), never dropped.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a Courier message",
     label = "not a message type",

@@ -140,6 +140,13 @@ pub(crate) struct TypeEntry {
     pub(crate) handlers: Arc<[Arc<dyn ErasedHandler>]>,
 }
 
+/// The handlers of an endpoint, by wire name (aliases included) and by type.
+#[derive(Default)]
+struct Registry {
+    by_name: HashMap<String, Arc<TypeEntry>>,
+    entries: Vec<Arc<TypeEntry>>,
+}
+
 struct Registration {
     type_id: TypeId,
     type_name: &'static str,
@@ -336,34 +343,46 @@ impl EndpointBuilder {
         self
     }
 
-    fn registry(registrations: Vec<Registration>) -> Result<(HashMap<String, Arc<TypeEntry>>, Vec<Arc<TypeEntry>>)> {
-        let mut grouped: Vec<(TypeId, &'static str, &'static str, &'static [&'static str], Vec<Arc<dyn ErasedHandler>>)> =
-            Vec::new();
+    /// Groups the handlers by message type and indexes them by wire name and alias.
+    fn registry(registrations: Vec<Registration>) -> Result<Registry> {
+        struct Group {
+            type_id: TypeId,
+            type_name: &'static str,
+            name: &'static str,
+            aliases: &'static [&'static str],
+            handlers: Vec<Arc<dyn ErasedHandler>>,
+        }
+        let mut groups: Vec<Group> = Vec::new();
         for r in registrations {
-            match grouped.iter_mut().find(|g| g.0 == r.type_id) {
-                Some(g) => g.4.push(r.handler),
-                None => grouped.push((r.type_id, r.type_name, r.name, r.aliases, vec![r.handler])),
+            match groups.iter_mut().find(|g| g.type_id == r.type_id) {
+                Some(g) => g.handlers.push(r.handler),
+                None => groups.push(Group {
+                    type_id: r.type_id,
+                    type_name: r.type_name,
+                    name: r.name,
+                    aliases: r.aliases,
+                    handlers: vec![r.handler],
+                }),
             }
         }
-        let mut by_name: HashMap<String, Arc<TypeEntry>> = HashMap::new();
+        let mut registry = Registry::default();
         let mut owners: HashMap<&'static str, &'static str> = HashMap::new();
-        let mut entries = Vec::new();
-        for (_, type_name, name, aliases, handlers) in grouped {
+        for g in groups {
             let entry = Arc::new(TypeEntry {
-                name,
-                handlers: handlers.into(),
+                name: g.name,
+                handlers: g.handlers.into(),
             });
-            for wire in std::iter::once(name).chain(aliases.iter().copied()) {
-                if let Some(other) = owners.insert(wire, type_name) {
+            for wire in std::iter::once(g.name).chain(g.aliases.iter().copied()) {
+                if let Some(other) = owners.insert(wire, g.type_name) {
                     return Err(Error::new(ErrorKind::InvalidOptions {
-                        reason: format!("the wire name {wire:?} belongs to both {other} and {type_name}"),
+                        reason: format!("the wire name {wire:?} belongs to both {other} and {}", g.type_name),
                     }));
                 }
-                by_name.insert(wire.to_owned(), entry.clone());
+                registry.by_name.insert(wire.to_owned(), entry.clone());
             }
-            entries.push(entry);
+            registry.entries.push(entry);
         }
-        Ok((by_name, entries))
+        Ok(registry)
     }
 
     /// Creates the input queue (and a subscription per handled event) if missing, and
@@ -391,7 +410,7 @@ impl EndpointBuilder {
         if self.registrations.is_empty() {
             return invalid("an endpoint needs at least one handler");
         }
-        let (by_name, entries) = Self::registry(self.registrations)?;
+        let Registry { by_name, entries } = Self::registry(self.registrations)?;
         let mut options = self.queue_options;
         options.max_delivery_count = options
             .max_delivery_count

@@ -64,7 +64,11 @@ impl Default for RetryPolicy {
     fn default() -> Self {
         Self {
             immediate_retries: 3,
-            delayed_retries: vec![Duration::from_secs(10), Duration::from_secs(20), Duration::from_secs(30)],
+            delayed_retries: vec![
+                Duration::from_secs(10),
+                Duration::from_secs(20),
+                Duration::from_secs(30),
+            ],
         }
     }
 }
@@ -106,12 +110,16 @@ impl RetryPolicy {
     /// The number of the attempt made on the `delivery_count`-th delivery after
     /// `delayed` delayed retries (1 on the first).
     pub fn attempt_number(&self, delayed: u32, delivery_count: u32) -> u32 {
-        delayed.saturating_mul(self.attempts_per_round()).saturating_add(delivery_count)
+        delayed
+            .saturating_mul(self.attempts_per_round())
+            .saturating_add(delivery_count)
     }
 
     /// The most attempts a message gets.
     pub fn max_attempts(&self) -> u32 {
-        let rounds = u32::try_from(self.delayed_retries.len()).unwrap_or(u32::MAX).saturating_add(1);
+        let rounds = u32::try_from(self.delayed_retries.len())
+            .unwrap_or(u32::MAX)
+            .saturating_add(1);
         rounds.saturating_mul(self.attempts_per_round())
     }
 
@@ -126,7 +134,11 @@ impl RetryPolicy {
                 reason: "at most 100 immediate retries".into(),
             }));
         }
-        if self.delayed_retries.iter().any(|d| *d > Duration::from_secs(30 * 24 * 3600)) {
+        if self
+            .delayed_retries
+            .iter()
+            .any(|d| *d > Duration::from_secs(30 * 24 * 3600))
+        {
             return Err(Error::new(ErrorKind::InvalidOptions {
                 reason: "a delayed retry may wait at most 30 days".into(),
             }));

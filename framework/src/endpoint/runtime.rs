@@ -27,7 +27,6 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Properties, PropertyValue};
 use crate::transport::{Delivery, Receiver, Settlement, Transport};
 
-
 pub(crate) struct Config {
     pub(crate) name: Arc<str>,
     pub(crate) transport: Arc<dyn Transport>,
@@ -249,9 +248,7 @@ impl RunningEndpoint {
         let Some(dispatcher) = self.dispatcher.take() else {
             return Err(Error::new(ErrorKind::Closed));
         };
-        let (mut rx, mut in_flight) = dispatcher
-            .await
-            .map_err(|e| Error::with_source(ErrorKind::Closed, e))?;
+        let (mut rx, mut in_flight) = dispatcher.await.map_err(|e| Error::with_source(ErrorKind::Closed, e))?;
         rx.close();
         let mut report = ShutdownReport::default();
         // No handler starts from here on: those running now are the ones to wait for.
@@ -415,7 +412,9 @@ async fn process(shared: Arc<Shared>, delivery: Delivery, _permit: OwnedSemaphor
         trace_id = %trace.trace_id(),
         span_id = %trace.span_id(),
     );
-    handle(&shared, delivery, delayed, attempt, trace).instrument(span).await;
+    handle(&shared, delivery, delayed, attempt, trace)
+        .instrument(span)
+        .await;
 }
 
 async fn handle(shared: &Shared, mut delivery: Delivery, delayed: u32, attempt: u32, trace: TraceContext) {
@@ -428,14 +427,27 @@ async fn handle(shared: &Shared, mut delivery: Delivery, delayed: u32, attempt: 
     let message_type = delivery.message().envelope.message_type.clone();
     let Some(entry) = message_type.as_deref().and_then(|t| shared.by_name.get(t)).cloned() else {
         let description = match &message_type {
-            None => format!("the message has no type; endpoint {} cannot pick a handler", shared.name),
+            None => format!(
+                "the message has no type; endpoint {} cannot pick a handler",
+                shared.name
+            ),
             Some(t) => {
                 let mut known: Vec<&str> = shared.by_name.keys().map(String::as_str).collect();
                 known.sort_unstable();
-                format!("endpoint {} has no handler for message type {t:?} (it handles {known:?})", shared.name)
+                format!(
+                    "endpoint {} has no handler for message type {t:?} (it handles {known:?})",
+                    shared.name
+                )
             }
         };
-        dead_letter(shared, delivery, reasons::UNKNOWN_MESSAGE_TYPE, description, Properties::new()).await;
+        dead_letter(
+            shared,
+            delivery,
+            reasons::UNKNOWN_MESSAGE_TYPE,
+            description,
+            Properties::new(),
+        )
+        .await;
         return;
     };
     let delivery_count = delivery.message().broker.delivery_count;
@@ -507,7 +519,10 @@ fn failure_properties(shared: &Shared, failure: &Failure, attempt: u32) -> Prope
         headers::FAILURE_ERROR.to_owned(),
         PropertyValue::String(chain.first().cloned().unwrap_or_default()),
     );
-    p.insert(headers::FAILURE_CHAIN.to_owned(), PropertyValue::String(chain.join("\n")));
+    p.insert(
+        headers::FAILURE_CHAIN.to_owned(),
+        PropertyValue::String(chain.join("\n")),
+    );
     if let Some(h) = failure.handler() {
         p.insert(headers::FAILURE_HANDLER.to_owned(), PropertyValue::String(h.to_owned()));
     }
@@ -515,7 +530,10 @@ fn failure_properties(shared: &Shared, failure: &Failure, attempt: u32) -> Prope
         headers::FAILURE_ENDPOINT.to_owned(),
         PropertyValue::String(shared.name.to_string()),
     );
-    p.insert(headers::FAILURE_ATTEMPTS.to_owned(), PropertyValue::Int(i64::from(attempt)));
+    p.insert(
+        headers::FAILURE_ATTEMPTS.to_owned(),
+        PropertyValue::Int(i64::from(attempt)),
+    );
     p.insert(
         headers::FAILURE_TIME.to_owned(),
         PropertyValue::String(shared.clock.now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
