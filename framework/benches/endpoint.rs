@@ -120,9 +120,14 @@ async fn raw(n: u64, batch: usize, loops: usize) -> f64 {
     rate
 }
 
-/// Endpoint: `concurrency` handlers at once, prefetch equal to it; timed from start until
-/// the graceful shutdown after the last message returned (every message completed).
+/// Endpoint: `concurrency` handlers at once, the default prefetch (twice that); timed
+/// from start until the graceful shutdown after the last message returned (every message
+/// completed).
 async fn endpoint(n: u64, concurrency: usize) -> f64 {
+    endpoint_with(n, concurrency, concurrency * 2).await
+}
+
+async fn endpoint_with(n: u64, concurrency: usize, prefetch: usize) -> f64 {
     let b = prefilled(n).await;
     let seen = Arc::new(AtomicU64::new(0));
     let done = Arc::new(Notify::new());
@@ -130,6 +135,7 @@ async fn endpoint(n: u64, concurrency: usize) -> f64 {
     let running = Endpoint::builder("work")
         .transport(b.transport.clone())
         .concurrency(concurrency)
+        .prefetch(prefetch)
         .handler(Count {
             seen: seen.clone(),
             total: n,
@@ -165,9 +171,22 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
+        // `--profile endpoint|raw`: one long run of one scenario, for a profiler.
+        if let Some(what) = std::env::args().skip_while(|a| a != "--profile").nth(1) {
+            let rate = match what.as_str() {
+                "raw" => raw(100_000, 16, 2).await,
+                "raw1" => raw(100_000, 16, 1).await,
+                "p32" => endpoint_with(100_000, 16, 32).await,
+                "c32" => endpoint_with(100_000, 32, 16).await,
+                "c8" => endpoint_with(100_000, 8, 8).await,
+                _ => endpoint(100_000, 16).await,
+            };
+            println!("{what}: {rate:.0} msg/s");
+            return;
+        }
         println!("endpoint vs raw embedded broker: file, durability NORMAL, ~1 KiB JSON, {n} messages, median of {rounds}");
-        println!("  (raw: the best of 1 and 2 receive loops of that batch size; the endpoint holds up to");
-        println!("   concurrency + prefetch = 2x that many locks, as 2 raw loops do)");
+        println!("  (raw: the best of 1 and 2 receive loops of that batch size; the endpoint runs that many");
+        println!("   handlers at once with its default prefetch of twice as many)");
         for parallel in [16, 32] {
             let (mut r1, mut r2, mut e) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..rounds {

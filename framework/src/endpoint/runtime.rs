@@ -10,9 +10,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::clock::Clock;
@@ -47,6 +48,7 @@ pub(crate) struct Config {
 #[derive(Default)]
 struct Stats {
     running: AtomicU64,
+    interrupted: AtomicU64,
     completed: AtomicU64,
     retried: AtomicU64,
     dead_lettered: AtomicU64,
@@ -148,8 +150,8 @@ pub struct RunningEndpoint {
     bus: Bus,
     shared: Arc<Shared>,
     stop: CancellationToken,
-    receive_loops: Vec<tokio::task::JoinHandle<()>>,
-    dispatcher: Option<tokio::task::JoinHandle<(mpsc::UnboundedReceiver<Buffered>, JoinSet<()>)>>,
+    receive_loops: Vec<tokio::task::JoinHandle<usize>>,
+    handlers: TaskTracker,
     shutdown_timeout: Duration,
 }
 
@@ -158,9 +160,6 @@ impl std::fmt::Debug for RunningEndpoint {
         f.debug_struct("RunningEndpoint").field("name", &self.name).finish()
     }
 }
-
-/// A delivery waiting in the prefetch buffer, with its slot of its source's share.
-type Buffered = (Delivery, OwnedSemaphorePermit);
 
 pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
     let bus = Bus::with_clock(config.transport.clone(), config.routes, config.clock.clone());
@@ -178,23 +177,21 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
     // Make the sender of the input queue now, so delayed retries never wait for it.
     bus.sender(&config.name, false).await?;
     let stop = CancellationToken::new();
-    // Each source (the queue, each subscription) has its own share of `prefetch` slots,
-    // so a receive waiting on an empty source never holds room another source needs.
-    let (tx, rx) = mpsc::unbounded_channel::<Buffered>();
+    let handlers = TaskTracker::new();
+    let concurrency = Arc::new(Semaphore::new(config.concurrency));
     let mut receive_loops = Vec::new();
     for path in &config.sources {
         let receiver = config.transport.receiver(path).await?;
-        receive_loops.push(tokio::spawn(receive_loop(
+        receive_loops.push(tokio::spawn(receive_loop(ReceiveLoop {
             receiver,
-            tx.clone(),
-            stop.clone(),
-            config.prefetch.max(1),
-            config.receive_wait,
-        )));
+            shared: shared.clone(),
+            concurrency: concurrency.clone(),
+            handlers: handlers.clone(),
+            stop: stop.clone(),
+            prefetch: config.prefetch.max(1),
+            receive_wait: config.receive_wait,
+        })));
     }
-    drop(tx);
-    let semaphore = Arc::new(Semaphore::new(config.concurrency));
-    let dispatcher = tokio::spawn(dispatch_loop(rx, semaphore, shared.clone(), stop.clone()));
     tracing::info!(endpoint = %config.name, sources = config.sources.len(), "endpoint started");
     Ok(RunningEndpoint {
         name: config.name,
@@ -202,7 +199,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
         shared,
         stop,
         receive_loops,
-        dispatcher: Some(dispatcher),
+        handlers,
         shutdown_timeout: config.shutdown_timeout,
     })
 }
@@ -242,44 +239,23 @@ impl RunningEndpoint {
     /// [`ErrorKind::Closed`] if a task of the endpoint had died.
     pub async fn shutdown(mut self) -> Result<ShutdownReport> {
         self.stop.cancel();
-        for h in self.receive_loops.drain(..) {
-            let _ = h.await;
-        }
-        let Some(dispatcher) = self.dispatcher.take() else {
-            return Err(Error::new(ErrorKind::Closed));
-        };
-        let (mut rx, mut in_flight) = dispatcher.await.map_err(|e| Error::with_source(ErrorKind::Closed, e))?;
-        rx.close();
         let mut report = ShutdownReport::default();
+        for h in self.receive_loops.drain(..) {
+            report.abandoned_prefetched += h.await.map_err(|e| Error::with_source(ErrorKind::Closed, e))?;
+        }
         // No handler starts from here on: those running now are the ones to wait for.
         let running = self.shared.stats.running.load(Ordering::Relaxed);
-        let mut abandons = JoinSet::new();
-        while let Some((delivery, _slot)) = rx.recv().await {
-            report.abandoned_prefetched += 1;
-            abandons.spawn(async move {
-                if let Err(e) = delivery.abandon().await {
-                    tracing::debug!(error = %e, "abandon of a prefetched message failed; its lock will expire");
-                }
-            });
-        }
-        while abandons.join_next().await.is_some() {}
-        let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
-        loop {
-            match tokio::time::timeout_at(deadline, in_flight.join_next()).await {
-                Ok(Some(_)) => {}
-                Ok(None) => break,
-                Err(_) => {
-                    self.shared.hard_stop.cancel();
-                    report.interrupted = in_flight.len();
-                    tracing::warn!(
-                        endpoint = %self.name,
-                        interrupted = report.interrupted,
-                        "shutdown deadline passed; stopping running handlers, their messages will be delivered again"
-                    );
-                    in_flight.shutdown().await;
-                    break;
-                }
-            }
+        self.handlers.close();
+        if tokio::time::timeout(self.shutdown_timeout, self.handlers.wait()).await.is_err() {
+            self.shared.hard_stop.cancel();
+            self.handlers.wait().await;
+            report.interrupted = usize::try_from(self.shared.stats.interrupted.load(Ordering::Relaxed))
+                .unwrap_or(usize::MAX);
+            tracing::warn!(
+                endpoint = %self.name,
+                interrupted = report.interrupted,
+                "shutdown deadline passed; running handlers were stopped, their messages will be delivered again"
+            );
         }
         report.finished_in_flight = usize::try_from(running)
             .unwrap_or(usize::MAX)
@@ -300,60 +276,70 @@ impl Drop for RunningEndpoint {
         for h in &self.receive_loops {
             h.abort();
         }
-        if let Some(d) = &self.dispatcher {
-            d.abort();
-        }
     }
 }
 
-async fn receive_loop(
+struct ReceiveLoop {
     receiver: Arc<dyn Receiver>,
-    tx: mpsc::UnboundedSender<Buffered>,
+    shared: Arc<Shared>,
+    concurrency: Arc<Semaphore>,
+    handlers: TaskTracker,
     stop: CancellationToken,
     prefetch: usize,
     receive_wait: Duration,
-) {
-    let slots = Arc::new(Semaphore::new(prefetch));
+}
+
+/// Receives from one source and starts a handler task per message as concurrency
+/// allows. Each source has its own share of `prefetch` slots (messages received but not
+/// started), so a receive waiting on an empty source never holds room another source
+/// needs. Returns how many prefetched messages it handed back at shutdown.
+async fn receive_loop(l: ReceiveLoop) -> usize {
+    let path = l.receiver.path().clone();
+    let mut buffered: std::collections::VecDeque<Delivery> = std::collections::VecDeque::new();
     let mut backoff = Duration::from_millis(50);
     loop {
-        // Take room first, so that every message received has a place to wait. Wait for
-        // at least half of the share to be free, so that receives stay batched instead of
-        // fetching one message each time a handler takes one.
-        let wanted = slots.available_permits().max(prefetch.div_ceil(2)).clamp(1, prefetch);
-        let Ok(wanted_u32) = u32::try_from(wanted) else { return };
-        let mut room = tokio::select! {
-            biased;
-            () = stop.cancelled() => return,
-            p = slots.clone().acquire_many_owned(wanted_u32) => match p { Ok(p) => p, Err(_) => return },
-        };
+        // Start what is buffered, as concurrency allows.
+        while let Some(delivery) = buffered.pop_front() {
+            let permit = tokio::select! {
+                biased;
+                () = l.stop.cancelled() => {
+                    buffered.push_front(delivery);
+                    return hand_back(buffered).await;
+                }
+                p = l.concurrency.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => {
+                        buffered.push_front(delivery);
+                        return hand_back(buffered).await;
+                    }
+                },
+            };
+            l.handlers.spawn(process(l.shared.clone(), delivery, permit));
+            // Receive more once half of the share is free: receives stay batched instead
+            // of fetching one message each time a handler starts.
+            if buffered.len() <= l.prefetch / 2 {
+                break;
+            }
+        }
+        let wanted = l.prefetch - buffered.len();
         let received = tokio::select! {
             biased;
-            () = stop.cancelled() => return,
-            r = receiver.receive(wanted, receive_wait) => r,
+            () = l.stop.cancelled() => return hand_back(buffered).await,
+            r = l.receiver.receive(wanted, if buffered.is_empty() { l.receive_wait } else { Duration::ZERO }) => r,
         };
         match received {
             Ok(deliveries) => {
                 backoff = Duration::from_millis(50);
-                for delivery in deliveries {
-                    let Some(slot) = room.split(1) else {
-                        // More than asked for cannot happen; never drop a delivery silently.
-                        tracing::warn!(source = %receiver.path(), "a receive returned more than asked for; handing it back");
-                        let _ = delivery.abandon().await;
-                        continue;
-                    };
-                    if let Err(mpsc::error::SendError((delivery, _))) = tx.send((delivery, slot)) {
-                        let _ = delivery.abandon().await;
-                    }
-                }
+                buffered.extend(deliveries);
             }
             Err(e) if matches!(e.kind(), ErrorKind::Closed) => {
-                tracing::warn!(source = %receiver.path(), "the transport closed; the endpoint stops receiving");
-                return;
+                tracing::warn!(source = %path, "the transport closed; the endpoint stops receiving");
+                return hand_back(buffered).await;
             }
             Err(e) => {
-                tracing::warn!(source = %receiver.path(), error = %e, retry_in = ?backoff, "receive failed");
+                tracing::warn!(source = %path, error = %e, retry_in = ?backoff, "receive failed");
                 tokio::select! {
-                    () = stop.cancelled() => return,
+                    () = l.stop.cancelled() => return hand_back(buffered).await,
                     () = tokio::time::sleep(backoff) => {}
                 }
                 backoff = (backoff * 2).min(Duration::from_secs(10));
@@ -362,28 +348,20 @@ async fn receive_loop(
     }
 }
 
-async fn dispatch_loop(
-    mut rx: mpsc::UnboundedReceiver<Buffered>,
-    semaphore: Arc<Semaphore>,
-    shared: Arc<Shared>,
-    stop: CancellationToken,
-) -> (mpsc::UnboundedReceiver<Buffered>, JoinSet<()>) {
-    let mut in_flight = JoinSet::new();
-    loop {
-        while in_flight.try_join_next().is_some() {}
-        let permit = tokio::select! {
-            biased;
-            () = stop.cancelled() => break,
-            p = semaphore.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-        };
-        let delivery = tokio::select! {
-            biased;
-            () = stop.cancelled() => break,
-            d = rx.recv() => match d { Some((d, _slot)) => d, None => break },
-        };
-        in_flight.spawn(process(shared.clone(), delivery, permit));
+/// Abandons prefetched messages that were not started, so another instance gets them at
+/// once.
+async fn hand_back(buffered: std::collections::VecDeque<Delivery>) -> usize {
+    let n = buffered.len();
+    let mut abandons = JoinSet::new();
+    for delivery in buffered {
+        abandons.spawn(async move {
+            if let Err(e) = delivery.abandon().await {
+                tracing::debug!(error = %e, "abandon of a prefetched message failed; its lock will expire");
+            }
+        });
     }
-    (rx, in_flight)
+    while abandons.join_next().await.is_some() {}
+    n
 }
 
 fn int_property(properties: &Properties, key: &str) -> u32 {
@@ -412,9 +390,16 @@ async fn process(shared: Arc<Shared>, delivery: Delivery, _permit: OwnedSemaphor
         trace_id = %trace.trace_id(),
         span_id = %trace.span_id(),
     );
-    handle(&shared, delivery, delayed, attempt, trace)
-        .instrument(span)
-        .await;
+    let hard_stop = shared.hard_stop.clone();
+    tokio::select! {
+        biased;
+        () = handle(&shared, delivery, delayed, attempt, trace).instrument(span) => {}
+        () = hard_stop.cancelled() => {
+            // The shutdown deadline passed: the handler is dropped mid-way and its message
+            // comes back when its lock expires.
+            shared.stats.interrupted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 async fn handle(shared: &Shared, mut delivery: Delivery, delayed: u32, attempt: u32, trace: TraceContext) {
