@@ -246,11 +246,14 @@ impl RunningEndpoint {
         // No handler starts from here on: those running now are the ones to wait for.
         let running = self.shared.stats.running.load(Ordering::Relaxed);
         self.handlers.close();
-        if tokio::time::timeout(self.shutdown_timeout, self.handlers.wait()).await.is_err() {
+        if tokio::time::timeout(self.shutdown_timeout, self.handlers.wait())
+            .await
+            .is_err()
+        {
             self.shared.hard_stop.cancel();
             self.handlers.wait().await;
-            report.interrupted = usize::try_from(self.shared.stats.interrupted.load(Ordering::Relaxed))
-                .unwrap_or(usize::MAX);
+            report.interrupted =
+                usize::try_from(self.shared.stats.interrupted.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
             tracing::warn!(
                 endpoint = %self.name,
                 interrupted = report.interrupted,
