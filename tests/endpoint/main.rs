@@ -896,3 +896,32 @@ async fn the_shutdown_report_counts_only_handlers_running_at_shutdown() {
         (0, 0, 3)
     );
 }
+
+/// `run_until` shuts down gracefully when its signal fires (here a channel; in a service,
+/// `tokio::signal::ctrl_c()`).
+#[tokio::test]
+async fn run_until_stops_gracefully_on_the_signal() {
+    let fx = fixture().await;
+    let calls = Calls::default();
+    let sales = endpoint(&fx, "sales")
+        .routes(routes())
+        .handler(recording::<PlaceOrder>("place", &calls))
+        .start()
+        .await
+        .unwrap();
+    let bus = sales.bus().clone();
+    let (signal, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(sales.run_until(async move {
+        let _ = stopped.await;
+    }));
+    bus.send(&PlaceOrder { id: 1 }).await.unwrap();
+    eventually("the handler", || async { calls.len() == 1 }).await;
+    assert!(!running.is_finished());
+    signal.send(()).unwrap();
+    let report = running.await.unwrap().unwrap();
+    assert_eq!(report.completed, 1);
+    // Stopped: a message sent now waits in the queue.
+    bus.send(&PlaceOrder { id: 2 }).await.unwrap();
+    wait_counts(&fx.transport, "sales", |c| c.active == 1).await;
+    assert_eq!(calls.len(), 1);
+}
