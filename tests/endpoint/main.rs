@@ -25,23 +25,11 @@ use courier::{
 use support::*;
 use tokio::sync::Semaphore;
 
-fn routes() -> Routes {
-    Routes::new()
-        .send::<PlaceOrder>("sales")
-        .send::<Ping>("pings")
-        .event::<OrderPlaced>()
-}
-
 #[tokio::test]
 async fn a_sent_command_reaches_its_handler_and_is_completed() {
     let fx = fixture().await;
     let calls = Calls::default();
-    let sales = endpoint(&fx, "sales")
-        .routes(routes())
-        .handler(recording::<PlaceOrder>("place", &calls))
-        .start()
-        .await
-        .unwrap();
+    let sales = start(&fx, "sales", recording::<PlaceOrder>("place", &calls)).await;
     let id = sales.bus().send(&PlaceOrder { id: 7 }).await.unwrap();
     eventually("the handler", || async { calls.len() == 1 }).await;
     wait_counts(&fx.transport, "sales", |c| c.active == 0).await;
@@ -63,7 +51,6 @@ async fn outgoing_messages_inherit_correlation_take_causation_and_leave_only_on_
     let attempts = Arc::new(AtomicU32::new(0));
     let a = attempts.clone();
     let sales = endpoint(&fx, "sales")
-        .routes(routes())
         .handler(handler_fn("place", move |m: PlaceOrder, ctx: &mut Context| {
             ctx.send(&Ping { n: m.id }).unwrap();
             ctx.publish(&OrderPlaced { id: m.id }).unwrap();
@@ -78,18 +65,8 @@ async fn outgoing_messages_inherit_correlation_take_causation_and_leave_only_on_
         .start()
         .await
         .unwrap();
-    let pings = endpoint(&fx, "pings")
-        .routes(routes())
-        .handler(recording::<Ping>("ping", &calls))
-        .start()
-        .await
-        .unwrap();
-    let billing = endpoint(&fx, "billing")
-        .routes(routes())
-        .handler(recording::<OrderPlaced>("placed", &calls))
-        .start()
-        .await
-        .unwrap();
+    let pings = start(&fx, "pings", recording::<Ping>("ping", &calls)).await;
+    let billing = start(&fx, "billing", recording::<OrderPlaced>("placed", &calls)).await;
     let id = sales
         .bus()
         .send_with(&PlaceOrder { id: 1 }, SendOptions::new().header("tenant", "acme"))
@@ -120,7 +97,6 @@ async fn a_correlation_id_set_by_the_sender_flows_through_every_hop() {
     let fx = fixture().await;
     let calls = Calls::default();
     let sales = endpoint(&fx, "sales")
-        .routes(routes())
         .handler(handler_fn("place", |m: PlaceOrder, ctx: &mut Context| {
             ctx.send(&Ping { n: m.id }).unwrap();
             ok()
@@ -128,12 +104,7 @@ async fn a_correlation_id_set_by_the_sender_flows_through_every_hop() {
         .start()
         .await
         .unwrap();
-    let pings = endpoint(&fx, "pings")
-        .routes(routes())
-        .handler(recording::<Ping>("ping", &calls))
-        .start()
-        .await
-        .unwrap();
+    let pings = start(&fx, "pings", recording::<Ping>("ping", &calls)).await;
     let mut env = PlaceOrder { id: 3 }
         .to_envelope()
         .unwrap()
@@ -156,7 +127,6 @@ async fn a_published_event_reaches_every_subscribing_endpoint_once() {
     for (name, h) in [("billing", "billing"), ("shipping", "shipping")] {
         running.push(
             endpoint(&fx, name)
-                .routes(routes())
                 .handler(recording::<OrderPlaced>(h, &calls))
                 .start()
                 .await
@@ -183,7 +153,6 @@ async fn several_handlers_of_one_type_all_run_and_one_failing_fails_the_message(
     let failures = Arc::new(AtomicU32::new(0));
     let (c, f) = (calls.clone(), failures.clone());
     let sales = endpoint(&fx, "sales")
-        .routes(routes())
         .handler(recording::<PlaceOrder>("first", &calls))
         .handler(handler_fn("second", move |_m: PlaceOrder, ctx: &mut Context| {
             c.record("second", ctx, String::new());
@@ -211,7 +180,6 @@ async fn a_handler_failing_n_times_then_succeeding_is_called_n_plus_one_times_an
     let c = calls.clone();
     let n = 2;
     let sales = endpoint(&fx, "sales")
-        .routes(routes())
         .handler(handler_fn("flaky", move |_m: PlaceOrder, ctx: &mut Context| {
             c.record("flaky", ctx, String::new());
             if ctx.attempt() <= n {
@@ -251,7 +219,6 @@ async fn retries_exhausted_end_in_the_dead_letter_queue_with_the_failure_readabl
         .immediate(1)
         .delayed([Duration::from_secs(10), Duration::from_secs(20)]);
     let sales = endpoint(&fx, "sales")
-        .routes(routes())
         .recoverability(policy.clone())
         .handler(handler_fn("charge", move |_m: PlaceOrder, ctx: &mut Context| {
             c.record("charge", ctx, String::new());
@@ -312,7 +279,6 @@ async fn undecodable_bodies_unknown_types_and_permanent_errors_are_dead_lettered
     let calls = Calls::default();
     let c = calls.clone();
     let sales = endpoint(&fx, "sales")
-        .routes(routes())
         .handler(handler_fn("place", move |m: PlaceOrder, ctx: &mut Context| {
             c.record("place", ctx, String::new());
             if m.id == 13 {
@@ -379,12 +345,7 @@ async fn undecodable_bodies_unknown_types_and_permanent_errors_are_dead_lettered
 async fn a_message_sent_under_an_earlier_name_is_handled_through_its_alias() {
     let fx = fixture().await;
     let calls = Calls::default();
-    let pings = endpoint(&fx, "pings")
-        .routes(routes())
-        .handler(recording::<Ping>("ping", &calls))
-        .start()
-        .await
-        .unwrap();
+    let pings = start(&fx, "pings", recording::<Ping>("ping", &calls)).await;
     let old = Envelope::json(&Ping { n: 4 })
         .unwrap()
         .with_message_type("test.OldPing");
@@ -400,7 +361,6 @@ async fn a_panicking_handler_counts_as_a_failure_and_the_endpoint_goes_on() {
     let calls = Calls::default();
     let c = calls.clone();
     let sales = endpoint(&fx, "sales")
-        .routes(routes())
         .recoverability(RetryPolicy::default().immediate(1).delayed([]))
         .handler(handler_fn("boom", move |m: PlaceOrder, ctx: &mut Context| {
             c.record("boom", ctx, m.id.to_string());
@@ -431,7 +391,6 @@ async fn a_poison_message_never_blocks_the_messages_behind_it() {
     let calls = Calls::default();
     let c = calls.clone();
     let sales = endpoint(&fx, "sales")
-        .routes(routes())
         .concurrency(1)
         .prefetch(1)
         .handler(handler_fn("h", move |m: PlaceOrder, ctx: &mut Context| {
@@ -463,19 +422,10 @@ async fn graceful_shutdown_lets_running_handlers_finish_and_hands_back_the_prefe
     let fx = fixture().await;
     let calls = Calls::default();
     let gate = Arc::new(Semaphore::new(0));
-    let (c, g) = (calls.clone(), gate.clone());
     let sales = endpoint(&fx, "sales")
-        .routes(routes())
         .concurrency(2)
         .prefetch(4)
-        .handler(handler_fn("slow", move |m: PlaceOrder, ctx: &mut Context| {
-            c.record("slow", ctx, m.id.to_string());
-            let g = g.clone();
-            Box::pin(async move {
-                g.acquire().await.unwrap().forget();
-                Ok(())
-            })
-        }))
+        .handler(gated::<PlaceOrder>("slow", &calls, &gate))
         .start()
         .await
         .unwrap();
@@ -503,12 +453,7 @@ async fn graceful_shutdown_lets_running_handlers_finish_and_hands_back_the_prefe
     );
     // A new instance handles the rest: nothing was lost, nothing handled twice.
     gate.add_permits(100);
-    let again = endpoint(&fx, "sales")
-        .routes(routes())
-        .handler(recording::<PlaceOrder>("rest", &calls))
-        .start()
-        .await
-        .unwrap();
+    let again = start(&fx, "sales", recording::<PlaceOrder>("rest", &calls)).await;
     eventually("the rest", || async { calls.len() == 10 }).await;
     let mut ids: Vec<_> = calls.all().iter().map(|c| c.payload.clone()).collect();
     ids.sort();
@@ -523,7 +468,6 @@ async fn a_handler_still_running_at_the_shutdown_deadline_is_stopped_and_its_mes
     let calls = Calls::default();
     let c = calls.clone();
     let sales = endpoint(&fx, "sales")
-        .routes(routes())
         .shutdown_timeout(Duration::from_millis(50))
         .handler(handler_fn("stuck", move |_m: PlaceOrder, ctx: &mut Context| {
             c.record("stuck", ctx, String::new());
@@ -544,12 +488,7 @@ async fn a_handler_still_running_at_the_shutdown_deadline_is_stopped_and_its_mes
     assert_eq!(report.interrupted, 1);
     // Its lock expires and the message is delivered again.
     fx.clock.advance(Duration::from_secs(61));
-    let again = endpoint(&fx, "sales")
-        .routes(routes())
-        .handler(recording::<PlaceOrder>("again", &calls))
-        .start()
-        .await
-        .unwrap();
+    let again = start(&fx, "sales", recording::<PlaceOrder>("again", &calls)).await;
     eventually("redelivery", || async { calls.len() == 2 }).await;
     assert_eq!(calls.all()[1].delivery_count, 2);
     again.shutdown().await.unwrap();
@@ -560,19 +499,10 @@ async fn the_lock_is_renewed_while_a_handler_runs_up_to_the_maximum() {
     let fx = fixture().await;
     let calls = Calls::default();
     let gate = Arc::new(Semaphore::new(0));
-    let (c, g) = (calls.clone(), gate.clone());
     let sales = endpoint(&fx, "sales")
-        .routes(routes())
         .queue_options(QueueOptions::default().lock_duration(Duration::from_secs(30)))
         .max_lock_renewal(Duration::from_secs(100))
-        .handler(handler_fn("long", move |m: PlaceOrder, ctx: &mut Context| {
-            c.record("long", ctx, m.id.to_string());
-            let g = g.clone();
-            Box::pin(async move {
-                g.acquire().await.unwrap().forget();
-                Ok(())
-            })
-        }))
+        .handler(gated::<PlaceOrder>("long", &calls, &gate))
         .start()
         .await
         .unwrap();
@@ -610,7 +540,6 @@ async fn reply_goes_to_the_reply_to_queue_and_fails_clearly_without_one() {
     let fx = fixture().await;
     let calls = Calls::default();
     let pings = endpoint(&fx, "pings")
-        .routes(routes())
         .recoverability(RetryPolicy::none())
         .handler(handler_fn("pong", |m: Ping, ctx: &mut Context| {
             let r = ctx.reply(&OrderPlaced { id: m.n });
@@ -619,12 +548,7 @@ async fn reply_goes_to_the_reply_to_queue_and_fails_clearly_without_one() {
         .start()
         .await
         .unwrap();
-    let replies = endpoint(&fx, "replies")
-        .routes(routes())
-        .handler(recording::<OrderPlaced>("reply", &calls))
-        .start()
-        .await
-        .unwrap();
+    let replies = start(&fx, "replies", recording::<OrderPlaced>("reply", &calls)).await;
     let with_reply = Ping { n: 8 }.to_envelope().unwrap().with_reply_to("replies");
     pings.bus().send_envelope("pings", with_reply).await.unwrap();
     eventually("the reply", || async { calls.len() == 1 }).await;
@@ -658,7 +582,6 @@ async fn attribute_handlers_run_and_read_endpoint_state() {
     let fx = fixture().await;
     let calls = Calls::default();
     let pings = endpoint(&fx, "pings")
-        .routes(routes())
         .state(Greeting("hello"))
         .state(calls.clone())
         .handler(greet)
@@ -719,7 +642,6 @@ async fn trace_context_continues_across_endpoints() {
     let calls = Calls::default();
     let c = calls.clone();
     let sales = endpoint(&fx, "sales")
-        .routes(routes())
         .handler(handler_fn("place", move |m: PlaceOrder, ctx: &mut Context| {
             c.record("place", ctx, String::new());
             ctx.send(&Ping { n: m.id }).unwrap();
@@ -728,12 +650,7 @@ async fn trace_context_continues_across_endpoints() {
         .start()
         .await
         .unwrap();
-    let pings = endpoint(&fx, "pings")
-        .routes(routes())
-        .handler(recording::<Ping>("ping", &calls))
-        .start()
-        .await
-        .unwrap();
+    let pings = start(&fx, "pings", recording::<Ping>("ping", &calls)).await;
     let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     sales
         .bus()
@@ -767,7 +684,6 @@ async fn one_span_per_message_and_events_on_retry_and_dead_letter() {
     let _guard = tracing::subscriber::set_default(capture.subscriber());
     let fx = fixture().await;
     let sales = endpoint(&fx, "sales")
-        .routes(routes())
         .recoverability(RetryPolicy::default().immediate(1).delayed([]))
         .handler(handler_fn("nope", |_m: PlaceOrder, _ctx: &mut Context| {
             fail(HandlerError::msg("nope"))
@@ -807,20 +723,9 @@ async fn a_lost_lock_is_reported_and_the_message_handled_again() {
     let fx = fixture().await;
     let calls = Calls::default();
     let gate = Arc::new(Semaphore::new(0));
-    let (c, g) = (calls.clone(), gate.clone());
     let sales = endpoint(&fx, "sales")
-        .routes(routes())
         .max_lock_renewal(Duration::ZERO)
-        .handler(handler_fn("slow", move |_m: PlaceOrder, ctx: &mut Context| {
-            c.record("slow", ctx, String::new());
-            let g = g.clone();
-            Box::pin(async move {
-                if let Ok(p) = g.acquire().await {
-                    p.forget();
-                }
-                Ok(())
-            })
-        }))
+        .handler(gated::<PlaceOrder>("slow", &calls, &gate))
         .start()
         .await
         .unwrap();
@@ -849,7 +754,6 @@ async fn a_receive_waiting_on_one_source_never_holds_back_another() {
     let fx = fixture().await;
     let calls = Calls::default();
     let billing = endpoint(&fx, "billing")
-        .routes(routes())
         .prefetch(1)
         .receive_wait(Duration::from_secs(3600))
         .handler(recording::<OrderPlaced>("placed", &calls))
@@ -876,12 +780,7 @@ async fn a_receive_waiting_on_one_source_never_holds_back_another() {
 async fn the_shutdown_report_counts_only_handlers_running_at_shutdown() {
     let fx = fixture().await;
     let calls = Calls::default();
-    let sales = endpoint(&fx, "sales")
-        .routes(routes())
-        .handler(recording::<PlaceOrder>("place", &calls))
-        .start()
-        .await
-        .unwrap();
+    let sales = start(&fx, "sales", recording::<PlaceOrder>("place", &calls)).await;
     for id in 0..3 {
         sales.bus().send(&PlaceOrder { id }).await.unwrap();
     }
@@ -903,12 +802,7 @@ async fn the_shutdown_report_counts_only_handlers_running_at_shutdown() {
 async fn run_until_stops_gracefully_on_the_signal() {
     let fx = fixture().await;
     let calls = Calls::default();
-    let sales = endpoint(&fx, "sales")
-        .routes(routes())
-        .handler(recording::<PlaceOrder>("place", &calls))
-        .start()
-        .await
-        .unwrap();
+    let sales = start(&fx, "sales", recording::<PlaceOrder>("place", &calls)).await;
     let bus = sales.bus().clone();
     let (signal, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(sales.run_until(async move {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use courier::conformance::Fixture;
 use courier::{
     BoxFuture, Clock, Context, Endpoint, EndpointBuilder, EntityCounts, EntityPath, Handler, HandlerError, Message,
-    ReceivedMessage, Transport,
+    ReceivedMessage, Routes, RunningEndpoint, Transport,
 };
 use serde::{Deserialize, Serialize};
 
@@ -125,6 +125,25 @@ pub fn recording<M: Message + std::fmt::Debug>(name: &'static str, calls: &Calls
     })
 }
 
+/// A handler that records the call and then waits for a permit of `gate`.
+pub fn gated<M: Message + std::fmt::Debug>(
+    name: &'static str,
+    calls: &Calls,
+    gate: &Arc<tokio::sync::Semaphore>,
+) -> FnHandler<M> {
+    let (calls, gate) = (calls.clone(), gate.clone());
+    handler_fn(name, move |m: M, ctx: &mut Context| {
+        calls.record(name, ctx, format!("{m:?}"));
+        let gate = gate.clone();
+        Box::pin(async move {
+            if let Ok(permit) = gate.acquire().await {
+                permit.forget();
+            }
+            Ok(())
+        })
+    })
+}
+
 pub fn ok() -> BoxFuture<'static, Result<(), HandlerError>> {
     Box::pin(async { Ok(()) })
 }
@@ -137,12 +156,27 @@ pub async fn fixture() -> Fixture {
     courier_tests::embedded_fixture().await
 }
 
+/// The routes of the endpoint tests.
+pub fn routes() -> Routes {
+    Routes::new()
+        .send::<PlaceOrder>("sales")
+        .send::<Ping>("pings")
+        .event::<OrderPlaced>()
+}
+
+/// An endpoint on the fixture's broker and clock, with the test routes.
 pub fn endpoint(fx: &Fixture, name: &str) -> EndpointBuilder {
     let clock: Arc<dyn Clock> = Arc::new(fx.clock.clone());
     Endpoint::builder(name)
         .transport(fx.transport.clone())
         .clock(clock)
+        .routes(routes())
         .shutdown_timeout(Duration::from_secs(10))
+}
+
+/// Starts an endpoint with one handler and the defaults.
+pub async fn start<H: Handler>(fx: &Fixture, name: &str, handler: H) -> RunningEndpoint {
+    endpoint(fx, name).handler(handler).start().await.unwrap()
 }
 
 /// Waits (real time, at most 20 s) until `check` holds.

@@ -253,17 +253,7 @@ impl Bus {
     /// # Errors
     /// As [`send`](Self::send).
     pub async fn send_with<M: Message>(&self, message: &M, options: SendOptions) -> Result<String> {
-        let out = prepare(
-            &self.inner.routes,
-            &*self.inner.clock,
-            Intent::Send,
-            message,
-            options,
-            None,
-        )?;
-        let id = out.envelope.message_id.clone();
-        self.dispatch(vec![out]).await?;
-        Ok(id)
+        self.emit(Intent::Send, message, options).await
     }
 
     /// Publishes an event to its topic; returns its message id.
@@ -280,14 +270,11 @@ impl Bus {
     /// # Errors
     /// As [`publish`](Self::publish).
     pub async fn publish_with<M: Message>(&self, message: &M, options: SendOptions) -> Result<String> {
-        let out = prepare(
-            &self.inner.routes,
-            &*self.inner.clock,
-            Intent::Publish,
-            message,
-            options,
-            None,
-        )?;
+        self.emit(Intent::Publish, message, options).await
+    }
+
+    async fn emit<M: Message>(&self, intent: Intent, message: &M, options: SendOptions) -> Result<String> {
+        let out = prepare(&self.inner.routes, &*self.inner.clock, intent, message, options, None)?;
         let id = out.envelope.message_id.clone();
         self.dispatch(vec![out]).await?;
         Ok(id)
