@@ -36,6 +36,7 @@ mod endpoint;
 mod entity;
 mod error;
 mod message;
+mod store;
 mod transport;
 
 #[cfg(feature = "sqlite")]
@@ -83,6 +84,11 @@ pub use transport::{
 
 #[cfg(feature = "sqlite")]
 pub use embedded::{DEFAULT_MAX_MESSAGE_SIZE, Durability, Embedded, EmbeddedBuilder, MAX_MESSAGE_ID_LEN};
+#[cfg(feature = "postgres")]
+pub use store::PostgresStore;
+#[cfg(feature = "sqlite")]
+pub use store::SqliteStore;
+pub use store::{Begin, DEFAULT_INBOX_RETENTION, OutboxMessage, Store, UnitOfWork};
 
 /// The names most programs need: `use courier::prelude::*;`.
 pub mod prelude {

@@ -25,6 +25,8 @@ pub async fn embedded_fixture() -> Fixture {
     }
 }
 
+pub mod pg;
+
 /// The job the crash tests hand to a child process's endpoint.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, courier::Message)]
 #[message(name = "tests.CrashJob")]

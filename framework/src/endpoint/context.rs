@@ -14,6 +14,7 @@ use crate::endpoint::handler::{HandlerError, Message};
 use crate::endpoint::trace::TraceContext;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Properties, PropertyValue, ReceivedMessage, SequenceNumber};
+use crate::store::UnitOfWork;
 
 /// Values shared by every handler of an endpoint, by type (a database pool, a client).
 #[derive(Default)]
@@ -48,6 +49,7 @@ pub struct Context {
     trace: TraceContext,
     extensions: Arc<Extensions>,
     outgoing: Vec<Outgoing>,
+    unit_of_work: Option<Box<dyn UnitOfWork>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -87,7 +89,44 @@ impl Context {
             trace: parts.trace,
             extensions: parts.extensions,
             outgoing: Vec::new(),
+            unit_of_work: None,
         }
+    }
+
+    pub(crate) fn set_unit_of_work(&mut self, work: Box<dyn UnitOfWork>) {
+        self.unit_of_work = Some(work);
+    }
+
+    pub(crate) fn take_unit_of_work(&mut self) -> Option<Box<dyn UnitOfWork>> {
+        self.unit_of_work.take()
+    }
+
+    /// The store's transaction for the handler's own writes (`sqlx::Sqlite` or
+    /// `sqlx::Postgres`): they commit together with the inbox record of this message and
+    /// the messages the handler sends, or not at all.
+    ///
+    /// ```ignore
+    /// let tx = ctx.transaction::<sqlx::Postgres>()?;
+    /// sqlx::query("INSERT INTO orders (id) VALUES ($1)").bind(id).execute(&mut **tx).await?;
+    /// ```
+    ///
+    /// # Errors
+    /// A [`HandlerError`] when the endpoint has no store, or a store of another database.
+    pub fn transaction<DB: sqlx::Database>(&mut self) -> Result<&mut sqlx::Transaction<'static, DB>, HandlerError> {
+        let endpoint = self.endpoint.clone();
+        let Some(work) = self.unit_of_work.as_mut() else {
+            return Err(HandlerError::msg(format!(
+                "endpoint {endpoint} has no store: add EndpointBuilder::store to use transactions"
+            )));
+        };
+        work.transaction()
+            .downcast_mut::<sqlx::Transaction<'static, DB>>()
+            .ok_or_else(|| {
+                HandlerError::msg(format!(
+                    "the store of endpoint {endpoint} is not a {} database",
+                    std::any::type_name::<DB>()
+                ))
+            })
     }
 
     pub(crate) fn take_outgoing(&mut self) -> Vec<Outgoing> {

@@ -44,6 +44,8 @@ pub(crate) enum Failure {
     Panic { handler: &'static str, text: String },
     /// The messages the handlers sent could not be dispatched.
     Dispatch(Error),
+    /// The store failed (the transaction is rolled back).
+    Store(Error),
     /// Earlier deliveries ended without an outcome (the process stopped, or the lock
     /// expired while a handler ran).
     Unfinished { deliveries: u32 },
@@ -55,14 +57,18 @@ impl Failure {
         match self {
             Failure::Decode { .. } => Some(reasons::DESERIALIZATION_FAILED),
             Failure::Handler { error, .. } if error.is_permanent() => Some(reasons::PERMANENT_FAILURE),
-            Failure::Handler { .. } | Failure::Panic { .. } | Failure::Dispatch(_) | Failure::Unfinished { .. } => None,
+            Failure::Handler { .. }
+            | Failure::Panic { .. }
+            | Failure::Dispatch(_)
+            | Failure::Store(_)
+            | Failure::Unfinished { .. } => None,
         }
     }
 
     pub(crate) fn handler(&self) -> Option<&'static str> {
         match self {
             Failure::Handler { handler, .. } | Failure::Panic { handler, .. } => Some(handler),
-            Failure::Decode { .. } | Failure::Dispatch(_) | Failure::Unfinished { .. } => None,
+            Failure::Decode { .. } | Failure::Dispatch(_) | Failure::Store(_) | Failure::Unfinished { .. } => None,
         }
     }
 
@@ -93,6 +99,11 @@ impl Failure {
             Failure::Panic { text, .. } => vec![format!("handler panicked: {text}")],
             Failure::Dispatch(e) => {
                 let mut v = vec!["could not send the handler's messages".to_owned()];
+                v.extend(walk(e));
+                v
+            }
+            Failure::Store(e) => {
+                let mut v = vec!["the store failed; the handler's transaction was rolled back".to_owned()];
                 v.extend(walk(e));
                 v
             }
@@ -223,6 +234,7 @@ pub struct EndpointBuilder {
     clock: Arc<dyn Clock>,
     queue_options: QueueOptions,
     extensions: Extensions,
+    store: Option<Arc<dyn crate::store::Store>>,
 }
 
 impl std::fmt::Debug for EndpointBuilder {
@@ -253,6 +265,7 @@ impl EndpointBuilder {
             clock: Arc::new(SystemClock),
             queue_options: QueueOptions::default(),
             extensions: Extensions::default(),
+            store: None,
         }
     }
 
@@ -336,6 +349,15 @@ impl EndpointBuilder {
     /// the retry policy, so the broker's own limit stays a backstop.
     pub fn queue_options(mut self, options: QueueOptions) -> Self {
         self.queue_options = options;
+        self
+    }
+
+    /// The store of the inbox and outbox: each message's id is recorded in the same
+    /// transaction as its handlers' writes ([`Context::transaction`](crate::Context::transaction))
+    /// and the messages they send, so a redelivered message is recognised and its effects
+    /// happen once. Migrate the store first ([`Store::migrate`](crate::Store::migrate)).
+    pub fn store(mut self, store: Arc<dyn crate::store::Store>) -> Self {
+        self.store = Some(store);
         self
     }
 
@@ -441,6 +463,7 @@ impl EndpointBuilder {
             shutdown_timeout: self.shutdown_timeout,
             receive_wait: self.receive_wait,
             extensions: Arc::new(self.extensions),
+            store: self.store,
             sources,
         };
         runtime::start(config).await

@@ -17,7 +17,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use crate::clock::Clock;
-use crate::endpoint::bus::Bus;
+use crate::endpoint::bus::{Bus, Outgoing};
 use crate::endpoint::context::{Context, ContextParts, Extensions};
 use crate::endpoint::recoverability::{Decision, RetryPolicy, headers, reasons};
 use crate::endpoint::routing::Routes;
@@ -26,6 +26,7 @@ use crate::endpoint::{Failure, TypeEntry};
 use crate::entity::EntityPath;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Properties, PropertyValue};
+use crate::store::{Begin, OutboxMessage, Store};
 use crate::transport::{Delivery, Receiver, Settlement, Transport};
 
 pub(crate) struct Config {
@@ -41,12 +42,14 @@ pub(crate) struct Config {
     pub(crate) shutdown_timeout: Duration,
     pub(crate) receive_wait: Duration,
     pub(crate) extensions: Arc<Extensions>,
+    pub(crate) store: Option<Arc<dyn Store>>,
     pub(crate) sources: Vec<EntityPath>,
 }
 
 /// Counters of what an endpoint did.
 #[derive(Default)]
 struct Stats {
+    duplicates: AtomicU64,
     running: AtomicU64,
     interrupted: AtomicU64,
     completed: AtomicU64,
@@ -66,6 +69,8 @@ pub struct EndpointStats {
     pub retried: u64,
     /// Messages dead-lettered.
     pub dead_lettered: u64,
+    /// Messages found in the inbox (processed before) and completed without handling.
+    pub duplicates: u64,
 }
 
 impl Stats {
@@ -75,6 +80,7 @@ impl Stats {
             completed: self.completed.load(Ordering::Relaxed),
             retried: self.retried.load(Ordering::Relaxed),
             dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
+            duplicates: self.duplicates.load(Ordering::Relaxed),
         }
     }
 }
@@ -103,6 +109,7 @@ struct Shared {
     bus: Bus,
     max_lock_renewal: Duration,
     extensions: Arc<Extensions>,
+    store: Option<Arc<dyn Store>>,
     /// Fired when the shutdown deadline passes: running handlers see it in their context.
     hard_stop: CancellationToken,
     stats: Stats,
@@ -171,6 +178,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
         bus: bus.clone(),
         max_lock_renewal: config.max_lock_renewal,
         extensions: config.extensions,
+        store: config.store,
         hard_stop: CancellationToken::new(),
         stats: Stats::default(),
     });
@@ -458,6 +466,14 @@ async fn handle(shared: &Shared, mut delivery: Delivery, delayed: u32, attempt: 
         });
         let handlers = entry.handlers.clone();
         let work = async {
+            // The inbox: record the id in a new transaction, or learn it was processed.
+            if let Some(store) = &shared.store {
+                match store.begin(&shared.name, ctx.message_id(), shared.clock.now()).await {
+                    Err(e) => return Err(Failure::Store(e)),
+                    Ok(Begin::Duplicate(left)) => return Ok(Done::Duplicate(left)),
+                    Ok(Begin::Fresh(work)) => ctx.set_unit_of_work(work),
+                }
+            }
             for h in handlers.iter() {
                 match CatchUnwind(h.call(&mut ctx)).await {
                     Ok(Ok(())) => {}
@@ -470,21 +486,82 @@ async fn handle(shared: &Shared, mut delivery: Delivery, delayed: u32, attempt: 
                     }
                 }
             }
-            Ok(())
+            let outgoing = ctx.take_outgoing();
+            match ctx.take_unit_of_work() {
+                // The outbox: what the handlers sent commits with their writes.
+                Some(mut work) => {
+                    let rows = outgoing
+                        .into_iter()
+                        .map(|o| (o.destination, o.is_topic, o.envelope))
+                        .collect();
+                    let stored = work
+                        .store_outgoing(rows, shared.clock.now())
+                        .await
+                        .map_err(Failure::Store)?;
+                    work.commit().await.map_err(Failure::Store)?;
+                    Ok(Done::Committed(stored))
+                }
+                None => Ok(Done::Handled(outgoing)),
+            }
         };
         let outcome = run_renewing(&mut delivery, &*shared.clock, shared.max_lock_renewal, &cancel, work).await;
-        match outcome {
-            Ok(()) => match shared.bus.dispatch(ctx.take_outgoing()).await {
-                Ok(()) => {
-                    complete(shared, delivery).await;
-                    return;
-                }
-                Err(e) => Failure::Dispatch(e),
-            },
+        let dispatched = match outcome {
+            Ok(Done::Handled(outgoing)) => shared.bus.dispatch(outgoing).await.map_err(Failure::Dispatch),
+            Ok(Done::Committed(stored)) => dispatch_stored(shared, stored).await.map_err(Failure::Dispatch),
+            Ok(Done::Duplicate(left)) => {
+                tracing::info!(
+                    undispatched = left.len(),
+                    "message already processed (found in the inbox); completing it without handling"
+                );
+                shared.stats.duplicates.fetch_add(1, Ordering::Relaxed);
+                dispatch_stored(shared, left).await.map_err(Failure::Dispatch)
+            }
+            Err(f) => Err(f),
+        };
+        match dispatched {
+            Ok(()) => {
+                complete(shared, delivery).await;
+                return;
+            }
             Err(f) => f,
         }
     };
     on_failure(shared, delivery, failure, delayed, attempt).await;
+}
+
+/// How the handling of one message ended, before dispatch and completion.
+enum Done {
+    /// No store: the messages the handlers sent.
+    Handled(Vec<Outgoing>),
+    /// The store committed; the stored messages are to be dispatched.
+    Committed(Vec<OutboxMessage>),
+    /// Processed before; what its handling stored and did not dispatch.
+    Duplicate(Vec<OutboxMessage>),
+}
+
+/// Dispatches outbox messages (keeping their ids), then removes them from the outbox. A
+/// failure to remove them only means they may be dispatched again later, with the same
+/// ids, which receivers recognise.
+async fn dispatch_stored(shared: &Shared, stored: Vec<OutboxMessage>) -> Result<()> {
+    if stored.is_empty() {
+        return Ok(());
+    }
+    let ids: Vec<i64> = stored.iter().map(|m| m.id).collect();
+    let outgoing = stored
+        .into_iter()
+        .map(|m| Outgoing {
+            destination: m.destination,
+            is_topic: m.is_topic,
+            envelope: m.envelope,
+        })
+        .collect();
+    shared.bus.dispatch(outgoing).await?;
+    if let Some(store) = &shared.store
+        && let Err(e) = store.mark_dispatched(&ids).await
+    {
+        tracing::warn!(error = %e, "dispatched messages stay in the outbox; they may be sent again");
+    }
+    Ok(())
 }
 
 async fn complete(shared: &Shared, delivery: Delivery) {

@@ -1,0 +1,445 @@
+//! The stores (SQLite and Postgres): the inbox makes a redelivered message's effects
+//! happen once, the outbox commits what a handler sends with its writes. Each scenario
+//! runs on both stores; Postgres tests get a database of their own (see
+//! `courier_tests::pg`).
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    missing_docs,
+    unreachable_pub
+)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use courier::conformance::Fixture;
+use courier::{
+    Clock, Context, Endpoint, EndpointBuilder, EntityPath, HandlerError, PostgresStore, QueueOptions, RetryPolicy,
+    Routes, SqliteStore, Store,
+};
+use courier_tests::pg::TestDatabase;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Semaphore;
+
+#[derive(Debug, Clone, Serialize, Deserialize, courier::Message)]
+#[message(name = "store.PlaceOrder")]
+struct PlaceOrder {
+    id: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, courier::Message)]
+#[message(name = "store.OrderAccepted")]
+struct OrderAccepted {
+    id: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Sqlite,
+    Postgres,
+}
+
+/// What the handler does, shared with the test.
+#[derive(Clone)]
+struct Probe {
+    kind: Kind,
+    calls: Arc<AtomicU32>,
+    fail_first_attempt: bool,
+    gate: Option<Arc<Semaphore>>,
+}
+
+#[courier::handler]
+async fn place(order: PlaceOrder, ctx: &mut Context) -> Result<(), HandlerError> {
+    let probe = ctx.state::<Probe>()?.clone();
+    probe.calls.fetch_add(1, Ordering::SeqCst);
+    let endpoint = ctx.endpoint().to_owned();
+    match probe.kind {
+        Kind::Sqlite => {
+            let tx = ctx.transaction::<sqlx::Sqlite>()?;
+            sqlx::query("INSERT INTO orders (id, endpoint) VALUES (?1, ?2)")
+                .bind(&order.id)
+                .bind(&endpoint)
+                .execute(&mut **tx)
+                .await?;
+        }
+        Kind::Postgres => {
+            let tx = ctx.transaction::<sqlx::Postgres>()?;
+            sqlx::query("INSERT INTO orders (id, endpoint) VALUES ($1, $2)")
+                .bind(&order.id)
+                .bind(&endpoint)
+                .execute(&mut **tx)
+                .await?;
+        }
+    }
+    ctx.send(&OrderAccepted { id: order.id.clone() })?;
+    if probe.fail_first_attempt && ctx.attempt() == 1 {
+        return Err(HandlerError::msg("fails after writing and sending"));
+    }
+    if let Some(gate) = &probe.gate
+        && let Ok(p) = gate.acquire().await
+    {
+        p.forget();
+    }
+    Ok(())
+}
+
+/// A broker, a migrated store with an `orders` table, and a way to count rows.
+struct Env {
+    fx: Fixture,
+    kind: Kind,
+    store: Arc<dyn Store>,
+    sqlite: Option<sqlx::SqlitePool>,
+    pg: Option<(sqlx::PgPool, TestDatabase)>,
+    _dir: tempfile::TempDir,
+}
+
+impl Env {
+    async fn new(kind: Kind) -> Self {
+        let fx = courier_tests::embedded_fixture().await;
+        let dir = tempfile::tempdir().unwrap();
+        let (store, sqlite, pg): (Arc<dyn Store>, _, _) = match kind {
+            Kind::Sqlite => {
+                let s = SqliteStore::open(dir.path().join("store.db")).await.unwrap();
+                let pool = s.pool().clone();
+                (Arc::new(s), Some(pool), None)
+            }
+            Kind::Postgres => {
+                let db = TestDatabase::create().await;
+                let pool = db.pool().await;
+                (Arc::new(PostgresStore::from_pool(pool.clone())), None, Some((pool, db)))
+            }
+        };
+        store.migrate().await.unwrap();
+        let env = Self {
+            fx,
+            kind,
+            store,
+            sqlite,
+            pg,
+            _dir: dir,
+        };
+        env.exec("CREATE TABLE orders (id TEXT NOT NULL, endpoint TEXT NOT NULL)")
+            .await;
+        env
+    }
+
+    async fn exec(&self, sql: &'static str) {
+        match (&self.sqlite, &self.pg) {
+            (Some(p), _) => drop(sqlx::query(sql).execute(p).await.unwrap()),
+            (_, Some((p, _))) => drop(sqlx::query(sql).execute(p).await.unwrap()),
+            _ => unreachable!(),
+        }
+    }
+
+    async fn count(&self, sql: &'static str) -> i64 {
+        match (&self.sqlite, &self.pg) {
+            (Some(p), _) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
+            (_, Some((p, _))) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
+            _ => unreachable!(),
+        }
+    }
+
+    fn probe(&self) -> Probe {
+        Probe {
+            kind: self.kind,
+            calls: Arc::new(AtomicU32::new(0)),
+            fail_first_attempt: false,
+            gate: None,
+        }
+    }
+
+    fn endpoint(&self, probe: &Probe) -> EndpointBuilder {
+        let clock: Arc<dyn Clock> = Arc::new(self.fx.clock.clone());
+        Endpoint::builder("sales")
+            .transport(self.fx.transport.clone())
+            .clock(clock)
+            .routes(
+                Routes::new()
+                    .send::<PlaceOrder>("sales")
+                    .send::<OrderAccepted>("accepted"),
+            )
+            .store(self.store.clone())
+            .state(probe.clone())
+            .handler(place)
+    }
+
+    async fn accepted(&self) -> Vec<String> {
+        self.fx
+            .transport
+            .peek(&EntityPath::queue("accepted"), 0, 100)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.envelope.message_id)
+            .collect()
+    }
+
+    async fn finish(self) {
+        if let Some((pool, db)) = self.pg {
+            pool.close().await;
+            db.drop_now().await;
+        }
+    }
+}
+
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// The handler succeeds and commits, but its Complete fails because the lock expired
+/// (S2.7): the redelivery is recognised by its id, the handler is not called again, the
+/// business row exists once and the outgoing message was sent once.
+async fn complete_fails_after_commit(kind: Kind) {
+    let env = Env::new(kind).await;
+    env.fx
+        .transport
+        .create_queue("accepted", &QueueOptions::default())
+        .await
+        .unwrap();
+    let gate = Arc::new(Semaphore::new(0));
+    let mut probe = env.probe();
+    probe.gate = Some(gate.clone());
+    let sales = env
+        .endpoint(&probe)
+        .concurrency(1)
+        .prefetch(1)
+        .max_lock_renewal(Duration::ZERO)
+        .start()
+        .await
+        .unwrap();
+    sales.bus().send(&PlaceOrder { id: "o-1".into() }).await.unwrap();
+    eventually("the handler", || async { probe.calls.load(Ordering::SeqCst) == 1 }).await;
+    // The lock expires while the handler works; nothing renews it.
+    env.fx.clock.advance(Duration::from_secs(61));
+    gate.add_permits(10);
+    eventually("the duplicate", || async { sales.stats().duplicates == 1 }).await;
+    eventually("completion", || async { sales.stats().completed == 1 }).await;
+    assert_eq!(probe.calls.load(Ordering::SeqCst), 1, "the handler ran once");
+    assert_eq!(
+        env.count("SELECT COUNT(*) FROM orders").await,
+        1,
+        "its write happened once"
+    );
+    assert_eq!(env.accepted().await.len(), 1, "its message was sent once");
+    let counts = env.fx.transport.counts(&EntityPath::queue("sales")).await.unwrap();
+    assert_eq!((counts.active, counts.dead_lettered), (0, 0));
+    sales.shutdown().await.unwrap();
+    env.finish().await;
+}
+
+/// The handler writes and sends, then fails: nothing of it is visible (no row, no
+/// message, no inbox record) and the retry does it all once.
+async fn failed_transaction_leaves_nothing(kind: Kind) {
+    let env = Env::new(kind).await;
+    env.fx
+        .transport
+        .create_queue("accepted", &QueueOptions::default())
+        .await
+        .unwrap();
+    let mut probe = env.probe();
+    probe.fail_first_attempt = true;
+    let sales = env.endpoint(&probe).start().await.unwrap();
+    sales.bus().send(&PlaceOrder { id: "o-2".into() }).await.unwrap();
+    eventually("completion", || async { sales.stats().completed == 1 }).await;
+    assert_eq!(probe.calls.load(Ordering::SeqCst), 2);
+    assert_eq!(env.count("SELECT COUNT(*) FROM orders").await, 1);
+    assert_eq!(env.accepted().await.len(), 1);
+    sales.shutdown().await.unwrap();
+    env.finish().await;
+}
+
+/// The commit succeeds but the dispatch fails (the destination does not exist yet): the
+/// message is retried, recognised as processed, and the outbox messages it left are
+/// dispatched then, with the ids they were stored with; the handler is not run again.
+async fn dispatch_failure_is_dispatched_on_redelivery(kind: Kind) {
+    let env = Env::new(kind).await;
+    let probe = env.probe();
+    let sales = env
+        .endpoint(&probe)
+        .recoverability(RetryPolicy::default().immediate(0).delayed([Duration::from_secs(10)]))
+        .start()
+        .await
+        .unwrap();
+    sales.bus().send(&PlaceOrder { id: "o-3".into() }).await.unwrap();
+    eventually("the delayed retry", || async {
+        env.fx
+            .transport
+            .counts(&EntityPath::queue("sales"))
+            .await
+            .unwrap()
+            .scheduled
+            == 1
+    })
+    .await;
+    assert_eq!(env.count("SELECT COUNT(*) FROM orders").await, 1, "committed");
+    env.fx
+        .transport
+        .create_queue("accepted", &QueueOptions::default())
+        .await
+        .unwrap();
+    env.fx.clock.advance(Duration::from_secs(10));
+    eventually("completion", || async { sales.stats().completed == 1 }).await;
+    assert_eq!(probe.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(sales.stats().duplicates, 1);
+    assert_eq!(env.accepted().await.len(), 1);
+    assert_eq!(env.count("SELECT COUNT(*) FROM orders").await, 1);
+    sales.shutdown().await.unwrap();
+    env.finish().await;
+}
+
+/// Two instances of one endpoint race on a redelivered message: the second waits for the
+/// first's transaction and then sees the inbox record. Effects once.
+async fn racing_instances(kind: Kind) {
+    let env = Env::new(kind).await;
+    env.fx
+        .transport
+        .create_queue("accepted", &QueueOptions::default())
+        .await
+        .unwrap();
+    let gate = Arc::new(Semaphore::new(0));
+    let mut probe = env.probe();
+    probe.gate = Some(gate.clone());
+    let a = env
+        .endpoint(&probe)
+        .max_lock_renewal(Duration::ZERO)
+        .start()
+        .await
+        .unwrap();
+    let b = env
+        .endpoint(&probe)
+        .max_lock_renewal(Duration::ZERO)
+        .start()
+        .await
+        .unwrap();
+    a.bus().send(&PlaceOrder { id: "o-4".into() }).await.unwrap();
+    eventually("the first handler", || async {
+        probe.calls.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // The lock expires: the other instance (or the same one) takes the message again and
+    // blocks on the first one's inbox record until it commits.
+    env.fx.clock.advance(Duration::from_secs(61));
+    eventually("the second delivery", || async {
+        a.stats().running + b.stats().running == 2
+    })
+    .await;
+    gate.add_permits(10);
+    eventually("the duplicate", || async {
+        a.stats().duplicates + b.stats().duplicates == 1
+    })
+    .await;
+    eventually("completion", || async {
+        a.stats().completed + b.stats().completed == 1
+    })
+    .await;
+    assert_eq!(probe.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(env.count("SELECT COUNT(*) FROM orders").await, 1);
+    let mut ids = env.accepted().await;
+    ids.dedup();
+    assert_eq!(ids.len(), 1, "one outgoing message (a copy would carry the same id)");
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    env.finish().await;
+}
+
+macro_rules! on_both_stores {
+    ($($scenario:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(super::Kind::Sqlite).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(super::Kind::Postgres).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both_stores!(
+    complete_fails_after_commit,
+    failed_transaction_leaves_nothing,
+    dispatch_failure_is_dispatched_on_redelivery,
+    racing_instances,
+);
+
+/// Courier's Postgres tables live in the schema `courier`, with their migrations table;
+/// the application's schema and its own `_sqlx_migrations` are untouched, and migrating
+/// twice is harmless.
+#[tokio::test]
+async fn postgres_migrations_stay_in_their_schema() {
+    let db = TestDatabase::create().await;
+    let pool = db.pool().await;
+    let store = PostgresStore::from_pool(pool.clone());
+    store.migrate().await.unwrap();
+    store.migrate().await.unwrap();
+    let tables: Vec<(String, String)> = sqlx::query_as(
+        "SELECT table_schema::text, table_name::text FROM information_schema.tables \
+         WHERE table_schema NOT IN ('pg_catalog', 'information_schema') ORDER BY 1, 2",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let names: Vec<String> = tables.iter().map(|(s, t)| format!("{s}.{t}")).collect();
+    assert_eq!(names, vec!["courier.inbox", "courier.migrations", "courier.outbox"]);
+    pool.close().await;
+    db.drop_now().await;
+}
+
+/// Courier's SQLite tables carry the prefix `courier_`.
+#[tokio::test]
+async fn sqlite_tables_carry_the_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("s.db")).await.unwrap();
+    store.migrate().await.unwrap();
+    store.migrate().await.unwrap();
+    let names: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+    assert!(names.iter().all(|n| n.starts_with("courier_")), "{names:?}");
+    assert!(names.contains(&"courier_inbox".to_owned()) && names.contains(&"courier_outbox".to_owned()));
+}
+
+/// The retention cleanup deletes old inbox records in short bounded statements.
+#[tokio::test]
+async fn inbox_purge_is_bounded() {
+    for kind in [Kind::Sqlite, Kind::Postgres] {
+        let env = Env::new(kind).await;
+        let t0 = courier::Clock::now(&env.fx.clock);
+        for i in 0..5 {
+            let id = format!("m{i}");
+            match env.store.begin("e", &id, t0).await.unwrap() {
+                courier::Begin::Fresh(work) => work.commit().await.unwrap(),
+                courier::Begin::Duplicate(_) => panic!("fresh ids"),
+            }
+        }
+        let later = t0 + chrono::Duration::seconds(1);
+        assert_eq!(env.store.purge_inbox(later, 3).await.unwrap(), 3);
+        assert_eq!(env.store.purge_inbox(later, 3).await.unwrap(), 2);
+        assert_eq!(env.store.purge_inbox(later, 3).await.unwrap(), 0);
+        env.finish().await;
+    }
+}
