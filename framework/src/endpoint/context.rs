@@ -105,9 +105,13 @@ impl Context {
     /// `sqlx::Postgres`): they commit together with the inbox record of this message and
     /// the messages the handler sends, or not at all.
     ///
-    /// ```ignore
-    /// let tx = ctx.transaction::<sqlx::Postgres>()?;
-    /// sqlx::query("INSERT INTO orders (id) VALUES ($1)").bind(id).execute(&mut **tx).await?;
+    /// ```no_run
+    /// # use courier::{Context, HandlerError};
+    /// async fn record_order(ctx: &mut Context, id: &str) -> Result<(), HandlerError> {
+    ///     let tx = ctx.transaction::<sqlx::Sqlite>()?; // sqlx::Postgres with a PostgresStore
+    ///     sqlx::query("INSERT INTO orders (id) VALUES (?1)").bind(id).execute(&mut **tx).await?;
+    ///     Ok(())
+    /// }
     /// ```
     ///
     /// # Errors
