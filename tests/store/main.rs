@@ -356,6 +356,49 @@ async fn racing_instances(kind: Kind) {
     env.finish().await;
 }
 
+/// A process died between its commit and its dispatch, and its received message will not
+/// come back: the endpoint's outbox sweeper dispatches what it left, once, with the id
+/// it was stored with.
+async fn outbox_left_behind_is_swept(kind: Kind) {
+    let env = Env::new(kind).await;
+    env.fx
+        .transport
+        .create_queue("accepted", &QueueOptions::default())
+        .await
+        .unwrap();
+    let now = courier::Clock::now(&env.fx.clock);
+    let envelope = courier::Message::to_envelope(&OrderAccepted { id: "o-5".into() })
+        .unwrap()
+        .with_message_id("left-behind");
+    match env.store.begin("sales", "gone", now).await.unwrap() {
+        courier::Begin::Fresh(mut work) => {
+            work.store_outgoing(vec![("accepted".into(), false, envelope)], now)
+                .await
+                .unwrap();
+            work.commit().await.unwrap();
+        }
+        courier::Begin::Duplicate(_) => panic!("a fresh id"),
+    }
+    let probe = env.probe();
+    let sales = env.endpoint(&probe).start().await.unwrap();
+    assert!(
+        env.accepted().await.is_empty(),
+        "young rows are the normal path's, not the sweeper's"
+    );
+    env.fx.clock.advance(Duration::from_secs(40));
+    eventually("the sweep", || async { env.accepted().await.len() == 1 }).await;
+    assert_eq!(env.accepted().await, vec!["left-behind".to_owned()]);
+    eventually("removed from the outbox once sent", || async {
+        let later = courier::Clock::now(&env.fx.clock) + chrono::Duration::seconds(1);
+        env.store.undispatched("sales", later, 10).await.unwrap().is_empty()
+    })
+    .await;
+    env.fx.clock.advance(Duration::from_secs(40));
+    sales.shutdown().await.unwrap();
+    assert_eq!(env.accepted().await.len(), 1, "sent once");
+    env.finish().await;
+}
+
 macro_rules! on_both_stores {
     ($($scenario:ident),* $(,)?) => {
         mod sqlite {
@@ -382,6 +425,7 @@ on_both_stores!(
     failed_transaction_leaves_nothing,
     dispatch_failure_is_dispatched_on_redelivery,
     racing_instances,
+    outbox_left_behind_is_swept,
 );
 
 /// Courier's Postgres tables live in the schema `courier`, with their migrations table;

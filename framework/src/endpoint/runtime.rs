@@ -200,6 +200,9 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
             receive_wait: config.receive_wait,
         })));
     }
+    if shared.store.is_some() {
+        receive_loops.push(tokio::spawn(outbox_sweeper(shared.clone(), stop.clone())));
+    }
     tracing::info!(endpoint = %config.name, sources = config.sources.len(), "endpoint started");
     Ok(RunningEndpoint {
         name: config.name,
@@ -355,6 +358,44 @@ async fn receive_loop(l: ReceiveLoop) -> usize {
                 }
                 backoff = (backoff * 2).min(Duration::from_secs(10));
             }
+        }
+    }
+}
+
+/// How often the outbox sweeper looks for messages left behind, and how old they must be
+/// (by the endpoint's clock) before it takes them: far older than a dispatch takes.
+const OUTBOX_SWEEP_EVERY: Duration = Duration::from_secs(10);
+const OUTBOX_LEFT_AFTER: Duration = Duration::from_secs(30);
+
+/// Dispatches outbox messages the normal path left behind: a process that died between
+/// its commit and its dispatch, whose received message was then dead-lettered or expired
+/// instead of coming back. They keep their ids, so a copy is recognised by receivers.
+/// Returns 0 (it hands nothing back at shutdown).
+async fn outbox_sweeper(shared: Arc<Shared>, stop: CancellationToken) -> usize {
+    let Some(store) = shared.store.clone() else { return 0 };
+    loop {
+        let now = shared.clock.now();
+        let next = now + chrono::Duration::from_std(OUTBOX_SWEEP_EVERY).unwrap_or(chrono::Duration::MAX);
+        let older_than = now - chrono::Duration::from_std(OUTBOX_LEFT_AFTER).unwrap_or(chrono::Duration::zero());
+        match store.undispatched(&shared.name, older_than, 100).await {
+            Ok(left) if !left.is_empty() => {
+                let n = left.len();
+                match dispatch_stored(&shared, left).await {
+                    Ok(()) => {
+                        tracing::warn!(dispatched = n, "dispatched outbox messages left behind");
+                        if n == 100 {
+                            continue;
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "could not dispatch outbox messages left behind"),
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "could not read the outbox"),
+        }
+        tokio::select! {
+            () = stop.cancelled() => return 0,
+            () = shared.clock.sleep_until(next) => {}
         }
     }
 }

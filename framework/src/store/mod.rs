@@ -92,9 +92,10 @@ pub trait Store: Send + Sync + 'static {
     async fn begin(&self, endpoint: &str, message_id: &str, now: DateTime<Utc>) -> Result<Begin>;
     /// Removes dispatched messages from the outbox.
     async fn mark_dispatched(&self, ids: &[i64]) -> Result<()>;
-    /// Outbox messages older than `older_than` (left by a process that died between its
-    /// commit and its dispatch), oldest first.
-    async fn undispatched(&self, older_than: DateTime<Utc>, limit: i64) -> Result<Vec<OutboxMessage>>;
+    /// Outbox messages of `endpoint` stored before `older_than` and still there (left by
+    /// a process that died between its commit and its dispatch, or by a dispatch that
+    /// failed), oldest first.
+    async fn undispatched(&self, endpoint: &str, older_than: DateTime<Utc>, limit: i64) -> Result<Vec<OutboxMessage>>;
     /// Deletes inbox records processed before `before`, at most `limit` of them in one
     /// short statement; returns how many went.
     async fn purge_inbox(&self, before: DateTime<Utc>, limit: i64) -> Result<u64>;

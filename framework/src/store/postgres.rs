@@ -185,13 +185,14 @@ impl Store for PostgresStore {
         Ok(())
     }
 
-    async fn undispatched(&self, older_than: DateTime<Utc>, limit: i64) -> Result<Vec<OutboxMessage>> {
+    async fn undispatched(&self, endpoint: &str, older_than: DateTime<Utc>, limit: i64) -> Result<Vec<OutboxMessage>> {
         let rows = sqlx::query(
             "SELECT id, destination, is_topic, envelope::text, body FROM courier.outbox \
-             WHERE created_at < $1 ORDER BY id LIMIT $2",
+             WHERE endpoint = $3 AND created_at < $1 ORDER BY id LIMIT $2",
         )
         .bind(older_than)
         .bind(limit)
+        .bind(endpoint)
         .fetch_all(&self.pool)
         .await
         .map_err(|e| db_error("cannot read the outbox", e))?;
