@@ -1,6 +1,5 @@
 //! Test handlers and waiting helpers for the endpoint tests.
 
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -9,6 +8,7 @@ use courier::{
     BoxFuture, Clock, Context, Endpoint, EndpointBuilder, EntityCounts, EntityPath, Handler, HandlerError, Message,
     ReceivedMessage, Routes, RunningEndpoint, Transport,
 };
+pub use courier_tests::eventually;
 use serde::{Deserialize, Serialize};
 
 /// A command.
@@ -177,22 +177,6 @@ pub fn endpoint(fx: &Fixture, name: &str) -> EndpointBuilder {
 /// Starts an endpoint with one handler and the defaults.
 pub async fn start<H: Handler>(fx: &Fixture, name: &str, handler: H) -> RunningEndpoint {
     endpoint(fx, name).handler(handler).start().await.unwrap()
-}
-
-/// Waits (real time, at most 20 s) until `check` holds.
-pub async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        if check().await {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
 }
 
 pub async fn counts(transport: &Arc<dyn Transport>, queue: &str) -> EntityCounts {

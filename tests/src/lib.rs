@@ -43,3 +43,26 @@ pub fn crash_policy() -> courier::RetryPolicy {
         std::time::Duration::from_secs(3600),
     ])
 }
+
+/// Waits (real time, at most 20 s) until `check` holds: a poll with a deadline, for
+/// conditions no signal announces.
+///
+/// # Panics
+/// When the deadline passes, naming `what`.
+#[allow(clippy::panic)]
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        if check().await {
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+}

@@ -20,6 +20,7 @@ use courier::{
     Clock, Context, Endpoint, EndpointBuilder, EntityPath, HandlerError, PostgresStore, QueueOptions, RetryPolicy,
     Routes, SqliteStore, Store,
 };
+use courier_tests::eventually;
 use courier_tests::pg::TestDatabase;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
@@ -182,21 +183,6 @@ impl Env {
             pool.close().await;
             db.drop_now().await;
         }
-    }
-}
-
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        if check().await {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }
 
