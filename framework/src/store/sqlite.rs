@@ -33,16 +33,9 @@ impl SqliteStore {
     pub async fn open(path: impl AsRef<Path>) -> Result<Self> {
         let options = SqliteConnectOptions::new()
             .filename(path)
-            .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(Duration::from_secs(10));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(8)
-            .connect_with(options)
-            .await
-            .map_err(|e| db_error("cannot open the SQLite store", e))?;
-        Ok(Self { pool })
+            .synchronous(SqliteSynchronous::Normal);
+        Self::with_options(options).await
     }
 
     /// Opens a SQLite URL (`sqlite://app.db`, `sqlite::memory:`).
@@ -50,10 +43,13 @@ impl SqliteStore {
     /// # Errors
     /// As [`open`](Self::open).
     pub async fn connect(url: &str) -> Result<Self> {
-        let options = SqliteConnectOptions::from_str(url)
-            .map_err(|e| db_error("invalid SQLite URL", e))?
-            .create_if_missing(true)
-            .busy_timeout(Duration::from_secs(10));
+        Self::with_options(SqliteConnectOptions::from_str(url).map_err(|e| db_error("invalid SQLite URL", e))?).await
+    }
+
+    /// The one place a pool is made: creates the file if missing, waits up to 10 s for
+    /// the write lock.
+    async fn with_options(options: SqliteConnectOptions) -> Result<Self> {
+        let options = options.create_if_missing(true).busy_timeout(Duration::from_secs(10));
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
             .connect_with(options)
