@@ -190,6 +190,13 @@ pub enum ErrorKind {
         /// What could not be read.
         detail: String,
     },
+    /// Another transaction changed the same record first (a saga instance updated or
+    /// created concurrently); retrying reads the new version.
+    #[error("concurrency conflict: {detail}")]
+    Conflict {
+        /// What was changed concurrently.
+        detail: String,
+    },
 }
 
 impl ErrorKind {
@@ -197,7 +204,7 @@ impl ErrorKind {
     pub fn is_transient(&self) -> bool {
         match self {
             ErrorKind::Storage { transient, .. } => *transient,
-            ErrorKind::SessionNotAvailable { .. } => true,
+            ErrorKind::SessionNotAvailable { .. } | ErrorKind::Conflict { .. } => true,
             ErrorKind::InvalidEntityName { .. }
             | ErrorKind::EntityNotFound { .. }
             | ErrorKind::InvalidOptions { .. }

@@ -36,6 +36,7 @@ mod endpoint;
 mod entity;
 mod error;
 mod message;
+pub mod saga;
 mod store;
 mod transport;
 
@@ -48,7 +49,7 @@ pub mod conformance;
 
 pub use clock::{Clock, Sleep, SystemClock, VirtualClock};
 pub use codec::{Codec, CodecError, JsonCodec};
-pub use courier_macros::{Message, handler};
+pub use courier_macros::{Message, handler, saga};
 pub use endpoint::bus::{Bus, SendOptions};
 pub use endpoint::context::Context;
 pub use endpoint::handler::{__private, BoxFuture, Handler, HandlerError, Message, ResultExt};
@@ -83,12 +84,17 @@ pub use transport::{
 };
 
 #[cfg(feature = "sqlite")]
-pub use embedded::{DEFAULT_MAX_MESSAGE_SIZE, Durability, Embedded, EmbeddedBuilder, MAX_MESSAGE_ID_LEN};
+pub use embedded::{
+    DEFAULT_MAX_MESSAGE_SIZE, Durability, Embedded, EmbeddedBuilder, EmbeddedStore, MAX_MESSAGE_ID_LEN,
+};
 #[cfg(feature = "postgres")]
 pub use store::PostgresStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
-pub use store::{Begin, DEFAULT_INBOX_RETENTION, OutboxMessage, Store, UnitOfWork};
+pub use store::{
+    Begin, Committed, DEFAULT_INBOX_RETENTION, DueTimeouts, OutboxMessage, Store, StoredSaga, Timeout, TimeoutClaim,
+    UnitOfWork,
+};
 
 /// The names most programs need: `use courier::prelude::*;`.
 pub mod prelude {

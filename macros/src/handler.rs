@@ -22,14 +22,14 @@ struct Model<'f> {
 }
 
 /// `name(args)`: where a missing return type belongs.
-fn name_and_arguments(sig: &Signature) -> TokenStream {
+pub(crate) fn name_and_arguments(sig: &Signature) -> TokenStream {
     // Only the spans of the first and the last token count.
     let close = Ident::new("close", sig.paren_token.span.close());
     let name = &sig.ident;
     quote!(#name #close)
 }
 
-fn combine(errors: Vec<syn::Error>) -> Option<syn::Error> {
+pub(crate) fn combine(errors: Vec<syn::Error>) -> Option<syn::Error> {
     errors.into_iter().reduce(|mut first, e| {
         first.combine(e);
         first
@@ -167,7 +167,7 @@ fn check(function: &ItemFn) -> syn::Result<Model<'_>> {
 }
 
 /// The spans of the first and the last token of `tokens`.
-fn first_and_last_spans(tokens: &impl ToTokens) -> (Span, Span) {
+pub(crate) fn first_and_last_spans(tokens: &impl ToTokens) -> (Span, Span) {
     let mut iter = tokens.to_token_stream().into_iter();
     let first = iter.next().map_or_else(Span::call_site, |t| t.span());
     let last = iter.last().map_or(first, |t| t.span());
@@ -175,7 +175,7 @@ fn first_and_last_spans(tokens: &impl ToTokens) -> (Span, Span) {
 }
 
 /// `T` and `E` of a return type written `Result<T, E>`, to check each on its own tokens.
-fn result_parts(ty: &Type) -> Option<(&Type, &Type)> {
+pub(crate) fn result_parts(ty: &Type) -> Option<(&Type, &Type)> {
     let Type::Path(path) = ty else { return None };
     if path.qself.is_some() {
         return None;

@@ -1,4 +1,4 @@
-//! Procedural macros of Courier: `#[derive(Message)]` and `#[handler]`.
+//! Procedural macros of Courier: `#[derive(Message)]`, `#[handler]` and `#[saga]`.
 //!
 //! They only generate trait impls and registration data; the runtime lives in the
 //! `courier` crate, which re-exports these macros. Each macro parses its input into a
@@ -6,6 +6,7 @@
 
 mod handler;
 mod message;
+mod saga;
 
 use proc_macro::TokenStream;
 
@@ -32,4 +33,35 @@ pub fn derive_message(input: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn handler(args: TokenStream, input: TokenStream) -> TokenStream {
     handler::expand(&args.into(), &input.into()).into()
+}
+
+/// Implements `courier::saga::Saga` for the state type of an inherent impl block, whose
+/// methods marked `#[start]`, `#[handle]` or `#[timeout]` are the saga's handlers:
+///
+/// ```text
+/// #[courier::saga] // or #[courier::saga(name = "accounts.SignUp")]
+/// impl SignUp {
+///     #[start(by = user_id)] // correlated by a field of the message (`by = order.id` too)
+///     async fn registered(&mut self, msg: UserRegistered, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> { .. }
+///
+///     #[handle(header = "x-user-id")] // correlated by a header of the message
+///     async fn confirmed(&mut self, msg: EmailConfirmed) -> Result<(), MyError> { .. }
+///
+///     #[timeout] // requested with `SagaContext::request_timeout`: it finds its instance by itself
+///     async fn expired(&mut self, msg: Expired, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> { .. }
+/// }
+/// ```
+///
+/// The state type is `Default + Serialize + DeserializeOwned + Send + Sync + 'static`. The
+/// saga's name is pinned with `name` (default: the module path of the impl block and the
+/// type's name); each handler is registered under its method's name. A handler takes
+/// `&mut self`, a `courier::Message` by value and, optionally, `&mut SagaContext<'_>`, and
+/// returns `Result<(), E>` where `E` converts into `courier::HandlerError`. Every `by`
+/// field of a saga has one type (its `Display` text is the instance's correlation value);
+/// each message type has one handler; one handler is a `#[start]`. Every mistake is a
+/// compile error on the tokens at fault (see the UI tests in `tests/macros/ui`). Other
+/// items of the impl block are left as they are.
+#[proc_macro_attribute]
+pub fn saga(args: TokenStream, input: TokenStream) -> TokenStream {
+    saga::expand(&args.into(), &input.into()).into()
 }

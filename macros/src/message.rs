@@ -31,7 +31,7 @@ fn check_wire_name(lit: &LitStr, errors: &mut Vec<syn::Error>) -> bool {
 }
 
 /// The edit distance of two short words (for "did you mean").
-fn distance(a: &str, b: &str) -> usize {
+pub(crate) fn distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {
@@ -58,7 +58,7 @@ fn unknown_attribute(meta: &ParseNestedMeta<'_>) -> syn::Error {
     }
 }
 
-fn string_literal(meta: &ParseNestedMeta<'_>, example: &str) -> syn::Result<LitStr> {
+pub(crate) fn string_literal(meta: &ParseNestedMeta<'_>, example: &str) -> syn::Result<LitStr> {
     let value = meta.value()?;
     let expr: Expr = value.parse()?;
     match expr {

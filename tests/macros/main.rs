@@ -1,4 +1,5 @@
-//! Tests of Courier's macros, `#[derive(courier::Message)]` and `#[courier::handler]`:
+//! Tests of Courier's macros, `#[derive(courier::Message)]`, `#[courier::handler]` and
+//! `#[courier::saga]`:
 //! what they accept and the errors they report (trybuild UI tests under `ui/`), and what
 //! the impls they generate return at run time.
 
@@ -137,4 +138,34 @@ fn generated_handler_is_a_unit_struct_named_by_its_path() {
     let h: on_defaulted = made_by_default();
     assert_eq!(format!("{h:?}"), "on_defaulted");
     assert_eq!(message_of(&h), "macros::Defaulted");
+}
+
+/// A saga named by default, and one with a pinned name.
+#[derive(Default, Serialize, Deserialize)]
+struct Onboarding;
+
+#[courier::saga]
+impl Onboarding {
+    #[start(by = n)]
+    async fn begin(&mut self, _msg: Defaulted) -> Result<(), HandlerError> {
+        Ok(())
+    }
+}
+
+#[derive(Default, Serialize, Deserialize)]
+struct SignUp;
+
+#[courier::saga(name = "accounts.SignUp")]
+impl SignUp {
+    #[start(header = "x-user-id")]
+    async fn begin(&mut self, _msg: Pinned) -> Result<(), HandlerError> {
+        Ok(())
+    }
+}
+
+#[test]
+fn saga_name_is_module_path_and_type_name_unless_pinned() {
+    use courier::saga::Saga;
+    assert_eq!(Onboarding::NAME, "macros::Onboarding");
+    assert_eq!(SignUp::NAME, "accounts.SignUp");
 }

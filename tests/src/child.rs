@@ -9,13 +9,22 @@
 //! [`courier_tests::CrashJob`] always fails, under [`courier_tests::crash_policy`]; prints
 //! `ATTEMPT <attempt> <delayed retries>` per call and `SCHEDULED` once the delayed retry
 //! is in the broker and the original completed, then waits to be killed.
+//! `courier-test-child outbox <db> <queue> <store>`: runs an endpoint with a store
+//! (`sqlite:<file>`, a `postgres://` URL, or `embedded` for the broker's own file) whose
+//! handler of [`courier_tests::CrashJob`] inserts a row into `orders` and sends
+//! [`courier_tests::CrashDone`] to queue `done`. With a separate store the send to `done`
+//! never finishes: the child prints `DISPATCHING` once its transaction committed and the
+//! dispatch began. With `embedded` the handler prints `IN_TRANSACTION` after its insert
+//! and never returns. Either way it waits to be killed.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::Write;
+use std::sync::Arc;
 use std::time::Duration;
 
 use courier::prelude::*;
+use courier::{Capabilities, SendError, SequenceNumber};
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
@@ -75,6 +84,161 @@ async fn main() {
             out.flush().unwrap();
             std::future::pending::<()>().await;
         }
+        "outbox" => outbox(broker, queue, &args[4]).await,
         other => panic!("unknown mode {other}"),
     }
+}
+
+/// A transport that hands everything to the embedded broker, except that a send to queue
+/// `done` announces itself and never finishes: the moment between an endpoint's commit
+/// and the end of its dispatch, held open for the test to kill the process in.
+struct StallDone(Embedded);
+
+struct StallingSender;
+
+#[async_trait::async_trait]
+impl Sender for StallingSender {
+    fn entity(&self) -> &str {
+        "done"
+    }
+    fn in_flight(&self) -> usize {
+        0
+    }
+    async fn send(&self, _message: Envelope) -> Result<(), SendError> {
+        stall("DISPATCHING").await
+    }
+    async fn send_batch(&self, _messages: Vec<Envelope>) -> Result<(), SendError> {
+        stall("DISPATCHING").await
+    }
+    async fn schedule(
+        &self,
+        _message: Envelope,
+        _at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<SequenceNumber, SendError> {
+        stall("DISPATCHING").await
+    }
+    async fn cancel_scheduled(&self, _sequence_number: SequenceNumber) -> courier::Result<()> {
+        stall("DISPATCHING").await
+    }
+    async fn send_presettled(&self, _message: Envelope) -> Result<(), SendError> {
+        stall("DISPATCHING").await
+    }
+}
+
+/// Prints `line` and waits forever.
+async fn stall<T>(line: &str) -> T {
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{line}").unwrap();
+        out.flush().unwrap();
+    }
+    std::future::pending().await
+}
+
+#[async_trait::async_trait]
+impl Transport for StallDone {
+    fn name(&self) -> &'static str {
+        "stall-done"
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+    async fn create_queue(&self, name: &str, options: &QueueOptions) -> courier::Result<()> {
+        self.0.create_queue(name, options).await
+    }
+    async fn create_topic(&self, name: &str, options: &TopicOptions) -> courier::Result<()> {
+        self.0.create_topic(name, options).await
+    }
+    async fn create_subscription(
+        &self,
+        topic: &str,
+        name: &str,
+        options: &courier::SubscriptionOptions,
+    ) -> courier::Result<()> {
+        self.0.create_subscription(topic, name, options).await
+    }
+    async fn delete(&self, path: &EntityPath) -> courier::Result<()> {
+        self.0.delete(path).await
+    }
+    async fn sender(&self, entity: &str, options: SenderOptions) -> courier::Result<Arc<dyn Sender>> {
+        if entity == "done" {
+            return Ok(Arc::new(StallingSender));
+        }
+        self.0.sender(entity, options).await
+    }
+    async fn receiver(&self, path: &EntityPath) -> courier::Result<Arc<dyn Receiver>> {
+        self.0.receiver(path).await
+    }
+    async fn accept_session(
+        &self,
+        path: &EntityPath,
+        session: SessionSelector,
+        max_wait: Duration,
+    ) -> courier::Result<Arc<dyn SessionReceiver>> {
+        self.0.accept_session(path, session, max_wait).await
+    }
+    async fn peek(&self, path: &EntityPath, from: SequenceNumber, max: usize) -> courier::Result<Vec<ReceivedMessage>> {
+        self.0.peek(path, from, max).await
+    }
+    async fn counts(&self, path: &EntityPath) -> courier::Result<courier::EntityCounts> {
+        self.0.counts(path).await
+    }
+    async fn close(&self) {
+        self.0.close().await;
+    }
+}
+
+#[courier::handler]
+async fn record_and_send(job: courier_tests::CrashJob, ctx: &mut courier::Context) -> Result<(), HandlerError> {
+    let id = format!("job-{}", job.n);
+    let store = *ctx.state::<ChildStore>()?;
+    if store == ChildStore::Postgres {
+        let tx = ctx.transaction::<sqlx::Postgres>()?;
+        sqlx::query("INSERT INTO orders (id) VALUES ($1)")
+            .bind(&id)
+            .execute(&mut *tx)
+            .await?;
+    } else {
+        let tx = ctx.transaction::<sqlx::Sqlite>()?;
+        sqlx::query("INSERT INTO orders (id) VALUES (?1)")
+            .bind(&id)
+            .execute(&mut *tx)
+            .await?;
+    }
+    ctx.send(&courier_tests::CrashDone { n: job.n })?;
+    if store == ChildStore::Embedded {
+        stall::<()>("IN_TRANSACTION").await;
+    }
+    Ok(())
+}
+
+/// Which store the child's endpoint has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ChildStore {
+    Sqlite,
+    Postgres,
+    Embedded,
+}
+
+async fn outbox(broker: Embedded, queue: &str, store: &str) {
+    let (transport, kind, store): (Arc<dyn Transport>, _, Arc<dyn courier::Store>) = if store == "embedded" {
+        let store = broker.store();
+        (Arc::new(broker), ChildStore::Embedded, Arc::new(store))
+    } else if let Some(path) = store.strip_prefix("sqlite:") {
+        let store = courier::SqliteStore::open(path).await.unwrap();
+        (Arc::new(StallDone(broker)), ChildStore::Sqlite, Arc::new(store))
+    } else {
+        let store = courier::PostgresStore::connect(store).await.unwrap();
+        (Arc::new(StallDone(broker)), ChildStore::Postgres, Arc::new(store))
+    };
+    let _running = Endpoint::builder(queue)
+        .transport(transport)
+        .routes(Routes::new().send::<courier_tests::CrashDone>("done"))
+        .store(store)
+        .state(kind)
+        .handler(record_and_send)
+        .start()
+        .await
+        .unwrap();
+    std::future::pending::<()>().await;
 }

@@ -26,11 +26,20 @@ pub async fn embedded_fixture() -> Fixture {
 }
 
 pub mod pg;
+pub mod stores;
 
 /// The job the crash tests hand to a child process's endpoint.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, courier::Message)]
 #[message(name = "tests.CrashJob")]
 pub struct CrashJob {
+    /// Which job.
+    pub n: u32,
+}
+
+/// What the crash tests' child sends for each job it handles.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, courier::Message)]
+#[message(name = "tests.CrashDone")]
+pub struct CrashDone {
     /// Which job.
     pub n: u32,
 }

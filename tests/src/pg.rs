@@ -83,6 +83,11 @@ impl TestDatabase {
         }
     }
 
+    /// A URL of the test database (for a child process).
+    pub fn url(&self) -> String {
+        self.options.to_url_lossy().to_string()
+    }
+
     /// A pool on the test database.
     #[allow(clippy::expect_used)]
     pub async fn pool(&self) -> PgPool {

@@ -11,17 +11,19 @@
     unreachable_pub
 )]
 
+mod crash;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use courier::conformance::Fixture;
 use courier::{
     Clock, Context, Endpoint, EndpointBuilder, EntityPath, HandlerError, PostgresStore, QueueOptions, RetryPolicy,
     Routes, SqliteStore, Store,
 };
 use courier_tests::eventually;
 use courier_tests::pg::TestDatabase;
+use courier_tests::stores::StoreEnv;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
@@ -37,11 +39,7 @@ struct OrderAccepted {
     id: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Sqlite,
-    Postgres,
-}
+use courier_tests::stores::StoreKind as Kind;
 
 /// What the handler does, shared with the test.
 #[derive(Clone)]
@@ -58,12 +56,12 @@ async fn place(order: PlaceOrder, ctx: &mut Context) -> Result<(), HandlerError>
     probe.calls.fetch_add(1, Ordering::SeqCst);
     let endpoint = ctx.endpoint().to_owned();
     match probe.kind {
-        Kind::Sqlite => {
+        Kind::Sqlite | Kind::Embedded => {
             let tx = ctx.transaction::<sqlx::Sqlite>()?;
             sqlx::query("INSERT INTO orders (id, endpoint) VALUES (?1, ?2)")
                 .bind(&order.id)
                 .bind(&endpoint)
-                .execute(&mut **tx)
+                .execute(&mut *tx)
                 .await?;
         }
         Kind::Postgres => {
@@ -71,7 +69,7 @@ async fn place(order: PlaceOrder, ctx: &mut Context) -> Result<(), HandlerError>
             sqlx::query("INSERT INTO orders (id, endpoint) VALUES ($1, $2)")
                 .bind(&order.id)
                 .bind(&endpoint)
-                .execute(&mut **tx)
+                .execute(&mut *tx)
                 .await?;
         }
     }
@@ -87,60 +85,26 @@ async fn place(order: PlaceOrder, ctx: &mut Context) -> Result<(), HandlerError>
     Ok(())
 }
 
-/// A broker, a migrated store with an `orders` table, and a way to count rows.
-struct Env {
-    fx: Fixture,
-    kind: Kind,
-    store: Arc<dyn Store>,
-    sqlite: Option<sqlx::SqlitePool>,
-    pg: Option<(sqlx::PgPool, TestDatabase)>,
-    _dir: tempfile::TempDir,
+/// A broker and a migrated store with an `orders` table.
+struct Env(StoreEnv);
+
+impl std::ops::Deref for Env {
+    type Target = StoreEnv;
+    fn deref(&self) -> &StoreEnv {
+        &self.0
+    }
 }
 
 impl Env {
     async fn new(kind: Kind) -> Self {
-        let fx = courier_tests::embedded_fixture().await;
-        let dir = tempfile::tempdir().unwrap();
-        let (store, sqlite, pg): (Arc<dyn Store>, _, _) = match kind {
-            Kind::Sqlite => {
-                let s = SqliteStore::open(dir.path().join("store.db")).await.unwrap();
-                let pool = s.pool().clone();
-                (Arc::new(s), Some(pool), None)
-            }
-            Kind::Postgres => {
-                let db = TestDatabase::create().await;
-                let pool = db.pool().await;
-                (Arc::new(PostgresStore::from_pool(pool.clone())), None, Some((pool, db)))
-            }
-        };
-        store.migrate().await.unwrap();
-        let env = Self {
-            fx,
-            kind,
-            store,
-            sqlite,
-            pg,
-            _dir: dir,
-        };
+        let env = StoreEnv::new(kind).await;
         env.exec("CREATE TABLE orders (id TEXT NOT NULL, endpoint TEXT NOT NULL)")
             .await;
-        env
+        Self(env)
     }
 
-    async fn exec(&self, sql: &'static str) {
-        match (&self.sqlite, &self.pg) {
-            (Some(p), _) => drop(sqlx::query(sql).execute(p).await.unwrap()),
-            (_, Some((p, _))) => drop(sqlx::query(sql).execute(p).await.unwrap()),
-            _ => unreachable!(),
-        }
-    }
-
-    async fn count(&self, sql: &'static str) -> i64 {
-        match (&self.sqlite, &self.pg) {
-            (Some(p), _) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
-            (_, Some((p, _))) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
-            _ => unreachable!(),
-        }
+    fn inbox_count(&self) -> String {
+        format!("SELECT COUNT(*) FROM {}", self.kind.table("inbox"))
     }
 
     fn probe(&self) -> Probe {
@@ -179,10 +143,7 @@ impl Env {
     }
 
     async fn finish(self) {
-        if let Some((pool, db)) = self.pg {
-            pool.close().await;
-            db.drop_now().await;
-        }
+        self.0.finish().await;
     }
 }
 
@@ -212,9 +173,21 @@ async fn complete_fails_after_commit(kind: Kind) {
     // The lock expires while the handler works; nothing renews it.
     env.fx.clock.advance(Duration::from_secs(61));
     gate.add_permits(10);
-    eventually("the duplicate", || async { sales.stats().duplicates == 1 }).await;
-    eventually("completion", || async { sales.stats().completed == 1 }).await;
-    assert_eq!(probe.calls.load(Ordering::SeqCst), 1, "the handler ran once");
+    if kind.one_transaction() {
+        // The completion is part of the transaction: the expired lock rolls it all back,
+        // and the redelivery is handled as if the first attempt never happened.
+        eventually("completion", || async { sales.stats().completed == 1 }).await;
+        assert_eq!(sales.stats().duplicates, 0);
+        assert_eq!(
+            probe.calls.load(Ordering::SeqCst),
+            2,
+            "handled again after the rollback"
+        );
+    } else {
+        eventually("the duplicate", || async { sales.stats().duplicates == 1 }).await;
+        eventually("completion", || async { sales.stats().completed == 1 }).await;
+        assert_eq!(probe.calls.load(Ordering::SeqCst), 1, "the handler ran once");
+    }
     assert_eq!(
         env.count("SELECT COUNT(*) FROM orders").await,
         1,
@@ -251,6 +224,8 @@ async fn failed_transaction_leaves_nothing(kind: Kind) {
 /// The commit succeeds but the dispatch fails (the destination does not exist yet): the
 /// message is retried, recognised as processed, and the outbox messages it left are
 /// dispatched then, with the ids they were stored with; the handler is not run again.
+/// In one transaction with the broker, the missing destination fails the commit itself:
+/// nothing is written, and the retry handles the message as new.
 async fn dispatch_failure_is_dispatched_on_redelivery(kind: Kind) {
     let env = Env::new(kind).await;
     let probe = env.probe();
@@ -271,7 +246,8 @@ async fn dispatch_failure_is_dispatched_on_redelivery(kind: Kind) {
             == 1
     })
     .await;
-    assert_eq!(env.count("SELECT COUNT(*) FROM orders").await, 1, "committed");
+    let committed = if kind.one_transaction() { 0 } else { 1 };
+    assert_eq!(env.count("SELECT COUNT(*) FROM orders").await, committed);
     env.fx
         .transport
         .create_queue("accepted", &QueueOptions::default())
@@ -279,10 +255,56 @@ async fn dispatch_failure_is_dispatched_on_redelivery(kind: Kind) {
         .unwrap();
     env.fx.clock.advance(Duration::from_secs(10));
     eventually("completion", || async { sales.stats().completed == 1 }).await;
-    assert_eq!(probe.calls.load(Ordering::SeqCst), 1);
-    assert_eq!(sales.stats().duplicates, 1);
+    let (calls, duplicates) = if kind.one_transaction() { (2, 0) } else { (1, 1) };
+    assert_eq!(probe.calls.load(Ordering::SeqCst), calls);
+    assert_eq!(sales.stats().duplicates, duplicates);
     assert_eq!(env.accepted().await.len(), 1);
     assert_eq!(env.count("SELECT COUNT(*) FROM orders").await, 1);
+    sales.shutdown().await.unwrap();
+    env.finish().await;
+}
+
+/// The dispatch after the commit keeps failing until the retries are exhausted: the
+/// message is dead-lettered with `courier.DispatchFailed` (its effects are committed,
+/// which `RetriesExhausted` would hide), and the outbox sweeper still sends what it left
+/// once the destination exists. In one transaction with the broker the commit itself
+/// fails: nothing is committed and the reason is `RetriesExhausted`.
+async fn dispatch_that_keeps_failing_says_so(kind: Kind) {
+    let env = Env::new(kind).await;
+    let probe = env.probe();
+    let sales = env
+        .endpoint(&probe)
+        .recoverability(RetryPolicy::default().immediate(0).delayed([]))
+        .start()
+        .await
+        .unwrap();
+    sales.bus().send(&PlaceOrder { id: "o-8".into() }).await.unwrap();
+    eventually("the dead letter", || async { sales.stats().dead_lettered == 1 }).await;
+    let dead = env
+        .fx
+        .transport
+        .peek(&EntityPath::queue("sales").dead_letter(), 0, 10)
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1);
+    let reason = dead[0].broker.dead_letter_reason.as_deref();
+    if kind.one_transaction() {
+        assert_eq!(reason, Some(courier::recoverability::reasons::RETRIES_EXHAUSTED));
+        assert_eq!(env.count("SELECT COUNT(*) FROM orders").await, 0, "nothing committed");
+    } else {
+        assert_eq!(reason, Some(courier::recoverability::reasons::DISPATCH_FAILED));
+        let description = dead[0].broker.dead_letter_description.as_deref().unwrap_or("");
+        assert!(description.contains("committed"), "{description}");
+        assert_eq!(env.count("SELECT COUNT(*) FROM orders").await, 1, "committed");
+        env.fx
+            .transport
+            .create_queue("accepted", &QueueOptions::default())
+            .await
+            .unwrap();
+        env.fx.clock.advance(Duration::from_secs(40));
+        eventually("the sweep", || async { env.accepted().await.len() == 1 }).await;
+    }
+    assert_eq!(probe.calls.load(Ordering::SeqCst), 1);
     sales.shutdown().await.unwrap();
     env.finish().await;
 }
@@ -319,20 +341,31 @@ async fn racing_instances(kind: Kind) {
     // The lock expires: the other instance (or the same one) takes the message again and
     // blocks on the first one's inbox record until it commits.
     env.fx.clock.advance(Duration::from_secs(61));
-    eventually("the second delivery", || async {
-        a.stats().running + b.stats().running == 2
-    })
-    .await;
-    gate.add_permits(10);
-    eventually("the duplicate", || async {
-        a.stats().duplicates + b.stats().duplicates == 1
-    })
-    .await;
-    eventually("completion", || async {
-        a.stats().completed + b.stats().completed == 1
-    })
-    .await;
-    assert_eq!(probe.calls.load(Ordering::SeqCst), 1);
+    if kind.one_transaction() {
+        // The broker is part of the first transaction: no instance can take the message
+        // again before it ends, and it ends in a rollback (its lock expired).
+        gate.add_permits(10);
+        eventually("completion", || async {
+            a.stats().completed + b.stats().completed == 1
+        })
+        .await;
+        assert_eq!(probe.calls.load(Ordering::SeqCst), 2);
+    } else {
+        eventually("the second delivery", || async {
+            a.stats().running + b.stats().running == 2
+        })
+        .await;
+        gate.add_permits(10);
+        eventually("the duplicate", || async {
+            a.stats().duplicates + b.stats().duplicates == 1
+        })
+        .await;
+        eventually("completion", || async {
+            a.stats().completed + b.stats().completed == 1
+        })
+        .await;
+        assert_eq!(probe.calls.load(Ordering::SeqCst), 1);
+    }
     assert_eq!(env.count("SELECT COUNT(*) FROM orders").await, 1);
     let mut ids = env.accepted().await;
     ids.dedup();
@@ -356,7 +389,7 @@ async fn outbox_left_behind_is_swept(kind: Kind) {
     let envelope = courier::Message::to_envelope(&OrderAccepted { id: "o-5".into() })
         .unwrap()
         .with_message_id("left-behind");
-    match env.store.begin("sales", "gone", now).await.unwrap() {
+    match env.store.begin("sales", "gone", None, now).await.unwrap() {
         courier::Begin::Fresh(mut work) => {
             work.store_outgoing(vec![("accepted".into(), false, envelope)], now)
                 .await
@@ -385,7 +418,7 @@ async fn outbox_left_behind_is_swept(kind: Kind) {
     env.finish().await;
 }
 
-macro_rules! on_both_stores {
+macro_rules! on_every_store {
     ($($scenario:ident),* $(,)?) => {
         mod sqlite {
             $(
@@ -403,15 +436,25 @@ macro_rules! on_both_stores {
                 }
             )*
         }
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(super::Kind::Embedded).await;
+                }
+            )*
+        }
     };
 }
 
-on_both_stores!(
+on_every_store!(
     complete_fails_after_commit,
     failed_transaction_leaves_nothing,
     dispatch_failure_is_dispatched_on_redelivery,
     racing_instances,
     outbox_left_behind_is_swept,
+    retention_runs_by_itself,
+    dispatch_that_keeps_failing_says_so,
 );
 
 /// Courier's Postgres tables live in the schema `courier`, with their migrations table;
@@ -432,7 +475,16 @@ async fn postgres_migrations_stay_in_their_schema() {
     .await
     .unwrap();
     let names: Vec<String> = tables.iter().map(|(s, t)| format!("{s}.{t}")).collect();
-    assert_eq!(names, vec!["courier.inbox", "courier.migrations", "courier.outbox"]);
+    assert!(names.iter().all(|n| n.starts_with("courier.")), "{names:?}");
+    for table in [
+        "courier.inbox",
+        "courier.migrations",
+        "courier.outbox",
+        "courier.saga",
+        "courier.saga_timeout",
+    ] {
+        assert!(names.iter().any(|n| n == table), "{table} missing from {names:?}");
+    }
     pool.close().await;
     db.drop_now().await;
 }
@@ -453,23 +505,69 @@ async fn sqlite_tables_carry_the_prefix() {
     assert!(names.contains(&"courier_inbox".to_owned()) && names.contains(&"courier_outbox".to_owned()));
 }
 
-/// The retention cleanup deletes old inbox records in short bounded statements.
+/// The retention cleanup deletes old inbox records in short bounded statements, only the
+/// given endpoint's.
 #[tokio::test]
 async fn inbox_purge_is_bounded() {
-    for kind in [Kind::Sqlite, Kind::Postgres] {
+    for kind in [Kind::Sqlite, Kind::Postgres, Kind::Embedded] {
         let env = Env::new(kind).await;
         let t0 = courier::Clock::now(&env.fx.clock);
-        for i in 0..5 {
+        for (endpoint, i) in (0..5).map(|i| ("e", i)).chain([("f", 9)]) {
             let id = format!("m{i}");
-            match env.store.begin("e", &id, t0).await.unwrap() {
-                courier::Begin::Fresh(work) => work.commit().await.unwrap(),
+            match env.store.begin(endpoint, &id, None, t0).await.unwrap() {
+                courier::Begin::Fresh(work) => drop(work.commit().await.unwrap()),
                 courier::Begin::Duplicate(_) => panic!("fresh ids"),
             }
         }
         let later = t0 + chrono::Duration::seconds(1);
-        assert_eq!(env.store.purge_inbox(later, 3).await.unwrap(), 3);
-        assert_eq!(env.store.purge_inbox(later, 3).await.unwrap(), 2);
-        assert_eq!(env.store.purge_inbox(later, 3).await.unwrap(), 0);
+        assert_eq!(env.store.purge_inbox("e", later, 3).await.unwrap(), 3);
+        assert_eq!(env.store.purge_inbox("e", later, 3).await.unwrap(), 2);
+        assert_eq!(env.store.purge_inbox("e", later, 3).await.unwrap(), 0);
+        assert_eq!(env.store.purge_inbox("f", t0, 3).await.unwrap(), 0, "not older than t0");
+        assert_eq!(
+            env.count(&env.inbox_count()).await,
+            1,
+            "the other endpoint's record stays"
+        );
         env.finish().await;
     }
+}
+
+/// The endpoint purges its own expired inbox records by itself (every minute, by its
+/// clock), and keeps the young ones and other endpoints' records.
+async fn retention_runs_by_itself(kind: Kind) {
+    let env = Env::new(kind).await;
+    env.fx
+        .transport
+        .create_queue("accepted", &QueueOptions::default())
+        .await
+        .unwrap();
+    let t0 = courier::Clock::now(&env.fx.clock);
+    match env.store.begin("billing", "other-endpoint", None, t0).await.unwrap() {
+        courier::Begin::Fresh(work) => drop(work.commit().await.unwrap()),
+        courier::Begin::Duplicate(_) => panic!("a fresh id"),
+    }
+    let probe = env.probe();
+    let sales = env
+        .endpoint(&probe)
+        .inbox_retention(Duration::from_secs(3600))
+        .start()
+        .await
+        .unwrap();
+    sales.bus().send(&PlaceOrder { id: "o-6".into() }).await.unwrap();
+    eventually("completion", || async { sales.stats().completed == 1 }).await;
+    assert_eq!(env.count(&env.inbox_count()).await, 2);
+    env.fx.clock.advance(Duration::from_secs(1800));
+    sales.bus().send(&PlaceOrder { id: "o-7".into() }).await.unwrap();
+    eventually("completion", || async { sales.stats().completed == 2 }).await;
+    // An hour after the first: its record goes at the next purge, the second's stays.
+    env.fx.clock.advance(Duration::from_secs(1800 + 61));
+    eventually("the purge", || async { sales.stats().inbox_purged == 1 }).await;
+    assert_eq!(
+        env.count(&env.inbox_count()).await,
+        2,
+        "the young record and billing's stay"
+    );
+    sales.shutdown().await.unwrap();
+    env.finish().await;
 }

@@ -199,6 +199,11 @@ pub(crate) enum Command {
     Close {
         reply: oneshot::Sender<()>,
     },
+    /// Lends the engine's connection to a store transaction (see [`Lease`]); served
+    /// after the batch it came in, with nothing else running until it comes back.
+    Lend {
+        reply: Reply<Lease>,
+    },
 }
 
 fn answer<T>(reply: Reply<T>, kind: &ErrorKind) {
@@ -230,11 +235,80 @@ impl Command {
                 SessionOp::Release(None) => {}
             },
             Command::Counts { reply, .. } => answer(reply, kind),
+            Command::Lend { reply } => answer(reply, kind),
             Command::Close { reply } => {
                 let _ = reply.send(());
             }
         }
     }
+}
+
+/// The engine's connection, lent out only to a store transaction.
+struct Conn(Option<SqliteConnection>);
+
+impl Conn {
+    fn get(&mut self) -> Sql<&mut SqliteConnection> {
+        self.0
+            .as_mut()
+            .ok_or_else(|| sqlx::Error::Protocol("the embedded broker's connection is lent out".into()))
+    }
+
+    async fn close(&mut self) -> Sql {
+        match self.0.take() {
+            Some(c) => c.close().await,
+            None => Ok(()),
+        }
+    }
+}
+
+/// The engine's connection, lent to one store transaction: the inbox record, the user's
+/// writes and, at [`Lease::finish`], the completion of the received message and the
+/// messages sent all commit in ONE SQLite transaction. The engine does nothing else until
+/// the lease comes back; dropping it gives the connection back and rolls back whatever it
+/// began.
+pub(crate) struct Lease {
+    conn: Option<SqliteConnection>,
+    back: Option<oneshot::Sender<Returned>>,
+}
+
+impl Lease {
+    /// The lent connection (`None` only after it went back).
+    pub(crate) fn conn(&mut self) -> Option<&mut SqliteConnection> {
+        self.conn.as_mut()
+    }
+
+    /// Gives the connection back; with `finish`, the engine completes the lock and inserts
+    /// the messages in the transaction the lease holder began, then commits it.
+    pub(crate) fn give_back(mut self, finish: Option<Finish>) {
+        if let (Some(conn), Some(back)) = (self.conn.take(), self.back.take()) {
+            // Only fails when the engine is gone; the connection then closes with it.
+            let _ = back.send(Returned { conn, finish });
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let (Some(conn), Some(back)) = (self.conn.take(), self.back.take()) {
+            let _ = back.send(Returned { conn, finish: None });
+        }
+    }
+}
+
+struct Returned {
+    conn: SqliteConnection,
+    finish: Option<Finish>,
+}
+
+/// What ends a lease's transaction: the received message to complete, the messages to
+/// send (destination, is a topic, messages), all or nothing.
+pub(crate) struct Finish {
+    /// `(entity, row id, delivery count)` of the lock to complete.
+    pub(crate) complete: Option<(i64, i64, i64)>,
+    pub(crate) sends: Vec<(String, bool, Vec<Envelope>)>,
+    /// The broker's largest message (the sender's checks apply).
+    pub(crate) max_message_size: usize,
+    pub(crate) reply: Reply<()>,
 }
 
 /// Sends a reply: the result, or the error of a transaction that failed.
@@ -328,7 +402,7 @@ struct State {
 }
 
 pub(crate) struct Engine {
-    conn: SqliteConnection,
+    conn: Conn,
     state: State,
     /// Held while the engine runs (the file's lock, the checkpointer's stop signal).
     guards: Vec<Box<dyn std::any::Any + Send>>,
@@ -759,7 +833,7 @@ impl Engine {
         load_entities(&mut conn, &mut state).await.map_err(storage_error)?;
         refresh_due_times(&mut conn, &mut state).await.map_err(storage_error)?;
         Ok(Self {
-            conn,
+            conn: Conn(Some(conn)),
             state,
             guards: Vec::new(),
         })
@@ -795,7 +869,17 @@ impl Engine {
                 .iter()
                 .position(|c| matches!(c, Command::Close { .. }))
                 .map(|i| batch.split_off(i));
+            let lends: Vec<Reply<Lease>> = batch
+                .extract_if(.., |c| matches!(c, Command::Lend { .. }))
+                .filter_map(|c| match c {
+                    Command::Lend { reply } => Some(reply),
+                    _ => None,
+                })
+                .collect();
             self.process(std::mem::take(&mut batch)).await;
+            for reply in lends {
+                self.lend(reply).await;
+            }
             if let Some(rest) = close {
                 self.shut_down(rest, &mut rx).await;
                 return;
@@ -871,7 +955,7 @@ impl Engine {
         let mut outcomes: Vec<Outcome> = Vec::with_capacity(batch.len());
         let mut pending: VecDeque<Command> = batch.into();
         let result: Sql = async {
-            sqlx::query("BEGIN IMMEDIATE").execute(&mut self.conn).await?;
+            sqlx::query("BEGIN IMMEDIATE").execute(self.conn.get()?).await?;
             let now = self.state.now();
             self.maintenance(now).await?;
             // Commands of one kind share statements: sends, completes and receives are
@@ -904,40 +988,18 @@ impl Engine {
             self.receive_all(receives, now, &mut outcomes).await?;
             self.serve_waiters(now, &mut outcomes).await?;
             self.flush_sequences().await?;
-            sqlx::query("COMMIT").execute(&mut self.conn).await?;
+            sqlx::query("COMMIT").execute(self.conn.get()?).await?;
             Ok(())
         }
         .await;
         match result {
-            Ok(()) => {
-                for o in outcomes {
-                    match o {
-                        Outcome::Reply(f) => f(None),
-                        Outcome::Received {
-                            locked,
-                            reply,
-                            messages,
-                        } => {
-                            if let Err(Ok(messages)) = reply.send(Ok(messages))
-                                && locked
-                            {
-                                // The receiver went away: give the messages back.
-                                for m in messages {
-                                    if let Some((_, id, dc)) =
-                                        m.broker.lock_token.and_then(|t| read_token(self.state.epoch, t))
-                                    {
-                                        self.state.releases.push((id, dc));
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-            }
+            Ok(()) => self.deliver(outcomes),
             Err(e) => {
                 let kind = storage(&e);
                 tracing::error!(error = %e, "embedded broker transaction failed; its commands are answered with an error");
-                let _ = sqlx::query("ROLLBACK").execute(&mut self.conn).await;
+                if let Ok(c) = self.conn.get() {
+                    let _ = sqlx::query("ROLLBACK").execute(c).await;
+                }
                 for o in outcomes {
                     match o {
                         Outcome::Reply(f) => f(Some(&kind)),
@@ -947,18 +1009,193 @@ impl Engine {
                 for cmd in pending {
                     cmd.fail(&kind);
                 }
-                self.state.dirty_seq.clear();
-                self.state.touched.clear();
-                // The cache may hold entities or sequence numbers of the rolled back work.
-                if let Err(e) = load_entities(&mut self.conn, &mut self.state).await {
-                    tracing::error!(error = %e, "reloading the embedded broker's entities failed");
-                }
-                if let Err(e) = refresh_due_times(&mut self.conn, &mut self.state).await {
-                    tracing::error!(error = %e, "reloading the embedded broker's timers failed");
-                }
+                self.after_rollback().await;
             }
         }
         self.expire_waiters();
+    }
+
+    /// Sends the answers of a committed transaction.
+    fn deliver(&mut self, outcomes: Vec<Outcome>) {
+        for o in outcomes {
+            match o {
+                Outcome::Reply(f) => f(None),
+                Outcome::Received {
+                    locked,
+                    reply,
+                    messages,
+                } => {
+                    if let Err(Ok(messages)) = reply.send(Ok(messages))
+                        && locked
+                    {
+                        // The receiver went away: give the messages back.
+                        for m in messages {
+                            if let Some((_, id, dc)) = m.broker.lock_token.and_then(|t| read_token(self.state.epoch, t))
+                            {
+                                self.state.releases.push((id, dc));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Forgets what a rolled back transaction changed in memory: the cache may hold
+    /// entities or sequence numbers of the rolled back work.
+    async fn after_rollback(&mut self) {
+        self.state.dirty_seq.clear();
+        self.state.touched.clear();
+        let Ok(conn) = self.conn.get() else { return };
+        if let Err(e) = load_entities(conn, &mut self.state).await {
+            tracing::error!(error = %e, "reloading the embedded broker's entities failed");
+        }
+        if let Err(e) = refresh_due_times(conn, &mut self.state).await {
+            tracing::error!(error = %e, "reloading the embedded broker's timers failed");
+        }
+    }
+
+    /// Lends the connection to a store transaction and waits for it to come back, then
+    /// finishes (or rolls back) that transaction.
+    async fn lend(&mut self, reply: Reply<Lease>) {
+        if reply.is_closed() {
+            return;
+        }
+        let Some(conn) = self.conn.0.take() else {
+            answer(
+                reply,
+                &ErrorKind::Storage {
+                    detail: "the embedded broker's connection is lent out".into(),
+                    transient: true,
+                },
+            );
+            return;
+        };
+        let (back, returned) = oneshot::channel();
+        let lease = Lease {
+            conn: Some(conn),
+            back: Some(back),
+        };
+        // A requester that went away drops the lease, which sends the connection back.
+        let _ = reply.send(Ok(lease));
+        match returned.await {
+            Ok(Returned { conn, finish }) => {
+                self.conn.0 = Some(conn);
+                match finish {
+                    Some(f) => self.finish(f).await,
+                    None => {
+                        // The holder may have begun a transaction: roll it back (an error
+                        // only says there was none).
+                        if let Ok(c) = self.conn.get()
+                            && let Err(e) = sqlx::query("ROLLBACK").execute(c).await
+                        {
+                            tracing::trace!(error = %e, "no transaction to roll back after a lease");
+                        }
+                    }
+                }
+            }
+            Err(_) => {
+                tracing::error!("a lease of the embedded broker's connection was lost; the broker stops serving");
+            }
+        }
+    }
+
+    /// Ends a lease's transaction: completes its lock and inserts its messages, then
+    /// commits; anything failing rolls the whole transaction back (the holder's writes too).
+    async fn finish(&mut self, f: Finish) {
+        let now = self.state.now();
+        let mut outcomes = Vec::new();
+        let Finish {
+            complete,
+            sends,
+            max_message_size,
+            reply,
+        } = f;
+        let result: Sql<Result<()>> = async {
+            if let Some((_, id, dc)) = complete {
+                let done = sqlx::query(
+                    "DELETE FROM courier_message WHERE id = ?1 AND delivery_count = ?2 AND state IN (2, 4) \
+                     AND locked_until > ?3",
+                )
+                .bind(id)
+                .bind(dc)
+                .bind(now)
+                .execute(self.conn.get()?)
+                .await?;
+                if done.rows_affected() != 1 {
+                    return Ok(Err(lock_lost()));
+                }
+            }
+            let mut rows = Vec::new();
+            for (destination, is_topic, messages) in sends {
+                let entity = match self.state.by_name.get(&(0, destination.clone())).copied() {
+                    Some(id) => id,
+                    None if is_topic => {
+                        let options = QueueOptions::default();
+                        if let Err(e) = self
+                            .create(Kind::Topic, None, destination.clone(), &options, now)
+                            .await?
+                        {
+                            return Ok(Err(e));
+                        }
+                        match self.state.by_name.get(&(0, destination.clone())).copied() {
+                            Some(id) => id,
+                            None => return Ok(Err(Self::not_found(&EntityPath::queue(&destination)))),
+                        }
+                    }
+                    None => return Ok(Err(Self::not_found(&EntityPath::queue(&destination)))),
+                };
+                let info = match self.state.entity(entity) {
+                    Ok(i) => i,
+                    Err(e) => return Ok(Err(e)),
+                };
+                if info.kind == Kind::Subscription {
+                    return Ok(Err(Error::new(ErrorKind::InvalidOperation {
+                        reason: format!("{destination} is a subscription: send to its topic"),
+                    })));
+                }
+                let requires_session = info.requires_session;
+                if let Some(e) = messages.iter().find_map(|m| {
+                    super::check_envelope(max_message_size, m, &destination, requires_session, from_micros(now)).err()
+                }) {
+                    return Ok(Err(e));
+                }
+                if let Err(e) = self.rows_for_send(entity, messages, now, &mut rows) {
+                    return Ok(Err(e));
+                }
+            }
+            self.insert_rows(&rows).await?;
+            self.serve_waiters(now, &mut outcomes).await?;
+            self.flush_sequences().await?;
+            sqlx::query("COMMIT").execute(self.conn.get()?).await?;
+            Ok(Ok(()))
+        }
+        .await;
+        match result {
+            Ok(Ok(())) => {
+                self.deliver(outcomes);
+                let _ = reply.send(Ok(()));
+            }
+            Ok(Err(e)) => {
+                self.rollback_lease().await;
+                let _ = reply.send(Err(e));
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "a store transaction on the embedded broker's file failed");
+                self.rollback_lease().await;
+                let _ = reply.send(Err(storage_error(e)));
+            }
+        }
+        self.expire_waiters();
+    }
+
+    async fn rollback_lease(&mut self) {
+        if let Ok(c) = self.conn.get()
+            && let Err(e) = sqlx::query("ROLLBACK").execute(c).await
+        {
+            tracing::warn!(error = %e, "rolling back a store transaction on the embedded broker's file failed");
+        }
+        self.after_rollback().await;
     }
 
     fn expire_waiters(&mut self) {
@@ -986,7 +1223,7 @@ impl Engine {
                 sqlx::query("UPDATE courier_entity SET next_seq = ?1 WHERE id = ?2")
                     .bind(info.next_seq)
                     .bind(id)
-                    .execute(&mut self.conn)
+                    .execute(self.conn.get()?)
                     .await?;
             }
         }
@@ -1004,7 +1241,7 @@ impl Engine {
             )
             .bind(id)
             .bind(dc)
-            .execute(&mut self.conn)
+            .execute(self.conn.get()?)
             .await?;
             if r.rows_affected() == 0 {
                 // A deferred or dead-lettered message keeps its state; only unlock it.
@@ -1014,7 +1251,7 @@ impl Engine {
                 )
                 .bind(id)
                 .bind(dc)
-                .execute(&mut self.conn)
+                .execute(self.conn.get()?)
                 .await?;
             }
             self.state.touched.insert(entity_of(id));
@@ -1035,7 +1272,7 @@ impl Engine {
                 "SELECT MIN(locked_until) FROM courier_session WHERE locked_until > ?1",
             )
             .bind(now)
-            .fetch_one(&mut self.conn)
+            .fetch_one(self.conn.get()?)
             .await?;
         }
         Ok(())
@@ -1050,7 +1287,7 @@ impl Engine {
             ))
             .bind(now)
             .bind(ACTIVATION_BATCH)
-            .fetch_all(&mut self.conn)
+            .fetch_all(self.conn.get()?)
             .await?;
             let n = rows.len();
             let mut new_rows = Vec::new();
@@ -1059,7 +1296,7 @@ impl Engine {
                 let entity = entity_of(old_id);
                 sqlx::query("DELETE FROM courier_message WHERE id = ?1")
                     .bind(old_id)
-                    .execute(&mut self.conn)
+                    .execute(self.conn.get()?)
                     .await?;
                 let Some(info) = self.state.entities.get(&entity).cloned() else {
                     continue;
@@ -1106,7 +1343,7 @@ impl Engine {
         }
         self.state.next_scheduled =
             sqlx::query_scalar::<_, Option<i64>>("SELECT MIN(scheduled_at) FROM courier_message WHERE state = 1")
-                .fetch_one(&mut self.conn)
+                .fetch_one(self.conn.get()?)
                 .await?;
         Ok(())
     }
@@ -1131,7 +1368,7 @@ impl Engine {
         )
         .bind(now)
         .bind(reasons::MAX_DELIVERY_COUNT_EXCEEDED)
-        .fetch_all(&mut self.conn)
+        .fetch_all(self.conn.get()?)
         .await?;
         for row in rows {
             self.state.touched.insert(row.try_get(0)?);
@@ -1139,7 +1376,7 @@ impl Engine {
         self.state.next_unlock = sqlx::query_scalar::<_, Option<i64>>(
             "SELECT MIN(locked_until) FROM courier_message WHERE locked_until IS NOT NULL",
         )
-        .fetch_one(&mut self.conn)
+        .fetch_one(self.conn.get()?)
         .await?;
         Ok(())
     }
@@ -1154,7 +1391,7 @@ impl Engine {
         )
         .bind(now)
         .bind(reasons::TTL_EXPIRED)
-        .fetch_all(&mut self.conn)
+        .fetch_all(self.conn.get()?)
         .await?;
         if !moved.is_empty() {
             tracing::info!(count = moved.len(), "dead-lettered expired messages");
@@ -1168,7 +1405,7 @@ impl Engine {
              AND state IN (0, 2)",
         )
         .bind(now)
-        .fetch_one(&mut self.conn)
+        .fetch_one(self.conn.get()?)
         .await?;
         Ok(())
     }
@@ -1254,6 +1491,17 @@ impl Engine {
                 let _ = reply.send(());
                 return Ok(None);
             }
+            Command::Lend { reply } => {
+                // `run` takes leases out of the batch before it is processed.
+                answer(
+                    reply,
+                    &ErrorKind::Storage {
+                        detail: "a lease cannot be served inside a batch".into(),
+                        transient: true,
+                    },
+                );
+                return Ok(None);
+            }
         }))
     }
 
@@ -1298,7 +1546,7 @@ impl Engine {
         .bind(ttl_ms)
         .bind(options.requires_session)
         .bind(now)
-        .fetch_one(&mut self.conn)
+        .fetch_one(self.conn.get()?)
         .await?;
         if id >= MAX_ENTITY_ID {
             return Ok(Err(Error::new(ErrorKind::InvalidOperation {
@@ -1371,13 +1619,13 @@ impl Engine {
             sqlx::query("DELETE FROM courier_message WHERE id >= ?1 AND id < ?2")
                 .bind(row_id(*e, 0))
                 .bind(row_id(*e + 1, 0))
-                .execute(&mut self.conn)
+                .execute(self.conn.get()?)
                 .await?;
             for q in [
                 "DELETE FROM courier_session WHERE entity_id = ?1",
                 "DELETE FROM courier_entity WHERE id = ?1",
             ] {
-                sqlx::query(q).bind(e).execute(&mut self.conn).await?;
+                sqlx::query(q).bind(e).execute(self.conn.get()?).await?;
             }
             if let Some(info) = self.state.entities.remove(e) {
                 self.state.by_name.remove(&(info.parent, info.name));
@@ -1461,7 +1709,7 @@ impl Engine {
                     .bind(r.dead.as_deref())
                     .bind(&f.body[..]);
             }
-            q.execute(&mut self.conn).await?;
+            q.execute(self.conn.get()?).await?;
         }
         for r in rows {
             match r.state {
@@ -1481,7 +1729,7 @@ impl Engine {
     async fn cancel(&mut self, entity: i64, seq: SequenceNumber) -> Sql<Result<()>> {
         let done = sqlx::query("DELETE FROM courier_message WHERE id = ?1 AND state = 1")
             .bind(row_id(entity, seq))
-            .execute(&mut self.conn)
+            .execute(self.conn.get()?)
             .await?;
         Ok(if done.rows_affected() == 1 {
             Ok(())
@@ -1503,7 +1751,7 @@ impl Engine {
         .bind(&key.id)
         .bind(key.generation)
         .bind(now)
-        .fetch_optional(&mut self.conn)
+        .fetch_optional(self.conn.get()?)
         .await
     }
 
@@ -1599,7 +1847,7 @@ impl Engine {
             .bind(info.max_delivery_count)
             .bind(i64::try_from(max.clamp(1, MAX_RECEIVE)).unwrap_or(1))
             .bind(session.map(|k| k.id.as_str()))
-            .fetch_all(&mut self.conn)
+            .fetch_all(self.conn.get()?)
             .await?;
         let locked = mode == ReceiveMode::PeekLock;
         let mut messages = match self.state.rows_to_messages(&rows, now, locked) {
@@ -1676,7 +1924,7 @@ impl Engine {
         )
         .bind(json)
         .bind(now)
-        .fetch_all(&mut self.conn)
+        .fetch_all(self.conn.get()?)
         .await?
         .into_iter()
         .collect();
@@ -1718,7 +1966,7 @@ impl Engine {
             .bind(row_id(entity, *seq))
             .bind(now)
             .bind(session.map(|k| k.id.as_str()))
-            .fetch_optional(&mut self.conn)
+            .fetch_optional(self.conn.get()?)
             .await?;
             if found.is_none() {
                 return Ok(Err(Error::new(ErrorKind::MessageNotFound {
@@ -1737,7 +1985,7 @@ impl Engine {
             ))
             .bind(lock_until)
             .bind(row_id(entity, *seq))
-            .fetch_one(&mut self.conn)
+            .fetch_one(self.conn.get()?)
             .await?;
             rows.push(row);
         }
@@ -1769,7 +2017,7 @@ impl Engine {
             .bind(lock.id)
             .bind(lock.delivery_count)
             .bind(now)
-            .execute(&mut self.conn)
+            .execute(self.conn.get()?)
             .await?
             .rows_affected(),
             Settlement::Abandon { properties } => {
@@ -1801,7 +2049,7 @@ impl Engine {
                 .bind(info.max_delivery_count)
                 .bind(reasons::MAX_DELIVERY_COUNT_EXCEEDED)
                 .bind(&info.display)
-                .execute(&mut self.conn)
+                .execute(self.conn.get()?)
                 .await?
                 .rows_affected();
                 if r == 1 {
@@ -1830,7 +2078,7 @@ impl Engine {
                 .bind(reason)
                 .bind(description)
                 .bind(&info.display)
-                .execute(&mut self.conn)
+                .execute(self.conn.get()?)
                 .await?
                 .rows_affected();
                 // Receivers of the dead-letter sub-queue may be waiting.
@@ -1850,7 +2098,7 @@ impl Engine {
                 .bind(lock.delivery_count)
                 .bind(now)
                 .bind(props_json(&properties))
-                .execute(&mut self.conn)
+                .execute(self.conn.get()?)
                 .await?
                 .rows_affected()
             }
@@ -1876,7 +2124,7 @@ impl Engine {
         .bind(lock.delivery_count)
         .bind(now)
         .bind(until)
-        .execute(&mut self.conn)
+        .execute(self.conn.get()?)
         .await?;
         Ok(if r.rows_affected() == 1 {
             Ok(from_micros(until))
@@ -1900,7 +2148,7 @@ impl Engine {
         .bind(key.generation)
         .bind(now)
         .bind(until)
-        .execute(&mut self.conn)
+        .execute(self.conn.get()?)
         .await?;
         if r.rows_affected() != 1 {
             return Ok(Err(Error::new(ErrorKind::SessionLockLost)));
@@ -1914,7 +2162,7 @@ impl Engine {
         .bind(now)
         .bind(until)
         .bind(row_id(entity + 1, 0))
-        .execute(&mut self.conn)
+        .execute(self.conn.get()?)
         .await?;
         State::note(&mut self.state.next_session_unlock, Some(until));
         State::note(&mut self.state.next_unlock, Some(until));
@@ -1965,7 +2213,7 @@ impl Engine {
                 .bind(req.entity)
                 .bind(s)
                 .bind(now)
-                .fetch_optional(&mut self.conn)
+                .fetch_optional(self.conn.get()?)
                 .await?;
                 if held.is_some() {
                     return Ok(None);
@@ -1981,7 +2229,7 @@ impl Engine {
                 )
                 .bind(req.entity)
                 .bind(now)
-                .fetch_optional(&mut self.conn)
+                .fetch_optional(self.conn.get()?)
                 .await?;
                 match found {
                     Some(s) => s,
@@ -1998,7 +2246,7 @@ impl Engine {
         .bind(req.entity)
         .bind(&session)
         .bind(until)
-        .fetch_one(&mut self.conn)
+        .fetch_one(self.conn.get()?)
         .await?;
         State::note(&mut self.state.next_session_unlock, Some(until));
         Ok(Some(Ok((session, generation, from_micros(until)))))
@@ -2021,7 +2269,7 @@ impl Engine {
                     sqlx::query_scalar("SELECT state FROM courier_session WHERE entity_id = ?1 AND session_id = ?2")
                         .bind(entity)
                         .bind(&key.id)
-                        .fetch_optional(&mut self.conn)
+                        .fetch_optional(self.conn.get()?)
                         .await?
                         .flatten();
                 Some(outcome(reply, Ok(state.map(Bytes::from))))
@@ -2034,7 +2282,7 @@ impl Engine {
                     .bind(entity)
                     .bind(&key.id)
                     .bind(state.as_deref())
-                    .execute(&mut self.conn)
+                    .execute(self.conn.get()?)
                     .await?;
                 Some(outcome(reply, Ok(())))
             }
@@ -2047,7 +2295,7 @@ impl Engine {
                     .bind(entity)
                     .bind(&key.id)
                     .bind(key.generation)
-                    .execute(&mut self.conn)
+                    .execute(self.conn.get()?)
                     .await?;
                     // Messages still locked under the session go back, as if abandoned.
                     sqlx::query(
@@ -2058,7 +2306,7 @@ impl Engine {
                     .bind(&key.id)
                     .bind(now)
                     .bind(row_id(entity + 1, 0))
-                    .execute(&mut self.conn)
+                    .execute(self.conn.get()?)
                     .await?;
                     self.state.touched.insert(entity);
                 }
@@ -2094,7 +2342,7 @@ impl Engine {
             .bind(row_id(entity, from.clamp(0, (1 << SEQ_BITS) - 1)))
             .bind(row_id(entity + 1, 0))
             .bind(i64::try_from(max.min(MAX_RECEIVE)).unwrap_or(1))
-            .fetch_all(&mut self.conn)
+            .fetch_all(self.conn.get()?)
             .await?;
         Ok(self.state.rows_to_messages(&rows, now, false))
     }
@@ -2106,7 +2354,7 @@ impl Engine {
         let rows = sqlx::query("SELECT state, COUNT(*) FROM courier_message WHERE id >= ?1 AND id < ?2 GROUP BY state")
             .bind(row_id(entity, 0))
             .bind(row_id(entity + 1, 0))
-            .fetch_all(&mut self.conn)
+            .fetch_all(self.conn.get()?)
             .await?;
         let mut c = EntityCounts::default();
         for row in rows {

@@ -18,6 +18,7 @@
 //! released at once and those messages are delivered again (their delivery count kept).
 
 mod engine;
+mod store;
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -36,6 +37,7 @@ use tokio::time::Instant;
 use self::engine::{
     AcceptRequest, Command, Engine, EntityInfo, Kind, LockRef, ReceiveMode, ReceiveRequest, SessionKey, SessionOp,
 };
+pub use self::store::EmbeddedStore;
 use crate::clock::{Clock, SystemClock};
 use crate::entity::{EntityCounts, EntityPath, QueueOptions, SubQueue, SubscriptionOptions, TopicOptions};
 use crate::error::{Error, ErrorKind, Result, SendError};
@@ -158,9 +160,7 @@ impl EmbeddedBuilder {
                 e,
             )
         })?;
-        let mut migrator = sqlx::migrate!("../migrations/sqlite");
-        migrator.dangerous_set_table_name("courier_migrations");
-        migrator.run(&mut conn).await.map_err(|e| {
+        crate::store::sqlite::migrator().run(&mut conn).await.map_err(|e| {
             Error::with_source(
                 ErrorKind::Storage {
                     detail: format!("cannot migrate the embedded broker's schema: {e}"),
@@ -543,6 +543,46 @@ fn deadline(max_wait: Duration) -> Option<Instant> {
     }
 }
 
+/// The checks a message passes before it is accepted for `entity`.
+fn check_envelope(
+    max_message_size: usize,
+    m: &Envelope,
+    entity: &str,
+    requires_session: bool,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let invalid = |reason: String| Err(Error::new(ErrorKind::InvalidMessage { reason }));
+    let size = m.size();
+    if size > max_message_size {
+        return Err(Error::new(ErrorKind::MessageTooLarge {
+            size,
+            limit: max_message_size,
+        }));
+    }
+    if m.message_id.is_empty() || m.message_id.len() > MAX_MESSAGE_ID_LEN {
+        return invalid(format!(
+            "the message id must have 1 to {MAX_MESSAGE_ID_LEN} bytes, it has {}",
+            m.message_id.len()
+        ));
+    }
+    if let Some(s) = &m.session_id {
+        if s.is_empty() || s.len() > MAX_MESSAGE_ID_LEN {
+            return invalid(format!("the session id must have 1 to {MAX_MESSAGE_ID_LEN} bytes"));
+        }
+    } else if requires_session {
+        return invalid(format!("{entity} requires sessions: set a session id"));
+    }
+    if let Some(ttl) = m.time_to_live
+        && (ttl.is_zero() || ttl > crate::entity::MAX_TIME_TO_LIVE)
+    {
+        return invalid(format!("time-to-live {ttl:?} must be between 1 ms and 100 years"));
+    }
+    if let Some(at) = m.scheduled_enqueue_time {
+        check_schedule(at, now)?;
+    }
+    Ok(())
+}
+
 struct EmbeddedSender {
     shared: Arc<Shared>,
     name: String,
@@ -555,36 +595,7 @@ struct EmbeddedSender {
 
 impl EmbeddedSender {
     fn check(&self, m: &Envelope, now: DateTime<Utc>) -> Result<()> {
-        let invalid = |reason: String| Err(Error::new(ErrorKind::InvalidMessage { reason }));
-        let size = m.size();
-        if size > self.shared.max_message_size {
-            return Err(Error::new(ErrorKind::MessageTooLarge {
-                size,
-                limit: self.shared.max_message_size,
-            }));
-        }
-        if m.message_id.is_empty() || m.message_id.len() > MAX_MESSAGE_ID_LEN {
-            return invalid(format!(
-                "the message id must have 1 to {MAX_MESSAGE_ID_LEN} bytes, it has {}",
-                m.message_id.len()
-            ));
-        }
-        if let Some(s) = &m.session_id {
-            if s.is_empty() || s.len() > MAX_MESSAGE_ID_LEN {
-                return invalid(format!("the session id must have 1 to {MAX_MESSAGE_ID_LEN} bytes"));
-            }
-        } else if self.requires_session {
-            return invalid(format!("{} requires sessions: set a session id", self.name));
-        }
-        if let Some(ttl) = m.time_to_live
-            && (ttl.is_zero() || ttl > crate::entity::MAX_TIME_TO_LIVE)
-        {
-            return invalid(format!("time-to-live {ttl:?} must be between 1 ms and 100 years"));
-        }
-        if let Some(at) = m.scheduled_enqueue_time {
-            check_schedule(at, now)?;
-        }
-        Ok(())
+        check_envelope(self.shared.max_message_size, m, &self.name, self.requires_session, now)
     }
 
     async fn submit(&self, messages: Vec<Envelope>) -> Result<Vec<SequenceNumber>, SendError> {

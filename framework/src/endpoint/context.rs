@@ -50,6 +50,11 @@ pub struct Context {
     extensions: Arc<Extensions>,
     outgoing: Vec<Outgoing>,
     unit_of_work: Option<Box<dyn UnitOfWork>>,
+    /// The earliest saga timeout stored in this handling.
+    timeout_due: Option<DateTime<Utc>>,
+    /// Held until the transaction ends (saga instance locks). Declared after the unit of
+    /// work: on a failure the transaction is dropped (rolled back) first.
+    held: Vec<Box<dyn Any + Send>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -90,7 +95,52 @@ impl Context {
             extensions: parts.extensions,
             outgoing: Vec::new(),
             unit_of_work: None,
+            timeout_due: None,
+            held: Vec::new(),
         }
+    }
+
+    /// Keeps `guard` until the message's transaction has ended.
+    pub(crate) fn hold_until_commit(&mut self, guard: Box<dyn Any + Send>) {
+        self.held.push(guard);
+    }
+
+    /// The transaction ended: lets go of what was held for it.
+    pub(crate) fn release_held(&mut self) {
+        self.held.clear();
+    }
+
+    pub(crate) fn unit_of_work_mut(&mut self) -> Option<&mut Box<dyn UnitOfWork>> {
+        self.unit_of_work.as_mut()
+    }
+
+    /// A saga stored a timeout due at `due` in this handling.
+    pub(crate) fn note_timeout(&mut self, due: DateTime<Utc>) {
+        self.timeout_due = Some(self.timeout_due.map_or(due, |t| t.min(due)));
+    }
+
+    pub(crate) fn take_timeout_due(&mut self) -> Option<DateTime<Utc>> {
+        self.timeout_due.take()
+    }
+
+    /// Encodes `message` addressed to this endpoint's own queue with message id `id`, as
+    /// a message sent by this handler (correlation, causation, trace).
+    pub(crate) fn prepare_to_self<M: Message>(&self, message: &M, id: &str) -> Result<crate::message::Envelope> {
+        let parent = Parent {
+            message_id: self.message.envelope.message_id.clone(),
+            correlation_id: self.message.envelope.correlation_id.clone(),
+            trace: self.trace,
+        };
+        let options = SendOptions::default().to(self.endpoint.to_string()).message_id(id);
+        Ok(prepare(
+            self.bus.routes(),
+            &*self.clock,
+            Intent::Send,
+            message,
+            options,
+            Some(&parent),
+        )?
+        .envelope)
     }
 
     pub(crate) fn set_unit_of_work(&mut self, work: Box<dyn UnitOfWork>) {
@@ -101,22 +151,24 @@ impl Context {
         self.unit_of_work.take()
     }
 
-    /// The store's transaction for the handler's own writes (`sqlx::Sqlite` or
-    /// `sqlx::Postgres`): they commit together with the inbox record of this message and
-    /// the messages the handler sends, or not at all.
+    /// The connection of the store's transaction, for the handler's own writes
+    /// (`sqlx::Sqlite` or `sqlx::Postgres`): they commit together with the inbox record of
+    /// this message and the messages the handler sends, or not at all. The transaction is
+    /// the endpoint's: do not commit or roll it back (a handler fails by returning an
+    /// error, which rolls everything back).
     ///
     /// ```no_run
     /// # use courier::{Context, HandlerError};
     /// async fn record_order(ctx: &mut Context, id: &str) -> Result<(), HandlerError> {
     ///     let tx = ctx.transaction::<sqlx::Sqlite>()?; // sqlx::Postgres with a PostgresStore
-    ///     sqlx::query("INSERT INTO orders (id) VALUES (?1)").bind(id).execute(&mut **tx).await?;
+    ///     sqlx::query("INSERT INTO orders (id) VALUES (?1)").bind(id).execute(&mut *tx).await?;
     ///     Ok(())
     /// }
     /// ```
     ///
     /// # Errors
     /// A [`HandlerError`] when the endpoint has no store, or a store of another database.
-    pub fn transaction<DB: sqlx::Database>(&mut self) -> Result<&mut sqlx::Transaction<'static, DB>, HandlerError> {
+    pub fn transaction<DB: sqlx::Database>(&mut self) -> Result<&mut DB::Connection, HandlerError> {
         let endpoint = self.endpoint.clone();
         let Some(work) = self.unit_of_work.as_mut() else {
             return Err(HandlerError::msg(format!(
@@ -124,7 +176,7 @@ impl Context {
             )));
         };
         work.transaction()
-            .downcast_mut::<sqlx::Transaction<'static, DB>>()
+            .and_then(|c| c.downcast_mut::<DB::Connection>())
             .ok_or_else(|| {
                 HandlerError::msg(format!(
                     "the store of endpoint {endpoint} is not a {} database",

@@ -323,4 +323,103 @@ pub mod __private {
     impl Message for Rejected {
         const NAME: &'static str = "courier.__private.Rejected";
     }
+
+    // `#[saga]`: the saga API the generated `Saga` impls use, and the checks of their
+    // handlers' signatures and correlations.
+
+    pub use crate::saga::{Correlate, Saga, SagaContext, SagaFn, SagaHandlers};
+
+    /// The message type of a saga handler: a [`Message`].
+    #[diagnostic::on_unimplemented(
+        message = "`{Self}` is not a Courier message: a saga handler takes a message",
+        label = "not a message type",
+        note = "add `#[derive(serde::Serialize, serde::Deserialize, courier::Message)]` to the type"
+    )]
+    pub trait SagaMessage: Message {}
+
+    impl<M: Message> SagaMessage for M {}
+
+    /// [`SagaHandlers::start`], with the message type checked by [`SagaMessage`].
+    pub fn saga_start<S: Saga, M: SagaMessage>(
+        handlers: &mut SagaHandlers<S>,
+        name: &'static str,
+        correlate: Correlate<M>,
+        f: SagaFn<S, M>,
+    ) {
+        handlers.start(name, correlate, f);
+    }
+
+    /// [`SagaHandlers::handle`], with the message type checked by [`SagaMessage`].
+    pub fn saga_handle<S: Saga, M: SagaMessage>(
+        handlers: &mut SagaHandlers<S>,
+        name: &'static str,
+        correlate: Correlate<M>,
+        f: SagaFn<S, M>,
+    ) {
+        handlers.handle(name, correlate, f);
+    }
+
+    /// [`SagaHandlers::timeout`], with the message type checked by [`SagaMessage`].
+    pub fn saga_timeout<S: Saga, M: SagaMessage>(handlers: &mut SagaHandlers<S>, name: &'static str, f: SagaFn<S, M>) {
+        handlers.timeout(name, f);
+    }
+
+    /// The type behind the `&mut` of a saga handler's context argument: only
+    /// [`SagaContext`].
+    #[diagnostic::on_unimplemented(
+        message = "the context of a Courier saga handler must be `&mut courier::saga::SagaContext<'_>`, not `&mut {Self}`",
+        label = "not `SagaContext`",
+        note = "`SagaContext` derefs to `courier::Context`: `send`, `publish` and the rest are there too"
+    )]
+    pub trait SagaContextArg<'b> {
+        /// The context, as the handler method takes it.
+        fn from_saga_context<'a>(ctx: &'a mut SagaContext<'b>) -> &'a mut Self;
+    }
+
+    impl<'b> SagaContextArg<'b> for SagaContext<'b> {
+        fn from_saga_context<'a>(ctx: &'a mut SagaContext<'b>) -> &'a mut Self {
+            ctx
+        }
+    }
+
+    /// The context as a saga handler's context argument takes it.
+    pub fn saga_context_arg<'a, 'b, T: SagaContextArg<'b> + ?Sized>(ctx: &'a mut SagaContext<'b>) -> &'a mut T {
+        T::from_saga_context(ctx)
+    }
+
+    /// The type of a field a saga correlates by (`#[start(by = field)]`): its text is the
+    /// instance's correlation value.
+    #[diagnostic::on_unimplemented(
+        message = "a saga cannot correlate by a `{Self}`: the correlation value is written as text, with `std::fmt::Display`",
+        label = "not a correlation value",
+        note = "correlate by a field that is a string, a number or an id implementing `Display`, or by a header"
+    )]
+    pub trait CorrelationValue {
+        /// The correlation value.
+        fn correlation_value(&self) -> String;
+    }
+
+    impl<T: std::fmt::Display + ?Sized> CorrelationValue for T {
+        fn correlation_value(&self) -> String {
+            self.to_string()
+        }
+    }
+
+    /// The correlation value of a field.
+    pub fn correlation_value<T: CorrelationValue + ?Sized>(field: &T) -> String {
+        field.correlation_value()
+    }
+
+    /// The fields a saga correlates by all have one type: the type of the first.
+    #[diagnostic::on_unimplemented(
+        message = "a saga correlates all its messages by values of one type: this field is a `{Self}`, the first `by` field of the saga a `{First}`",
+        label = "expected a `{First}`, as the first `by` field",
+        note = "an instance is found by its correlation value as text: fields of different types that read alike would find the same instance by accident; correlate by fields of one type, or by a header"
+    )]
+    pub trait SameCorrelation<First: ?Sized> {}
+
+    impl<T: ?Sized> SameCorrelation<T> for T {}
+
+    /// Checks that a later `by` field of a saga has the type of its first.
+    pub fn same_correlation<First: ?Sized, Later: SameCorrelation<First> + ?Sized>(_first: &First, _later: &Later) {}
 }

@@ -44,11 +44,16 @@ pub(crate) enum Failure {
     Panic { handler: &'static str, text: String },
     /// The messages the handlers sent could not be dispatched.
     Dispatch(Error),
+    /// The handling was committed with a store (now or by an earlier delivery), but
+    /// `count` outbox messages could not be dispatched; they stay in the outbox.
+    Undispatched { count: usize, error: Error },
     /// The store failed (the transaction is rolled back).
     Store(Error),
     /// Earlier deliveries ended without an outcome (the process stopped, or the lock
     /// expired while a handler ran).
     Unfinished { deliveries: u32 },
+    /// No saga instance for the message, under the dead-letter policy.
+    SagaNotFound { saga: &'static str, correlation: String },
 }
 
 impl Failure {
@@ -56,19 +61,34 @@ impl Failure {
     pub(crate) fn permanent_reason(&self) -> Option<&'static str> {
         match self {
             Failure::Decode { .. } => Some(reasons::DESERIALIZATION_FAILED),
+            Failure::SagaNotFound { .. } => Some(crate::saga::reasons::SAGA_NOT_FOUND),
             Failure::Handler { error, .. } if error.is_permanent() => Some(reasons::PERMANENT_FAILURE),
             Failure::Handler { .. }
             | Failure::Panic { .. }
             | Failure::Dispatch(_)
+            | Failure::Undispatched { .. }
             | Failure::Store(_)
             | Failure::Unfinished { .. } => None,
+        }
+    }
+
+    /// The dead-letter reason when the retries are exhausted.
+    pub(crate) fn exhausted_reason(&self) -> &'static str {
+        match self {
+            Failure::Undispatched { .. } => reasons::DISPATCH_FAILED,
+            _ => reasons::RETRIES_EXHAUSTED,
         }
     }
 
     pub(crate) fn handler(&self) -> Option<&'static str> {
         match self {
             Failure::Handler { handler, .. } | Failure::Panic { handler, .. } => Some(handler),
-            Failure::Decode { .. } | Failure::Dispatch(_) | Failure::Store(_) | Failure::Unfinished { .. } => None,
+            Failure::Decode { .. }
+            | Failure::Dispatch(_)
+            | Failure::Undispatched { .. }
+            | Failure::Store(_)
+            | Failure::Unfinished { .. }
+            | Failure::SagaNotFound { .. } => None,
         }
     }
 
@@ -102,6 +122,14 @@ impl Failure {
                 v.extend(walk(e));
                 v
             }
+            Failure::Undispatched { count, error } => {
+                let mut v = vec![format!(
+                    "the handling is committed, but {count} outgoing messages could not be dispatched; they stay \
+                     in the outbox and the outbox sweeper keeps sending them"
+                )];
+                v.extend(walk(error));
+                v
+            }
             Failure::Store(e) => {
                 let mut v = vec!["the store failed; the handler's transaction was rolled back".to_owned()];
                 v.extend(walk(e));
@@ -110,6 +138,9 @@ impl Failure {
             Failure::Unfinished { deliveries } => vec![format!(
                 "{} earlier deliveries ended without an outcome (the process stopped or the lock expired)",
                 deliveries.saturating_sub(1)
+            )],
+            Failure::SagaNotFound { saga, correlation } => vec![format!(
+                "no instance of saga {saga} correlates to {correlation:?}, and the message does not start one"
             )],
         }
     }
@@ -235,6 +266,11 @@ pub struct EndpointBuilder {
     queue_options: QueueOptions,
     extensions: Extensions,
     store: Option<Arc<dyn crate::store::Store>>,
+    inbox_retention: Duration,
+    sagas: Vec<&'static str>,
+    saga_stats: Arc<crate::saga::SagaStats>,
+    /// Mistakes found while adding sagas, reported by `start`.
+    errors: Vec<String>,
 }
 
 impl std::fmt::Debug for EndpointBuilder {
@@ -266,6 +302,10 @@ impl EndpointBuilder {
             queue_options: QueueOptions::default(),
             extensions: Extensions::default(),
             store: None,
+            inbox_retention: crate::store::DEFAULT_INBOX_RETENTION,
+            sagas: Vec::new(),
+            saga_stats: Arc::default(),
+            errors: Vec::new(),
         }
     }
 
@@ -291,6 +331,34 @@ impl EndpointBuilder {
             aliases: <H::Message as Message>::ALIASES,
             handler: Arc::new(Erased(handler)),
         });
+        self
+    }
+
+    /// Adds a saga with the default options (see [`saga_with`](Self::saga_with)). The
+    /// endpoint needs a [`store`](Self::store).
+    pub fn saga<S: crate::saga::Saga>(self) -> Self {
+        self.saga_with::<S>(crate::saga::SagaOptions::default())
+    }
+
+    /// Adds a saga: its handlers join the endpoint's (a message type handled by the saga
+    /// and by plain handlers runs them all), its instances and timeouts live in the
+    /// endpoint's store, and the endpoint dispatches its timeouts when due.
+    pub fn saga_with<S: crate::saga::Saga>(mut self, options: crate::saga::SagaOptions) -> Self {
+        if self.sagas.contains(&S::NAME) {
+            self.errors.push(format!("saga {} was added twice", S::NAME));
+            return self;
+        }
+        self.sagas.push(S::NAME);
+        match crate::saga::register::<S>(options, self.saga_stats.clone()) {
+            Ok(handlers) => self.registrations.extend(handlers.into_iter().map(|r| Registration {
+                type_id: r.type_id,
+                type_name: r.type_name,
+                name: r.name,
+                aliases: r.aliases,
+                handler: r.handler,
+            })),
+            Err(e) => self.errors.push(e),
+        }
         self
     }
 
@@ -358,6 +426,16 @@ impl EndpointBuilder {
     /// happen once. Migrate the store first ([`Store::migrate`](crate::Store::migrate)).
     pub fn store(mut self, store: Arc<dyn crate::store::Store>) -> Self {
         self.store = Some(store);
+        self
+    }
+
+    /// How long the store keeps the ids of processed messages (default
+    /// [`DEFAULT_INBOX_RETENTION`](crate::DEFAULT_INBOX_RETENTION), 7 days). A message
+    /// redelivered after its id was purged is handled again: keep this longer than any
+    /// redelivery can take (lock expiry, delayed retries, an outage). The endpoint purges
+    /// its expired ids every minute, in short batches.
+    pub fn inbox_retention(mut self, d: Duration) -> Self {
+        self.inbox_retention = d;
         self
     }
 
@@ -431,8 +509,17 @@ impl EndpointBuilder {
         if self.concurrency == 0 {
             return invalid("concurrency must be at least 1");
         }
+        if let Some(e) = self.errors.first() {
+            return invalid(e);
+        }
         if self.registrations.is_empty() {
             return invalid("an endpoint needs at least one handler");
+        }
+        if !self.sagas.is_empty() && self.store.is_none() {
+            return invalid("an endpoint with sagas needs a store: call EndpointBuilder::store");
+        }
+        if self.inbox_retention < Duration::from_secs(60) {
+            return invalid("inbox_retention must be at least a minute (redeliveries would be handled again)");
         }
         let Registry { by_name, entries } = Self::registry(self.registrations)?;
         let mut options = self.queue_options;
@@ -464,7 +551,10 @@ impl EndpointBuilder {
             receive_wait: self.receive_wait,
             extensions: Arc::new(self.extensions),
             store: self.store,
+            inbox_retention: self.inbox_retention,
             sources,
+            has_sagas: !self.sagas.is_empty(),
+            saga_stats: self.saga_stats,
         };
         runtime::start(config).await
     }

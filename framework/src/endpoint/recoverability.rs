@@ -15,6 +15,10 @@ pub mod reasons {
     pub const PERMANENT_FAILURE: &str = "courier.PermanentFailure";
     /// Every immediate and delayed retry failed.
     pub const RETRIES_EXHAUSTED: &str = "courier.RetriesExhausted";
+    /// The message was handled and its effects committed with a store, but the messages
+    /// its handlers sent could not be dispatched through every retry. They stay in the
+    /// outbox, and the endpoint's outbox sweeper keeps sending them.
+    pub const DISPATCH_FAILED: &str = "courier.DispatchFailed";
 }
 
 /// The headers (application properties) the endpoint writes on a retried or

@@ -26,7 +26,8 @@ use crate::endpoint::{Failure, TypeEntry};
 use crate::entity::EntityPath;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Properties, PropertyValue};
-use crate::store::{Begin, OutboxMessage, Store};
+use crate::saga::{SagaStats, TimeoutSignal};
+use crate::store::{Begin, Committed, OutboxMessage, Store, TimeoutClaim};
 use crate::transport::{Delivery, Receiver, Settlement, Transport};
 
 pub(crate) struct Config {
@@ -43,13 +44,18 @@ pub(crate) struct Config {
     pub(crate) receive_wait: Duration,
     pub(crate) extensions: Arc<Extensions>,
     pub(crate) store: Option<Arc<dyn Store>>,
+    pub(crate) inbox_retention: Duration,
     pub(crate) sources: Vec<EntityPath>,
+    pub(crate) has_sagas: bool,
+    pub(crate) saga_stats: Arc<SagaStats>,
 }
 
 /// Counters of what an endpoint did.
 #[derive(Default)]
 struct Stats {
     duplicates: AtomicU64,
+    purged: AtomicU64,
+    timeouts_dispatched: AtomicU64,
     running: AtomicU64,
     interrupted: AtomicU64,
     completed: AtomicU64,
@@ -71,6 +77,17 @@ pub struct EndpointStats {
     pub dead_lettered: u64,
     /// Messages found in the inbox (processed before) and completed without handling.
     pub duplicates: u64,
+    /// Inbox records this endpoint purged after their retention.
+    pub inbox_purged: u64,
+    /// Messages that found no saga instance and did not start one.
+    pub sagas_not_found: u64,
+    /// Saga timeouts that fired after they were cancelled or their saga completed, and
+    /// were discarded without being handled.
+    pub timeouts_discarded: u64,
+    /// Saga timeouts sent to the endpoint's queue when due.
+    pub timeouts_dispatched: u64,
+    /// Saga saves that found the instance changed by another process (retried).
+    pub saga_conflicts: u64,
 }
 
 impl Stats {
@@ -81,6 +98,11 @@ impl Stats {
             retried: self.retried.load(Ordering::Relaxed),
             dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
             duplicates: self.duplicates.load(Ordering::Relaxed),
+            inbox_purged: self.purged.load(Ordering::Relaxed),
+            sagas_not_found: 0,
+            timeouts_discarded: 0,
+            timeouts_dispatched: self.timeouts_dispatched.load(Ordering::Relaxed),
+            saga_conflicts: 0,
         }
     }
 }
@@ -110,6 +132,11 @@ struct Shared {
     max_lock_renewal: Duration,
     extensions: Arc<Extensions>,
     store: Option<Arc<dyn Store>>,
+    saga_stats: Arc<SagaStats>,
+    timeouts: Arc<TimeoutSignal>,
+    /// Outbox rows dispatched and not yet deleted: deleted in batches by `outbox_cleaner`.
+    dispatched: std::sync::Mutex<Vec<i64>>,
+    dispatched_added: tokio::sync::Notify,
     /// Fired when the shutdown deadline passes: running handlers see it in their context.
     hard_stop: CancellationToken,
     stats: Stats,
@@ -179,6 +206,10 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
         max_lock_renewal: config.max_lock_renewal,
         extensions: config.extensions,
         store: config.store,
+        saga_stats: config.saga_stats,
+        timeouts: Arc::default(),
+        dispatched: std::sync::Mutex::new(Vec::new()),
+        dispatched_added: tokio::sync::Notify::new(),
         hard_stop: CancellationToken::new(),
         stats: Stats::default(),
     });
@@ -202,6 +233,15 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
     }
     if shared.store.is_some() {
         receive_loops.push(tokio::spawn(outbox_sweeper(shared.clone(), stop.clone())));
+        receive_loops.push(tokio::spawn(outbox_cleaner(shared.clone(), stop.clone())));
+        receive_loops.push(tokio::spawn(inbox_janitor(
+            shared.clone(),
+            config.inbox_retention,
+            stop.clone(),
+        )));
+        if config.has_sagas {
+            receive_loops.push(tokio::spawn(timeout_dispatcher(shared.clone(), stop.clone())));
+        }
     }
     tracing::info!(endpoint = %config.name, sources = config.sources.len(), "endpoint started");
     Ok(RunningEndpoint {
@@ -223,7 +263,12 @@ impl RunningEndpoint {
 
     /// What the endpoint is doing and has done.
     pub fn stats(&self) -> EndpointStats {
-        self.shared.stats.snapshot()
+        let mut stats = self.shared.stats.snapshot();
+        let sagas = &self.shared.saga_stats;
+        stats.sagas_not_found = sagas.not_found.load(Ordering::Relaxed);
+        stats.timeouts_discarded = sagas.timeouts_discarded.load(Ordering::Relaxed);
+        stats.saga_conflicts = sagas.conflicts.load(Ordering::Relaxed);
+        stats
     }
 
     /// A bus on the endpoint's transport, routes and clock, to send from outside handlers.
@@ -271,6 +316,8 @@ impl RunningEndpoint {
                 "shutdown deadline passed; running handlers were stopped, their messages will be delivered again"
             );
         }
+        // What the last handlers dispatched leaves the outbox now.
+        flush_dispatched(&self.shared).await;
         report.finished_in_flight = usize::try_from(running)
             .unwrap_or(usize::MAX)
             .saturating_sub(report.interrupted);
@@ -378,7 +425,14 @@ async fn outbox_sweeper(shared: Arc<Shared>, stop: CancellationToken) -> usize {
         let next = now + chrono::Duration::from_std(OUTBOX_SWEEP_EVERY).unwrap_or(chrono::Duration::MAX);
         let older_than = now - chrono::Duration::from_std(OUTBOX_LEFT_AFTER).unwrap_or(chrono::Duration::zero());
         match store.undispatched(&shared.name, older_than, 100).await {
-            Ok(left) if !left.is_empty() => {
+            Ok(mut left) if !left.is_empty() => {
+                {
+                    let sent = shared
+                        .dispatched
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    left.retain(|m| !sent.contains(&m.id));
+                }
                 let n = left.len();
                 match dispatch_stored(&shared, left).await {
                     Ok(()) => {
@@ -393,6 +447,130 @@ async fn outbox_sweeper(shared: Arc<Shared>, stop: CancellationToken) -> usize {
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "could not read the outbox"),
         }
+        tokio::select! {
+            () = stop.cancelled() => return 0,
+            () = shared.clock.sleep_until(next) => {}
+        }
+    }
+}
+
+/// How often the timeout dispatcher looks for due timeouts that no signal announced
+/// (stored by another process, or reclaimed).
+const TIMEOUT_POLL: Duration = Duration::from_secs(1);
+/// How far ahead the dispatcher claims timeouts: those due within it are sent as
+/// scheduled messages for their due time, so the broker delivers each on time and the
+/// dispatcher wakes about once a second, not once per timeout.
+const TIMEOUT_LOOKAHEAD: Duration = Duration::from_secs(1);
+/// A claimed timeout whose message was not handled after this long is sent again (its
+/// dispatch may have been lost; a copy is dropped by the inbox).
+const TIMEOUT_RECLAIM_AFTER: Duration = Duration::from_secs(300);
+/// The most timeouts claimed at once.
+const TIMEOUT_BATCH: i64 = 500;
+
+/// Sends the endpoint's saga timeouts to its queue when they are due: sleeps until the
+/// earliest one it knows of (the store's, or one a handler just committed), at most
+/// [`TIMEOUT_POLL`]. Returns 0 (it hands nothing back at shutdown).
+async fn timeout_dispatcher(shared: Arc<Shared>, stop: CancellationToken) -> usize {
+    let Some(store) = shared.store.clone() else { return 0 };
+    let chrono_of = |d: Duration| chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
+    loop {
+        let now = shared.clock.now();
+        let claim = TimeoutClaim {
+            now,
+            due_until: now + chrono_of(TIMEOUT_LOOKAHEAD),
+            reclaim_before: now - chrono_of(TIMEOUT_RECLAIM_AFTER),
+            limit: TIMEOUT_BATCH,
+        };
+        match store.claim_due_timeouts(&shared.name, claim).await {
+            Ok(due) => {
+                shared
+                    .stats
+                    .timeouts_dispatched
+                    .fetch_add(due.claimed as u64, Ordering::Relaxed);
+                if !due.to_send.is_empty() {
+                    let ids: Vec<String> = due.to_send.iter().map(|e| e.message_id.clone()).collect();
+                    let sent = match shared.bus.sender(&shared.name, false).await {
+                        Ok(sender) => sender.send_batch(due.to_send).await.map_err(Error::from),
+                        Err(e) => Err(e),
+                    };
+                    if let Err(e) = sent {
+                        tracing::warn!(error = %e, "could not send due saga timeouts; trying again");
+                        if let Err(e) = store.unclaim_timeouts(&ids).await {
+                            tracing::warn!(error = %e, "could not release the timeouts; they are sent again later");
+                        }
+                    }
+                }
+                if i64::try_from(due.claimed).unwrap_or(i64::MAX) >= TIMEOUT_BATCH {
+                    continue;
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not claim due saga timeouts"),
+        }
+        let mut next = now + chrono_of(TIMEOUT_POLL);
+        // Wake when the next timeout comes within the lookahead, but not sooner than half
+        // of it from now: each claim then takes half a second's worth of timeouts, instead
+        // of one per millisecond at a high rate.
+        let lookahead = chrono_of(TIMEOUT_LOOKAHEAD);
+        match store.next_timeout_due(&shared.name).await {
+            Ok(Some(at)) => next = next.min((at - lookahead).max(now + lookahead / 2)),
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "could not read the next saga timeout"),
+        }
+        if let Some(at) = shared.timeouts.take_earliest() {
+            next = next.min(at - lookahead);
+        }
+        if next <= shared.clock.now() {
+            continue;
+        }
+        tokio::select! {
+            () = stop.cancelled() => return 0,
+            () = shared.clock.sleep_until(next) => {}
+            () = shared.timeouts.wait() => {}
+        }
+    }
+}
+
+/// How often an endpoint purges its expired inbox records.
+const INBOX_PURGE_EVERY: Duration = Duration::from_secs(60);
+/// The most inbox records one purge statement deletes: each batch is a short transaction
+/// of its own, so handlers never wait long behind a cleanup.
+const INBOX_PURGE_BATCH: i64 = 1000;
+
+/// Deletes this endpoint's inbox records older than the retention, every minute by the
+/// endpoint's clock, in batches. Returns 0 (it hands nothing back at shutdown).
+async fn inbox_janitor(shared: Arc<Shared>, retention: Duration, stop: CancellationToken) -> usize {
+    let Some(store) = shared.store.clone() else { return 0 };
+    let retention = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);
+    loop {
+        let now = shared.clock.now();
+        let before = now
+            .checked_sub_signed(retention)
+            .unwrap_or(chrono::DateTime::<chrono::Utc>::MIN_UTC);
+        let mut purged = 0u64;
+        loop {
+            if stop.is_cancelled() {
+                return 0;
+            }
+            match store.purge_inbox(&shared.name, before, INBOX_PURGE_BATCH).await {
+                Ok(n) => {
+                    purged += n;
+                    shared.stats.purged.fetch_add(n, Ordering::Relaxed);
+                    if n < INBOX_PURGE_BATCH.unsigned_abs() {
+                        break;
+                    }
+                    // Let the handlers' transactions in between batches.
+                    tokio::task::yield_now().await;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not purge the inbox; trying again later");
+                    break;
+                }
+            }
+        }
+        if purged > 0 {
+            tracing::debug!(purged, before = %before, "purged expired inbox records");
+        }
+        let next = now + chrono::Duration::from_std(INBOX_PURGE_EVERY).unwrap_or(chrono::Duration::MAX);
         tokio::select! {
             () = stop.cancelled() => return 0,
             () = shared.clock.sleep_until(next) => {}
@@ -506,12 +684,25 @@ async fn handle(shared: &Shared, mut delivery: Delivery, delayed: u32, attempt: 
             extensions: shared.extensions.clone(),
         });
         let handlers = entry.handlers.clone();
+        let lock = delivery.lock_token();
         let work = async {
             // The inbox: record the id in a new transaction, or learn it was processed.
             if let Some(store) = &shared.store {
-                match store.begin(&shared.name, ctx.message_id(), shared.clock.now()).await {
+                match store
+                    .begin(&shared.name, ctx.message_id(), lock, shared.clock.now())
+                    .await
+                {
                     Err(e) => return Err(Failure::Store(e)),
-                    Ok(Begin::Duplicate(left)) => return Ok(Done::Duplicate(left)),
+                    Ok(Begin::Duplicate(mut left)) => {
+                        // Rows this process dispatched already wait to be deleted: not again.
+                        let sent = shared
+                            .dispatched
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                        left.retain(|m| !sent.contains(&m.id));
+                        drop(sent);
+                        return Ok(Done::Duplicate(left));
+                    }
                     Ok(Begin::Fresh(work)) => ctx.set_unit_of_work(work),
                 }
             }
@@ -539,23 +730,51 @@ async fn handle(shared: &Shared, mut delivery: Delivery, delayed: u32, attempt: 
                         .store_outgoing(rows, shared.clock.now())
                         .await
                         .map_err(Failure::Store)?;
-                    work.commit().await.map_err(Failure::Store)?;
-                    Ok(Done::Committed(stored))
+                    let committed = work.commit().await;
+                    ctx.release_held();
+                    let committed = committed.map_err(Failure::Store)?;
+                    if let Some(due) = ctx.take_timeout_due() {
+                        shared.timeouts.stored(due);
+                    }
+                    match committed {
+                        Committed::Pending => Ok(Done::Committed(stored)),
+                        Committed::Settled => Ok(Done::Settled),
+                    }
                 }
                 None => Ok(Done::Handled(outgoing)),
             }
         };
         let outcome = run_renewing(&mut delivery, &*shared.clock, shared.max_lock_renewal, &cancel, work).await;
         let dispatched = match outcome {
+            Ok(Done::Settled) => {
+                shared.stats.completed.fetch_add(1, Ordering::Relaxed);
+                tracing::debug!("message handled, its messages sent and itself completed in one transaction");
+                return;
+            }
+            Err(Failure::Store(e)) if e.is_lock_lost() => {
+                tracing::warn!(
+                    error = %e,
+                    "lock lost before the transaction committed; it rolled back and the message will be delivered again"
+                );
+                return;
+            }
             Ok(Done::Handled(outgoing)) => shared.bus.dispatch(outgoing).await.map_err(Failure::Dispatch),
-            Ok(Done::Committed(stored)) => dispatch_stored(shared, stored).await.map_err(Failure::Dispatch),
+            Ok(Done::Committed(stored)) => {
+                let count = stored.len();
+                dispatch_stored(shared, stored)
+                    .await
+                    .map_err(|error| Failure::Undispatched { count, error })
+            }
             Ok(Done::Duplicate(left)) => {
                 tracing::info!(
                     undispatched = left.len(),
                     "message already processed (found in the inbox); completing it without handling"
                 );
                 shared.stats.duplicates.fetch_add(1, Ordering::Relaxed);
-                dispatch_stored(shared, left).await.map_err(Failure::Dispatch)
+                let count = left.len();
+                dispatch_stored(shared, left)
+                    .await
+                    .map_err(|error| Failure::Undispatched { count, error })
             }
             Err(f) => Err(f),
         };
@@ -578,6 +797,8 @@ enum Done {
     Committed(Vec<OutboxMessage>),
     /// Processed before; what its handling stored and did not dispatch.
     Duplicate(Vec<OutboxMessage>),
+    /// The store's transaction also sent the messages and completed the received one.
+    Settled,
 }
 
 /// Dispatches outbox messages (keeping their ids), then removes them from the outbox. A
@@ -597,12 +818,71 @@ async fn dispatch_stored(shared: &Shared, stored: Vec<OutboxMessage>) -> Result<
         })
         .collect();
     shared.bus.dispatch(outgoing).await?;
-    if let Some(store) = &shared.store
-        && let Err(e) = store.mark_dispatched(&ids).await
-    {
-        tracing::warn!(error = %e, "dispatched messages stay in the outbox; they may be sent again");
+    let many = {
+        let mut d = shared
+            .dispatched
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        d.extend(ids);
+        d.len() >= OUTBOX_DELETE_BATCH
+    };
+    if many {
+        shared.dispatched_added.notify_one();
     }
     Ok(())
+}
+
+/// The most dispatched outbox rows deleted in one statement.
+const OUTBOX_DELETE_BATCH: usize = 256;
+/// How long dispatched outbox rows wait at most to be deleted with others.
+const OUTBOX_DELETE_EVERY: Duration = Duration::from_millis(20);
+
+/// Deletes dispatched outbox rows in batches (one statement for many messages instead of
+/// one transaction each). A row whose deletion is lost (the process dies first) is sent
+/// again by the sweeper with the same id, which receivers' inboxes drop.
+async fn outbox_cleaner(shared: Arc<Shared>, stop: CancellationToken) -> usize {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => {
+                flush_dispatched(&shared).await;
+                return 0;
+            }
+            () = shared.dispatched_added.notified() => {}
+            () = tokio::time::sleep(OUTBOX_DELETE_EVERY) => {}
+        }
+        flush_dispatched(&shared).await;
+    }
+}
+
+async fn flush_dispatched(shared: &Shared) {
+    let Some(store) = &shared.store else { return };
+    loop {
+        // The ids stay in the set until their rows are gone, so that neither a redelivery
+        // nor the sweeper sends them again meanwhile.
+        let batch: Vec<i64> = {
+            let d = shared
+                .dispatched
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            d.iter().take(OUTBOX_DELETE_BATCH).copied().collect()
+        };
+        if batch.is_empty() {
+            return;
+        }
+        let deleted = store.mark_dispatched(&batch).await;
+        {
+            let mut d = shared
+                .dispatched
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let done: std::collections::HashSet<i64> = batch.iter().copied().collect();
+            d.retain(|id| !done.contains(id));
+        }
+        if let Err(e) = deleted {
+            tracing::warn!(error = %e, rows = batch.len(), "dispatched messages stay in the outbox; they may be sent again");
+            return;
+        }
+    }
 }
 
 async fn complete(shared: &Shared, delivery: Delivery) {
@@ -704,7 +984,7 @@ async fn on_failure(shared: &Shared, delivery: Delivery, failure: Failure, delay
             }
         }
         Decision::Exhausted => {
-            dead_letter(shared, delivery, reasons::RETRIES_EXHAUSTED, error_text, properties).await;
+            dead_letter(shared, delivery, failure.exhausted_reason(), error_text, properties).await;
         }
     }
 }
@@ -751,7 +1031,14 @@ async fn run_renewing<F: Future>(
         tokio::select! {
             out = &mut work => return out,
             () = clock.sleep_until(at) => {
-                if let Err(e) = delivery.renew_lock().await {
+                // The work goes on while the renewal waits: with a store in the broker's
+                // own database the broker serves the renewal only after the work's
+                // transaction ends.
+                let renewed = tokio::select! {
+                    out = &mut work => return out,
+                    r = delivery.renew_lock() => r,
+                };
+                if let Err(e) = renewed {
                     renewing = false;
                     if e.is_lock_lost() {
                         tracing::warn!(error = %e, "lock lost while the handler ran; the message will be delivered again");

@@ -6,7 +6,9 @@
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "sqlite")]
-mod sqlite;
+pub(crate) mod sqlite;
+#[cfg(feature = "sqlite")]
+pub(crate) mod sqlite_saga;
 
 use std::any::Any;
 use std::collections::BTreeMap;
@@ -18,7 +20,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::message::{Envelope, PropertyValue};
+use crate::message::{Envelope, LockToken, PropertyValue};
 
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
@@ -41,6 +43,72 @@ pub struct OutboxMessage {
     pub envelope: Envelope,
 }
 
+/// A saga timeout as stored: due at `due`, then sent to the saga's endpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timeout {
+    /// Its id, which is also its message's id.
+    pub id: String,
+    /// When it is due.
+    pub due: DateTime<Utc>,
+    /// The message, addressed to the saga's endpoint.
+    pub envelope: Envelope,
+}
+
+/// A saga instance as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredSaga {
+    /// The state, as JSON.
+    pub state: String,
+    /// Its version: 1 when created, one more at each update.
+    pub version: i64,
+}
+
+/// Which timeouts [`Store::claim_due_timeouts`] takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeoutClaim {
+    /// The time of the claim (the claimed rows are marked dispatched at it).
+    pub now: DateTime<Utc>,
+    /// Unclaimed timeouts due at or before this are taken: those due after `now` are sent
+    /// as scheduled messages for their due time, so that the broker, not a polling loop,
+    /// delivers them on time.
+    pub due_until: DateTime<Utc>,
+    /// Claimed timeouts whose message was not handled and that were claimed before this
+    /// are taken again (their dispatch may have been lost).
+    pub reclaim_before: DateTime<Utc>,
+    /// The most taken.
+    pub limit: i64,
+}
+
+impl TimeoutClaim {
+    /// Marks an envelope of a timeout due at `due` for delivery at that time when it is
+    /// still in the future.
+    pub(crate) fn schedule(&self, mut envelope: Envelope, due: DateTime<Utc>) -> Envelope {
+        if due > self.now {
+            envelope.scheduled_enqueue_time = Some(due);
+        }
+        envelope
+    }
+}
+
+/// Due timeouts a store claimed for dispatch.
+#[derive(Debug, Default)]
+pub struct DueTimeouts {
+    /// How many were claimed.
+    pub claimed: usize,
+    /// Their messages, to send to the endpoint's queue; empty when the store enqueued
+    /// them itself in the claiming transaction (a store in the broker's own database).
+    pub to_send: Vec<Envelope>,
+}
+
+fn saga_unsupported<T>() -> Result<T> {
+    Err(Error::new(ErrorKind::Unsupported {
+        transport: "store",
+        capability: "sagas",
+        rule: "S7",
+        reason: "this store does not keep saga instances; use PostgresStore, SqliteStore or Embedded::store",
+    }))
+}
+
 /// What [`Store::begin`] found.
 pub enum Begin {
     /// The message was not processed before: its id is now recorded in the returned unit
@@ -61,21 +129,93 @@ impl std::fmt::Debug for Begin {
     }
 }
 
+/// What a committed unit of work leaves to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Committed {
+    /// The outbox messages are to be dispatched and the received message completed.
+    Pending,
+    /// The transaction also sent the messages and completed the received message (the
+    /// transport and the store share one database): nothing is left to do.
+    Settled,
+}
+
 /// One open transaction of a store, for one handled message.
 #[async_trait]
 pub trait UnitOfWork: Send {
-    /// The database transaction, for [`Context::transaction`](crate::Context::transaction)
-    /// (`sqlx::Transaction<'static, DB>` of the store's database).
-    fn transaction(&mut self) -> &mut (dyn Any + Send);
-    /// Stores the messages the handlers sent, in this transaction; returns them with
-    /// their outbox ids.
+    /// The connection the transaction runs on, for
+    /// [`Context::transaction`](crate::Context::transaction) (the `DB::Connection` of the
+    /// store's database, for example `sqlx::PgConnection`); `None` once committed.
+    fn transaction(&mut self) -> Option<&mut (dyn Any + Send)>;
+    /// Stores the messages the handlers sent, in this transaction; returns those left to
+    /// dispatch after the commit, with their outbox ids (none when the commit sends them).
     async fn store_outgoing(
         &mut self,
         messages: Vec<(String, bool, Envelope)>,
         now: DateTime<Utc>,
     ) -> Result<Vec<OutboxMessage>>;
     /// Commits the handler's writes, the inbox record and the outbox together.
-    async fn commit(self: Box<Self>) -> Result<()>;
+    async fn commit(self: Box<Self>) -> Result<Committed>;
+
+    /// Loads a saga instance.
+    async fn load_saga(&mut self, saga_type: &str, correlation: &str) -> Result<Option<StoredSaga>> {
+        let _ = (saga_type, correlation);
+        saga_unsupported()
+    }
+
+    /// Creates an instance (`version` `None`) or updates it if it is still at `version`.
+    /// An instance created or changed concurrently is [`ErrorKind::Conflict`].
+    async fn save_saga(
+        &mut self,
+        saga_type: &str,
+        correlation: &str,
+        state: &str,
+        version: Option<i64>,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let _ = (saga_type, correlation, state, version, now);
+        saga_unsupported()
+    }
+
+    /// Ends an instance: deletes it (or, with `archive`, moves it with `state` to the
+    /// archive) and deletes its timeouts. A concurrent change is [`ErrorKind::Conflict`].
+    async fn complete_saga(
+        &mut self,
+        saga_type: &str,
+        correlation: &str,
+        state: &str,
+        version: Option<i64>,
+        archive: bool,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let _ = (saga_type, correlation, state, version, archive, now);
+        saga_unsupported()
+    }
+
+    /// Stores timeouts of an instance, to be sent to `endpoint` when due.
+    async fn add_timeouts(
+        &mut self,
+        endpoint: &str,
+        saga_type: &str,
+        correlation: &str,
+        timeouts: Vec<Timeout>,
+        now: DateTime<Utc>,
+    ) -> Result<()> {
+        let _ = (endpoint, saga_type, correlation, timeouts, now);
+        saga_unsupported()
+    }
+
+    /// Deletes timeouts (unknown ids are ignored).
+    async fn cancel_timeouts(&mut self, ids: &[String]) -> Result<()> {
+        let _ = ids;
+        saga_unsupported()
+    }
+
+    /// Takes a fired timeout: deletes its record and says whether it was there (`false`:
+    /// it was cancelled, or its saga completed).
+    async fn take_timeout(&mut self, id: &str) -> Result<bool> {
+        let _ = id;
+        saga_unsupported()
+    }
 }
 
 /// Where an endpoint keeps its inbox and outbox.
@@ -88,17 +228,44 @@ pub trait Store: Send + Sync + 'static {
     /// Opens the transaction of one message and records `(endpoint, message_id)` in its
     /// inbox; or says the message was processed before. When two transactions record the
     /// same id at once, the second waits for the first and then sees a duplicate (or,
-    /// if the first rolled back, records it).
-    async fn begin(&self, endpoint: &str, message_id: &str, now: DateTime<Utc>) -> Result<Begin>;
+    /// if the first rolled back, records it). `lock` is the received message's lock: a
+    /// store that shares the transport's database completes the message in the same
+    /// transaction ([`Committed::Settled`]); other stores ignore it.
+    async fn begin(
+        &self,
+        endpoint: &str,
+        message_id: &str,
+        lock: Option<LockToken>,
+        now: DateTime<Utc>,
+    ) -> Result<Begin>;
     /// Removes dispatched messages from the outbox.
     async fn mark_dispatched(&self, ids: &[i64]) -> Result<()>;
     /// Outbox messages of `endpoint` stored before `older_than` and still there (left by
     /// a process that died between its commit and its dispatch, or by a dispatch that
     /// failed), oldest first.
     async fn undispatched(&self, endpoint: &str, older_than: DateTime<Utc>, limit: i64) -> Result<Vec<OutboxMessage>>;
-    /// Deletes inbox records processed before `before`, at most `limit` of them in one
-    /// short statement; returns how many went.
-    async fn purge_inbox(&self, before: DateTime<Utc>, limit: i64) -> Result<u64>;
+    /// Deletes `endpoint`'s inbox records processed before `before`, at most `limit` of
+    /// them in one short statement (an index on `(endpoint, processed_at)` finds them);
+    /// returns how many went.
+    async fn purge_inbox(&self, endpoint: &str, before: DateTime<Utc>, limit: i64) -> Result<u64>;
+
+    /// Claims `endpoint`'s timeouts as `claim` says, marking them dispatched.
+    async fn claim_due_timeouts(&self, endpoint: &str, claim: TimeoutClaim) -> Result<DueTimeouts> {
+        let _ = (endpoint, claim);
+        saga_unsupported()
+    }
+
+    /// When `endpoint`'s next unclaimed timeout is due.
+    async fn next_timeout_due(&self, endpoint: &str) -> Result<Option<DateTime<Utc>>> {
+        let _ = endpoint;
+        saga_unsupported()
+    }
+
+    /// Reverts a claim whose messages could not be sent, so the next round sends them.
+    async fn unclaim_timeouts(&self, ids: &[String]) -> Result<()> {
+        let _ = ids;
+        saga_unsupported()
+    }
 }
 
 /// The envelope's fields other than the body, as the outbox stores them.

@@ -7,11 +7,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Row, Sqlite, SqlitePool, Transaction};
+use sqlx::{Row, Sqlite, SqliteConnection, SqlitePool, Transaction};
 
 use crate::error::Result;
 use crate::message::Envelope;
-use crate::store::{Begin, OutboxMessage, Store, StoredEnvelope, UnitOfWork, db_error};
+use crate::message::LockToken;
+use crate::store::{
+    Begin, Committed, DueTimeouts, OutboxMessage, Store, StoredEnvelope, TimeoutClaim, db_error, sqlite_saga,
+};
 
 fn micros(t: DateTime<Utc>) -> i64 {
     t.timestamp_micros()
@@ -75,10 +78,9 @@ struct SqliteWork {
     source_id: String,
 }
 
-#[async_trait]
-impl UnitOfWork for SqliteWork {
-    fn transaction(&mut self) -> &mut (dyn std::any::Any + Send) {
-        &mut self.tx
+crate::store::sqlite_saga::sqlite_unit_of_work!(SqliteWork, {
+    fn transaction(&mut self) -> Option<&mut (dyn std::any::Any + Send)> {
+        Some(&mut *self.tx)
     }
 
     async fn store_outgoing(
@@ -86,40 +88,155 @@ impl UnitOfWork for SqliteWork {
         messages: Vec<(String, bool, Envelope)>,
         now: DateTime<Utc>,
     ) -> Result<Vec<OutboxMessage>> {
-        let mut out = Vec::with_capacity(messages.len());
-        for (destination, is_topic, envelope) in messages {
-            let kept = envelope.clone();
-            let (json, body) = StoredEnvelope::split(envelope)?;
-            let id: i64 = sqlx::query_scalar(
-                "INSERT INTO courier_outbox (endpoint, source_id, destination, is_topic, envelope, body, created_at) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) RETURNING id",
-            )
-            .bind(&self.endpoint)
-            .bind(&self.source_id)
-            .bind(&destination)
-            .bind(is_topic)
-            .bind(json)
-            .bind(body.as_ref())
-            .bind(micros(now))
-            .fetch_one(&mut *self.tx)
-            .await
-            .map_err(|e| db_error("cannot store an outgoing message", e))?;
-            out.push(OutboxMessage {
-                id,
-                destination,
-                is_topic,
-                envelope: kept,
-            });
-        }
-        Ok(out)
+        insert_outbox(&mut self.tx, &self.endpoint, &self.source_id, messages, now).await
     }
 
-    async fn commit(self: Box<Self>) -> Result<()> {
+    async fn commit(self: Box<Self>) -> Result<Committed> {
         self.tx
             .commit()
             .await
-            .map_err(|e| db_error("cannot commit the handler's transaction", e))
+            .map_err(|e| db_error("cannot commit the handler's transaction", e))?;
+        Ok(Committed::Pending)
     }
+});
+
+impl SqliteWork {
+    #[allow(clippy::unnecessary_wraps)]
+    fn sqlite_conn(&mut self) -> Result<&mut SqliteConnection> {
+        Ok(&mut self.tx)
+    }
+}
+
+// The statements of the SQLite inbox and outbox, on a connection: the SQLite store runs
+// them on its pool, the embedded broker's store on the broker's own connection.
+
+/// Records `(endpoint, message_id)` in the inbox; `false` if it was there.
+pub(crate) async fn record_inbox(
+    conn: &mut SqliteConnection,
+    endpoint: &str,
+    message_id: &str,
+    now: DateTime<Utc>,
+) -> Result<bool> {
+    let recorded = sqlx::query(
+        "INSERT INTO courier_inbox (endpoint, message_id, processed_at) VALUES (?1, ?2, ?3) \
+         ON CONFLICT DO NOTHING",
+    )
+    .bind(endpoint)
+    .bind(message_id)
+    .bind(micros(now))
+    .execute(conn)
+    .await
+    .map_err(|e| db_error("cannot record the message in the inbox", e))?
+    .rows_affected();
+    Ok(recorded == 1)
+}
+
+/// The outbox rows an earlier handling of `message_id` stored and did not dispatch.
+pub(crate) async fn left_over(
+    conn: &mut SqliteConnection,
+    endpoint: &str,
+    message_id: &str,
+) -> Result<Vec<OutboxMessage>> {
+    let rows = sqlx::query(
+        "SELECT id, destination, is_topic, envelope, body FROM courier_outbox \
+         WHERE endpoint = ?1 AND source_id = ?2 ORDER BY id",
+    )
+    .bind(endpoint)
+    .bind(message_id)
+    .fetch_all(conn)
+    .await
+    .map_err(|e| db_error("cannot read the outbox", e))?;
+    outbox_rows(rows)
+}
+
+/// Inserts the messages a handling of `source_id` sent into the outbox.
+pub(crate) async fn insert_outbox(
+    conn: &mut SqliteConnection,
+    endpoint: &str,
+    source_id: &str,
+    messages: Vec<(String, bool, Envelope)>,
+    now: DateTime<Utc>,
+) -> Result<Vec<OutboxMessage>> {
+    let mut out = Vec::with_capacity(messages.len());
+    for (destination, is_topic, envelope) in messages {
+        let kept = envelope.clone();
+        let (json, body) = StoredEnvelope::split(envelope)?;
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO courier_outbox (endpoint, source_id, destination, is_topic, envelope, body, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) RETURNING id",
+        )
+        .bind(endpoint)
+        .bind(source_id)
+        .bind(&destination)
+        .bind(is_topic)
+        .bind(json)
+        .bind(body.as_ref())
+        .bind(micros(now))
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot store an outgoing message", e))?;
+        out.push(OutboxMessage {
+            id,
+            destination,
+            is_topic,
+            envelope: kept,
+        });
+    }
+    Ok(out)
+}
+
+/// Removes dispatched rows from the outbox.
+pub(crate) async fn delete_outbox(conn: &mut SqliteConnection, ids: &[i64]) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let list = serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned());
+    sqlx::query("DELETE FROM courier_outbox WHERE id IN (SELECT value FROM json_each(?1))")
+        .bind(list)
+        .execute(conn)
+        .await
+        .map_err(|e| db_error("cannot remove dispatched messages from the outbox", e))?;
+    Ok(())
+}
+
+/// Outbox rows of `endpoint` stored before `older_than`, oldest first.
+pub(crate) async fn outbox_older_than(
+    conn: &mut SqliteConnection,
+    endpoint: &str,
+    older_than: DateTime<Utc>,
+    limit: i64,
+) -> Result<Vec<OutboxMessage>> {
+    let rows = sqlx::query(
+        "SELECT id, destination, is_topic, envelope, body FROM courier_outbox \
+         WHERE endpoint = ?3 AND created_at < ?1 ORDER BY id LIMIT ?2",
+    )
+    .bind(micros(older_than))
+    .bind(limit)
+    .bind(endpoint)
+    .fetch_all(conn)
+    .await
+    .map_err(|e| db_error("cannot read the outbox", e))?;
+    outbox_rows(rows)
+}
+
+/// Deletes at most `limit` inbox records of `endpoint` processed before `before`.
+pub(crate) async fn delete_inbox(
+    conn: &mut SqliteConnection,
+    endpoint: &str,
+    before: DateTime<Utc>,
+    limit: i64,
+) -> Result<u64> {
+    let done = sqlx::query(
+        "DELETE FROM courier_inbox WHERE endpoint = ?3 AND message_id IN \
+         (SELECT message_id FROM courier_inbox WHERE endpoint = ?3 AND processed_at < ?1 LIMIT ?2)",
+    )
+    .bind(micros(before))
+    .bind(limit)
+    .bind(endpoint)
+    .execute(conn)
+    .await
+    .map_err(|e| db_error("cannot purge the inbox", e))?;
+    Ok(done.rows_affected())
 }
 
 fn outbox_rows(rows: Vec<sqlx::sqlite::SqliteRow>) -> Result<Vec<OutboxMessage>> {
@@ -138,6 +255,22 @@ fn outbox_rows(rows: Vec<sqlx::sqlite::SqliteRow>) -> Result<Vec<OutboxMessage>>
         .collect()
 }
 
+/// The migrations of Courier's SQLite tables (the store's and the embedded broker's).
+pub(crate) fn migrator() -> sqlx::migrate::Migrator {
+    let mut migrator = sqlx::migrate!("../migrations/sqlite");
+    migrator.dangerous_set_table_name("courier_migrations");
+    migrator
+}
+
+impl SqliteStore {
+    async fn conn(&self) -> Result<sqlx::pool::PoolConnection<Sqlite>> {
+        self.pool
+            .acquire()
+            .await
+            .map_err(|e| db_error("cannot get a connection to the SQLite store", e))
+    }
+}
+
 #[async_trait]
 impl Store for SqliteStore {
     fn name(&self) -> &'static str {
@@ -145,9 +278,7 @@ impl Store for SqliteStore {
     }
 
     async fn migrate(&self) -> Result<()> {
-        let mut migrator = sqlx::migrate!("../migrations/sqlite");
-        migrator.dangerous_set_table_name("courier_migrations");
-        migrator.run(&self.pool).await.map_err(|e| {
+        migrator().run(&self.pool).await.map_err(|e| {
             crate::error::Error::with_source(
                 crate::error::ErrorKind::Storage {
                     detail: "cannot apply Courier's SQLite migrations".into(),
@@ -158,80 +289,55 @@ impl Store for SqliteStore {
         })
     }
 
-    async fn begin(&self, endpoint: &str, message_id: &str, now: DateTime<Utc>) -> Result<Begin> {
+    async fn begin(
+        &self,
+        endpoint: &str,
+        message_id: &str,
+        _lock: Option<LockToken>,
+        now: DateTime<Utc>,
+    ) -> Result<Begin> {
         let mut tx = self
             .pool
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(|e| db_error("cannot begin the handler's transaction", e))?;
-        let recorded = sqlx::query(
-            "INSERT INTO courier_inbox (endpoint, message_id, processed_at) VALUES (?1, ?2, ?3) \
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(endpoint)
-        .bind(message_id)
-        .bind(micros(now))
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| db_error("cannot record the message in the inbox", e))?
-        .rows_affected();
-        if recorded == 1 {
+        if record_inbox(&mut tx, endpoint, message_id, now).await? {
             return Ok(Begin::Fresh(Box::new(SqliteWork {
                 tx,
                 endpoint: endpoint.to_owned(),
                 source_id: message_id.to_owned(),
             })));
         }
-        let rows = sqlx::query(
-            "SELECT id, destination, is_topic, envelope, body FROM courier_outbox \
-             WHERE endpoint = ?1 AND source_id = ?2 ORDER BY id",
-        )
-        .bind(endpoint)
-        .bind(message_id)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(|e| db_error("cannot read the outbox", e))?;
+        let left = left_over(&mut tx, endpoint, message_id).await?;
         drop(tx);
-        Ok(Begin::Duplicate(outbox_rows(rows)?))
+        Ok(Begin::Duplicate(left))
     }
 
     async fn mark_dispatched(&self, ids: &[i64]) -> Result<()> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        let list = serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned());
-        sqlx::query("DELETE FROM courier_outbox WHERE id IN (SELECT value FROM json_each(?1))")
-            .bind(list)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| db_error("cannot remove dispatched messages from the outbox", e))?;
-        Ok(())
+        delete_outbox(&mut *self.conn().await?, ids).await
     }
 
     async fn undispatched(&self, endpoint: &str, older_than: DateTime<Utc>, limit: i64) -> Result<Vec<OutboxMessage>> {
-        let rows = sqlx::query(
-            "SELECT id, destination, is_topic, envelope, body FROM courier_outbox \
-             WHERE endpoint = ?3 AND created_at < ?1 ORDER BY id LIMIT ?2",
-        )
-        .bind(micros(older_than))
-        .bind(limit)
-        .bind(endpoint)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| db_error("cannot read the outbox", e))?;
-        outbox_rows(rows)
+        outbox_older_than(&mut *self.conn().await?, endpoint, older_than, limit).await
     }
 
-    async fn purge_inbox(&self, before: DateTime<Utc>, limit: i64) -> Result<u64> {
-        let done = sqlx::query(
-            "DELETE FROM courier_inbox WHERE (endpoint, message_id) IN \
-             (SELECT endpoint, message_id FROM courier_inbox WHERE processed_at < ?1 LIMIT ?2)",
-        )
-        .bind(micros(before))
-        .bind(limit)
-        .execute(&self.pool)
-        .await
-        .map_err(|e| db_error("cannot purge the inbox", e))?;
-        Ok(done.rows_affected())
+    async fn purge_inbox(&self, endpoint: &str, before: DateTime<Utc>, limit: i64) -> Result<u64> {
+        delete_inbox(&mut *self.conn().await?, endpoint, before, limit).await
+    }
+
+    async fn claim_due_timeouts(&self, endpoint: &str, claim: TimeoutClaim) -> Result<DueTimeouts> {
+        let to_send = sqlite_saga::claim_due(&mut *self.conn().await?, endpoint, claim).await?;
+        Ok(DueTimeouts {
+            claimed: to_send.len(),
+            to_send,
+        })
+    }
+
+    async fn next_timeout_due(&self, endpoint: &str) -> Result<Option<DateTime<Utc>>> {
+        sqlite_saga::next_due(&mut *self.conn().await?, endpoint).await
+    }
+
+    async fn unclaim_timeouts(&self, ids: &[String]) -> Result<()> {
+        sqlite_saga::unclaim(&mut *self.conn().await?, ids).await
     }
 }

@@ -1,0 +1,220 @@
+//! The store that lives in the embedded broker's own database: one SQLite transaction
+//! settles the received message, records it in the inbox, holds the handler's writes and
+//! enqueues the messages it sent.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::SqliteConnection;
+use tokio::sync::oneshot;
+
+use super::Embedded;
+use super::engine::{Command, Finish, Lease, read_token};
+use crate::error::{Error, ErrorKind, Result};
+use crate::message::{Envelope, LockToken};
+use crate::store::sqlite::{delete_inbox, delete_outbox, insert_outbox, left_over, outbox_older_than, record_inbox};
+use crate::store::{Begin, Committed, DueTimeouts, OutboxMessage, Store, TimeoutClaim, db_error, sqlite_saga};
+
+/// An endpoint store in the embedded broker's database: `Embedded::store()`.
+///
+/// With the embedded broker as the endpoint's transport, the handling of a message is ONE
+/// SQLite transaction: the inbox record, the handler's writes
+/// ([`Context::transaction`](crate::Context::transaction) gives `sqlx::SqliteConnection`),
+/// the messages it sent (enqueued directly, no outbox) and the completion of the received
+/// message commit together or not at all. There is nothing to dispatch afterwards and no
+/// window in which a completed message's effects are missing or a committed message is
+/// still in its queue.
+///
+/// The price is SQLite's single writer: while a handler runs inside its transaction the
+/// broker serves nothing else (sends, receives, lock renewals of other messages wait), so
+/// handlers on this store should be short. With another transport the store works like
+/// [`SqliteStore`](crate::SqliteStore): the outbox is dispatched after the commit.
+#[derive(Debug, Clone)]
+pub struct EmbeddedStore {
+    broker: Embedded,
+}
+
+impl Embedded {
+    /// A store in this broker's database (see [`EmbeddedStore`]); its tables were created
+    /// when the broker opened.
+    pub fn store(&self) -> EmbeddedStore {
+        EmbeddedStore { broker: self.clone() }
+    }
+}
+
+impl EmbeddedStore {
+    async fn lease(&self) -> Result<Lease> {
+        self.broker.shared.check_open()?;
+        let (reply, rx) = oneshot::channel();
+        self.broker
+            .shared
+            .tx
+            .send(Command::Lend { reply })
+            .await
+            .map_err(|_| Error::new(ErrorKind::Closed))?;
+        rx.await.map_err(|_| Error::new(ErrorKind::Closed))?
+    }
+}
+
+fn conn(lease: &mut Lease) -> Result<&mut SqliteConnection> {
+    lease.conn().ok_or_else(|| Error::new(ErrorKind::Closed))
+}
+
+struct EmbeddedWork {
+    lease: Lease,
+    endpoint: String,
+    source_id: String,
+    /// `(entity, row id, delivery count)` of the received message, when this broker
+    /// delivered it: completed in the transaction.
+    lock: Option<(i64, i64, i64)>,
+    /// Messages to enqueue at commit (when the lock is ours).
+    staged: Vec<(String, bool, Envelope)>,
+    max_message_size: usize,
+}
+
+crate::store::sqlite_saga::sqlite_unit_of_work!(EmbeddedWork, {
+    fn transaction(&mut self) -> Option<&mut (dyn std::any::Any + Send)> {
+        self.lease.conn().map(|c| c as &mut (dyn std::any::Any + Send))
+    }
+
+    async fn store_outgoing(
+        &mut self,
+        messages: Vec<(String, bool, Envelope)>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<OutboxMessage>> {
+        if self.lock.is_some() {
+            self.staged.extend(messages);
+            return Ok(Vec::new());
+        }
+        insert_outbox(conn(&mut self.lease)?, &self.endpoint, &self.source_id, messages, now).await
+    }
+
+    async fn commit(self: Box<Self>) -> Result<Committed> {
+        let EmbeddedWork {
+            lease,
+            lock,
+            staged,
+            max_message_size,
+            ..
+        } = *self;
+        let settled = lock.is_some();
+        let mut sends: Vec<(String, bool, Vec<Envelope>)> = Vec::new();
+        for (destination, is_topic, envelope) in staged {
+            match sends.iter_mut().find(|(d, t, _)| *d == destination && *t == is_topic) {
+                Some((_, _, group)) => group.push(envelope),
+                None => sends.push((destination, is_topic, vec![envelope])),
+            }
+        }
+        let (reply, rx) = oneshot::channel();
+        lease.give_back(Some(Finish {
+            complete: lock,
+            sends,
+            max_message_size,
+            reply,
+        }));
+        rx.await.map_err(|_| Error::new(ErrorKind::Closed))??;
+        Ok(if settled {
+            Committed::Settled
+        } else {
+            Committed::Pending
+        })
+    }
+});
+
+impl EmbeddedWork {
+    fn sqlite_conn(&mut self) -> Result<&mut SqliteConnection> {
+        conn(&mut self.lease)
+    }
+}
+
+#[async_trait]
+impl Store for EmbeddedStore {
+    fn name(&self) -> &'static str {
+        "embedded"
+    }
+
+    /// Nothing to do: the broker applied Courier's SQLite migrations when it opened.
+    async fn migrate(&self) -> Result<()> {
+        Ok(())
+    }
+
+    async fn begin(
+        &self,
+        endpoint: &str,
+        message_id: &str,
+        lock: Option<LockToken>,
+        now: DateTime<Utc>,
+    ) -> Result<Begin> {
+        let mut lease = self.lease().await?;
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(conn(&mut lease)?)
+            .await
+            .map_err(|e| db_error("cannot begin the handler's transaction", e))?;
+        if record_inbox(conn(&mut lease)?, endpoint, message_id, now).await? {
+            return Ok(Begin::Fresh(Box::new(EmbeddedWork {
+                lock: lock.and_then(|t| read_token(self.broker.shared.epoch, t)),
+                lease,
+                endpoint: endpoint.to_owned(),
+                source_id: message_id.to_owned(),
+                staged: Vec::new(),
+                max_message_size: self.broker.shared.max_message_size,
+            })));
+        }
+        let left = left_over(conn(&mut lease)?, endpoint, message_id).await?;
+        // Dropping the lease rolls the transaction back.
+        drop(lease);
+        Ok(Begin::Duplicate(left))
+    }
+
+    async fn mark_dispatched(&self, ids: &[i64]) -> Result<()> {
+        let mut lease = self.lease().await?;
+        delete_outbox(conn(&mut lease)?, ids).await
+    }
+
+    async fn undispatched(&self, endpoint: &str, older_than: DateTime<Utc>, limit: i64) -> Result<Vec<OutboxMessage>> {
+        let mut lease = self.lease().await?;
+        outbox_older_than(conn(&mut lease)?, endpoint, older_than, limit).await
+    }
+
+    async fn purge_inbox(&self, endpoint: &str, before: DateTime<Utc>, limit: i64) -> Result<u64> {
+        let mut lease = self.lease().await?;
+        delete_inbox(conn(&mut lease)?, endpoint, before, limit).await
+    }
+
+    /// Claims the due timeouts and enqueues their messages in the endpoint's queue in
+    /// ONE transaction of the broker's database: nothing is left to send.
+    async fn claim_due_timeouts(&self, endpoint: &str, claim: TimeoutClaim) -> Result<DueTimeouts> {
+        let mut lease = self.lease().await?;
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(conn(&mut lease)?)
+            .await
+            .map_err(|e| db_error("cannot begin claiming timeouts", e))?;
+        let due = sqlite_saga::claim_due(conn(&mut lease)?, endpoint, claim).await?;
+        let claimed = due.len();
+        let (reply, rx) = oneshot::channel();
+        lease.give_back(Some(Finish {
+            complete: None,
+            sends: if due.is_empty() {
+                Vec::new()
+            } else {
+                vec![(endpoint.to_owned(), false, due)]
+            },
+            max_message_size: self.broker.shared.max_message_size,
+            reply,
+        }));
+        rx.await.map_err(|_| Error::new(ErrorKind::Closed))??;
+        Ok(DueTimeouts {
+            claimed,
+            to_send: Vec::new(),
+        })
+    }
+
+    async fn next_timeout_due(&self, endpoint: &str) -> Result<Option<DateTime<Utc>>> {
+        let mut lease = self.lease().await?;
+        sqlite_saga::next_due(conn(&mut lease)?, endpoint).await
+    }
+
+    async fn unclaim_timeouts(&self, ids: &[String]) -> Result<()> {
+        let mut lease = self.lease().await?;
+        sqlite_saga::unclaim(conn(&mut lease)?, ids).await
+    }
+}

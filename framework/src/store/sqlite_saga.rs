@@ -1,0 +1,312 @@
+//! The SQLite statements of saga instances and timeouts, on a connection: the SQLite
+//! store runs them in its transactions, the embedded broker's store on the broker's own
+//! connection.
+
+use chrono::{DateTime, Utc};
+use sqlx::{Row, SqliteConnection};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::message::Envelope;
+use crate::store::{StoredEnvelope, StoredSaga, Timeout, TimeoutClaim, db_error};
+
+fn micros(t: DateTime<Utc>) -> i64 {
+    t.timestamp_micros()
+}
+
+fn conflict(saga_type: &str, correlation: &str) -> Error {
+    Error::new(ErrorKind::Conflict {
+        detail: format!("saga {saga_type} instance {correlation:?} was created or changed concurrently"),
+    })
+}
+
+pub(crate) async fn load(
+    conn: &mut SqliteConnection,
+    saga_type: &str,
+    correlation: &str,
+) -> Result<Option<StoredSaga>> {
+    let row = sqlx::query("SELECT state, version FROM courier_saga WHERE saga_type = ?1 AND correlation = ?2")
+        .bind(saga_type)
+        .bind(correlation)
+        .fetch_optional(conn)
+        .await
+        .map_err(|e| db_error("cannot load a saga instance", e))?;
+    row.map(|r| {
+        let get = |e| db_error("cannot read a saga instance", e);
+        Ok(StoredSaga {
+            state: r.try_get(0).map_err(get)?,
+            version: r.try_get(1).map_err(get)?,
+        })
+    })
+    .transpose()
+}
+
+pub(crate) async fn save(
+    conn: &mut SqliteConnection,
+    saga_type: &str,
+    correlation: &str,
+    state: &str,
+    version: Option<i64>,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let done = match version {
+        None => sqlx::query(
+            "INSERT INTO courier_saga (saga_type, correlation, state, version, created_at, updated_at) \
+             VALUES (?1, ?2, ?3, 1, ?4, ?4) ON CONFLICT DO NOTHING",
+        )
+        .bind(saga_type)
+        .bind(correlation)
+        .bind(state)
+        .bind(micros(now))
+        .execute(conn)
+        .await
+        .map_err(|e| db_error("cannot create a saga instance", e))?,
+        Some(v) => sqlx::query(
+            "UPDATE courier_saga SET state = ?3, version = version + 1, updated_at = ?4 \
+             WHERE saga_type = ?1 AND correlation = ?2 AND version = ?5",
+        )
+        .bind(saga_type)
+        .bind(correlation)
+        .bind(state)
+        .bind(micros(now))
+        .bind(v)
+        .execute(conn)
+        .await
+        .map_err(|e| db_error("cannot save a saga instance", e))?,
+    };
+    if done.rows_affected() == 1 {
+        Ok(())
+    } else {
+        Err(conflict(saga_type, correlation))
+    }
+}
+
+pub(crate) async fn complete(
+    conn: &mut SqliteConnection,
+    saga_type: &str,
+    correlation: &str,
+    state: &str,
+    version: Option<i64>,
+    archive: bool,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let created = match version {
+        None => micros(now),
+        Some(v) => sqlx::query_scalar::<_, i64>(
+            "DELETE FROM courier_saga WHERE saga_type = ?1 AND correlation = ?2 AND version = ?3 RETURNING created_at",
+        )
+        .bind(saga_type)
+        .bind(correlation)
+        .bind(v)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot delete a saga instance", e))?
+        .ok_or_else(|| conflict(saga_type, correlation))?,
+    };
+    if archive {
+        sqlx::query(
+            "INSERT INTO courier_saga_archive (saga_type, correlation, state, version, created_at, completed_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )
+        .bind(saga_type)
+        .bind(correlation)
+        .bind(state)
+        .bind(version.unwrap_or(0) + 1)
+        .bind(created)
+        .bind(micros(now))
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot archive a saga instance", e))?;
+    }
+    sqlx::query("DELETE FROM courier_saga_timeout WHERE saga_type = ?1 AND correlation = ?2")
+        .bind(saga_type)
+        .bind(correlation)
+        .execute(conn)
+        .await
+        .map_err(|e| db_error("cannot delete a completed saga's timeouts", e))?;
+    Ok(())
+}
+
+pub(crate) async fn add_timeouts(
+    conn: &mut SqliteConnection,
+    endpoint: &str,
+    saga_type: &str,
+    correlation: &str,
+    timeouts: Vec<Timeout>,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    for t in timeouts {
+        let (json, body) = StoredEnvelope::split(t.envelope)?;
+        sqlx::query(
+            "INSERT INTO courier_saga_timeout \
+             (id, endpoint, saga_type, correlation, due_at, envelope, body, created_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )
+        .bind(&t.id)
+        .bind(endpoint)
+        .bind(saga_type)
+        .bind(correlation)
+        .bind(micros(t.due))
+        .bind(json)
+        .bind(body.as_ref())
+        .bind(micros(now))
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot store a saga timeout", e))?;
+    }
+    Ok(())
+}
+
+pub(crate) async fn cancel_timeouts(conn: &mut SqliteConnection, ids: &[String]) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let list = serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned());
+    sqlx::query("DELETE FROM courier_saga_timeout WHERE id IN (SELECT value FROM json_each(?1))")
+        .bind(list)
+        .execute(conn)
+        .await
+        .map_err(|e| db_error("cannot cancel saga timeouts", e))?;
+    Ok(())
+}
+
+pub(crate) async fn take_timeout(conn: &mut SqliteConnection, id: &str) -> Result<bool> {
+    let done = sqlx::query("DELETE FROM courier_saga_timeout WHERE id = ?1")
+        .bind(id)
+        .execute(conn)
+        .await
+        .map_err(|e| db_error("cannot take a fired saga timeout", e))?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Marks due (and long unhandled) timeouts dispatched and returns their messages.
+pub(crate) async fn claim_due(
+    conn: &mut SqliteConnection,
+    endpoint: &str,
+    claim: TimeoutClaim,
+) -> Result<Vec<Envelope>> {
+    let rows = sqlx::query(
+        "UPDATE courier_saga_timeout SET dispatched_at = ?2 WHERE id IN ( \
+           SELECT id FROM ( \
+             SELECT id, due_at FROM courier_saga_timeout \
+               WHERE endpoint = ?1 AND dispatched_at IS NULL AND due_at <= ?5 \
+             UNION ALL \
+             SELECT id, due_at FROM courier_saga_timeout \
+               WHERE endpoint = ?1 AND dispatched_at IS NOT NULL AND dispatched_at < ?3) \
+           ORDER BY due_at LIMIT ?4) \
+         RETURNING envelope, body, due_at",
+    )
+    .bind(endpoint)
+    .bind(micros(claim.now))
+    .bind(micros(claim.reclaim_before))
+    .bind(claim.limit)
+    .bind(micros(claim.due_until))
+    .fetch_all(conn)
+    .await
+    .map_err(|e| db_error("cannot claim due saga timeouts", e))?;
+    rows.into_iter()
+        .map(|r| {
+            let get = |e| db_error("cannot read a saga timeout", e);
+            let json: String = r.try_get(0).map_err(get)?;
+            let body: Vec<u8> = r.try_get(1).map_err(get)?;
+            let due: i64 = r.try_get(2).map_err(get)?;
+            let due = DateTime::from_timestamp_micros(due).unwrap_or(claim.now);
+            Ok(claim.schedule(StoredEnvelope::join(&json, body)?, due))
+        })
+        .collect()
+}
+
+pub(crate) async fn next_due(conn: &mut SqliteConnection, endpoint: &str) -> Result<Option<DateTime<Utc>>> {
+    let at: Option<i64> = sqlx::query_scalar(
+        "SELECT MIN(due_at) FROM courier_saga_timeout WHERE endpoint = ?1 AND dispatched_at IS NULL",
+    )
+    .bind(endpoint)
+    .fetch_one(conn)
+    .await
+    .map_err(|e| db_error("cannot read the next saga timeout", e))?;
+    Ok(at.and_then(DateTime::from_timestamp_micros))
+}
+
+pub(crate) async fn unclaim(conn: &mut SqliteConnection, ids: &[String]) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let list = serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned());
+    sqlx::query("UPDATE courier_saga_timeout SET dispatched_at = NULL WHERE id IN (SELECT value FROM json_each(?1))")
+        .bind(list)
+        .execute(conn)
+        .await
+        .map_err(|e| db_error("cannot release saga timeouts", e))?;
+    Ok(())
+}
+
+/// `impl UnitOfWork for $ty { $methods + the saga methods on SQLite }`, for a type with
+/// `fn sqlite_conn(&mut self) -> Result<&mut SqliteConnection>` (one `#[async_trait]`
+/// impl, so that the macro's methods are rewritten with the others).
+macro_rules! sqlite_unit_of_work {
+    ($ty:ty, { $($methods:tt)* }) => {
+        #[async_trait::async_trait]
+        impl $crate::store::UnitOfWork for $ty {
+        $($methods)*
+        async fn load_saga(
+            &mut self,
+            saga_type: &str,
+            correlation: &str,
+        ) -> $crate::error::Result<Option<$crate::store::StoredSaga>> {
+            $crate::store::sqlite_saga::load(self.sqlite_conn()?, saga_type, correlation).await
+        }
+
+        async fn save_saga(
+            &mut self,
+            saga_type: &str,
+            correlation: &str,
+            state: &str,
+            version: Option<i64>,
+            now: chrono::DateTime<chrono::Utc>,
+        ) -> $crate::error::Result<()> {
+            $crate::store::sqlite_saga::save(self.sqlite_conn()?, saga_type, correlation, state, version, now).await
+        }
+
+        async fn complete_saga(
+            &mut self,
+            saga_type: &str,
+            correlation: &str,
+            state: &str,
+            version: Option<i64>,
+            archive: bool,
+            now: chrono::DateTime<chrono::Utc>,
+        ) -> $crate::error::Result<()> {
+            $crate::store::sqlite_saga::complete(
+                self.sqlite_conn()?,
+                saga_type,
+                correlation,
+                state,
+                version,
+                archive,
+                now,
+            )
+            .await
+        }
+
+        async fn add_timeouts(
+            &mut self,
+            endpoint: &str,
+            saga_type: &str,
+            correlation: &str,
+            timeouts: Vec<$crate::store::Timeout>,
+            now: chrono::DateTime<chrono::Utc>,
+        ) -> $crate::error::Result<()> {
+            $crate::store::sqlite_saga::add_timeouts(self.sqlite_conn()?, endpoint, saga_type, correlation, timeouts, now)
+                .await
+        }
+
+        async fn cancel_timeouts(&mut self, ids: &[String]) -> $crate::error::Result<()> {
+            $crate::store::sqlite_saga::cancel_timeouts(self.sqlite_conn()?, ids).await
+        }
+
+        async fn take_timeout(&mut self, id: &str) -> $crate::error::Result<bool> {
+            $crate::store::sqlite_saga::take_timeout(self.sqlite_conn()?, id).await
+        }
+        }
+    };
+}
+pub(crate) use sqlite_unit_of_work;

@@ -1,0 +1,594 @@
+//! Sagas on the three stores: persisted state, correlation, timeouts that fire once or
+//! never, completion, concurrency. The saga here is written by hand against
+//! `courier::saga::Saga` (the `#[courier::saga]` macro has its own tests); the clock is
+//! virtual, so an hour-long timeout takes milliseconds.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    missing_docs,
+    unreachable_pub
+)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use courier::saga::{Completion, Correlate, NotFound, Saga, SagaContext, SagaHandlers, SagaOptions, TimeoutHandle};
+use courier::{
+    BoxFuture, Clock, Endpoint, EndpointBuilder, EntityPath, HandlerError, RetryPolicy, Routes, RunningEndpoint,
+    SendOptions,
+};
+use courier_tests::eventually;
+use courier_tests::stores::{StoreEnv, StoreKind};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize, courier::Message)]
+#[message(name = "saga.Begin")]
+struct Begin {
+    id: String,
+    /// Request a reminder after this many seconds.
+    remind_after: Option<u64>,
+    /// Request two reminders due at the same time; the first to fire completes the saga.
+    twice: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, courier::Message)]
+#[message(name = "saga.Bump")]
+struct Bump {
+    id: String,
+}
+
+/// Correlated by the `x-flow` header.
+#[derive(Debug, Clone, Serialize, Deserialize, courier::Message)]
+#[message(name = "saga.Confirm")]
+struct Confirm;
+
+#[derive(Debug, Clone, Serialize, Deserialize, courier::Message)]
+#[message(name = "saga.Finish")]
+struct Finish {
+    id: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, courier::Message)]
+#[message(name = "saga.Remind")]
+struct Remind;
+
+/// The saga's state.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Flow {
+    starts: u32,
+    count: u32,
+    reminders: Vec<TimeoutHandle>,
+    complete_on_remind: bool,
+}
+
+/// What the test observes of the handlers.
+#[derive(Default)]
+struct Probe {
+    fired: AtomicU32,
+    /// Two racing starts wait for each other on their first attempt (Postgres only).
+    barrier: Option<tokio::sync::Barrier>,
+}
+
+impl Flow {
+    async fn begin(&mut self, msg: Begin, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+        if let Some(barrier) = &ctx.state::<Arc<Probe>>()?.barrier
+            && ctx.attempt() == 1
+        {
+            barrier.wait().await;
+        }
+        self.starts += 1;
+        if let Some(secs) = msg.remind_after {
+            let first = ctx.request_timeout(Duration::from_secs(secs), &Remind)?;
+            self.reminders.push(first);
+            if msg.twice {
+                let due = ctx.clock().now() + chrono::Duration::seconds(i64::try_from(secs).unwrap());
+                self.reminders.push(ctx.request_timeout_at(due, &Remind)?);
+                self.complete_on_remind = true;
+            }
+        }
+        Ok(())
+    }
+
+    async fn bump(&mut self, _msg: Bump, _ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+        self.count += 1;
+        Ok(())
+    }
+
+    async fn confirm(&mut self, _msg: Confirm, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+        for r in self.reminders.drain(..) {
+            ctx.cancel_timeout(&r);
+        }
+        Ok(())
+    }
+
+    async fn finish(&mut self, _msg: Finish, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+        ctx.complete();
+        Ok(())
+    }
+
+    async fn remind(&mut self, _msg: Remind, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+        ctx.state::<Arc<Probe>>()?.fired.fetch_add(1, Ordering::SeqCst);
+        if self.complete_on_remind {
+            ctx.complete();
+        }
+        Ok(())
+    }
+}
+
+macro_rules! saga_fn {
+    ($name:ident, $msg:ty) => {
+        fn $name<'a, 'b>(
+            s: &'a mut Flow,
+            m: $msg,
+            ctx: &'a mut SagaContext<'b>,
+        ) -> BoxFuture<'a, Result<(), HandlerError>> {
+            Box::pin(s.$name(m, ctx))
+        }
+    };
+}
+
+impl Saga for Flow {
+    const NAME: &'static str = "tests.Flow";
+
+    fn register(handlers: &mut SagaHandlers<Self>) {
+        saga_fn!(begin, Begin);
+        saga_fn!(bump, Bump);
+        saga_fn!(confirm, Confirm);
+        saga_fn!(finish, Finish);
+        saga_fn!(remind, Remind);
+        handlers
+            .start("begin", Correlate::by(|m: &Begin| m.id.clone()), begin)
+            .handle("bump", Correlate::by(|m: &Bump| m.id.clone()), bump)
+            .handle("confirm", Correlate::header("x-flow"), confirm)
+            .handle("finish", Correlate::by(|m: &Finish| m.id.clone()), finish)
+            .timeout("remind", remind);
+    }
+}
+
+fn routes() -> Routes {
+    Routes::new()
+        .send::<Begin>("flows")
+        .send::<Bump>("flows")
+        .send::<Confirm>("flows")
+        .send::<Finish>("flows")
+}
+
+struct Env {
+    env: StoreEnv,
+    probe: Arc<Probe>,
+}
+
+impl Env {
+    async fn new(kind: StoreKind) -> Self {
+        Self::with_probe(kind, Probe::default()).await
+    }
+
+    async fn with_probe(kind: StoreKind, probe: Probe) -> Self {
+        Self {
+            env: StoreEnv::new(kind).await,
+            probe: Arc::new(probe),
+        }
+    }
+
+    fn builder(&self, options: SagaOptions) -> EndpointBuilder {
+        self.builder_named("flows", options)
+    }
+
+    fn builder_named(&self, name: &str, options: SagaOptions) -> EndpointBuilder {
+        let clock: Arc<dyn Clock> = Arc::new(self.env.fx.clock.clone());
+        Endpoint::builder(name)
+            .transport(self.env.fx.transport.clone())
+            .clock(clock)
+            .routes(routes())
+            .store(self.env.store.clone())
+            .state(self.probe.clone())
+            .saga_with::<Flow>(options)
+    }
+
+    async fn start(&self) -> RunningEndpoint {
+        self.builder(SagaOptions::default()).start().await.unwrap()
+    }
+
+    fn fired(&self) -> u32 {
+        self.probe.fired.load(Ordering::SeqCst)
+    }
+
+    fn advance(&self, secs: u64) {
+        self.env.fx.clock.advance(Duration::from_secs(secs));
+    }
+
+    async fn rows(&self, table: &str) -> i64 {
+        self.env
+            .count(&format!("SELECT COUNT(*) FROM {}", self.env.kind.table(table)))
+            .await
+    }
+
+    /// A number in the instance's state.
+    async fn field(&self, id: &str, field: &str) -> i64 {
+        let sql = match self.env.kind {
+            StoreKind::Postgres => {
+                format!("SELECT (state->>'{field}')::bigint FROM courier.saga WHERE correlation = '{id}'")
+            }
+            _ => format!("SELECT json_extract(state, '$.{field}') FROM courier_saga WHERE correlation = '{id}'"),
+        };
+        self.env.count(&sql).await
+    }
+
+    async fn finish(self) {
+        self.env.finish().await;
+    }
+}
+
+fn begin(id: &str, remind_after: Option<u64>) -> Begin {
+    Begin {
+        id: id.into(),
+        remind_after,
+        twice: false,
+    }
+}
+
+/// Sends `message` and waits until the endpoint completed `n` messages in all.
+async fn handled<M: courier::Message>(flows: &RunningEndpoint, message: &M, n: u64) {
+    flows.bus().send(message).await.unwrap();
+    eventually("the message handled", || async { flows.stats().completed >= n }).await;
+}
+
+/// The user confirms in time: the reminder is cancelled with the state change and never
+/// fires, even long after its due time.
+async fn confirmation_in_time_cancels_the_timeout(kind: StoreKind) {
+    let env = Env::new(kind).await;
+    let flows = env.start().await;
+    handled(&flows, &begin("f-1", Some(3600)), 1).await;
+    assert_eq!(
+        env.rows("saga_timeout").await,
+        1,
+        "the reminder is stored with the saga"
+    );
+    flows
+        .bus()
+        .send_with(&Confirm, SendOptions::new().header("x-flow", "f-1"))
+        .await
+        .unwrap();
+    eventually("the confirmation", || async { flows.stats().completed == 2 }).await;
+    assert_eq!(env.rows("saga_timeout").await, 0, "cancelled in the same transaction");
+    env.advance(7200);
+    handled(&flows, &Bump { id: "f-1".into() }, 3).await;
+    assert_eq!(env.fired(), 0);
+    assert_eq!(flows.stats().timeouts_dispatched, 0);
+    flows.shutdown().await.unwrap();
+    env.finish().await;
+}
+
+/// Nobody confirms: the reminder fires once, and only once.
+async fn no_confirmation_fires_the_timeout_once(kind: StoreKind) {
+    let env = Env::new(kind).await;
+    let flows = env.start().await;
+    handled(&flows, &begin("f-2", Some(3600)), 1).await;
+    env.advance(3599);
+    handled(&flows, &Bump { id: "f-2".into() }, 2).await;
+    assert_eq!(env.fired(), 0, "not before its time");
+    env.advance(2);
+    eventually("the reminder", || async { env.fired() == 1 }).await;
+    eventually("its completion", || async { flows.stats().completed == 3 }).await;
+    env.advance(7200);
+    handled(&flows, &Bump { id: "f-2".into() }, 4).await;
+    assert_eq!(env.fired(), 1, "once");
+    assert_eq!(env.rows("saga_timeout").await, 0);
+    assert_eq!(env.field("f-2", "count").await, 2);
+    flows.shutdown().await.unwrap();
+    env.finish().await;
+}
+
+/// Two reminders fire together; the first completes the saga. The second is already in
+/// the queue: it is discarded, never handled.
+async fn a_timeout_after_completion_is_discarded(kind: StoreKind) {
+    let env = Env::new(kind).await;
+    let flows = env.start().await;
+    let mut b = begin("f-3", Some(60));
+    b.twice = true;
+    handled(&flows, &b, 1).await;
+    assert_eq!(env.rows("saga_timeout").await, 2);
+    env.advance(61);
+    eventually("one handled, one discarded", || async {
+        flows.stats().timeouts_discarded == 1 && flows.stats().completed == 3
+    })
+    .await;
+    assert_eq!(env.fired(), 1);
+    assert_eq!(flows.stats().timeouts_dispatched, 2);
+    assert_eq!(env.rows("saga").await, 0, "completed: the instance is gone");
+    assert_eq!(env.rows("saga_timeout").await, 0);
+    flows.shutdown().await.unwrap();
+    env.finish().await;
+}
+
+/// 100 messages to one instance at once, on one endpoint with 16 handlers and on two
+/// instances of the endpoint (two processes' worth of locks): no update is lost.
+async fn concurrent_messages_lose_no_update(kind: StoreKind) {
+    let env = Env::new(kind).await;
+    let policy = RetryPolicy::default().immediate(100).delayed([]);
+    let a = env
+        .builder(SagaOptions::default())
+        .concurrency(16)
+        .recoverability(policy.clone())
+        .start()
+        .await
+        .unwrap();
+    handled(&a, &begin("f-4", None), 1).await;
+    let bumps: Vec<_> = (0..100).map(|_| Bump { id: "f-4".into() }).collect();
+    for b in &bumps {
+        a.bus().send(b).await.unwrap();
+    }
+    eventually("100 bumps", || async { a.stats().completed == 101 }).await;
+    assert_eq!(env.field("f-4", "count").await, 100);
+    assert_eq!(
+        a.stats().saga_conflicts,
+        0,
+        "one process: its instance lock serializes them"
+    );
+    let b = env
+        .builder(SagaOptions::default())
+        .concurrency(16)
+        .recoverability(policy)
+        .start()
+        .await
+        .unwrap();
+    for m in &bumps {
+        a.bus().send(m).await.unwrap();
+    }
+    eventually("100 more bumps", || async {
+        a.stats().completed + b.stats().completed == 201
+    })
+    .await;
+    assert_eq!(env.field("f-4", "count").await, 200);
+    assert_eq!(a.stats().dead_lettered + b.stats().dead_lettered, 0);
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    env.finish().await;
+}
+
+/// Two start messages of one instance race on two endpoints (two processes' worth of
+/// instance locks; the saga's instances are shared through the store): one instance is
+/// created; the loser's insert conflicts, is retried and continues it.
+async fn racing_starts_make_one_instance(kind: StoreKind) {
+    // Only Postgres lets two transactions be inside a handler at once; SQLite serializes
+    // them, so the race is settled before it starts.
+    let probe = Probe {
+        barrier: (kind == StoreKind::Postgres).then(|| tokio::sync::Barrier::new(2)),
+        ..Probe::default()
+    };
+    let env = Env::with_probe(kind, probe).await;
+    let a = env
+        .builder_named("flows-a", SagaOptions::default())
+        .start()
+        .await
+        .unwrap();
+    let b = env
+        .builder_named("flows-b", SagaOptions::default())
+        .start()
+        .await
+        .unwrap();
+    for to in ["flows-a", "flows-b"] {
+        a.bus()
+            .send_with(&begin("f-5", None), SendOptions::new().to(to))
+            .await
+            .unwrap();
+    }
+    eventually("both starts", || async {
+        a.stats().completed + b.stats().completed == 2
+    })
+    .await;
+    assert_eq!(env.rows("saga").await, 1, "one instance");
+    assert_eq!(env.field("f-5", "starts").await, 2, "both starts applied to it");
+    if kind == StoreKind::Postgres {
+        assert!(a.stats().saga_conflicts + b.stats().saga_conflicts >= 1);
+    }
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    env.finish().await;
+}
+
+/// The process stops after the saga's state and timeout committed, long before the
+/// timeout is due; a new process dispatches it when due, once.
+async fn a_restart_keeps_the_timeout(kind: StoreKind) {
+    let env = Env::new(kind).await;
+    let flows = env.start().await;
+    handled(&flows, &begin("f-6", Some(3600)), 1).await;
+    drop(flows);
+    env.advance(3601);
+    let again = env.start().await;
+    eventually("the reminder after the restart", || async { env.fired() == 1 }).await;
+    eventually("its completion", || async { again.stats().completed == 1 }).await;
+    assert_eq!(env.rows("saga_timeout").await, 0);
+    again.shutdown().await.unwrap();
+    env.finish().await;
+}
+
+/// A dispatcher claimed a due timeout and died before sending it: the claim is taken
+/// back after five minutes and the timeout fires, once.
+async fn a_lost_dispatch_is_reclaimed(kind: StoreKind) {
+    let env = Env::new(kind).await;
+    let flows = env.start().await;
+    handled(&flows, &begin("f-7", Some(60)), 1).await;
+    flows.shutdown().await.unwrap();
+    env.advance(61);
+    let now = courier::Clock::now(&env.env.fx.clock);
+    let claimed = env
+        .env
+        .store
+        .claim_due_timeouts(
+            "flows",
+            courier::TimeoutClaim {
+                now,
+                due_until: now,
+                reclaim_before: now - chrono::Duration::minutes(5),
+                limit: 10,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(claimed.claimed, 1);
+    drop(claimed); // "crashed" before sending what it claimed
+    let again = env.start().await;
+    if !kind.one_transaction() {
+        // Separate store: the claimed message was never sent; nothing fires until the
+        // claim is taken back.
+        handled(&again, &Bump { id: "f-7".into() }, 1).await;
+        assert_eq!(env.fired(), 0);
+        env.advance(301);
+    }
+    eventually("the reminder", || async { env.fired() == 1 }).await;
+    // The handler ran; wait for its transaction to commit (the row goes with it) before
+    // moving time: an hour's jump would otherwise expire the lock of a handling still in
+    // flight, which (rightly) rolls it back and handles the timeout again.
+    eventually("the reminder committed", || async {
+        env.rows("saga_timeout").await == 0
+    })
+    .await;
+    env.advance(3600);
+    eventually("settled", || async { again.stats().running == 0 }).await;
+    assert_eq!(env.fired(), 1, "once");
+    again.shutdown().await.unwrap();
+    env.finish().await;
+}
+
+/// A continuing message for no instance: completed and counted by default, dead-lettered
+/// with `courier.SagaNotFound` when configured.
+async fn not_found_policy(kind: StoreKind) {
+    let env = Env::new(kind).await;
+    let flows = env.start().await;
+    handled(&flows, &Bump { id: "nobody".into() }, 1).await;
+    assert_eq!(flows.stats().sagas_not_found, 1);
+    assert_eq!(env.rows("saga").await, 0, "a continuing message creates nothing");
+    flows.shutdown().await.unwrap();
+    let strict = env
+        .builder(SagaOptions::new().not_found(NotFound::DeadLetter))
+        .start()
+        .await
+        .unwrap();
+    strict.bus().send(&Bump { id: "nobody".into() }).await.unwrap();
+    eventually("the dead letter", || async { strict.stats().dead_lettered == 1 }).await;
+    let dead = env
+        .env
+        .fx
+        .transport
+        .peek(&EntityPath::queue("flows").dead_letter(), 0, 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        dead[0].broker.dead_letter_reason.as_deref(),
+        Some(courier::saga::reasons::SAGA_NOT_FOUND)
+    );
+    strict.shutdown().await.unwrap();
+    env.finish().await;
+}
+
+/// Completion deletes the instance and its timeouts, or archives the instance.
+async fn completion_deletes_or_archives(kind: StoreKind) {
+    let env = Env::new(kind).await;
+    let flows = env.start().await;
+    handled(&flows, &begin("f-8", Some(60)), 1).await;
+    handled(&flows, &Finish { id: "f-8".into() }, 2).await;
+    assert_eq!((env.rows("saga").await, env.rows("saga_timeout").await), (0, 0));
+    assert_eq!(env.rows("saga_archive").await, 0);
+    flows.shutdown().await.unwrap();
+    let archiving = env
+        .builder(SagaOptions::new().completion(Completion::Archive))
+        .start()
+        .await
+        .unwrap();
+    handled(&archiving, &begin("f-9", None), 1).await;
+    handled(&archiving, &Bump { id: "f-9".into() }, 2).await;
+    handled(&archiving, &Finish { id: "f-9".into() }, 3).await;
+    assert_eq!(env.rows("saga").await, 0);
+    assert_eq!(env.rows("saga_archive").await, 1);
+    archiving.shutdown().await.unwrap();
+    env.finish().await;
+}
+
+macro_rules! on_every_store {
+    ($($scenario:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(courier_tests::stores::StoreKind::Sqlite).await;
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(courier_tests::stores::StoreKind::Postgres).await;
+                }
+            )*
+        }
+        mod embedded {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(courier_tests::stores::StoreKind::Embedded).await;
+                }
+            )*
+        }
+    };
+}
+
+on_every_store!(
+    confirmation_in_time_cancels_the_timeout,
+    no_confirmation_fires_the_timeout_once,
+    a_timeout_after_completion_is_discarded,
+    concurrent_messages_lose_no_update,
+    racing_starts_make_one_instance,
+    a_restart_keeps_the_timeout,
+    a_lost_dispatch_is_reclaimed,
+    not_found_policy,
+    completion_deletes_or_archives,
+);
+
+/// Mistakes in wiring a saga are refused when the endpoint starts.
+#[tokio::test]
+async fn a_saga_needs_a_store() {
+    let fx = courier_tests::embedded_fixture().await;
+    let err = Endpoint::builder("flows")
+        .transport(fx.transport.clone())
+        .saga::<Flow>()
+        .start()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("needs a store"), "{err}");
+}
+
+/// A saga that handles one message type twice is refused: which correlation finds the
+/// instance would be ambiguous.
+#[tokio::test]
+async fn a_message_type_handled_twice_is_refused() {
+    #[derive(Default, Serialize, Deserialize)]
+    struct Twice;
+    impl Saga for Twice {
+        const NAME: &'static str = "tests.Twice";
+        fn register(h: &mut SagaHandlers<Self>) {
+            fn noop<'a, 'b>(
+                _: &'a mut Twice,
+                _: Bump,
+                _: &'a mut SagaContext<'b>,
+            ) -> BoxFuture<'a, Result<(), HandlerError>> {
+                Box::pin(async { Ok(()) })
+            }
+            h.start("one", Correlate::by(|m: &Bump| m.id.clone()), noop)
+                .handle("two", Correlate::header("x"), noop);
+        }
+    }
+    let env = StoreEnv::new(StoreKind::Sqlite).await;
+    let err = Endpoint::builder("twice")
+        .transport(env.fx.transport.clone())
+        .store(env.store.clone())
+        .saga::<Twice>()
+        .start()
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("handles saga.Bump twice"), "{err}");
+}

@@ -1,0 +1,143 @@
+//! A migrated store of each kind next to an embedded broker on a virtual clock, with a
+//! way to run SQL on the store's database: the environment of the store and saga tests.
+
+use std::sync::Arc;
+
+use courier::conformance::Fixture;
+use courier::{Embedded, PostgresStore, SqliteStore, Store, VirtualClock};
+
+use crate::pg::TestDatabase;
+
+/// Which store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    /// `SqliteStore` in a file of its own.
+    Sqlite,
+    /// `PostgresStore` in a database of its own.
+    Postgres,
+    /// The embedded broker's own file (`Embedded::store`): one transaction for everything.
+    Embedded,
+}
+
+impl StoreKind {
+    /// Every kind.
+    pub const ALL: [StoreKind; 3] = [StoreKind::Sqlite, StoreKind::Postgres, StoreKind::Embedded];
+
+    /// Whether settling the received message and sending are part of the store's
+    /// transaction (no outbox, no dispatch after the commit).
+    pub fn one_transaction(self) -> bool {
+        self == StoreKind::Embedded
+    }
+
+    /// The name of one of Courier's tables in this store (`inbox` → `courier.inbox` or
+    /// `courier_inbox`).
+    pub fn table(self, name: &str) -> String {
+        match self {
+            StoreKind::Postgres => format!("courier.{name}"),
+            StoreKind::Sqlite | StoreKind::Embedded => format!("courier_{name}"),
+        }
+    }
+}
+
+/// A broker and a migrated store.
+pub struct StoreEnv {
+    /// The broker (an in-memory one, or for [`StoreKind::Embedded`] the file of the store).
+    pub fx: Fixture,
+    /// Which store.
+    pub kind: StoreKind,
+    /// The store.
+    pub store: Arc<dyn Store>,
+    sqlite: Option<sqlx::SqlitePool>,
+    pg: Option<(sqlx::PgPool, TestDatabase)>,
+    _dir: tempfile::TempDir,
+}
+
+impl StoreEnv {
+    /// A fresh environment.
+    ///
+    /// # Panics
+    /// If the store cannot be opened (a test failure).
+    #[allow(clippy::unwrap_used)]
+    pub async fn new(kind: StoreKind) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut fx = None;
+        let (store, sqlite, pg): (Arc<dyn Store>, _, _) = match kind {
+            StoreKind::Embedded => {
+                let clock = VirtualClock::starting_now();
+                let path = dir.path().join("app.db");
+                let broker = Embedded::builder()
+                    .path(&path)
+                    .clock(Arc::new(clock.clone()))
+                    .open()
+                    .await
+                    .unwrap();
+                let store = broker.store();
+                fx = Some(Fixture {
+                    transport: Arc::new(broker),
+                    clock,
+                });
+                let pool = SqliteStore::open(&path).await.unwrap().pool().clone();
+                (Arc::new(store), Some(pool), None)
+            }
+            StoreKind::Sqlite => {
+                let s = SqliteStore::open(dir.path().join("store.db")).await.unwrap();
+                let pool = s.pool().clone();
+                (Arc::new(s), Some(pool), None)
+            }
+            StoreKind::Postgres => {
+                let db = TestDatabase::create().await;
+                let pool = db.pool().await;
+                (Arc::new(PostgresStore::from_pool(pool.clone())), None, Some((pool, db)))
+            }
+        };
+        store.migrate().await.unwrap();
+        let fx = match fx {
+            Some(fx) => fx,
+            None => crate::embedded_fixture().await,
+        };
+        Self {
+            fx,
+            kind,
+            store,
+            sqlite,
+            pg,
+            _dir: dir,
+        }
+    }
+
+    /// Runs a statement on the store's database.
+    ///
+    /// # Panics
+    /// If it fails.
+    #[allow(clippy::unwrap_used, clippy::panic)]
+    pub async fn exec(&self, sql: &str) {
+        let sql = sqlx::AssertSqlSafe(sql.to_owned());
+        match (&self.sqlite, &self.pg) {
+            (Some(p), _) => drop(sqlx::query(sql).execute(p).await.unwrap()),
+            (_, Some((p, _))) => drop(sqlx::query(sql).execute(p).await.unwrap()),
+            _ => panic!("no database"),
+        }
+    }
+
+    /// The one integer a query returns.
+    ///
+    /// # Panics
+    /// If it fails.
+    #[allow(clippy::unwrap_used, clippy::panic)]
+    pub async fn count(&self, sql: &str) -> i64 {
+        let sql = sqlx::AssertSqlSafe(sql.to_owned());
+        match (&self.sqlite, &self.pg) {
+            (Some(p), _) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
+            (_, Some((p, _))) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
+            _ => panic!("no database"),
+        }
+    }
+
+    /// Closes the pools and drops the Postgres database.
+    pub async fn finish(self) {
+        if let Some((pool, db)) = self.pg {
+            pool.close().await;
+            db.drop_now().await;
+        }
+    }
+}

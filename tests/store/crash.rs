@@ -1,0 +1,221 @@
+//! A process killed (SIGKILL) at the worst moment of a message's handling, on each store.
+//! With a separate store, that moment is between the commit and the end of the dispatch:
+//! after a restart, the redelivered message is recognised by the inbox and the message
+//! its handler sent is dispatched once, with the id it was stored with. With the embedded
+//! broker's own file as the store, the worst moment is inside the one transaction: after
+//! a restart nothing of it is visible and the message is handled once.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use courier::{
+    Bus, Clock, Context, Embedded, Endpoint, EntityPath, HandlerError, PostgresStore, QueueOptions, Routes,
+    SendOptions, SqliteStore, Store, Transport, VirtualClock,
+};
+use courier_tests::pg::TestDatabase;
+use courier_tests::{CrashDone, CrashJob, eventually};
+
+use super::Kind;
+
+const CHILD: &str = env!("CARGO_BIN_EXE_courier-test-child");
+
+/// The restarted endpoint's handler: the child's, counted.
+#[derive(Clone, Default)]
+struct Calls(Arc<AtomicU32>);
+
+#[courier::handler]
+async fn record_and_send(job: CrashJob, ctx: &mut Context) -> Result<(), HandlerError> {
+    ctx.state::<Calls>()?.0.fetch_add(1, Ordering::SeqCst);
+    let kind = *ctx.state::<Kind>()?;
+    let id = format!("job-{}", job.n);
+    if kind == Kind::Postgres {
+        let tx = ctx.transaction::<sqlx::Postgres>()?;
+        sqlx::query("INSERT INTO orders (id) VALUES ($1)")
+            .bind(&id)
+            .execute(&mut *tx)
+            .await?;
+    } else {
+        let tx = ctx.transaction::<sqlx::Sqlite>()?;
+        sqlx::query("INSERT INTO orders (id) VALUES (?1)")
+            .bind(&id)
+            .execute(&mut *tx)
+            .await?;
+    }
+    ctx.send(&CrashDone { n: job.n })?;
+    Ok(())
+}
+
+enum Db {
+    Sqlite(sqlx::SqlitePool),
+    Postgres(sqlx::PgPool, Box<TestDatabase>),
+}
+
+impl Db {
+    async fn count(&self, sql: &'static str) -> i64 {
+        match self {
+            Db::Sqlite(p) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
+            Db::Postgres(p, _) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
+        }
+    }
+}
+
+async fn killed_at_the_worst_moment(kind: Kind) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("broker.db");
+    {
+        let broker = Embedded::open(&db).await.unwrap();
+        for q in ["jobs", "done"] {
+            broker.create_queue(q, &QueueOptions::default()).await.unwrap();
+        }
+        let transport: Arc<dyn Transport> = Arc::new(broker);
+        Bus::new(transport.clone(), Routes::new().send::<CrashJob>("jobs"))
+            .send_with(&CrashJob { n: 7 }, SendOptions::new().message_id("job-7"))
+            .await
+            .unwrap();
+        transport.close().await;
+    }
+    // The store, its tables and the application's `orders` table.
+    let (store_arg, store_db) = match kind {
+        Kind::Sqlite => {
+            let path = dir.path().join("store.db");
+            let store = SqliteStore::open(&path).await.unwrap();
+            store.migrate().await.unwrap();
+            (format!("sqlite:{}", path.display()), Db::Sqlite(store.pool().clone()))
+        }
+        Kind::Embedded => {
+            let pool = SqliteStore::open(&db).await.unwrap().pool().clone();
+            ("embedded".to_owned(), Db::Sqlite(pool))
+        }
+        Kind::Postgres => {
+            let test_db = TestDatabase::create().await;
+            let pool = test_db.pool().await;
+            PostgresStore::from_pool(pool.clone()).migrate().await.unwrap();
+            (test_db.url(), Db::Postgres(pool, Box::new(test_db)))
+        }
+    };
+    match &store_db {
+        Db::Sqlite(p) => drop(
+            sqlx::query("CREATE TABLE orders (id TEXT NOT NULL)")
+                .execute(p)
+                .await
+                .unwrap(),
+        ),
+        Db::Postgres(p, _) => drop(
+            sqlx::query("CREATE TABLE orders (id TEXT NOT NULL)")
+                .execute(p)
+                .await
+                .unwrap(),
+        ),
+    }
+
+    let mut child = Command::new(CHILD)
+        .args(["outbox", db.to_str().unwrap(), "jobs", &store_arg])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let line = tokio::task::spawn_blocking(move || {
+        let line = BufReader::new(stdout).lines().next().unwrap().unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        line
+    })
+    .await
+    .unwrap();
+
+    if kind.one_transaction() {
+        assert_eq!(line, "IN_TRANSACTION");
+        assert_eq!(
+            store_db.count("SELECT COUNT(*) FROM orders").await,
+            0,
+            "nothing committed"
+        );
+    } else {
+        assert_eq!(
+            line, "DISPATCHING",
+            "killed between the commit and the end of the dispatch"
+        );
+        assert_eq!(store_db.count("SELECT COUNT(*) FROM orders").await, 1, "committed");
+    }
+
+    // Restart: this process opens the same files.
+    let clock = VirtualClock::starting_now();
+    let shared: Arc<dyn Clock> = Arc::new(clock.clone());
+    let broker = Embedded::builder()
+        .path(&db)
+        .clock(shared.clone())
+        .open()
+        .await
+        .unwrap();
+    let store: Arc<dyn Store> = match &store_db {
+        _ if kind == Kind::Embedded => Arc::new(broker.store()),
+        Db::Sqlite(p) => Arc::new(SqliteStore::from_pool(p.clone())),
+        Db::Postgres(p, _) => Arc::new(PostgresStore::from_pool(p.clone())),
+    };
+    let transport: Arc<dyn Transport> = Arc::new(broker);
+    let calls = Calls::default();
+    let running = Endpoint::builder("jobs")
+        .transport(transport.clone())
+        .clock(shared)
+        .routes(Routes::new().send::<CrashDone>("done"))
+        .store(store)
+        .state(calls.clone())
+        .state(kind)
+        .handler(record_and_send)
+        .start()
+        .await
+        .unwrap();
+    eventually("the job settled", || async {
+        let c = transport.counts(&EntityPath::queue("jobs")).await.unwrap();
+        c.active == 0 && running.stats().completed == 1
+    })
+    .await;
+    // Past the outbox sweeper's age: it must find nothing left to send.
+    clock.advance(Duration::from_secs(45));
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let done = transport.peek(&EntityPath::queue("done"), 0, 10).await.unwrap();
+    assert_eq!(done.len(), 1, "the outgoing message was dispatched exactly once");
+    assert_eq!(done[0].envelope.causation_id.as_deref(), Some("job-7"));
+    assert_eq!(store_db.count("SELECT COUNT(*) FROM orders").await, 1, "effects once");
+    if kind.one_transaction() {
+        assert_eq!(calls.0.load(Ordering::SeqCst), 1, "handled once, after the restart");
+        assert_eq!(running.stats().duplicates, 0);
+    } else {
+        assert_eq!(
+            calls.0.load(Ordering::SeqCst),
+            0,
+            "recognised by the inbox, not handled again"
+        );
+        assert_eq!(running.stats().duplicates, 1);
+        let outbox = match &store_db {
+            Db::Postgres(..) => "SELECT COUNT(*) FROM courier.outbox",
+            Db::Sqlite(_) => "SELECT COUNT(*) FROM courier_outbox",
+        };
+        eventually("the outbox emptied", || async { store_db.count(outbox).await == 0 }).await;
+    }
+    running.shutdown().await.unwrap();
+    transport.close().await;
+    if let Db::Postgres(pool, test_db) = store_db {
+        pool.close().await;
+        test_db.drop_now().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_store_killed_between_commit_and_dispatch() {
+    killed_at_the_worst_moment(Kind::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_store_killed_between_commit_and_dispatch() {
+    killed_at_the_worst_moment(Kind::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_store_killed_inside_its_one_transaction() {
+    killed_at_the_worst_moment(Kind::Embedded).await;
+}
