@@ -13,8 +13,8 @@ use serde::{Deserialize, Serialize};
 #[test]
 fn ui() {
     let t = trybuild::TestCases::new();
-    t.pass("macros/ui/pass/*.rs");
-    t.compile_fail("macros/ui/fail/*.rs");
+    t.pass("ui/pass/*.rs");
+    t.compile_fail("ui/fail/*.rs");
 }
 
 /// A message with the default wire name.

@@ -1,0 +1,1 @@
+//! Nothing: the tests of this package are in `main.rs` and `ui/`.
