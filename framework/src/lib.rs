@@ -42,6 +42,8 @@ mod transport;
 
 #[cfg(feature = "sqlite")]
 mod embedded;
+#[cfg(feature = "sqlite")]
+pub mod testing;
 
 #[cfg(feature = "conformance")]
 #[path = "suite.rs"]

@@ -20,6 +20,8 @@ use courier::{
     BoxFuture, Clock, Endpoint, EndpointBuilder, EntityPath, HandlerError, RetryPolicy, Routes, RunningEndpoint,
     SendOptions,
 };
+mod harness;
+
 use courier_tests::eventually;
 use courier_tests::stores::{StoreEnv, StoreKind};
 use serde::{Deserialize, Serialize};

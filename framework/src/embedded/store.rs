@@ -12,7 +12,9 @@ use super::engine::{Command, Finish, Lease, read_token};
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Envelope, LockToken};
 use crate::store::sqlite::{delete_inbox, delete_outbox, insert_outbox, left_over, outbox_older_than, record_inbox};
-use crate::store::{Begin, Committed, DueTimeouts, OutboxMessage, Store, TimeoutClaim, db_error, sqlite_saga};
+use crate::store::{
+    Begin, Committed, DueTimeouts, OutboxMessage, Store, StoredSaga, TimeoutClaim, db_error, sqlite_saga,
+};
 
 /// An endpoint store in the embedded broker's database: `Embedded::store()`.
 ///
@@ -42,6 +44,12 @@ impl Embedded {
 }
 
 impl EmbeddedStore {
+    /// A saga instance as stored (for `courier::testing`).
+    pub(crate) async fn saga_state(&self, saga_type: &str, correlation: &str) -> Result<Option<StoredSaga>> {
+        let mut lease = self.lease().await?;
+        sqlite_saga::load(conn(&mut lease)?, saga_type, correlation).await
+    }
+
     async fn lease(&self) -> Result<Lease> {
         self.broker.shared.check_open()?;
         let (reply, rx) = oneshot::channel();

@@ -55,6 +55,8 @@ pub struct Context {
     /// Held until the transaction ends (saga instance locks). Declared after the unit of
     /// work: on a failure the transaction is dropped (rolled back) first.
     held: Vec<Box<dyn Any + Send>>,
+    /// What saga handlers did, collected only when the endpoint has an observer.
+    observed: Option<Vec<crate::endpoint::observe::SagaEffects>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -79,6 +81,8 @@ pub(crate) struct ContextParts {
     pub(crate) cancel: CancellationToken,
     pub(crate) trace: TraceContext,
     pub(crate) extensions: Arc<Extensions>,
+    /// Whether an observer wants the saga effects of this handling.
+    pub(crate) observing: bool,
 }
 
 impl Context {
@@ -97,7 +101,19 @@ impl Context {
             unit_of_work: None,
             timeout_due: None,
             held: Vec::new(),
+            observed: parts.observing.then(Vec::new),
         }
+    }
+
+    /// Records what a saga handler did, when the endpoint has an observer.
+    pub(crate) fn observe_saga(&mut self, effects: impl FnOnce() -> crate::endpoint::observe::SagaEffects) {
+        if let Some(observed) = &mut self.observed {
+            observed.push(effects());
+        }
+    }
+
+    pub(crate) fn take_observed(&mut self) -> Vec<crate::endpoint::observe::SagaEffects> {
+        self.observed.take().unwrap_or_default()
     }
 
     /// Keeps `guard` until the message's transaction has ended.

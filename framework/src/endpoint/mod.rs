@@ -4,6 +4,7 @@
 pub(crate) mod bus;
 pub(crate) mod context;
 pub(crate) mod handler;
+pub(crate) mod observe;
 pub(crate) mod recoverability;
 pub(crate) mod routing;
 pub(crate) mod trace;
@@ -271,6 +272,7 @@ pub struct EndpointBuilder {
     saga_stats: Arc<crate::saga::SagaStats>,
     /// Mistakes found while adding sagas, reported by `start`.
     errors: Vec<String>,
+    observer: Option<Arc<dyn observe::Observer>>,
 }
 
 impl std::fmt::Debug for EndpointBuilder {
@@ -306,7 +308,19 @@ impl EndpointBuilder {
             sagas: Vec::new(),
             saga_stats: Arc::default(),
             errors: Vec::new(),
+            observer: None,
         }
+    }
+
+    /// Reports every committed handling to `observer` (`courier::testing`).
+    pub(crate) fn observer(mut self, observer: Arc<dyn observe::Observer>) -> Self {
+        self.observer = Some(observer);
+        self
+    }
+
+    /// The routing table set so far.
+    pub(crate) fn routes_ref(&self) -> &Routes {
+        &self.routes
     }
 
     /// The broker (required).
@@ -555,6 +569,7 @@ impl EndpointBuilder {
             sources,
             has_sagas: !self.sagas.is_empty(),
             saga_stats: self.saga_stats,
+            observer: self.observer,
         };
         runtime::start(config).await
     }

@@ -66,6 +66,11 @@ impl Routes {
         self.events.get(message_type).map(String::as_str)
     }
 
+    /// The command queues, by wire name.
+    pub fn commands(&self) -> impl Iterator<Item = (&'static str, &str)> {
+        self.commands.iter().map(|(k, v)| (*k, v.as_str()))
+    }
+
     /// The event topics, by wire name.
     pub fn events(&self) -> impl Iterator<Item = (&'static str, &str)> {
         self.events.iter().map(|(k, v)| (*k, v.as_str()))

@@ -19,6 +19,7 @@ use tracing::Instrument;
 use crate::clock::Clock;
 use crate::endpoint::bus::{Bus, Outgoing};
 use crate::endpoint::context::{Context, ContextParts, Extensions};
+use crate::endpoint::observe::{Handled, Observer};
 use crate::endpoint::recoverability::{Decision, RetryPolicy, headers, reasons};
 use crate::endpoint::routing::Routes;
 use crate::endpoint::trace::TraceContext;
@@ -48,6 +49,7 @@ pub(crate) struct Config {
     pub(crate) sources: Vec<EntityPath>,
     pub(crate) has_sagas: bool,
     pub(crate) saga_stats: Arc<SagaStats>,
+    pub(crate) observer: Option<Arc<dyn Observer>>,
 }
 
 /// Counters of what an endpoint did.
@@ -140,6 +142,7 @@ struct Shared {
     /// Fired when the shutdown deadline passes: running handlers see it in their context.
     hard_stop: CancellationToken,
     stats: Stats,
+    observer: Option<Arc<dyn Observer>>,
 }
 
 /// What a graceful shutdown did.
@@ -187,6 +190,7 @@ pub struct RunningEndpoint {
     receive_loops: Vec<tokio::task::JoinHandle<usize>>,
     handlers: TaskTracker,
     shutdown_timeout: Duration,
+    sources: Vec<EntityPath>,
 }
 
 impl std::fmt::Debug for RunningEndpoint {
@@ -212,6 +216,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
         dispatched_added: tokio::sync::Notify::new(),
         hard_stop: CancellationToken::new(),
         stats: Stats::default(),
+        observer: config.observer,
     });
     // Make the sender of the input queue now, so delayed retries never wait for it.
     bus.sender(&config.name, false).await?;
@@ -252,6 +257,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
         receive_loops,
         handlers,
         shutdown_timeout: config.shutdown_timeout,
+        sources: config.sources,
     })
 }
 
@@ -259,6 +265,12 @@ impl RunningEndpoint {
     /// The endpoint's name (its input queue).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Where the endpoint receives from: its input queue, then a subscription per event
+    /// type it handles.
+    pub fn sources(&self) -> &[EntityPath] {
+        &self.sources
     }
 
     /// What the endpoint is doing and has done.
@@ -682,6 +694,7 @@ async fn handle(shared: &Shared, mut delivery: Delivery, delayed: u32, attempt: 
             cancel: cancel.clone(),
             trace,
             extensions: shared.extensions.clone(),
+            observing: shared.observer.is_some(),
         });
         let handlers = entry.handlers.clone();
         let lock = delivery.lock_token();
@@ -722,10 +735,11 @@ async fn handle(shared: &Shared, mut delivery: Delivery, delayed: u32, attempt: 
             match ctx.take_unit_of_work() {
                 // The outbox: what the handlers sent commits with their writes.
                 Some(mut work) => {
-                    let rows = outgoing
+                    let rows: Vec<_> = outgoing
                         .into_iter()
                         .map(|o| (o.destination, o.is_topic, o.envelope))
                         .collect();
+                    let observed = shared.observer.as_ref().map(|_| rows.clone());
                     let stored = work
                         .store_outgoing(rows, shared.clock.now())
                         .await
@@ -735,6 +749,13 @@ async fn handle(shared: &Shared, mut delivery: Delivery, delayed: u32, attempt: 
                     let committed = committed.map_err(Failure::Store)?;
                     if let Some(due) = ctx.take_timeout_due() {
                         shared.timeouts.stored(due);
+                    }
+                    if let (Some(observer), Some(outgoing)) = (&shared.observer, observed) {
+                        observer.handled(Handled {
+                            message: ctx.received().envelope.clone(),
+                            outgoing,
+                            sagas: ctx.take_observed(),
+                        });
                     }
                     match committed {
                         Committed::Pending => Ok(Done::Committed(stored)),

@@ -222,6 +222,10 @@ impl SagaOptions {
 pub struct TimeoutHandle(String);
 
 impl TimeoutHandle {
+    pub(crate) fn from_id(id: String) -> Self {
+        Self(id)
+    }
+
     /// The timeout's id (the message id of its message).
     pub fn as_str(&self) -> &str {
         &self.0

@@ -14,6 +14,7 @@ use super::{
 };
 use crate::endpoint::context::Context;
 use crate::endpoint::handler::{BoxFuture, HandlerError, Message};
+use crate::endpoint::observe::{RequestedTimeout, SagaEffects};
 use crate::endpoint::{ErasedHandler, Failure};
 use crate::error::{Error, ErrorKind};
 use crate::message::PropertyValue;
@@ -277,6 +278,12 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
             self.shared.stats.timeouts_discarded.fetch_add(1, Ordering::Relaxed);
             tracing::info!(saga = S::NAME, correlation = %correlation, timeout = %id,
                 "timeout discarded: it was cancelled or its saga completed");
+            ctx.observe_saga(|| SagaEffects {
+                saga_type: S::NAME,
+                correlation: correlation.clone(),
+                discarded: Some(id.clone()),
+                ..SagaEffects::default()
+            });
             return Ok(());
         }
         let loaded = work.load_saga(S::NAME, &correlation).await.map_err(store_error)?;
@@ -324,6 +331,23 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
         let json = serde_json::to_string(&state)
             .map_err(|e| self.permanent(format!("the state of saga {} does not encode: {e}", S::NAME)))?;
         let now = ctx.clock().now();
+        ctx.observe_saga(|| SagaEffects {
+            saga_type: S::NAME,
+            correlation: correlation.clone(),
+            completed: frame.completed,
+            requested: frame
+                .timeouts
+                .iter()
+                .map(|t| RequestedTimeout {
+                    id: t.id.clone(),
+                    due: t.due,
+                    envelope: t.envelope.clone(),
+                })
+                .collect(),
+            cancelled: frame.cancelled.clone(),
+            fired: timeout_id.clone(),
+            discarded: None,
+        });
         let Some(work) = ctx.unit_of_work_mut() else {
             return Err(self.permanent("the saga's transaction went away".into()));
         };

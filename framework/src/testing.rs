@@ -1,0 +1,658 @@
+//! A test harness for handlers and sagas: one endpoint on the in-memory embedded broker,
+//! a virtual clock, and a record of what the endpoint did.
+//!
+//! [`TestEndpoint::start`] runs a real endpoint (the same runtime, store and broker code
+//! as in production) with its store in the broker's own database, so each handling is one
+//! transaction. Time stands still until the test moves it: [`TestEndpoint::advance`]
+//! walks the clock forward from one due time to the next (timeouts, scheduled messages,
+//! delayed retries) and lets the endpoint handle what came due at each, so a one-hour
+//! timeout is tested in milliseconds and fires at its own time, not at the end of the
+//! jump. Every call that makes work ([`send`](TestEndpoint::send),
+//! [`advance`](TestEndpoint::advance)) returns once the endpoint has nothing left to do
+//! at the current time.
+//!
+//! What the endpoint did is recorded from the handlings that committed (a handling that
+//! failed and rolled back left nothing): the messages sent ([`sent`](TestEndpoint::sent))
+//! and published ([`published`](TestEndpoint::published)), the saga timeouts requested,
+//! fired, cancelled and discarded ([`timeouts`](TestEndpoint::timeouts)); the broker is
+//! asked for what was dead-lettered ([`dead_lettered`](TestEndpoint::dead_lettered)) and
+//! the store for saga state ([`saga`](TestEndpoint::saga)).
+//!
+//! # Examples
+//!
+//! ```
+//! use std::time::Duration;
+//! use courier::saga::{SagaContext, TimeoutHandle};
+//! use courier::testing::{TestEndpoint, TimeoutStatus};
+//! use courier::{HandlerError, Routes};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize, courier::Message)]
+//! struct Registered { user: String }
+//! #[derive(Serialize, Deserialize, courier::Message)]
+//! struct Confirmed { user: String }
+//! #[derive(Serialize, Deserialize, courier::Message)]
+//! struct Expired;
+//! #[derive(Debug, PartialEq, Serialize, Deserialize, courier::Message)]
+//! struct RemoveUser { user: String }
+//!
+//! #[derive(Default, Serialize, Deserialize)]
+//! struct SignUp { user: String, expiry: Option<TimeoutHandle> }
+//!
+//! #[courier::saga]
+//! impl SignUp {
+//!     #[start(by = user)]
+//!     async fn registered(&mut self, msg: Registered, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+//!         self.user = msg.user;
+//!         self.expiry = Some(ctx.request_timeout(Duration::from_secs(3600), &Expired)?);
+//!         Ok(())
+//!     }
+//!
+//!     #[handle(by = user)]
+//!     async fn confirmed(&mut self, _msg: Confirmed, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+//!         ctx.complete(); // cancels the expiry with the instance
+//!         Ok(())
+//!     }
+//!
+//!     #[timeout]
+//!     async fn expired(&mut self, _t: Expired, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+//!         ctx.send(&RemoveUser { user: self.user.clone() })?;
+//!         ctx.complete();
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let routes = Routes::new().send::<RemoveUser>("users");
+//! let t = TestEndpoint::start("accounts", |e| e.routes(routes).saga::<SignUp>()).await?;
+//!
+//! t.send(&Registered { user: "ann".into() }).await?;
+//! assert!(t.saga::<SignUp>("ann").await?.is_some());
+//! assert_eq!(t.timeouts()[0].status, TimeoutStatus::Pending);
+//!
+//! t.advance(Duration::from_secs(59 * 60)).await?;          // not yet
+//! assert!(t.sent::<RemoveUser>()?.is_empty());
+//! t.advance(Duration::from_secs(60)).await?;               // the hour is up
+//! assert_eq!(t.sent::<RemoveUser>()?, vec![RemoveUser { user: "ann".into() }]);
+//! assert_eq!(t.timeouts()[0].status, TimeoutStatus::Fired);
+//! assert!(t.saga::<SignUp>("ann").await?.is_none());
+//! t.shutdown().await?;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::clock::{Clock, VirtualClock};
+use crate::codec::CodecError;
+use crate::embedded::{Embedded, EmbeddedStore};
+use crate::endpoint::bus::SendOptions;
+use crate::endpoint::handler::Message;
+use crate::endpoint::observe::{Handled, Observer};
+use crate::endpoint::{Endpoint, EndpointBuilder, EndpointStats, RunningEndpoint, ShutdownReport};
+use crate::entity::{EntityPath, QueueOptions, TopicOptions};
+use crate::error::{Error, ErrorKind, Result};
+use crate::message::{Envelope, MessageState, SequenceNumber};
+use crate::saga::{Saga, TimeoutHandle};
+use crate::store::Store;
+use crate::transport::Transport;
+
+/// How long (real time) the harness waits for the endpoint to run out of work before it
+/// reports an error: a handler that never ends, or messages that keep coming.
+pub const SETTLE_WITHIN: Duration = Duration::from_secs(10);
+
+/// The most messages read per look at a queue while waiting for the endpoint to settle.
+const PEEK_PAGE: usize = 256;
+
+/// An endpoint under test: in-memory broker, store in the broker's database, virtual
+/// clock, and a record of what it did (see the [module documentation](self)).
+pub struct TestEndpoint {
+    broker: Embedded,
+    store: EmbeddedStore,
+    clock: VirtualClock,
+    endpoint: Option<RunningEndpoint>,
+    record: Arc<Recorder>,
+}
+
+impl std::fmt::Debug for TestEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestEndpoint")
+            .field("endpoint", &self.endpoint)
+            .field("now", &self.clock.now())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A message a handler sent or published, from a handling that committed.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SentMessage {
+    /// The queue or topic.
+    pub destination: String,
+    /// Whether it was published to a topic (an event) rather than sent to a queue.
+    pub is_topic: bool,
+    /// The message.
+    pub envelope: Envelope,
+    /// The wire name of the message whose handling sent it.
+    pub sent_by: Option<String>,
+}
+
+impl SentMessage {
+    /// Decodes the body as `M`.
+    ///
+    /// # Errors
+    /// The codec's error if the body is not an `M`.
+    pub fn decode<M: Message>(&self) -> std::result::Result<M, CodecError> {
+        M::from_envelope(&self.envelope)
+    }
+}
+
+/// Where a requested saga timeout stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TimeoutStatus {
+    /// Stored, not yet handled.
+    Pending,
+    /// Handled by the saga's timeout handler.
+    Fired,
+    /// Cancelled (`cancel_timeout`, `replace_timeout`) or dropped with its completed saga:
+    /// it will never be handled.
+    Cancelled,
+}
+
+/// A timeout a saga requested, from a handling that committed.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct RecordedTimeout {
+    /// The handle the saga got.
+    pub handle: TimeoutHandle,
+    /// The saga type's name.
+    pub saga: &'static str,
+    /// The instance's correlation value.
+    pub correlation: String,
+    /// When it is (or was) due.
+    pub due: DateTime<Utc>,
+    /// Where it stands.
+    pub status: TimeoutStatus,
+    /// Its message arrived after it was cancelled and was discarded, never handled.
+    pub discarded: bool,
+    /// The timeout's message.
+    pub envelope: Envelope,
+}
+
+impl RecordedTimeout {
+    /// The wire name of the timeout's message.
+    pub fn message_type(&self) -> Option<&str> {
+        self.envelope.message_type.as_deref()
+    }
+
+    /// Decodes the timeout's message as `M`.
+    ///
+    /// # Errors
+    /// The codec's error if it is not an `M`.
+    pub fn decode<M: Message>(&self) -> std::result::Result<M, CodecError> {
+        M::from_envelope(&self.envelope)
+    }
+}
+
+/// A message in the dead-letter queue of one of the endpoint's sources.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct DeadLetter {
+    /// The dead-letter queue it is in.
+    pub path: EntityPath,
+    /// The message.
+    pub envelope: Envelope,
+    /// Why it was dead-lettered (`courier.RetriesExhausted`, ...).
+    pub reason: Option<String>,
+    /// The failure, in words.
+    pub description: Option<String>,
+}
+
+#[derive(Default)]
+struct Recorder {
+    handled: Mutex<Vec<Handled>>,
+}
+
+impl Observer for Recorder {
+    fn handled(&self, handled: Handled) {
+        self.handled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(handled);
+    }
+}
+
+impl TestEndpoint {
+    /// Starts endpoint `name` with the clock at the current time. `configure` adds the
+    /// routes, handlers, sagas and options; the harness sets the transport, store and
+    /// clock (its own, whatever `configure` sets). The queues and topics of the routes
+    /// are created, so handlers can send to endpoints that are not running.
+    ///
+    /// # Errors
+    /// As [`EndpointBuilder::start`].
+    pub async fn start(name: &str, configure: impl FnOnce(EndpointBuilder) -> EndpointBuilder) -> Result<Self> {
+        Self::start_at(name, VirtualClock::starting_now().now(), configure).await
+    }
+
+    /// As [`start`](Self::start), with the clock standing at `start`.
+    ///
+    /// # Errors
+    /// As [`EndpointBuilder::start`].
+    pub async fn start_at(
+        name: &str,
+        start: DateTime<Utc>,
+        configure: impl FnOnce(EndpointBuilder) -> EndpointBuilder,
+    ) -> Result<Self> {
+        let clock = VirtualClock::new(start);
+        let shared_clock: Arc<dyn Clock> = Arc::new(clock.clone());
+        let broker = Embedded::builder()
+            .in_memory()
+            .clock(shared_clock.clone())
+            .open()
+            .await?;
+        let store = broker.store();
+        let record = Arc::new(Recorder::default());
+        let builder = configure(Endpoint::builder(name));
+        for (_, queue) in builder.routes_ref().commands() {
+            broker.create_queue(queue, &QueueOptions::default()).await?;
+        }
+        for (_, topic) in builder.routes_ref().events() {
+            broker.create_topic(topic, &TopicOptions::default()).await?;
+        }
+        let endpoint = builder
+            .transport(Arc::new(broker.clone()))
+            .store(Arc::new(store.clone()))
+            .clock(shared_clock)
+            .observer(record.clone())
+            .start()
+            .await?;
+        let harness = Self {
+            broker,
+            store,
+            clock,
+            endpoint: Some(endpoint),
+            record,
+        };
+        harness.settle().await?;
+        Ok(harness)
+    }
+
+    fn running(&self) -> Result<&RunningEndpoint> {
+        self.endpoint.as_ref().ok_or_else(|| Error::new(ErrorKind::Closed))
+    }
+
+    /// The endpoint.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Closed`] after [`shutdown`](Self::shutdown).
+    pub fn endpoint(&self) -> Result<&RunningEndpoint> {
+        self.running()
+    }
+
+    /// The endpoint's counters.
+    pub fn stats(&self) -> EndpointStats {
+        self.endpoint.as_ref().map(RunningEndpoint::stats).unwrap_or_default()
+    }
+
+    /// The broker (to create more queues, peek, or send as another endpoint would).
+    pub fn broker(&self) -> &Embedded {
+        &self.broker
+    }
+
+    /// The virtual clock the broker and the endpoint read.
+    pub fn clock(&self) -> &VirtualClock {
+        &self.clock
+    }
+
+    /// The virtual time now.
+    pub fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
+    /// Sends `message` to this endpoint and waits until the endpoint has nothing left to
+    /// do (it was handled, retried as far as time allows, or dead-lettered).
+    ///
+    /// # Errors
+    /// The send's error; [`ErrorKind::InvalidOperation`] if the endpoint is still busy
+    /// after [`SETTLE_WITHIN`].
+    pub async fn send<M: Message>(&self, message: &M) -> Result<()> {
+        self.send_with(message, SendOptions::new()).await
+    }
+
+    /// As [`send`](Self::send), with options (headers, message id, ...). Without a
+    /// destination the message goes to this endpoint.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    pub async fn send_with<M: Message>(&self, message: &M, options: SendOptions) -> Result<()> {
+        let endpoint = self.running()?;
+        let options = if options.destination.is_some() {
+            options
+        } else {
+            options.to(endpoint.name().to_owned())
+        };
+        endpoint.bus().send_with(message, options).await?;
+        self.settle().await
+    }
+
+    /// Publishes an event (the endpoint gets it if it handles it) and waits as
+    /// [`send`](Self::send) does.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    pub async fn publish<M: Message>(&self, event: &M) -> Result<()> {
+        self.running()?.bus().publish(event).await?;
+        self.settle().await
+    }
+
+    /// Moves the clock forward by `by`, stopping at every due time on the way (saga
+    /// timeouts, scheduled messages, delayed retries) and letting the endpoint handle
+    /// what came due there before going on; returns when the endpoint has nothing left to
+    /// do at the end time.
+    ///
+    /// # Errors
+    /// As [`settle`](Self::settle); [`ErrorKind::InvalidOptions`] for a duration out of
+    /// range.
+    pub async fn advance(&self, by: Duration) -> Result<()> {
+        let by = chrono::Duration::from_std(by).map_err(|_| {
+            Error::new(ErrorKind::InvalidOptions {
+                reason: format!("cannot advance the clock by {by:?}"),
+            })
+        })?;
+        let target = self.clock.now() + by;
+        self.settle().await?;
+        loop {
+            let now = self.clock.now();
+            match self.next_due().await? {
+                Some(due) if due > now && due < target => self.clock.set(due),
+                _ => {
+                    if target > now {
+                        self.clock.set(target);
+                    }
+                    self.settle().await?;
+                    return Ok(());
+                }
+            }
+            self.settle().await?;
+        }
+    }
+
+    /// Waits until the endpoint has nothing left to do at the current virtual time: no
+    /// message of its sources is ready, locked or due, no saga timeout is due, no handler
+    /// runs. [`send`](Self::send) and [`advance`](Self::advance) call it; call it after
+    /// sending through [`broker`](Self::broker) yourself.
+    ///
+    /// # Errors
+    /// [`ErrorKind::InvalidOperation`] if that does not happen within [`SETTLE_WITHIN`]
+    /// (real time); the broker's or store's errors.
+    pub async fn settle(&self) -> Result<()> {
+        let deadline = tokio::time::Instant::now() + SETTLE_WITHIN;
+        let mut quiet_in_a_row = 0;
+        loop {
+            let busy = self.busy().await?;
+            match busy {
+                None => {
+                    quiet_in_a_row += 1;
+                    if quiet_in_a_row == 2 {
+                        return Ok(());
+                    }
+                }
+                Some(what) => {
+                    quiet_in_a_row = 0;
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(Error::new(ErrorKind::InvalidOperation {
+                            reason: format!("the endpoint under test did not settle within {SETTLE_WITHIN:?}: {what}"),
+                        }));
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// What the endpoint still has to do now, if anything.
+    async fn busy(&self) -> Result<Option<String>> {
+        let endpoint = self.running()?;
+        let running = endpoint.stats().running;
+        if running > 0 {
+            return Ok(Some(format!("{running} handler(s) running")));
+        }
+        let now = self.clock.now();
+        for path in endpoint.sources() {
+            let (active, due) = self.scan(path).await?;
+            if active > 0 {
+                return Ok(Some(format!("{active} message(s) ready or locked in {path}")));
+            }
+            if due.is_some_and(|at| at <= now) {
+                return Ok(Some(format!("a scheduled message in {path} is due")));
+            }
+        }
+        if let Some(at) = self.timeout_due().await?
+            && at <= now
+        {
+            return Ok(Some(format!("a saga timeout due at {at} is not yet sent")));
+        }
+        Ok(None)
+    }
+
+    /// The earliest unclaimed saga timeout of the endpoint (none if it has no saga).
+    async fn timeout_due(&self) -> Result<Option<DateTime<Utc>>> {
+        let name = self.running()?.name();
+        match self.store.next_timeout_due(name).await {
+            Ok(at) => Ok(at),
+            Err(e) if matches!(e.kind(), ErrorKind::Unsupported { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Active messages of `path`, and the earliest scheduled one.
+    async fn scan(&self, path: &EntityPath) -> Result<(usize, Option<DateTime<Utc>>)> {
+        let mut from: SequenceNumber = 0;
+        let mut active = 0;
+        let mut earliest: Option<DateTime<Utc>> = None;
+        loop {
+            let page = self.broker.peek(path, from, PEEK_PAGE).await?;
+            for m in &page {
+                match m.broker.state {
+                    MessageState::Active => active += 1,
+                    MessageState::Scheduled => {
+                        if let Some(at) = m.envelope.scheduled_enqueue_time {
+                            earliest = Some(earliest.map_or(at, |e| e.min(at)));
+                        }
+                    }
+                    MessageState::Deferred | MessageState::DeadLettered => {}
+                }
+            }
+            match page.last() {
+                Some(last) if page.len() == PEEK_PAGE => from = last.broker.sequence_number + 1,
+                _ => return Ok((active, earliest)),
+            }
+        }
+    }
+
+    /// The next time something becomes due: a saga timeout or a scheduled message.
+    async fn next_due(&self) -> Result<Option<DateTime<Utc>>> {
+        let mut next = self.timeout_due().await?;
+        for path in self.running()?.sources() {
+            if let (_, Some(at)) = self.scan(path).await? {
+                next = Some(next.map_or(at, |n| n.min(at)));
+            }
+        }
+        Ok(next)
+    }
+
+    fn handlings(&self) -> Vec<Handled> {
+        self.record
+            .handled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Every message the endpoint's handlers sent or published, in order.
+    pub fn messages(&self) -> Vec<SentMessage> {
+        self.handlings()
+            .into_iter()
+            .flat_map(|h| {
+                let sent_by = h.message.message_type.clone();
+                h.outgoing
+                    .into_iter()
+                    .map(move |(destination, is_topic, envelope)| SentMessage {
+                        destination,
+                        is_topic,
+                        envelope,
+                        sent_by: sent_by.clone(),
+                    })
+            })
+            .collect()
+    }
+
+    fn decoded<M: Message>(&self, topic: bool) -> std::result::Result<Vec<M>, CodecError> {
+        self.messages()
+            .iter()
+            .filter(|m| m.is_topic == topic && m.envelope.message_type.as_deref() == Some(M::NAME))
+            .map(SentMessage::decode::<M>)
+            .collect()
+    }
+
+    /// The messages of type `M` the handlers sent to queues (commands, replies; not saga
+    /// timeouts, see [`timeouts`](Self::timeouts)), in order.
+    ///
+    /// # Errors
+    /// A message with `M`'s wire name whose body does not decode as `M`.
+    pub fn sent<M: Message>(&self) -> std::result::Result<Vec<M>, CodecError> {
+        self.decoded(false)
+    }
+
+    /// The events of type `M` the handlers published, in order.
+    ///
+    /// # Errors
+    /// As [`sent`](Self::sent).
+    pub fn published<M: Message>(&self) -> std::result::Result<Vec<M>, CodecError> {
+        self.decoded(true)
+    }
+
+    /// How many handlings committed.
+    pub fn handled(&self) -> usize {
+        self.record.handled.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    /// Every saga timeout requested, in the order requested, with where it stands.
+    pub fn timeouts(&self) -> Vec<RecordedTimeout> {
+        let mut timeouts: Vec<RecordedTimeout> = Vec::new();
+        for handled in self.handlings() {
+            for e in handled.sagas {
+                if let Some(id) = &e.fired
+                    && let Some(t) = timeouts.iter_mut().find(|t| t.handle.as_str() == id)
+                {
+                    t.status = TimeoutStatus::Fired;
+                }
+                if let Some(id) = &e.discarded
+                    && let Some(t) = timeouts.iter_mut().find(|t| t.handle.as_str() == id)
+                {
+                    t.discarded = true;
+                }
+                for r in e.requested {
+                    timeouts.push(RecordedTimeout {
+                        handle: TimeoutHandle::from_id(r.id),
+                        saga: e.saga_type,
+                        correlation: e.correlation.clone(),
+                        due: r.due,
+                        status: TimeoutStatus::Pending,
+                        discarded: false,
+                        envelope: r.envelope,
+                    });
+                }
+                for id in &e.cancelled {
+                    if let Some(t) = timeouts.iter_mut().find(|t| t.handle.as_str() == id) {
+                        cancel(t);
+                    }
+                }
+                if e.completed {
+                    timeouts
+                        .iter_mut()
+                        .filter(|t| t.saga == e.saga_type && t.correlation == e.correlation)
+                        .for_each(cancel);
+                }
+            }
+        }
+        timeouts
+    }
+
+    /// The timeouts still pending.
+    pub fn pending_timeouts(&self) -> Vec<RecordedTimeout> {
+        let mut t = self.timeouts();
+        t.retain(|t| t.status == TimeoutStatus::Pending);
+        t
+    }
+
+    /// The messages in the dead-letter queues of the endpoint's sources.
+    ///
+    /// # Errors
+    /// The broker's errors.
+    pub async fn dead_lettered(&self) -> Result<Vec<DeadLetter>> {
+        let mut dead = Vec::new();
+        for source in self.running()?.sources() {
+            let path = source.clone().dead_letter();
+            let mut from: SequenceNumber = 0;
+            loop {
+                let page = self.broker.peek(&path, from, PEEK_PAGE).await?;
+                let full = page.len() == PEEK_PAGE;
+                if let Some(last) = page.last() {
+                    from = last.broker.sequence_number + 1;
+                }
+                dead.extend(page.into_iter().map(|m| DeadLetter {
+                    path: path.clone(),
+                    reason: m.broker.dead_letter_reason,
+                    description: m.broker.dead_letter_description,
+                    envelope: m.envelope,
+                }));
+                if !full {
+                    break;
+                }
+            }
+        }
+        Ok(dead)
+    }
+
+    /// The state of saga `S`'s instance `correlation`, if it exists (not completed).
+    ///
+    /// # Errors
+    /// The store's errors; [`ErrorKind::Corrupt`] if the stored state does not decode as
+    /// `S`.
+    pub async fn saga<S: Saga>(&self, correlation: &str) -> Result<Option<S>> {
+        let Some(stored) = self.store.saga_state(S::NAME, correlation).await? else {
+            return Ok(None);
+        };
+        serde_json::from_str(&stored.state).map(Some).map_err(|e| {
+            Error::new(ErrorKind::Corrupt {
+                detail: format!(
+                    "the state of saga {} instance {correlation:?} does not decode: {e}",
+                    S::NAME
+                ),
+            })
+        })
+    }
+
+    /// Stops the endpoint gracefully.
+    ///
+    /// # Errors
+    /// As [`RunningEndpoint::shutdown`].
+    pub async fn shutdown(mut self) -> Result<ShutdownReport> {
+        match self.endpoint.take() {
+            Some(endpoint) => endpoint.shutdown().await,
+            None => Ok(ShutdownReport::default()),
+        }
+    }
+}
+
+fn cancel(t: &mut RecordedTimeout) {
+    if t.status == TimeoutStatus::Pending {
+        t.status = TimeoutStatus::Cancelled;
+    }
+}
