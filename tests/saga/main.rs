@@ -20,6 +20,7 @@ use courier::{
     BoxFuture, Clock, Endpoint, EndpointBuilder, EntityPath, HandlerError, RetryPolicy, Routes, RunningEndpoint,
     SendOptions,
 };
+mod crash;
 mod harness;
 
 use courier_tests::eventually;

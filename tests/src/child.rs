@@ -16,6 +16,10 @@
 //! never finishes: the child prints `DISPATCHING` once its transaction committed and the
 //! dispatch began. With `embedded` the handler prints `IN_TRANSACTION` after its insert
 //! and never returns. Either way it waits to be killed.
+//! `courier-test-child saga <db> <queue> <store>`: runs an endpoint with the saga
+//! [`courier_tests::crash_saga::CrashFlow`] on a store as `outbox` takes it, starts
+//! instance `flow-1` (whose timeout is due an hour later), prints `COMMITTED` once the
+//! start is handled and waits to be killed, long before the timeout is due.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -85,6 +89,7 @@ async fn main() {
             std::future::pending::<()>().await;
         }
         "outbox" => outbox(broker, queue, &args[4]).await,
+        "saga" => saga(broker, queue, &args[4]).await,
         other => panic!("unknown mode {other}"),
     }
 }
@@ -241,4 +246,31 @@ async fn outbox(broker: Embedded, queue: &str, store: &str) {
         .await
         .unwrap();
     std::future::pending::<()>().await;
+}
+
+async fn saga(broker: Embedded, queue: &str, store: &str) {
+    let store: Arc<dyn courier::Store> = if store == "embedded" {
+        Arc::new(broker.store())
+    } else if let Some(path) = store.strip_prefix("sqlite:") {
+        Arc::new(courier::SqliteStore::open(path).await.unwrap())
+    } else {
+        Arc::new(courier::PostgresStore::connect(store).await.unwrap())
+    };
+    let running = Endpoint::builder(queue)
+        .transport(Arc::new(broker))
+        .store(store)
+        .saga::<courier_tests::crash_saga::CrashFlow>()
+        .start()
+        .await
+        .unwrap();
+    let start = courier_tests::crash_saga::CrashFlowStart { id: "flow-1".into() };
+    running
+        .bus()
+        .send_with(&start, SendOptions::new().to(queue))
+        .await
+        .unwrap();
+    while running.stats().completed == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stall::<()>("COMMITTED").await;
 }
