@@ -25,6 +25,7 @@ pub async fn embedded_fixture() -> Fixture {
     }
 }
 
+pub mod crash;
 pub mod crash_saga;
 pub mod pg;
 pub mod stores;

@@ -5,17 +5,15 @@
 //! broker's own file as the store, the worst moment is inside the one transaction: after
 //! a restart nothing of it is visible and the message is handled once.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use courier::{
-    Bus, Clock, Context, Embedded, Endpoint, EntityPath, HandlerError, PostgresStore, QueueOptions, Routes,
-    SendOptions, SqliteStore, Store, Transport, VirtualClock,
+    Bus, Clock, Context, Embedded, Endpoint, EntityPath, HandlerError, QueueOptions, Routes, SendOptions, Transport,
+    VirtualClock,
 };
-use courier_tests::pg::TestDatabase;
+use courier_tests::crash::{StoreDb, kill_after_first_line};
 use courier_tests::{CrashDone, CrashJob, eventually};
 
 use super::Kind;
@@ -48,20 +46,6 @@ async fn record_and_send(job: CrashJob, ctx: &mut Context) -> Result<(), Handler
     Ok(())
 }
 
-enum Db {
-    Sqlite(sqlx::SqlitePool),
-    Postgres(sqlx::PgPool, Box<TestDatabase>),
-}
-
-impl Db {
-    async fn count(&self, sql: &'static str) -> i64 {
-        match self {
-            Db::Sqlite(p) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
-            Db::Postgres(p, _) => sqlx::query_scalar(sql).fetch_one(p).await.unwrap(),
-        }
-    }
-}
-
 async fn killed_at_the_worst_moment(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("broker.db");
@@ -78,54 +62,9 @@ async fn killed_at_the_worst_moment(kind: Kind) {
         transport.close().await;
     }
     // The store, its tables and the application's `orders` table.
-    let (store_arg, store_db) = match kind {
-        Kind::Sqlite => {
-            let path = dir.path().join("store.db");
-            let store = SqliteStore::open(&path).await.unwrap();
-            store.migrate().await.unwrap();
-            (format!("sqlite:{}", path.display()), Db::Sqlite(store.pool().clone()))
-        }
-        Kind::Embedded => {
-            let pool = SqliteStore::open(&db).await.unwrap().pool().clone();
-            ("embedded".to_owned(), Db::Sqlite(pool))
-        }
-        Kind::Postgres => {
-            let test_db = TestDatabase::create().await;
-            let pool = test_db.pool().await;
-            PostgresStore::from_pool(pool.clone()).migrate().await.unwrap();
-            (test_db.url(), Db::Postgres(pool, Box::new(test_db)))
-        }
-    };
-    match &store_db {
-        Db::Sqlite(p) => drop(
-            sqlx::query("CREATE TABLE orders (id TEXT NOT NULL)")
-                .execute(p)
-                .await
-                .unwrap(),
-        ),
-        Db::Postgres(p, _) => drop(
-            sqlx::query("CREATE TABLE orders (id TEXT NOT NULL)")
-                .execute(p)
-                .await
-                .unwrap(),
-        ),
-    }
-
-    let mut child = Command::new(CHILD)
-        .args(["outbox", db.to_str().unwrap(), "jobs", &store_arg])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let line = tokio::task::spawn_blocking(move || {
-        let line = BufReader::new(stdout).lines().next().unwrap().unwrap();
-        child.kill().unwrap();
-        child.wait().unwrap();
-        line
-    })
-    .await
-    .unwrap();
+    let (store_arg, store_db) = StoreDb::prepare(kind, dir.path(), &db).await;
+    store_db.exec("CREATE TABLE orders (id TEXT NOT NULL)").await;
+    let line = kill_after_first_line(CHILD, &["outbox", db.to_str().unwrap(), "jobs", &store_arg]).await;
 
     if kind.one_transaction() {
         assert_eq!(line, "IN_TRANSACTION");
@@ -151,11 +90,7 @@ async fn killed_at_the_worst_moment(kind: Kind) {
         .open()
         .await
         .unwrap();
-    let store: Arc<dyn Store> = match &store_db {
-        _ if kind == Kind::Embedded => Arc::new(broker.store()),
-        Db::Sqlite(p) => Arc::new(SqliteStore::from_pool(p.clone())),
-        Db::Postgres(p, _) => Arc::new(PostgresStore::from_pool(p.clone())),
-    };
+    let store = store_db.store(kind, &broker);
     let transport: Arc<dyn Transport> = Arc::new(broker);
     let calls = Calls::default();
     let running = Endpoint::builder("jobs")
@@ -191,18 +126,11 @@ async fn killed_at_the_worst_moment(kind: Kind) {
             "recognised by the inbox, not handled again"
         );
         assert_eq!(running.stats().duplicates, 1);
-        let outbox = match &store_db {
-            Db::Postgres(..) => "SELECT COUNT(*) FROM courier.outbox",
-            Db::Sqlite(_) => "SELECT COUNT(*) FROM courier_outbox",
-        };
-        eventually("the outbox emptied", || async { store_db.count(outbox).await == 0 }).await;
+        eventually("the outbox emptied", || async { store_db.rows("outbox").await == 0 }).await;
     }
     running.shutdown().await.unwrap();
     transport.close().await;
-    if let Db::Postgres(pool, test_db) = store_db {
-        pool.close().await;
-        test_db.drop_now().await;
-    }
+    store_db.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
