@@ -168,6 +168,14 @@ pub enum ErrorKind {
     /// The broker or link is closed.
     #[error("the broker is closed")]
     Closed,
+    /// The connection to a broker server is down or was lost mid-call (RabbitMQ). The
+    /// outcome of a send that fails this way is unknown: send it again with the same
+    /// message id; receivers deduplicate.
+    #[error("broker connection failed: {detail}")]
+    Connection {
+        /// What failed (never a password).
+        detail: String,
+    },
     /// The broker's storage failed.
     #[error("storage error: {detail}")]
     Storage {
@@ -204,7 +212,7 @@ impl ErrorKind {
     pub fn is_transient(&self) -> bool {
         match self {
             ErrorKind::Storage { transient, .. } => *transient,
-            ErrorKind::SessionNotAvailable { .. } | ErrorKind::Conflict { .. } => true,
+            ErrorKind::SessionNotAvailable { .. } | ErrorKind::Conflict { .. } | ErrorKind::Connection { .. } => true,
             ErrorKind::InvalidEntityName { .. }
             | ErrorKind::EntityNotFound { .. }
             | ErrorKind::InvalidOptions { .. }

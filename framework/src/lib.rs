@@ -40,6 +40,8 @@ pub mod saga;
 mod store;
 mod transport;
 
+#[cfg(feature = "amqp")]
+mod amqp;
 #[cfg(feature = "sqlite")]
 mod embedded;
 #[cfg(feature = "sqlite")]
@@ -85,6 +87,8 @@ pub use transport::{
     Settlement, Settler, Transport,
 };
 
+#[cfg(feature = "amqp")]
+pub use amqp::{AmqpBuilder, AmqpTransport, DEFAULT_CONNECT_TIMEOUT, ScheduleStore};
 #[cfg(feature = "sqlite")]
 pub use embedded::{
     DEFAULT_MAX_MESSAGE_SIZE, Durability, Embedded, EmbeddedBuilder, EmbeddedStore, MAX_MESSAGE_ID_LEN,

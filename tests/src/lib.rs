@@ -19,15 +19,13 @@ pub async fn embedded_fixture() -> Fixture {
         .open()
         .await
         .expect("open an in-memory embedded broker");
-    Fixture {
-        transport: Arc::new(broker),
-        clock,
-    }
+    Fixture::new(Arc::new(broker), clock)
 }
 
 pub mod crash;
 pub mod crash_saga;
 pub mod pg;
+pub mod rabbit;
 pub mod stores;
 
 /// The job the crash tests hand to a child process's endpoint.

@@ -23,7 +23,7 @@ pub struct TestDatabase {
 }
 
 /// Whether a Docker engine answers on `DOCKER_HOST` or the default socket.
-fn docker_reachable() -> bool {
+pub fn docker_reachable() -> bool {
     match std::env::var("DOCKER_HOST") {
         Ok(host) if host.starts_with("tcp://") => host
             .trim_start_matches("tcp://")

@@ -72,10 +72,7 @@ impl StoreEnv {
                     .await
                     .unwrap();
                 let store = broker.store();
-                fx = Some(Fixture {
-                    transport: Arc::new(broker),
-                    clock,
-                });
+                fx = Some(Fixture::new(Arc::new(broker), clock));
                 let pool = SqliteStore::open(&path).await.unwrap().pool().clone();
                 (Arc::new(store), Some(pool), None)
             }

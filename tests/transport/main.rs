@@ -10,3 +10,9 @@ mod embedded_engine;
 mod embedded_conformance {
     courier::conformance_suite!(courier_tests::embedded_fixture);
 }
+
+/// The conformance suite on RabbitMQ (`AMQP_URL`, or testcontainers): the rules it bends
+/// are declared and their substitutes checked.
+mod amqp_conformance {
+    courier::conformance_suite!(courier_tests::rabbit::amqp_fixture);
+}

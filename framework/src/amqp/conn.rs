@@ -1,0 +1,335 @@
+//! One connection to RabbitMQ, re-established with backoff when it drops, with the
+//! topology declared again on every new connection.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+use tokio::sync::Mutex;
+
+use crate::entity::QueueOptions;
+use crate::error::{Error, ErrorKind, Result};
+
+use super::wire::{dead_letter_queue, subscription_queue};
+
+/// Something declared on the broker, kept so that a new connection declares it again
+/// (after a restart of a broker that lost it, nothing is missing).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Declaration {
+    Queue {
+        name: String,
+        options: QueueOptions,
+    },
+    Topic {
+        name: String,
+    },
+    Subscription {
+        topic: String,
+        name: String,
+        options: QueueOptions,
+    },
+}
+
+pub(crate) struct Connector {
+    /// The URL with its password: used to connect, never logged.
+    url: String,
+    /// The URL without its password, for logs and errors.
+    pub(crate) display: String,
+    name: String,
+    current: Mutex<Option<Arc<Connection>>>,
+    generation: AtomicU64,
+    closed: AtomicBool,
+    connect_timeout: Duration,
+    topology: std::sync::Mutex<Vec<Declaration>>,
+}
+
+/// `amqp://user:secret@host/vhost` -> `amqp://user:***@host/vhost`.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "<invalid url>".to_owned();
+    };
+    let (authority, tail) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:***@{host}{tail}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// The AMQP reply code of a broker refusal (404 not found, 406 precondition failed, ...).
+pub(crate) fn reply_code(e: &lapin::Error) -> Option<u16> {
+    match e.kind() {
+        lapin::ErrorKind::ProtocolError(a) => Some(a.get_id()),
+        _ => None,
+    }
+}
+
+/// A lapin error as Courier's: a refusal of the broker by its code, anything else as a
+/// transient connection failure.
+pub(crate) fn connection_error(context: &str, e: &lapin::Error) -> Error {
+    Error::new(ErrorKind::Connection {
+        detail: format!("{context}: {e}"),
+    })
+}
+
+impl Connector {
+    pub(crate) fn new(url: String, name: String, connect_timeout: Duration) -> Self {
+        Self {
+            display: redact(&url),
+            url,
+            name,
+            current: Mutex::new(None),
+            generation: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
+            connect_timeout,
+            topology: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn check_open(&self) -> Result<()> {
+        if self.is_closed() {
+            return Err(Error::new(ErrorKind::Closed));
+        }
+        Ok(())
+    }
+
+    /// How many connections were made so far (the first is 1).
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The live connection, or a new one. Connecting retries with backoff (50 ms doubling
+    /// to 2 s) for at most the connect timeout, then fails with a transient
+    /// [`ErrorKind::Connection`].
+    pub(crate) async fn connection(&self) -> Result<Arc<Connection>> {
+        self.check_open()?;
+        let mut current = self.current.lock().await;
+        if let Some(c) = current.as_ref()
+            && c.status().connected()
+        {
+            return Ok(c.clone());
+        }
+        *current = None;
+        let deadline = tokio::time::Instant::now() + self.connect_timeout;
+        let mut backoff = Duration::from_millis(50);
+        loop {
+            self.check_open()?;
+            let properties =
+                ConnectionProperties::default().with_connection_name(LongString::from(self.name.as_bytes()));
+            let attempt = tokio::time::timeout(self.connect_timeout, Connection::connect(&self.url, properties)).await;
+            let failure = match attempt {
+                Ok(Ok(connection)) => {
+                    let connection = Arc::new(connection);
+                    let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+                    if generation > 1 {
+                        tracing::info!(broker = %self.display, generation, "reconnected to RabbitMQ");
+                    }
+                    match self.redeclare(&connection).await {
+                        Ok(()) => {
+                            *current = Some(connection.clone());
+                            return Ok(connection);
+                        }
+                        Err(e) => e.to_string(),
+                    }
+                }
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => "timed out".to_owned(),
+            };
+            if tokio::time::Instant::now() + backoff > deadline {
+                return Err(Error::new(ErrorKind::Connection {
+                    detail: format!(
+                        "cannot connect to {} within {:?}: {failure}",
+                        self.display, self.connect_timeout
+                    ),
+                }));
+            }
+            tracing::warn!(broker = %self.display, error = %failure, retry_in = ?backoff, "cannot connect to RabbitMQ");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    /// A new channel on the live connection.
+    pub(crate) async fn channel(&self) -> Result<Channel> {
+        let connection = self.connection().await?;
+        connection
+            .create_channel()
+            .await
+            .map_err(|e| connection_error("cannot open a channel", &e))
+    }
+
+    /// Remembers a declaration, to be made again on every new connection.
+    pub(crate) fn remember(&self, d: Declaration) {
+        if let Ok(mut t) = self.topology.lock()
+            && !t.contains(&d)
+        {
+            t.push(d);
+        }
+    }
+
+    /// What was declared so far.
+    pub(crate) fn declared(&self) -> Vec<Declaration> {
+        self.topology.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+
+    /// Forgets the declarations of a deleted queue or topic.
+    pub(crate) fn forget(&self, queue_or_topic: &str) {
+        if let Ok(mut t) = self.topology.lock() {
+            t.retain(|d| match d {
+                Declaration::Queue { name, .. } | Declaration::Topic { name } => name != queue_or_topic,
+                Declaration::Subscription { topic, name, .. } => {
+                    topic != queue_or_topic && subscription_queue(topic, name) != queue_or_topic
+                }
+            });
+        }
+    }
+
+    async fn redeclare(&self, connection: &Connection) -> std::result::Result<(), lapin::Error> {
+        let declarations = self.topology.lock().map(|t| t.clone()).unwrap_or_default();
+        if declarations.is_empty() {
+            return Ok(());
+        }
+        let mut channel = connection.create_channel().await?;
+        for d in &declarations {
+            // A redeclaration that the broker refuses (406: the entity exists with other
+            // settings) closes the channel; the entity is there, which is what counts.
+            if let Err(e) = declare(&channel, d).await {
+                tracing::debug!(declaration = ?d, error = %e, "redeclaration refused");
+                if !channel.status().connected() {
+                    channel = connection.create_channel().await?;
+                }
+            }
+        }
+        let _ = channel.close(200, "redeclared".into()).await;
+        Ok(())
+    }
+
+    /// Closes the connection; every later call fails with [`ErrorKind::Closed`].
+    pub(crate) async fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        let current = self.current.lock().await.take();
+        if let Some(c) = current {
+            let _ = c.close(200, "closed by the application".into()).await;
+        }
+    }
+
+    /// Drops the connection as a network failure would (tests of recovery use it).
+    pub(crate) async fn sever(&self) {
+        let current = self.current.lock().await.take();
+        if let Some(c) = current {
+            let _ = c.close(320, "severed".into()).await;
+        }
+    }
+}
+
+/// The arguments of a Courier queue: quorum (durable, replicated, with a durable delivery
+/// count), the delivery limit, dead-lettering into `queue::dlq` at least once.
+fn queue_arguments(queue: &str, options: &QueueOptions) -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+    // RabbitMQ dead-letters a message returned more often than the limit: with limit
+    // n - 1, the n-th failed delivery is the last one.
+    let limit = i64::from(options.max_delivery_count.saturating_sub(1));
+    args.insert("x-delivery-limit".into(), AMQPValue::LongLongInt(limit));
+    args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
+    args.insert(
+        "x-dead-letter-routing-key".into(),
+        AMQPValue::LongString(dead_letter_queue(queue).as_str().into()),
+    );
+    args.insert(
+        "x-dead-letter-strategy".into(),
+        AMQPValue::LongString("at-least-once".into()),
+    );
+    args.insert("x-overflow".into(), AMQPValue::LongString("reject-publish".into()));
+    if let Some(ttl) = options.default_time_to_live {
+        let ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        args.insert("x-message-ttl".into(), AMQPValue::LongLongInt(ms));
+    }
+    args
+}
+
+fn quorum() -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+    args
+}
+
+async fn declare_queue(
+    channel: &Channel,
+    queue: &str,
+    options: &QueueOptions,
+) -> std::result::Result<(), lapin::Error> {
+    let dlq = dead_letter_queue(queue);
+    channel
+        .queue_declare(dlq.as_str().into(), QueueDeclareOptions::durable(), quorum())
+        .await?;
+    channel
+        .queue_declare(
+            queue.into(),
+            QueueDeclareOptions::durable(),
+            queue_arguments(queue, options),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Declares `d` on `channel` (a refusal closes the channel).
+pub(crate) async fn declare(channel: &Channel, d: &Declaration) -> std::result::Result<(), lapin::Error> {
+    match d {
+        Declaration::Queue { name, options } => declare_queue(channel, name, options).await,
+        Declaration::Topic { name } => {
+            let options = ExchangeDeclareOptions {
+                durable: true,
+                ..ExchangeDeclareOptions::default()
+            };
+            channel
+                .exchange_declare(
+                    name.as_str().into(),
+                    ExchangeKind::Fanout,
+                    options,
+                    FieldTable::default(),
+                )
+                .await
+        }
+        Declaration::Subscription { topic, name, options } => {
+            let queue = subscription_queue(topic, name);
+            declare_queue(channel, &queue, options).await?;
+            channel
+                .queue_bind(
+                    queue.as_str().into(),
+                    topic.as_str().into(),
+                    "".into(),
+                    QueueBindOptions::default(),
+                    FieldTable::default(),
+                )
+                .await
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_never_reach_logs() {
+        assert_eq!(
+            redact("amqps://app:s3cret@rabbit.example:5671/prod"),
+            "amqps://app:***@rabbit.example:5671/prod"
+        );
+        assert_eq!(redact("amqp://127.0.0.1:5672"), "amqp://127.0.0.1:5672");
+        assert_eq!(redact("nonsense"), "<invalid url>");
+    }
+}

@@ -1,0 +1,681 @@
+//! The RabbitMQ transport: the contract of SEMANTICS.md over AMQP 0-9-1 (lapin).
+//!
+//! | contract | on RabbitMQ |
+//! |---|---|
+//! | queue | a durable quorum queue (durable delivery count), dead-lettering into `name::dlq` |
+//! | topic, subscription | a durable fanout exchange; a quorum queue `topic::subscription` bound to it |
+//! | settled send (S1.1) | publisher confirms; a queue send is mandatory, so a missing queue is an error |
+//! | PeekLock (S2.2) | manual acknowledgements on a consumer with a prefetch |
+//! | complete / abandon | `basic.ack` / `basic.nack` with requeue |
+//! | dead-letter | a confirmed copy into `::dlq` with the reason as headers, then `basic.ack` |
+//! | max delivery count (S2.6) | the quorum queue's `x-delivery-limit`, dead-lettered by RabbitMQ |
+//! | scheduled messages (S5) | rows in a Postgres or SQLite table, published when due |
+//!
+//! What RabbitMQ cannot honour is declared in [`AmqpTransport::capabilities`] with the
+//! substitute; `docs/rabbitmq.md` has the whole mapping and the wire format.
+
+mod conn;
+mod publish;
+mod receiver;
+mod schedule;
+mod sender;
+mod wire;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lapin::options::{ExchangeDeclareOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::types::FieldTable;
+use lapin::{Channel, ExchangeKind};
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::{Clock, SystemClock};
+use crate::embedded::DEFAULT_MAX_MESSAGE_SIZE;
+use crate::entity::{
+    EntityCounts, EntityPath, QueueOptions, SubQueue, SubscriptionOptions, TopicOptions, validate_name,
+};
+use crate::error::{Error, ErrorKind, Result};
+use crate::message::{ReceivedMessage, SequenceNumber};
+use crate::transport::{
+    BentRule, Capabilities, Receiver, Sender, SenderOptions, SessionReceiver, SessionSelector, Transport,
+};
+
+use conn::{Connector, Declaration, connection_error, declare, reply_code};
+use publish::{ConfirmChannel, Target, finish};
+use receiver::AmqpReceiver;
+pub use schedule::ScheduleStore;
+use schedule::{Due, Publish};
+use sender::AmqpSender;
+
+/// The default bound on connecting (and reconnecting) before a call fails with a
+/// transient [`ErrorKind::Connection`].
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How many due scheduled messages one dispatch round publishes.
+const DISPATCH_BATCH: i64 = 200;
+
+fn unsupported(capability: &'static str, rule: &'static str) -> Error {
+    let reason = bent_rules()
+        .into_iter()
+        .find(|b| b.rule == rule)
+        .map_or("RabbitMQ cannot do this", |b| b.reason);
+    Error::new(ErrorKind::Unsupported {
+        transport: "amqp",
+        capability,
+        rule,
+        reason,
+    })
+}
+
+fn bent_rules() -> Vec<BentRule> {
+    vec![
+        BentRule {
+            rule: "S1.3 batch",
+            reason: "a batch of confirmed publishes cannot be all-or-nothing on RabbitMQ (transactions and confirms exclude each other)",
+            substitute: "a batch is pipelined; a failure hands back exactly the messages that were not confirmed, to send again with the same ids",
+        },
+        BentRule {
+            rule: "S2.3",
+            reason: "RabbitMQ has no lock duration: an unacknowledged message stays with its consumer until it is settled or the channel closes",
+            substitute: "a consumer that dies or disconnects gives its messages back at once; a lock duration other than the default 60 s is refused",
+        },
+        BentRule {
+            rule: "S2.4",
+            reason: "there is no lock to renew: it lasts as long as the consumer's channel",
+            substitute: "Delivery::locked_until is None, so endpoints never renew; renew_lock is refused",
+        },
+        BentRule {
+            rule: "S2.5",
+            reason: "AMQP 0-9-1 has no deferral",
+            substitute: "keep such messages in the application's store, or schedule them again with Sender::schedule",
+        },
+        BentRule {
+            rule: "S2.5 abandon",
+            reason: "basic.nack cannot change the message it requeues",
+            substitute: "abandon requeues the message unchanged (delivery count + 1); the endpoint writes its failure headers on the dead-lettered copy",
+        },
+        BentRule {
+            rule: "S3.1",
+            reason: "RabbitMQ does not number messages",
+            substitute: "the sending process stamps x-courier-sequence-number: unique and increasing per sending process, not gap-free and not comparable across processes",
+        },
+        BentRule {
+            rule: "S3.2",
+            reason: "RabbitMQ does not stamp an enqueued time",
+            substitute: "the sender stamps x-courier-enqueued-time (milliseconds) and the AMQP timestamp (seconds) from its clock",
+        },
+        BentRule {
+            rule: "S4.1",
+            reason: "AMQP 0-9-1 has no sessions",
+            substitute: "ordered processing with a single-active-consumer queue per ordering key",
+        },
+        BentRule {
+            rule: "S6.1",
+            reason: "RabbitMQ cannot browse a queue without taking its messages",
+            substitute: "counts() gives ready, dead-lettered and scheduled counts; the management UI shows messages",
+        },
+    ]
+}
+
+/// What the transport's parts share.
+pub(crate) struct Inner {
+    conn: Connector,
+    clock: Arc<dyn Clock>,
+    schedules: Option<ScheduleStore>,
+    max_message_size: usize,
+    last_sequence_number: AtomicI64,
+    /// Wakes the scheduled-message dispatcher when an earlier message is scheduled.
+    wake: Notify,
+    /// The confirm channel for dead-letter copies and due scheduled messages.
+    internal: ConfirmChannel,
+    stop: CancellationToken,
+}
+
+impl Inner {
+    /// A number unique and increasing within this process's transport: the clock's
+    /// microseconds, or one more than the last when the clock has not moved (S3.1 bent).
+    pub(crate) fn next_sequence_number(&self) -> i64 {
+        let now = self.clock.now().timestamp_micros();
+        let mut last = self.last_sequence_number.load(Ordering::Relaxed);
+        loop {
+            let next = now.max(last.saturating_add(1));
+            match self
+                .last_sequence_number
+                .compare_exchange_weak(last, next, Ordering::AcqRel, Ordering::Relaxed)
+            {
+                Ok(_) => return next,
+                Err(seen) => last = seen,
+            }
+        }
+    }
+
+    /// Runs `f` on a channel of its own, which a broker refusal (404, 406) may close.
+    async fn on_fresh_channel<T, F, Fut>(&self, f: F) -> Result<std::result::Result<T, lapin::Error>>
+    where
+        F: FnOnce(Channel) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, lapin::Error>>,
+    {
+        let channel = self.conn.channel().await?;
+        let out = f(channel.clone()).await;
+        if channel.status().connected() {
+            let _ = channel.close(200, "done".into()).await;
+        }
+        Ok(out)
+    }
+
+    /// Whether a queue exists (a passive declare).
+    async fn queue_exists(&self, queue: &str) -> Result<Option<u64>> {
+        self.conn.check_open()?;
+        let r = self
+            .on_fresh_channel(|c| async move {
+                c.queue_declare(
+                    queue.into(),
+                    QueueDeclareOptions::default().passive(),
+                    FieldTable::default(),
+                )
+                .await
+            })
+            .await?;
+        match r {
+            Ok(q) => Ok(Some(u64::from(q.message_count()))),
+            Err(e) if reply_code(&e) == Some(404) => Ok(None),
+            Err(e) => Err(self.failure("cannot look up a queue", &e)),
+        }
+    }
+
+    /// Whether a topic (exchange) exists.
+    async fn topic_exists(&self, topic: &str) -> Result<bool> {
+        self.conn.check_open()?;
+        let r = self
+            .on_fresh_channel(|c| async move {
+                let options = ExchangeDeclareOptions {
+                    passive: true,
+                    ..ExchangeDeclareOptions::default()
+                };
+                c.exchange_declare(topic.into(), ExchangeKind::Fanout, options, FieldTable::default())
+                    .await
+            })
+            .await?;
+        match r {
+            Ok(()) => Ok(true),
+            Err(e) if reply_code(&e) == Some(404) => Ok(false),
+            Err(e) => Err(self.failure("cannot look up a topic", &e)),
+        }
+    }
+
+    fn failure(&self, context: &str, e: &lapin::Error) -> Error {
+        if self.conn.is_closed() {
+            return Error::new(ErrorKind::Closed);
+        }
+        connection_error(context, e)
+    }
+
+    /// Declares and remembers `d`; an entity that exists with other settings keeps them.
+    async fn declare(&self, d: Declaration) -> Result<()> {
+        self.conn.check_open()?;
+        let r = self.on_fresh_channel(|c| {
+            let d = d.clone();
+            async move { declare(&c, &d).await }
+        });
+        match r.await? {
+            Ok(()) => {}
+            Err(e) if reply_code(&e) == Some(406) => {
+                tracing::debug!(declaration = ?d, "exists with other settings; they are kept");
+            }
+            Err(e) if reply_code(&e) == Some(404) => {
+                let Declaration::Subscription { topic, .. } = &d else {
+                    return Err(self.failure("cannot declare", &e));
+                };
+                return Err(Error::new(ErrorKind::EntityNotFound { path: topic.clone() }));
+            }
+            Err(e) => return Err(self.failure("cannot declare", &e)),
+        }
+        self.conn.remember(d);
+        Ok(())
+    }
+
+    async fn delete_queue(&self, queue: &str) -> Result<()> {
+        let r = self
+            .on_fresh_channel(|c| async move {
+                c.queue_delete(queue.into(), QueueDeleteOptions::default()).await?;
+                c.queue_delete(
+                    wire::dead_letter_queue(queue).as_str().into(),
+                    QueueDeleteOptions::default(),
+                )
+                .await
+            })
+            .await?;
+        r.map(|_| ()).map_err(|e| self.failure("cannot delete a queue", &e))
+    }
+}
+
+/// Publishes due scheduled messages through the internal confirm channel.
+struct DuePublisher<'a>(&'a Inner);
+
+impl Publish for DuePublisher<'_> {
+    async fn publish(&self, due: Vec<Due>) -> Vec<i64> {
+        let inner = self.0;
+        let mut pending = Vec::with_capacity(due.len());
+        let mut done = Vec::with_capacity(due.len());
+        for d in due {
+            let target = if d.is_topic {
+                Target::Topic(d.destination.clone())
+            } else {
+                Target::Queue(d.destination.clone())
+            };
+            let properties = match wire::properties(&d.envelope, inner.clock.now(), inner.next_sequence_number()) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::error!(seq = d.seq, error = %e, "a scheduled message cannot be published; it is dropped");
+                    done.push(d.seq);
+                    continue;
+                }
+            };
+            match inner
+                .internal
+                .start(&inner.conn, &target, properties, &d.envelope.body)
+                .await
+            {
+                Ok(confirm) => pending.push((d.seq, target, confirm)),
+                Err(e) => {
+                    tracing::warn!(seq = d.seq, error = %e, "publishing a due scheduled message failed; it is retried")
+                }
+            }
+        }
+        for (seq, target, confirm) in pending {
+            match finish(&target, confirm).await {
+                Ok(()) => done.push(seq),
+                Err(e) if matches!(e.kind(), ErrorKind::EntityNotFound { .. }) => {
+                    tracing::error!(seq, error = %e, "the destination of a scheduled message is gone; the message is dropped");
+                    done.push(seq);
+                }
+                Err(e) => tracing::warn!(seq, error = %e, "a due scheduled message was not confirmed; it is retried"),
+            }
+        }
+        done
+    }
+}
+
+/// Publishes scheduled messages when they are due: sleeps on the clock until the
+/// earliest, wakes when an earlier one is scheduled, and looks at the table at least
+/// every second (other processes schedule too).
+async fn dispatcher(inner: Arc<Inner>, store: ScheduleStore) {
+    loop {
+        if inner.stop.is_cancelled() {
+            return;
+        }
+        let now = inner.clock.now();
+        let mut backoff = false;
+        match store.dispatch_due(now, DISPATCH_BATCH, &DuePublisher(&inner)).await {
+            Ok(n) if i64::try_from(n).unwrap_or(i64::MAX) >= DISPATCH_BATCH => continue,
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot dispatch scheduled messages");
+                backoff = true;
+            }
+        }
+        let next = match store.next_due().await {
+            Ok(next) => next,
+            Err(_) => {
+                backoff = true;
+                None
+            }
+        };
+        // Rows still due after a round were not confirmed: try again a little later.
+        backoff |= next.is_some_and(|t| t <= now);
+        let until = match next {
+            Some(t) if !backoff => t,
+            _ => now + chrono::Duration::days(1),
+        };
+        let real = if backoff {
+            Duration::from_millis(250)
+        } else {
+            Duration::from_secs(1)
+        };
+        tokio::select! {
+            () = inner.stop.cancelled() => return,
+            () = inner.wake.notified() => {}
+            () = inner.clock.sleep_until(until) => {}
+            () = tokio::time::sleep(real) => {}
+        }
+    }
+}
+
+/// Builds an [`AmqpTransport`].
+#[must_use]
+pub struct AmqpBuilder {
+    url: String,
+    clock: Arc<dyn Clock>,
+    schedules: Option<ScheduleStore>,
+    max_message_size: usize,
+    connect_timeout: Duration,
+    connection_name: String,
+}
+
+impl std::fmt::Debug for AmqpBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmqpBuilder")
+            .field("url", &conn::redact(&self.url))
+            .field("connect_timeout", &self.connect_timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AmqpBuilder {
+    /// The clock for enqueued times, time-to-live and scheduled messages.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Where scheduled messages wait until due (needed for [`Sender::schedule`], delayed
+    /// retries and `send_at`/`send_after`); usually the endpoint's store.
+    pub fn schedules(mut self, store: impl Into<ScheduleStore>) -> Self {
+        self.schedules = Some(store.into());
+        self
+    }
+
+    /// The largest message accepted (default [`DEFAULT_MAX_MESSAGE_SIZE`]).
+    pub fn max_message_size(mut self, bytes: usize) -> Self {
+        self.max_message_size = bytes;
+        self
+    }
+
+    /// How long connecting may take before a call fails (default
+    /// [`DEFAULT_CONNECT_TIMEOUT`]); reconnecting after a drop waits as long.
+    pub fn connect_timeout(mut self, d: Duration) -> Self {
+        self.connect_timeout = d;
+        self
+    }
+
+    /// The connection name shown in RabbitMQ's management UI.
+    pub fn connection_name(mut self, name: impl Into<String>) -> Self {
+        self.connection_name = name.into();
+        self
+    }
+
+    /// Connects.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Connection`] (transient) when RabbitMQ cannot be reached within the
+    /// connect timeout; the error names the URL without its password.
+    pub async fn open(self) -> Result<AmqpTransport> {
+        let inner = Arc::new(Inner {
+            conn: Connector::new(self.url, self.connection_name, self.connect_timeout),
+            clock: self.clock,
+            schedules: self.schedules.clone(),
+            max_message_size: self.max_message_size,
+            last_sequence_number: AtomicI64::new(0),
+            wake: Notify::new(),
+            internal: ConfirmChannel::default(),
+            stop: CancellationToken::new(),
+        });
+        inner.conn.connection().await?;
+        if let Some(store) = self.schedules {
+            tokio::spawn(dispatcher(inner.clone(), store));
+        }
+        Ok(AmqpTransport { inner })
+    }
+}
+
+/// The RabbitMQ transport. Cheap to share behind an `Arc<dyn Transport>`; one AMQP
+/// connection, re-established with backoff when it drops.
+///
+/// ```no_run
+/// # async fn run() -> courier::Result<()> {
+/// use courier::{AmqpTransport, PostgresStore, Store};
+/// let store = PostgresStore::connect("postgres://app@db/app").await?;
+/// store.migrate().await?;
+/// let rabbit = AmqpTransport::builder("amqp://app:secret@rabbit:5672/%2f")
+///     .schedules(&store)
+///     .open()
+///     .await?;
+/// # let _ = rabbit; Ok(()) }
+/// ```
+pub struct AmqpTransport {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for AmqpTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AmqpTransport")
+            .field("broker", &self.inner.conn.display)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AmqpTransport {
+    /// A builder for `url` (`amqp://user:password@host:5672/vhost`, or `amqps://` for
+    /// TLS; the vhost `/` is written `%2f`).
+    pub fn builder(url: impl Into<String>) -> AmqpBuilder {
+        AmqpBuilder {
+            url: url.into(),
+            clock: Arc::new(SystemClock),
+            schedules: None,
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            connection_name: "courier".to_owned(),
+        }
+    }
+
+    /// Connects to `url` with the defaults (no scheduled messages).
+    ///
+    /// # Errors
+    /// As [`AmqpBuilder::open`].
+    pub async fn connect(url: impl Into<String>) -> Result<Self> {
+        Self::builder(url).open().await
+    }
+
+    /// How many connections were made so far: more than 1 after a reconnect.
+    pub fn connections_made(&self) -> u64 {
+        self.inner.conn.generation()
+    }
+
+    /// Drops the connection as a network failure would: unsettled messages go back to
+    /// their queues, and the next call reconnects. For tests of recovery.
+    #[doc(hidden)]
+    pub async fn sever_connection(&self) {
+        self.inner.conn.sever().await;
+    }
+
+    async fn path_exists(&self, path: &EntityPath) -> Result<()> {
+        path.validate()?;
+        let queue = wire::queue_of(path);
+        if self.inner.queue_exists(&queue).await?.is_some() {
+            return Ok(());
+        }
+        if path.topic().is_none() && path.sub_queue() == SubQueue::Main && self.inner.topic_exists(path.name()).await? {
+            return Err(Error::new(ErrorKind::InvalidOperation {
+                reason: format!("{} is a topic: receive from one of its subscriptions", path.name()),
+            }));
+        }
+        Err(Error::new(ErrorKind::EntityNotFound { path: path.to_string() }))
+    }
+
+    fn check_queue_options(options: &QueueOptions) -> Result<()> {
+        options.validate()?;
+        if options.requires_session {
+            return Err(unsupported("session queues", "S4.1"));
+        }
+        if options.lock_duration != QueueOptions::default().lock_duration {
+            return Err(unsupported("a lock duration", "S2.3"));
+        }
+        Ok(())
+    }
+
+    /// The default time-to-live of a queue this transport declared.
+    fn default_ttl_of(&self, queue: &str) -> Option<Duration> {
+        self.inner.conn.declared().into_iter().find_map(|d| match d {
+            Declaration::Queue { name, options } if name == queue => options.default_time_to_live,
+            _ => None,
+        })
+    }
+}
+
+#[async_trait]
+impl Transport for AmqpTransport {
+    fn name(&self) -> &'static str {
+        "amqp"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            bent_rules: bent_rules(),
+        }
+    }
+
+    async fn create_queue(&self, name: &str, options: &QueueOptions) -> Result<()> {
+        validate_name(name)?;
+        Self::check_queue_options(options)?;
+        self.inner.conn.check_open()?;
+        self.inner
+            .declare(Declaration::Queue {
+                name: name.to_owned(),
+                options: options.clone(),
+            })
+            .await
+    }
+
+    async fn create_topic(&self, name: &str, options: &TopicOptions) -> Result<()> {
+        validate_name(name)?;
+        if options.default_time_to_live.is_some() {
+            return Err(Error::new(ErrorKind::InvalidOptions {
+                reason: "a RabbitMQ exchange has no time-to-live: set it on the subscriptions".into(),
+            }));
+        }
+        self.inner.conn.check_open()?;
+        self.inner.declare(Declaration::Topic { name: name.to_owned() }).await
+    }
+
+    async fn create_subscription(&self, topic: &str, name: &str, options: &SubscriptionOptions) -> Result<()> {
+        validate_name(topic)?;
+        validate_name(name)?;
+        Self::check_queue_options(options)?;
+        if !self.inner.topic_exists(topic).await? {
+            return Err(Error::new(ErrorKind::EntityNotFound { path: topic.to_owned() }));
+        }
+        self.inner
+            .declare(Declaration::Subscription {
+                topic: topic.to_owned(),
+                name: name.to_owned(),
+                options: options.clone(),
+            })
+            .await
+    }
+
+    async fn delete(&self, path: &EntityPath) -> Result<()> {
+        path.validate()?;
+        let queue = wire::queue_of(path);
+        if self.inner.queue_exists(&queue).await?.is_some() {
+            self.inner.delete_queue(&queue).await?;
+            self.inner.conn.forget(&queue);
+            if let Some(store) = &self.inner.schedules {
+                store.delete_for(&queue).await?;
+            }
+            return Ok(());
+        }
+        if path.topic().is_none() && self.inner.topic_exists(path.name()).await? {
+            let topic = path.name();
+            let r = self
+                .inner
+                .on_fresh_channel(|c| async move { c.exchange_delete(topic.into(), Default::default()).await })
+                .await?;
+            r.map_err(|e| self.inner.failure("cannot delete a topic", &e))?;
+            self.inner.conn.forget(topic);
+            if let Some(store) = &self.inner.schedules {
+                store.delete_for(topic).await?;
+            }
+            return Ok(());
+        }
+        Err(Error::new(ErrorKind::EntityNotFound { path: path.to_string() }))
+    }
+
+    async fn sender(&self, entity: &str, options: SenderOptions) -> Result<Arc<dyn Sender>> {
+        validate_name(entity)?;
+        options.validate()?;
+        let target = if self.inner.queue_exists(entity).await?.is_some() {
+            Target::Queue(entity.to_owned())
+        } else if self.inner.topic_exists(entity).await? {
+            Target::Topic(entity.to_owned())
+        } else {
+            return Err(Error::new(ErrorKind::EntityNotFound {
+                path: entity.to_owned(),
+            }));
+        };
+        Ok(Arc::new(AmqpSender {
+            inner: self.inner.clone(),
+            default_ttl: self.default_ttl_of(entity),
+            target,
+            entity: entity.to_owned(),
+            permits: Arc::new(Semaphore::new(options.max_in_flight)),
+            max_in_flight: options.max_in_flight,
+            allow_presettled: options.allow_presettled,
+            channel: ConfirmChannel::default(),
+        }))
+    }
+
+    async fn receiver(&self, path: &EntityPath) -> Result<Arc<dyn Receiver>> {
+        self.path_exists(path).await?;
+        Ok(Arc::new(AmqpReceiver::new(self.inner.clone(), path.clone())))
+    }
+
+    async fn accept_session(
+        &self,
+        _path: &EntityPath,
+        _session: SessionSelector,
+        _max_wait: Duration,
+    ) -> Result<Arc<dyn SessionReceiver>> {
+        self.inner.conn.check_open()?;
+        Err(unsupported("sessions", "S4.1"))
+    }
+
+    async fn peek(
+        &self,
+        _path: &EntityPath,
+        _from_sequence_number: SequenceNumber,
+        _max_count: usize,
+    ) -> Result<Vec<ReceivedMessage>> {
+        self.inner.conn.check_open()?;
+        Err(unsupported("browsing", "S6.1"))
+    }
+
+    async fn counts(&self, path: &EntityPath) -> Result<EntityCounts> {
+        path.validate()?;
+        let queue = wire::queue_of(path);
+        let Some(active) = self.inner.queue_exists(&queue).await? else {
+            return Err(Error::new(ErrorKind::EntityNotFound { path: path.to_string() }));
+        };
+        let dead_lettered = match path.sub_queue() {
+            SubQueue::Main => self
+                .inner
+                .queue_exists(&wire::dead_letter_queue(&queue))
+                .await?
+                .unwrap_or(0),
+            SubQueue::DeadLetter => active,
+        };
+        let scheduled = match (&self.inner.schedules, path.sub_queue()) {
+            (Some(store), SubQueue::Main) => store.count(&queue).await?,
+            _ => 0,
+        };
+        Ok(EntityCounts {
+            active: if path.sub_queue() == SubQueue::Main { active } else { 0 },
+            scheduled,
+            deferred: 0,
+            dead_lettered,
+        })
+    }
+
+    async fn close(&self) {
+        self.inner.stop.cancel();
+        self.inner.conn.close().await;
+    }
+}
+
+impl Drop for AmqpTransport {
+    fn drop(&mut self) {
+        self.inner.stop.cancel();
+    }
+}

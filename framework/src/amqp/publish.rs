@@ -1,0 +1,138 @@
+//! Publishing with publisher confirms on a channel that is opened again after a failure.
+
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::{BasicProperties, Channel, Confirmation, PublisherConfirm};
+use tokio::sync::Mutex;
+
+use crate::error::{Error, ErrorKind, Result};
+
+use super::conn::{Connector, connection_error, reply_code};
+
+/// Where a message goes: a queue (through the default exchange, mandatory, so that a
+/// missing queue is an error) or a topic (its fanout exchange; a topic without
+/// subscriptions drops the message, as a topic does).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Target {
+    Queue(String),
+    Topic(String),
+}
+
+impl Target {
+    fn exchange(&self) -> &str {
+        match self {
+            Target::Queue(_) => "",
+            Target::Topic(t) => t,
+        }
+    }
+    fn routing_key(&self) -> &str {
+        match self {
+            Target::Queue(q) => q,
+            Target::Topic(_) => "",
+        }
+    }
+    fn name(&self) -> &str {
+        match self {
+            Target::Queue(n) | Target::Topic(n) => n,
+        }
+    }
+    fn not_found(&self) -> Error {
+        Error::new(ErrorKind::EntityNotFound {
+            path: self.name().to_owned(),
+        })
+    }
+}
+
+/// A confirm-mode channel, opened on first use and again after it closed.
+#[derive(Default)]
+pub(crate) struct ConfirmChannel {
+    channel: Mutex<Option<Channel>>,
+}
+
+impl ConfirmChannel {
+    async fn get(&self, conn: &Connector) -> Result<Channel> {
+        let mut slot = self.channel.lock().await;
+        if let Some(c) = slot.as_ref()
+            && c.status().connected()
+        {
+            return Ok(c.clone());
+        }
+        let channel = conn.channel().await?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(|e| connection_error("cannot enable publisher confirms", &e))?;
+        *slot = Some(channel.clone());
+        Ok(channel)
+    }
+
+    /// Publishes without waiting for the confirm; the returned future resolves to it.
+    pub(crate) async fn start(
+        &self,
+        conn: &Connector,
+        target: &Target,
+        properties: BasicProperties,
+        body: &[u8],
+    ) -> Result<PublisherConfirm> {
+        let channel = self.get(conn).await?;
+        let options = BasicPublishOptions {
+            mandatory: matches!(target, Target::Queue(_)),
+            ..BasicPublishOptions::default()
+        };
+        channel
+            .basic_publish(
+                target.exchange().into(),
+                target.routing_key().into(),
+                options,
+                body,
+                properties,
+            )
+            .await
+            .map_err(|e| publish_error(target, &e))
+    }
+
+    /// Publishes and waits until the broker confirmed (S1.1).
+    pub(crate) async fn publish(
+        &self,
+        conn: &Connector,
+        target: &Target,
+        properties: BasicProperties,
+        body: &[u8],
+    ) -> Result<()> {
+        let confirm = self.start(conn, target, properties, body).await?;
+        finish(target, confirm).await
+    }
+}
+
+/// Waits for a publish's confirm and says what it means.
+pub(crate) async fn finish(target: &Target, confirm: PublisherConfirm) -> Result<()> {
+    match confirm.await {
+        Ok(Confirmation::Ack(None) | Confirmation::NotRequested) => Ok(()),
+        Ok(Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned))) => Err(match returned.reply_code {
+            312 | 404 => target.not_found(),
+            311 => Error::new(ErrorKind::InvalidMessage {
+                reason: format!("RabbitMQ refused the message: {}", returned.reply_text),
+            }),
+            code => Error::new(ErrorKind::Connection {
+                detail: format!("RabbitMQ returned the message ({code} {})", returned.reply_text),
+            }),
+        }),
+        Ok(Confirmation::Nack(None)) => Err(Error::new(ErrorKind::Storage {
+            detail: format!(
+                "RabbitMQ refused the message for {} (nack): the queue is full or the broker is short of resources",
+                target.name()
+            ),
+            transient: true,
+        })),
+        Err(e) => Err(publish_error(target, &e)),
+    }
+}
+
+fn publish_error(target: &Target, e: &lapin::Error) -> Error {
+    match reply_code(e) {
+        Some(404) => target.not_found(),
+        _ => connection_error(
+            &format!("publishing to {} failed; the outcome is unknown", target.name()),
+            e,
+        ),
+    }
+}

@@ -1,0 +1,346 @@
+//! How Courier's entities and messages look on RabbitMQ: names, AMQP properties, headers.
+//! `docs/rabbitmq.md` documents the same for producers written in other languages.
+
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use lapin::BasicProperties;
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use uuid::Uuid;
+
+use crate::entity::{EntityPath, SubQueue};
+use crate::error::{Error, ErrorKind, Result};
+use crate::message::{BrokerProperties, Envelope, LockToken, MessageState, Properties, PropertyValue, reasons};
+
+/// Separates a topic from a subscription, and an entity from its dead-letter queue, in
+/// queue names. Entity names cannot contain it, so a generated name never collides with a
+/// name a user chose.
+pub(crate) const SEPARATOR: &str = "::";
+
+/// The suffix of a dead-letter queue.
+pub(crate) const DEAD_LETTER_SUFFIX: &str = "::dlq";
+
+/// Header: the message that caused this one.
+pub(crate) const H_CAUSATION_ID: &str = "x-courier-causation-id";
+/// Header: the session id (carried, not acted on: sessions are bent).
+pub(crate) const H_SESSION_ID: &str = "x-courier-session-id";
+/// Header: enqueued time, milliseconds since the Unix epoch, from the sender's clock.
+pub(crate) const H_ENQUEUED_TIME: &str = "x-courier-enqueued-time";
+/// Header: the sequence number the sending process stamped.
+pub(crate) const H_SEQUENCE_NUMBER: &str = "x-courier-sequence-number";
+/// Header: time-to-live in milliseconds (also in the AMQP `expiration` property).
+pub(crate) const H_TIME_TO_LIVE: &str = "x-courier-time-to-live";
+/// Header: why the message was dead-lettered.
+pub(crate) const H_DEAD_LETTER_REASON: &str = "x-courier-dead-letter-reason";
+/// Header: the description given with the reason.
+pub(crate) const H_DEAD_LETTER_DESCRIPTION: &str = "x-courier-dead-letter-description";
+/// Header: the queue the message was dead-lettered from.
+pub(crate) const H_DEAD_LETTER_SOURCE: &str = "x-courier-dead-letter-source";
+/// RabbitMQ's header on a redelivered message of a quorum queue: earlier failed deliveries.
+pub(crate) const H_DELIVERY_COUNT: &str = "x-delivery-count";
+/// RabbitMQ's header on a message the broker dead-lettered.
+pub(crate) const H_DEATH: &str = "x-death";
+
+/// The RabbitMQ queue that holds `path`'s messages.
+pub(crate) fn queue_of(path: &EntityPath) -> String {
+    let mut name = match path.topic() {
+        Some(topic) => subscription_queue(topic, path.name()),
+        None => path.name().to_owned(),
+    };
+    if path.sub_queue() == SubQueue::DeadLetter {
+        name.push_str(DEAD_LETTER_SUFFIX);
+    }
+    name
+}
+
+/// The queue of a topic's subscription: `topic::subscription`.
+pub(crate) fn subscription_queue(topic: &str, subscription: &str) -> String {
+    format!("{topic}{SEPARATOR}{subscription}")
+}
+
+/// The dead-letter queue of a queue.
+pub(crate) fn dead_letter_queue(queue: &str) -> String {
+    format!("{queue}{DEAD_LETTER_SUFFIX}")
+}
+
+fn short(what: &str, value: &str) -> Result<ShortString> {
+    ShortString::try_new(value).map_err(|_| {
+        Error::new(ErrorKind::InvalidMessage {
+            reason: format!("the {what} has {} bytes; AMQP allows at most 255", value.len()),
+        })
+    })
+}
+
+fn long(value: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(value.as_bytes()))
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn millis(t: DateTime<Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+/// The time of `ms` milliseconds since the Unix epoch.
+pub(crate) fn from_millis(ms: i64) -> Option<DateTime<Utc>> {
+    Utc.timestamp_millis_opt(ms).single()
+}
+
+/// The AMQP properties and headers of `m`, stamped with its enqueued time and sequence
+/// number. The body is sent as it is.
+pub(crate) fn properties(m: &Envelope, enqueued: DateTime<Utc>, sequence_number: i64) -> Result<BasicProperties> {
+    let mut headers = FieldTable::default();
+    for (key, value) in &m.properties {
+        let key = short("property name", key)?;
+        let value = match value {
+            PropertyValue::Bool(v) => AMQPValue::Boolean(*v),
+            PropertyValue::Int(v) => AMQPValue::LongLongInt(*v),
+            PropertyValue::Float(v) => AMQPValue::Double(*v),
+            PropertyValue::String(v) => long(v),
+        };
+        headers.insert(key, value);
+    }
+    if let Some(c) = &m.causation_id {
+        headers.insert(H_CAUSATION_ID.into(), long(c));
+    }
+    if let Some(s) = &m.session_id {
+        headers.insert(H_SESSION_ID.into(), long(s));
+    }
+    headers.insert(H_ENQUEUED_TIME.into(), AMQPValue::LongLongInt(millis(enqueued)));
+    headers.insert(H_SEQUENCE_NUMBER.into(), AMQPValue::LongLongInt(sequence_number));
+    let mut p = BasicProperties::default()
+        .with_message_id(short("message id", &m.message_id)?)
+        .with_delivery_mode(2)
+        .with_timestamp(u64::try_from(enqueued.timestamp()).unwrap_or(0));
+    if let Some(ttl) = m.time_to_live {
+        let ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1);
+        headers.insert(H_TIME_TO_LIVE.into(), AMQPValue::LongLongInt(ms));
+        p = p.with_expiration(ShortString::from(ms.to_string()));
+    }
+    if let Some(c) = &m.correlation_id {
+        p = p.with_correlation_id(short("correlation id", c)?);
+    }
+    if let Some(t) = &m.message_type {
+        p = p.with_type(short("message type", t)?);
+    }
+    if let Some(c) = &m.content_type {
+        p = p.with_content_type(short("content type", c)?);
+    }
+    if let Some(r) = &m.reply_to {
+        p = p.with_reply_to(short("reply-to address", r)?);
+    }
+    Ok(p.with_headers(headers))
+}
+
+/// The dead-letter headers added to a copy moved to a dead-letter queue by Courier.
+pub(crate) fn dead_letter_headers(m: &mut Envelope, reason: &str, description: &str, source: &str) {
+    for (k, v) in [
+        (H_DEAD_LETTER_REASON, reason),
+        (H_DEAD_LETTER_DESCRIPTION, description),
+        (H_DEAD_LETTER_SOURCE, source),
+    ] {
+        m.properties.insert(k.to_owned(), PropertyValue::from(v));
+    }
+}
+
+fn text(v: &AMQPValue) -> Option<String> {
+    match v {
+        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        AMQPValue::ShortString(s) => Some(s.as_str().to_owned()),
+        _ => None,
+    }
+}
+
+fn int(v: &AMQPValue) -> Option<i64> {
+    match v {
+        AMQPValue::ShortShortInt(n) => Some(i64::from(*n)),
+        AMQPValue::ShortShortUInt(n) => Some(i64::from(*n)),
+        AMQPValue::ShortInt(n) => Some(i64::from(*n)),
+        AMQPValue::ShortUInt(n) => Some(i64::from(*n)),
+        AMQPValue::LongInt(n) => Some(i64::from(*n)),
+        AMQPValue::LongUInt(n) => Some(i64::from(*n)),
+        AMQPValue::LongLongInt(n) => Some(*n),
+        AMQPValue::Timestamp(n) => i64::try_from(*n).ok(),
+        _ => None,
+    }
+}
+
+fn property(v: &AMQPValue) -> Option<PropertyValue> {
+    match v {
+        AMQPValue::Boolean(b) => Some(PropertyValue::Bool(*b)),
+        AMQPValue::Float(f) => Some(PropertyValue::Float(f64::from(*f))),
+        AMQPValue::Double(f) => Some(PropertyValue::Float(*f)),
+        other => int(other)
+            .map(PropertyValue::Int)
+            .or_else(|| text(other).map(PropertyValue::String)),
+    }
+}
+
+/// What RabbitMQ's own dead-lettering says, mapped onto Courier's reasons.
+fn death_reason(headers: &FieldTable) -> Option<(String, String, Option<String>)> {
+    let AMQPValue::FieldArray(deaths) = headers.inner().get(H_DEATH)? else {
+        return None;
+    };
+    let AMQPValue::FieldTable(first) = deaths.as_slice().first()? else {
+        return None;
+    };
+    let raw = first.inner().get("reason").and_then(text)?;
+    let queue = first.inner().get("queue").and_then(text);
+    let (reason, description) = match raw.as_str() {
+        "delivery_limit" => (
+            reasons::MAX_DELIVERY_COUNT_EXCEEDED,
+            "the message was delivered more often than the queue's max delivery count",
+        ),
+        "expired" => (reasons::TTL_EXPIRED, "the message's time-to-live passed"),
+        "maxlen" => ("QueueLengthExceeded", "the queue was full"),
+        _ => ("Rejected", "a consumer rejected the message without requeueing it"),
+    };
+    Some((reason.to_owned(), description.to_owned(), queue))
+}
+
+/// A received AMQP message as Courier's [`ReceivedMessage`](crate::ReceivedMessage) parts.
+pub(crate) struct Decoded {
+    pub(crate) envelope: Envelope,
+    pub(crate) broker: BrokerProperties,
+}
+
+/// Decodes what RabbitMQ delivered. Missing Courier headers (a producer in another
+/// language) fall back: no message id gets a fresh one (such a message cannot be
+/// deduplicated), no enqueued time takes the AMQP timestamp, then `now`.
+pub(crate) fn decode(
+    p: &BasicProperties,
+    body: Vec<u8>,
+    dead_letter_queue: bool,
+    lock_token: Option<LockToken>,
+    now: DateTime<Utc>,
+) -> Decoded {
+    let empty = FieldTable::default();
+    let headers = p.headers().as_ref().unwrap_or(&empty);
+    let get = |k: &str| headers.inner().get(k);
+    let mut properties = Properties::new();
+    for (k, v) in headers {
+        if k.as_str().starts_with("x-") {
+            continue;
+        }
+        if let Some(v) = property(v) {
+            properties.insert(k.as_str().to_owned(), v);
+        }
+    }
+    let enqueued_time = get(H_ENQUEUED_TIME)
+        .and_then(int)
+        .and_then(from_millis)
+        .or_else(|| {
+            p.timestamp()
+                .and_then(|s| i64::try_from(s).ok())
+                .and_then(|s| Utc.timestamp_opt(s, 0).single())
+        })
+        .unwrap_or(now);
+    let time_to_live = get(H_TIME_TO_LIVE)
+        .and_then(int)
+        .or_else(|| p.expiration().as_ref().and_then(|e| e.as_str().parse::<i64>().ok()))
+        .and_then(|ms| u64::try_from(ms).ok())
+        .map(Duration::from_millis);
+    let expires_at = time_to_live
+        .and_then(|ttl| chrono::Duration::from_std(ttl).ok())
+        .and_then(|ttl| enqueued_time.checked_add_signed(ttl));
+    let earlier = get(H_DELIVERY_COUNT).and_then(int).unwrap_or(0);
+    let delivery_count = u32::try_from(earlier.saturating_add(1)).unwrap_or(u32::MAX);
+    let mut dead_letter_reason = get(H_DEAD_LETTER_REASON).and_then(text);
+    let mut dead_letter_description = get(H_DEAD_LETTER_DESCRIPTION).and_then(text);
+    let mut dead_letter_source = get(H_DEAD_LETTER_SOURCE).and_then(text);
+    for k in [H_DEAD_LETTER_REASON, H_DEAD_LETTER_DESCRIPTION, H_DEAD_LETTER_SOURCE] {
+        properties.remove(k);
+    }
+    if dead_letter_queue
+        && dead_letter_reason.is_none()
+        && let Some((reason, description, source)) = death_reason(headers)
+    {
+        dead_letter_reason = Some(reason);
+        dead_letter_description = Some(description);
+        dead_letter_source = source;
+    }
+    let envelope = Envelope {
+        message_id: p
+            .message_id()
+            .as_ref()
+            .map_or_else(|| Uuid::now_v7().to_string(), |id| id.as_str().to_owned()),
+        correlation_id: p.correlation_id().as_ref().map(|s| s.as_str().to_owned()),
+        causation_id: get(H_CAUSATION_ID).and_then(text),
+        message_type: p.kind().as_ref().map(|s| s.as_str().to_owned()),
+        content_type: p.content_type().as_ref().map(|s| s.as_str().to_owned()),
+        body: body.into(),
+        properties,
+        session_id: get(H_SESSION_ID).and_then(text),
+        reply_to: p.reply_to().as_ref().map(|s| s.as_str().to_owned()),
+        time_to_live,
+        scheduled_enqueue_time: None,
+    };
+    let broker = BrokerProperties {
+        sequence_number: get(H_SEQUENCE_NUMBER).and_then(int).unwrap_or(0),
+        enqueued_time,
+        delivery_count,
+        lock_token,
+        locked_until: None,
+        state: if dead_letter_queue {
+            MessageState::DeadLettered
+        } else {
+            MessageState::Active
+        },
+        expires_at,
+        dead_letter_reason,
+        dead_letter_description,
+        dead_letter_source,
+    };
+    Decoded { envelope, broker }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_envelope_survives_the_round_trip() {
+        let now = Utc::now();
+        let at = from_millis(millis(now)).unwrap_or(now);
+        let m = Envelope::new("body")
+            .with_message_id("m-1")
+            .with_correlation_id("c")
+            .with_causation_id("cause")
+            .with_message_type("billing.Charge")
+            .with_content_type("application/json")
+            .with_reply_to("replies")
+            .with_time_to_live(Duration::from_secs(10))
+            .with_property("s", "text")
+            .with_property("i", 7_i64)
+            .with_property("b", true)
+            .with_property("f", 1.5);
+        let p = properties(&m, at, 42).unwrap_or_default();
+        let d = decode(&p, b"body".to_vec(), false, None, now);
+        assert_eq!(d.envelope, m);
+        assert_eq!(d.broker.sequence_number, 42);
+        assert_eq!(d.broker.enqueued_time, at);
+        assert_eq!(d.broker.delivery_count, 1);
+        assert_eq!(d.broker.expires_at, Some(at + chrono::Duration::seconds(10)));
+    }
+
+    #[test]
+    fn a_foreign_message_gets_defaults_and_a_long_id_is_refused() {
+        let now = Utc::now();
+        let d = decode(&BasicProperties::default(), Vec::new(), false, None, now);
+        assert!(!d.envelope.message_id.is_empty());
+        assert_eq!(d.broker.enqueued_time, now);
+        let long = Envelope::new("x").with_correlation_id("c".repeat(300));
+        let e = properties(&long, now, 1).err().map(|e| e.kind().clone());
+        assert!(matches!(e, Some(ErrorKind::InvalidMessage { .. })), "{e:?}");
+    }
+
+    #[test]
+    fn names_cannot_collide_with_user_names() {
+        assert_eq!(queue_of(&EntityPath::queue("billing")), "billing");
+        assert_eq!(queue_of(&EntityPath::queue("billing").dead_letter()), "billing::dlq");
+        assert_eq!(
+            queue_of(&EntityPath::subscription("orders", "billing")),
+            "orders::billing"
+        );
+        assert!(crate::entity::validate_name("billing::dlq").is_err());
+    }
+}

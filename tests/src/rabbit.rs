@@ -1,0 +1,91 @@
+//! A RabbitMQ for the tests: started once per test process with testcontainers where a
+//! Docker engine is reachable, otherwise the server `AMQP_URL` names. Tests share it and
+//! stay apart by their own queue and exchange names.
+
+use std::sync::Arc;
+
+use courier::conformance::Fixture;
+use courier::{AmqpTransport, Clock, ScheduleStore, SqliteStore, Store, VirtualClock};
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
+use testcontainers_modules::rabbitmq::RabbitMq;
+use testcontainers_modules::testcontainers::runners::AsyncRunner;
+use testcontainers_modules::testcontainers::{ContainerAsync, ImageExt};
+use tokio::sync::OnceCell;
+
+/// The RabbitMQ image testcontainers starts (quorum queues with at-least-once
+/// dead-lettering need 3.10 or later).
+pub const RABBITMQ_TAG: &str = "3.13-management";
+
+static URL: OnceCell<(String, Option<ContainerAsync<RabbitMq>>)> = OnceCell::const_new();
+
+/// The AMQP URL of the test broker.
+///
+/// # Panics
+/// When neither a Docker engine nor `AMQP_URL` is available, saying so.
+#[allow(clippy::expect_used, clippy::panic)]
+pub async fn amqp_url() -> String {
+    let (url, _) = URL
+        .get_or_init(|| async {
+            if crate::pg::docker_reachable() {
+                let container = RabbitMq::default()
+                    .with_tag(RABBITMQ_TAG)
+                    .start()
+                    .await
+                    .expect("start RabbitMQ with testcontainers");
+                let port = container.get_host_port_ipv4(5672).await.expect("the container's port");
+                let host = container.get_host().await.expect("the container's host");
+                (format!("amqp://guest:guest@{host}:{port}/%2f"), Some(container))
+            } else if let Ok(url) = std::env::var("AMQP_URL") {
+                (url, None)
+            } else {
+                panic!(
+                    "these tests need RabbitMQ: either a reachable Docker engine (testcontainers starts \
+                     rabbitmq:{RABBITMQ_TAG}) or AMQP_URL=amqp://user:password@host:5672/%2f"
+                );
+            }
+        })
+        .await;
+    url.clone()
+}
+
+/// A SQLite store in memory (one connection that never closes), migrated.
+#[allow(clippy::expect_used)]
+pub async fn memory_store() -> SqliteStore {
+    let options: SqliteConnectOptions = "sqlite::memory:".parse().expect("an in-memory SQLite URL");
+    let pool = SqlitePoolOptions::new()
+        .max_connections(1)
+        .idle_timeout(None)
+        .max_lifetime(None)
+        .connect_with(options)
+        .await
+        .expect("open SQLite in memory");
+    let store = SqliteStore::from_pool(pool);
+    store.migrate().await.expect("migrate");
+    store
+}
+
+/// A RabbitMQ transport on a virtual clock, holding scheduled messages in `schedules`.
+#[allow(clippy::expect_used)]
+pub async fn transport(clock: &VirtualClock, schedules: ScheduleStore) -> AmqpTransport {
+    let shared: Arc<dyn Clock> = Arc::new(clock.clone());
+    AmqpTransport::builder(amqp_url().await)
+        .clock(shared)
+        .schedules(schedules)
+        .open()
+        .await
+        .expect("connect to RabbitMQ")
+}
+
+/// The conformance fixture: scheduled messages in SQLite, locks lost by dropping the
+/// connection.
+pub async fn amqp_fixture() -> Fixture {
+    let clock = VirtualClock::starting_now();
+    let store = memory_store().await;
+    let transport = Arc::new(transport(&clock, ScheduleStore::from(&store)).await);
+    let mut fx = Fixture::new(transport.clone(), clock);
+    fx.lose_locks = Some(Arc::new(move || {
+        let t = transport.clone();
+        Box::pin(async move { t.sever_connection().await })
+    }));
+    fx
+}
