@@ -8,6 +8,7 @@ use courier::conformance::Fixture;
 use courier::{AmqpTransport, Clock, ScheduleStore, SqliteStore, Store, VirtualClock};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use testcontainers_modules::rabbitmq::RabbitMq;
+use testcontainers_modules::testcontainers::core::{CmdWaitFor, ExecCommand};
 use testcontainers_modules::testcontainers::runners::AsyncRunner;
 use testcontainers_modules::testcontainers::{ContainerAsync, ImageExt};
 use tokio::sync::OnceCell;
@@ -88,4 +89,43 @@ pub async fn amqp_fixture() -> Fixture {
         Box::pin(async move { t.sever_connection().await })
     }));
     fx
+}
+
+/// Restarts the test broker's RabbitMQ application (`rabbitmqctl stop_app`, a pause,
+/// `start_app`): inside the testcontainers container, or on this machine for `AMQP_URL`.
+/// Connections drop; durable queues and their messages stay.
+///
+/// # Panics
+/// When the broker cannot be restarted, saying why.
+#[allow(clippy::expect_used, clippy::panic)]
+pub async fn restart_broker(pause: std::time::Duration) {
+    let (_, container) = URL.get().expect("amqp_url() was called first");
+    for step in ["stop_app", "start_app"] {
+        match container {
+            Some(c) => {
+                let cmd = ExecCommand::new(["rabbitmqctl", step])
+                    .with_cmd_ready_condition(CmdWaitFor::Exit { code: Some(0) });
+                c.exec(cmd).await.expect("rabbitmqctl in the container");
+            }
+            None => {
+                let out = tokio::process::Command::new("rabbitmqctl")
+                    .arg(step)
+                    .output()
+                    .await
+                    .unwrap_or_else(|e| {
+                        panic!(
+                            "this test restarts the local RabbitMQ with rabbitmqctl {step}, which failed to run: {e}"
+                        )
+                    });
+                assert!(
+                    out.status.success(),
+                    "rabbitmqctl {step} failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+        if step == "stop_app" {
+            tokio::time::sleep(pause).await;
+        }
+    }
 }

@@ -1,0 +1,147 @@
+//! Endpoints on RabbitMQ with a Postgres store (the production pairing): effects once
+//! with competing instances, a dropped connection that loses nothing, retries and the
+//! dead-letter queue through RabbitMQ's delivery count and the scheduled-message table.
+//! RabbitMQ comes from `AMQP_URL` or testcontainers (`courier_tests::rabbit`), Postgres
+//! from `DATABASE_URL` or testcontainers; every test has its own queue names and database.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    missing_docs,
+    unreachable_pub
+)]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use courier::{Clock, Context, Endpoint, EntityPath, HandlerError, Transport, VirtualClock};
+use courier_tests::eventually;
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_compete_on_one_queue_and_every_job_has_its_effect_once() {
+    let (db, store) = database().await;
+    let name = unique("jobs");
+    let (ta, tb) = (rabbit(&store, None).await, rabbit(&store, None).await);
+    let a = endpoint(&name, ta.clone(), &store, 1)
+        .concurrency(4)
+        .start()
+        .await
+        .unwrap();
+    let b = endpoint(&name, tb.clone(), &store, 2)
+        .concurrency(4)
+        .start()
+        .await
+        .unwrap();
+    send_jobs(&a, 0..300).await;
+    wait_effects(&store, 300).await;
+    let per_instance: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT instance, count(*) FROM effects GROUP BY instance ORDER BY instance")
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+    assert_eq!(per_instance.len(), 2, "both instances took jobs: {per_instance:?}");
+    let done = a.stats().completed + b.stats().completed;
+    assert!(done >= 300, "completed {done}");
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    cleanup(&ta, &name).await;
+    db.drop_now().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_connection_loses_no_job_and_repeats_no_effect() {
+    let (db, store) = database().await;
+    let name = unique("drop");
+    let transport = rabbit(&store, None).await;
+    let running = endpoint(&name, transport.clone(), &store, 1)
+        .concurrency(8)
+        .start()
+        .await
+        .unwrap();
+    send_jobs(&running, 0..200).await;
+    // Cut the connection while jobs are in flight: unacknowledged deliveries go back to
+    // the queue (some after their effects committed), the consumer starts again.
+    eventually("some jobs handled", || async { effects(&store).await.1 >= 20 }).await;
+    transport.sever_connection().await;
+    send_jobs(&running, 200..400).await;
+    wait_effects(&store, 400).await;
+    assert!(transport.connections_made() >= 2, "the transport reconnected");
+    running.shutdown().await.unwrap();
+    cleanup(&transport, &name).await;
+    db.drop_now().await;
+}
+
+#[courier::handler]
+async fn always_fails(_job: Job, ctx: &mut Context) -> Result<(), HandlerError> {
+    ctx.state::<Arc<AtomicU32>>()?.fetch_add(1, Ordering::SeqCst);
+    Err(HandlerError::msg("the card was declined"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_go_through_rabbitmq_and_the_schedule_table_into_the_dead_letter_queue() {
+    let (db, store) = database().await;
+    let clock = VirtualClock::starting_now();
+    let transport = rabbit(&store, Some(&clock)).await;
+    let name = unique("retry");
+    let calls = Arc::new(AtomicU32::new(0));
+    let shared: Arc<dyn Clock> = Arc::new(clock.clone());
+    let running = Endpoint::builder(&name)
+        .transport(transport.clone())
+        .store(Arc::new(store.clone()))
+        .clock(shared)
+        .routes(routes(&name, &format!("{name}-done")))
+        .handler(always_fails)
+        .state(calls.clone())
+        .recoverability(
+            courier::RetryPolicy::default()
+                .immediate(1)
+                .delayed([Duration::from_secs(600)]),
+        )
+        .start()
+        .await
+        .unwrap();
+    running.bus().send(&Job { n: 7 }).await.unwrap();
+    // Attempts 1 and 2 (an immediate retry: nack, requeue, x-delivery-count 1), then the
+    // delayed retry waits in the schedule table for 10 minutes of virtual time.
+    let queue = EntityPath::queue(&name);
+    eventually("the delayed retry is scheduled", || async {
+        transport.counts(&queue).await.unwrap().scheduled == 1
+    })
+    .await;
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    clock.advance(Duration::from_secs(600));
+    eventually("dead-lettered", || async {
+        transport.counts(&queue).await.unwrap().dead_lettered == 1
+    })
+    .await;
+    assert_eq!(calls.load(Ordering::SeqCst), 4, "two more attempts after the delay");
+    let dlq = transport.receiver(&queue.clone().dead_letter()).await.unwrap();
+    let dead = dlq.receive(1, Duration::from_secs(5)).await.unwrap();
+    let m = dead[0].message();
+    assert_eq!(
+        m.broker.dead_letter_reason.as_deref(),
+        Some(courier::recoverability::reasons::RETRIES_EXHAUSTED)
+    );
+    assert!(
+        m.broker
+            .dead_letter_description
+            .as_deref()
+            .is_some_and(|d| d.contains("declined")),
+        "{:?}",
+        m.broker.dead_letter_description
+    );
+    assert_eq!(
+        m.envelope
+            .properties
+            .get(courier::recoverability::headers::FAILURE_ATTEMPTS),
+        Some(&courier::PropertyValue::Int(4))
+    );
+    running.shutdown().await.unwrap();
+    cleanup(&transport, &name).await;
+    db.drop_now().await;
+}

@@ -1,0 +1,73 @@
+//! RabbitMQ restarts in the middle of a run (`rabbitmqctl stop_app` / `start_app`): the
+//! endpoint reconnects with backoff, declares its topology again and goes on consuming;
+//! deliveries in flight come back and the inbox drops the repeats; sends during the
+//! outage fail with a transient error (and succeed when sent again) or wait within the
+//! connect timeout. No job is lost and none has its effect twice.
+//!
+//! A test binary of its own: cargo runs test binaries one after another, so no other
+//! test sees the broker go away.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    missing_docs,
+    unreachable_pub
+)]
+
+#[path = "support.rs"]
+mod support;
+
+use std::time::Duration;
+
+use courier_tests::eventually;
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rabbitmq_restart_mid_run_loses_no_job_and_repeats_no_effect() {
+    let (db, store) = database().await;
+    let name = unique("restart");
+    let transport = rabbit(&store, None).await;
+    let running = endpoint(&name, transport.clone(), &store, 1)
+        .concurrency(8)
+        .start()
+        .await
+        .unwrap();
+    send_jobs(&running, 0..300).await;
+    eventually("some jobs handled", || async { effects(&store).await.1 >= 30 }).await;
+
+    let restart = tokio::spawn(courier_tests::rabbit::restart_broker(Duration::from_secs(2)));
+    // Send while the broker goes down and comes back, and 100 more after: every send
+    // either succeeds or fails with a transient error and is sent again (the same job; a
+    // repeated effect would show as a second row).
+    let mut transient_failures = 0;
+    let mut n = 300;
+    let mut after = None;
+    while after.is_none_or(|a| n < a + 100) {
+        if after.is_none() && restart.is_finished() {
+            after = Some(n);
+        }
+        match running.bus().send(&Job { n }).await {
+            Ok(_) => n += 1,
+            Err(e) => {
+                assert!(e.is_transient(), "a send during the outage failed for good: {e}");
+                transient_failures += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+        if after.is_none() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    restart.await.unwrap();
+    wait_effects(&store, i64::from(n)).await;
+    assert!(transport.connections_made() >= 2, "the transport reconnected");
+    eprintln!(
+        "restart: {n} jobs, {transient_failures} sends failed with a transient error and were sent \
+         again; {} connections made",
+        transport.connections_made()
+    );
+    running.shutdown().await.unwrap();
+    cleanup(&transport, &name).await;
+    db.drop_now().await;
+}

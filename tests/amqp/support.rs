@@ -1,0 +1,120 @@
+//! What the RabbitMQ endpoint tests share: a job whose effect is a row in Postgres, a
+//! database per test, transports, endpoints.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use courier::{
+    AmqpTransport, Clock, Context, Endpoint, EndpointBuilder, EntityPath, HandlerError, PostgresStore, Routes,
+    RunningEndpoint, Store, Transport, VirtualClock,
+};
+use courier_tests::pg::TestDatabase;
+use courier_tests::rabbit::amqp_url;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize, courier::Message)]
+#[message(name = "amqp.Job")]
+pub struct Job {
+    pub n: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, courier::Message)]
+#[message(name = "amqp.JobDone")]
+pub struct JobDone {
+    pub n: u32,
+}
+
+/// Records the job in the handler's Postgres transaction (no unique key: a second effect
+/// of the same job would show as a second row) and publishes `JobDone`.
+#[courier::handler]
+pub async fn work(job: Job, ctx: &mut Context) -> Result<(), HandlerError> {
+    let instance = ctx.state::<Instance>()?.0;
+    let tx = ctx.transaction::<sqlx::Postgres>()?;
+    sqlx::query("INSERT INTO effects (n, instance) VALUES ($1, $2)")
+        .bind(i64::from(job.n))
+        .bind(i64::from(instance))
+        .execute(&mut *tx)
+        .await?;
+    ctx.publish(&JobDone { n: job.n })?;
+    Ok(())
+}
+
+/// Which endpoint instance handled a job.
+#[derive(Clone, Copy)]
+pub struct Instance(pub u32);
+
+/// A database with Courier's tables and `effects`.
+pub async fn database() -> (TestDatabase, PostgresStore) {
+    let db = TestDatabase::create().await;
+    let store = PostgresStore::from_pool(db.pool().await);
+    store.migrate().await.unwrap();
+    sqlx::query("CREATE TABLE effects (n bigint NOT NULL, instance bigint NOT NULL)")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    (db, store)
+}
+
+pub async fn rabbit(store: &PostgresStore, clock: Option<&VirtualClock>) -> Arc<AmqpTransport> {
+    let mut b = AmqpTransport::builder(amqp_url().await).schedules(store);
+    if let Some(c) = clock {
+        let c: Arc<dyn Clock> = Arc::new(c.clone());
+        b = b.clock(c);
+    }
+    Arc::new(b.open().await.unwrap())
+}
+
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+pub fn routes(queue: &str, done_topic: &str) -> Routes {
+    Routes::new().send::<Job>(queue).event_on::<JobDone>(done_topic)
+}
+
+pub fn endpoint(name: &str, transport: Arc<AmqpTransport>, store: &PostgresStore, instance: u32) -> EndpointBuilder {
+    Endpoint::builder(name)
+        .transport(transport)
+        .store(Arc::new(store.clone()))
+        .routes(routes(name, &format!("{name}-done")))
+        .handler(work)
+        .state(Instance(instance))
+        .shutdown_timeout(Duration::from_secs(10))
+}
+
+pub async fn effects(store: &PostgresStore) -> (i64, i64) {
+    sqlx::query_as("SELECT count(*), count(DISTINCT n) FROM effects")
+        .fetch_one(store.pool())
+        .await
+        .unwrap()
+}
+
+pub async fn wait_effects(store: &PostgresStore, n: i64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (all, distinct) = effects(store).await;
+        assert_eq!(all, distinct, "a job had its effect twice");
+        if distinct == n {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{distinct} of {n} jobs had their effect within 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub async fn send_jobs(endpoint: &RunningEndpoint, range: std::ops::Range<u32>) {
+    for n in range {
+        endpoint.bus().send(&Job { n }).await.unwrap();
+    }
+}
+
+pub async fn cleanup(transport: &AmqpTransport, name: &str) {
+    let _ = transport.delete(&EntityPath::queue(name)).await;
+    let topic = format!("{name}-done");
+    let _ = transport.delete(&EntityPath::queue(&topic)).await;
+}
