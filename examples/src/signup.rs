@@ -33,7 +33,10 @@
 //! The broker lives in the SQLite file `signup.db` (`--db PATH` for another) and the
 //! sagas, inbox and timeouts in the same file (`broker.store()`: one SQLite transaction per
 //! message). With `DATABASE_URL` set (or `--postgres URL`), the store is Postgres (schema
-//! `courier`) and the broker stays embedded; RabbitMQ comes later.
+//! `courier`) and the broker stays embedded. With `AMQP_URL` set as well (or `--rabbitmq
+//! URL`), the broker is RabbitMQ: queues and topics there, scheduled messages and sagas in
+//! Postgres (RabbitMQ needs the Postgres store: it holds the scheduled messages).
+//! `--fresh` on RabbitMQ deletes the example's queues instead of the file.
 //!
 //! Kill it and run it again (without `--fresh`): the workflows continue where they were.
 //! - The scenario (its id, start time, time factor and store) is a message parked in the
@@ -87,7 +90,7 @@ use std::time::Duration;
 use chrono::{DateTime, TimeDelta, Utc};
 use courier::prelude::*;
 use courier::saga::{SagaContext, TimeoutHandle};
-use courier::{EndpointStats, PostgresStore, RunningEndpoint, ShutdownReport, Store};
+use courier::{AmqpTransport, EndpointStats, PostgresStore, RunningEndpoint, ShutdownReport, Store};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -114,6 +117,8 @@ const USAGE: &str = "usage: signup [--fresh] [--db PATH] [--scale N | --real-tim
   --db PATH        the embedded broker's SQLite file (default signup.db)
   --scale N        run time N times faster (default 1000: 1 h of the story = 3.6 s)
   --real-time      real durations (same as --scale 1)
+  --rabbitmq URL   run on RabbitMQ instead of the embedded broker (default: $AMQP_URL if set;
+                   needs --postgres or $DATABASE_URL)
   --postgres URL   keep sagas, inbox and timeouts in Postgres (default: $DATABASE_URL if set,
                    else the broker's own file)";
 
@@ -1088,6 +1093,7 @@ struct Options {
     fresh: bool,
     scale: Option<u32>,
     postgres: Option<String>,
+    rabbitmq: Option<String>,
 }
 
 impl Options {
@@ -1098,6 +1104,7 @@ impl Options {
             fresh: false,
             scale: None,
             postgres: std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()),
+            rabbitmq: std::env::var("AMQP_URL").ok().filter(|u| !u.is_empty()),
         };
         while let Some(arg) = args.next() {
             let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
@@ -1111,6 +1118,7 @@ impl Options {
                 }
                 "--real-time" => options.scale = Some(1),
                 "--postgres" => options.postgres = Some(value("--postgres")?),
+                "--rabbitmq" => options.rabbitmq = Some(value("--rabbitmq")?),
                 "-h" | "--help" => return Ok(None),
                 other => return Err(format!("unknown argument {other}")),
             }
@@ -1146,23 +1154,7 @@ async fn main() -> ExitCode {
 
 /// The whole program; an error says what went wrong.
 async fn run(options: &Options) -> Result<(), Box<dyn Error>> {
-    if options.fresh {
-        delete_database(&options.db)?;
-    }
-    let broker = Embedded::open(&options.db).await?;
-    let (store, store_kind, store_text): (Arc<dyn Store>, &str, String) = match &options.postgres {
-        Some(url) => {
-            let store = PostgresStore::connect(url).await?;
-            store.migrate().await?;
-            (Arc::new(store), "postgres", "Postgres (schema courier)".to_owned())
-        }
-        None => (
-            Arc::new(broker.store()),
-            "sqlite",
-            "the broker's own file (one SQLite transaction per message)".to_owned(),
-        ),
-    };
-    let transport: Arc<dyn Transport> = Arc::new(broker);
+    let (transport, store, store_kind, store_text, broker_text) = open(options).await?;
     let parked = find_scenario(&transport).await?;
     if let Some(s) = &parked
         && s.store != store_kind
@@ -1207,7 +1199,7 @@ async fn run(options: &Options) -> Result<(), Box<dyn Error>> {
         .start()
         .await?;
 
-    println!("sign-up example: broker {} (embedded, SQLite)", options.db.display());
+    println!("sign-up example: broker {broker_text}");
     println!("  sagas, inbox and timeouts: {store_text}");
     if timing.scale == 1 {
         println!("  real time: the story lasts about 1 h 10 min");
@@ -1305,6 +1297,57 @@ async fn run(options: &Options) -> Result<(), Box<dyn Error>> {
     watch.verdict(!resumed)
 }
 
+/// The broker and the store, as the options say.
+async fn open(
+    options: &Options,
+) -> Result<(Arc<dyn Transport>, Arc<dyn Store>, &'static str, String, String), Box<dyn Error>> {
+    if let Some(url) = &options.rabbitmq {
+        let Some(pg) = &options.postgres else {
+            return Err("RabbitMQ needs the Postgres store (it holds the scheduled messages): \
+                        set DATABASE_URL or --postgres"
+                .into());
+        };
+        let store = PostgresStore::connect(pg).await?;
+        store.migrate().await?;
+        let rabbit = AmqpTransport::builder(url.clone())
+            .schedules(&store)
+            .connection_name("signup")
+            .open()
+            .await?;
+        let text = format!("RabbitMQ ({rabbit:?}), scheduled messages in Postgres");
+        let transport: Arc<dyn Transport> = Arc::new(rabbit);
+        if options.fresh {
+            for queue in ["users", "mailer", "accounts", SCENARIO_QUEUE] {
+                match transport.delete(&EntityPath::queue(queue)).await {
+                    Ok(()) => {}
+                    Err(e) if matches!(e.kind(), courier::ErrorKind::EntityNotFound { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        let store_text = "Postgres (schema courier), with inbox + outbox beside RabbitMQ".to_owned();
+        return Ok((transport, Arc::new(store), "postgres", store_text, text));
+    }
+    if options.fresh {
+        delete_database(&options.db)?;
+    }
+    let broker = Embedded::open(&options.db).await?;
+    let broker_text = format!("{} (embedded, SQLite)", options.db.display());
+    let (store, store_kind, store_text): (Arc<dyn Store>, &str, String) = match &options.postgres {
+        Some(url) => {
+            let store = PostgresStore::connect(url).await?;
+            store.migrate().await?;
+            (Arc::new(store), "postgres", "Postgres (schema courier)".to_owned())
+        }
+        None => (
+            Arc::new(broker.store()),
+            "sqlite",
+            "the broker's own file (one SQLite transaction per message)".to_owned(),
+        ),
+    };
+    Ok((Arc::new(broker), store, store_kind, store_text, broker_text))
+}
+
 /// Deletes the broker's database files, unless another process holds the database.
 fn delete_database(db: &Path) -> Result<(), Box<dyn Error>> {
     let with = |suffix: &str| {
@@ -1338,10 +1381,26 @@ fn delete_database(db: &Path) -> Result<(), Box<dyn Error>> {
 
 /// The scenario parked in the broker by an earlier run, if any.
 async fn find_scenario(transport: &Arc<dyn Transport>) -> Result<Option<Scenario>, Box<dyn Error>> {
-    transport.create_queue(SCENARIO_QUEUE, &QueueOptions::default()).await?;
-    let parked = transport.peek(&EntityPath::queue(SCENARIO_QUEUE), 0, 1).await?;
-    match parked.first() {
-        Some(message) => Ok(Some(Scenario::from_envelope(&message.envelope)?)),
+    // Read many times over the runs, never handled: a high max delivery count.
+    let options = QueueOptions::default().max_delivery_count(10_000);
+    transport.create_queue(SCENARIO_QUEUE, &options).await?;
+    let path = EntityPath::queue(SCENARIO_QUEUE);
+    if transport.capabilities().bends("S6.1").is_none() {
+        let parked = transport.peek(&path, 0, 1).await?;
+        return match parked.first() {
+            Some(message) => Ok(Some(Scenario::from_envelope(&message.envelope)?)),
+            None => Ok(None),
+        };
+    }
+    // A broker that cannot browse (RabbitMQ): take the parked message and put it back.
+    let receiver = transport.receiver(&path).await?;
+    let mut got = receiver.receive(1, Duration::from_secs(1)).await?;
+    match got.pop() {
+        Some(delivery) => {
+            let scenario = Scenario::from_envelope(&delivery.message().envelope);
+            delivery.abandon().await?;
+            Ok(Some(scenario?))
+        }
         None => Ok(None),
     }
 }

@@ -72,8 +72,8 @@ pub(crate) fn reply_code(e: &lapin::Error) -> Option<u16> {
     }
 }
 
-/// A lapin error as Courier's: a refusal of the broker by its code, anything else as a
-/// transient connection failure.
+/// A lapin error as a transient connection failure (callers map the broker refusals they
+/// expect, such as 404, by [`reply_code`] first).
 pub(crate) fn connection_error(context: &str, e: &lapin::Error) -> Error {
     Error::new(ErrorKind::Connection {
         detail: format!("{context}: {e}"),

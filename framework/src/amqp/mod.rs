@@ -54,6 +54,9 @@ use sender::AmqpSender;
 /// transient [`ErrorKind::Connection`].
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The last sequence number stamped by any transport of this process.
+static LAST_SEQUENCE_NUMBER: AtomicI64 = AtomicI64::new(0);
+
 /// How many due scheduled messages one dispatch round publishes.
 const DISPATCH_BATCH: i64 = 200;
 
@@ -110,7 +113,7 @@ fn bent_rules() -> Vec<BentRule> {
         BentRule {
             rule: "S4.1",
             reason: "AMQP 0-9-1 has no sessions",
-            substitute: "ordered processing with a single-active-consumer queue per ordering key",
+            substitute: "none built in: for ordered processing, give the ordered messages a queue of their own with one consumer (an endpoint with concurrency 1)",
         },
         BentRule {
             rule: "S6.1",
@@ -126,7 +129,6 @@ pub(crate) struct Inner {
     clock: Arc<dyn Clock>,
     schedules: Option<ScheduleStore>,
     max_message_size: usize,
-    last_sequence_number: AtomicI64,
     /// Wakes the scheduled-message dispatcher when an earlier message is scheduled.
     wake: Notify,
     /// The confirm channel for dead-letter copies and due scheduled messages.
@@ -135,17 +137,14 @@ pub(crate) struct Inner {
 }
 
 impl Inner {
-    /// A number unique and increasing within this process's transport: the clock's
+    /// A number unique and increasing within this process: the clock's
     /// microseconds, or one more than the last when the clock has not moved (S3.1 bent).
     pub(crate) fn next_sequence_number(&self) -> i64 {
         let now = self.clock.now().timestamp_micros();
-        let mut last = self.last_sequence_number.load(Ordering::Relaxed);
+        let mut last = LAST_SEQUENCE_NUMBER.load(Ordering::Relaxed);
         loop {
             let next = now.max(last.saturating_add(1));
-            match self
-                .last_sequence_number
-                .compare_exchange_weak(last, next, Ordering::AcqRel, Ordering::Relaxed)
-            {
+            match LAST_SEQUENCE_NUMBER.compare_exchange_weak(last, next, Ordering::AcqRel, Ordering::Relaxed) {
                 Ok(_) => return next,
                 Err(seen) => last = seen,
             }
@@ -281,7 +280,10 @@ impl Publish for DuePublisher<'_> {
             {
                 Ok(confirm) => pending.push((d.seq, target, confirm)),
                 Err(e) => {
-                    tracing::warn!(seq = d.seq, error = %e, "publishing a due scheduled message failed; it is retried")
+                    // The broker is unreachable: end the round (and its database
+                    // transaction) now; the rest is published on a later round.
+                    tracing::warn!(seq = d.seq, error = %e, "publishing a due scheduled message failed; it is retried");
+                    break;
                 }
             }
         }
@@ -408,7 +410,6 @@ impl AmqpBuilder {
             clock: self.clock,
             schedules: self.schedules.clone(),
             max_message_size: self.max_message_size,
-            last_sequence_number: AtomicI64::new(0),
             wake: Notify::new(),
             internal: ConfirmChannel::default(),
             stop: CancellationToken::new(),

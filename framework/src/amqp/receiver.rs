@@ -244,7 +244,12 @@ impl Receiver for AmqpReceiver {
             let got = channel
                 .basic_get(self.queue.as_str().into(), BasicGetOptions { no_ack: true })
                 .await
-                .map_err(|e| connection_error("basic.get failed", &e))?;
+                .map_err(|e| match super::conn::reply_code(&e) {
+                    Some(404) => Error::new(ErrorKind::EntityNotFound {
+                        path: self.path.to_string(),
+                    }),
+                    _ => connection_error("basic.get failed", &e),
+                })?;
             match got {
                 Some(m) => {
                     let now = self.inner.clock.now();

@@ -90,6 +90,12 @@ pub(crate) fn from_millis(ms: i64) -> Option<DateTime<Utc>> {
 pub(crate) fn properties(m: &Envelope, enqueued: DateTime<Utc>, sequence_number: i64) -> Result<BasicProperties> {
     let mut headers = FieldTable::default();
     for (key, value) in &m.properties {
+        let dead_letter = [H_DEAD_LETTER_REASON, H_DEAD_LETTER_DESCRIPTION, H_DEAD_LETTER_SOURCE];
+        if key.starts_with("x-") && !dead_letter.contains(&key.as_str()) {
+            return Err(Error::new(ErrorKind::InvalidMessage {
+                reason: format!("property {key:?}: names starting with \"x-\" are reserved on RabbitMQ"),
+            }));
+        }
         let key = short("property name", key)?;
         let value = match value {
             PropertyValue::Bool(v) => AMQPValue::Boolean(*v),
@@ -330,6 +336,9 @@ mod tests {
         assert_eq!(d.broker.enqueued_time, now);
         let long = Envelope::new("x").with_correlation_id("c".repeat(300));
         let e = properties(&long, now, 1).err().map(|e| e.kind().clone());
+        assert!(matches!(e, Some(ErrorKind::InvalidMessage { .. })), "{e:?}");
+        let reserved = Envelope::new("x").with_property("x-courier-time-to-live", 5_i64);
+        let e = properties(&reserved, now, 1).err().map(|e| e.kind().clone());
         assert!(matches!(e, Some(ErrorKind::InvalidMessage { .. })), "{e:?}");
     }
 
