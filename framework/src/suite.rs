@@ -550,7 +550,7 @@ pub async fn s2_5_abandon_puts_the_message_first_again(fx: Fixture) {
     assert_eq!(body(again.message()), "m1", "abandoned message comes first");
     assert_eq!(again.message().delivery_count(), 2);
     if fx.bent("S2.5 abandon") {
-        assert!(again.message().envelope.properties.get("reason").is_none());
+        assert!(!again.message().envelope.properties.contains_key("reason"));
         return;
     }
     assert_eq!(

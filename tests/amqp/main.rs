@@ -14,12 +14,15 @@
 
 mod support;
 
+use std::io::{BufRead, BufReader};
+use std::process::{ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use courier::{Clock, Context, Endpoint, EntityPath, HandlerError, Transport, VirtualClock};
 use courier_tests::eventually;
+use courier_tests::rabbit::amqp_url;
 use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -142,6 +145,148 @@ async fn retries_go_through_rabbitmq_and_the_schedule_table_into_the_dead_letter
         Some(&courier::PropertyValue::Int(4))
     );
     running.shutdown().await.unwrap();
+    cleanup(&transport, &name).await;
+    db.drop_now().await;
+}
+
+/// Starts a worker process; returns it once it printed `READY`.
+fn start_worker(amqp: &str, pg: &str, name: &str, instance: u32) -> (std::process::Child, BufReader<ChildStdout>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_courier-test-amqp-worker"))
+        .args([amqp, pg, name, &instance.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "READY", "worker {instance} did not start");
+    (child, out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_worker_processes_compete_on_one_queue_and_every_job_has_its_effect_once() {
+    let (db, store) = database().await;
+    let name = unique("procs");
+    let url = amqp_url().await;
+    let pg = db.url();
+    let (w1, w2) = tokio::task::spawn_blocking({
+        let (url, pg, name) = (url.clone(), pg.clone(), name.clone());
+        move || (start_worker(&url, &pg, &name, 1), start_worker(&url, &pg, &name, 2))
+    })
+    .await
+    .unwrap();
+    let transport = rabbit(&store, None).await;
+    let bus = courier::Bus::new(transport.clone(), routes(&name, &format!("{name}-done")));
+    for n in 0..300 {
+        bus.send(&Job { n }).await.unwrap();
+    }
+    wait_effects(&store, 300).await;
+    let instances: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT instance, count(*) FROM effects GROUP BY instance ORDER BY instance")
+            .fetch_all(store.pool())
+            .await
+            .unwrap();
+    assert_eq!(instances.len(), 2, "both processes took jobs: {instances:?}");
+    let reports = tokio::task::spawn_blocking(move || {
+        [w1, w2].map(|(mut child, mut out)| {
+            drop(child.stdin.take()); // end of input: the worker shuts down
+            let mut line = String::new();
+            out.read_line(&mut line).unwrap();
+            assert!(child.wait().unwrap().success());
+            line
+        })
+    })
+    .await
+    .unwrap();
+    assert!(reports.iter().all(|l| l.starts_with("DONE ")), "{reports:?}");
+    cleanup(&transport, &name).await;
+    db.drop_now().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scheduled_message_outlives_the_process_that_scheduled_it() {
+    let (db, store) = database().await;
+    let clock = VirtualClock::starting_now();
+    let name = unique("sched");
+    let first = rabbit(&store, Some(&clock)).await;
+    first
+        .create_queue(&name, &courier::QueueOptions::default())
+        .await
+        .unwrap();
+    let sender = first.sender(&name, courier::SenderOptions::default()).await.unwrap();
+    let at = clock.now() + chrono::Duration::hours(1);
+    sender
+        .schedule(courier::Envelope::new("in an hour").with_message_id("later-1"), at)
+        .await
+        .unwrap();
+    first.close().await;
+    drop((sender, first));
+    // A new process (a new transport on the same database) publishes it when it is due.
+    let second = rabbit(&store, Some(&clock)).await;
+    let queue = EntityPath::queue(&name);
+    assert_eq!(second.counts(&queue).await.unwrap().scheduled, 1);
+    let receiver = second.receiver(&queue).await.unwrap();
+    assert!(
+        receiver
+            .receive(1, Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    clock.advance(Duration::from_secs(3600));
+    let got = receiver.receive(1, Duration::from_secs(10)).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].message().message_id(), "later-1");
+    assert_eq!(got[0].message().broker.enqueued_time, at, "enqueued when it activated");
+    got.into_iter().next().unwrap().complete().await.unwrap();
+    assert_eq!(second.counts(&queue).await.unwrap().scheduled, 0);
+    cleanup(&second, &name).await;
+    db.drop_now().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_published_by_another_client_as_the_wire_format_says_is_handled_once() {
+    use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+    let (db, store) = database().await;
+    let name = unique("wire");
+    let transport = rabbit(&store, None).await;
+    let running = endpoint(&name, transport.clone(), &store, 1).start().await.unwrap();
+    // A producer that knows nothing of Courier: plain AMQP properties (docs/rabbitmq.md).
+    let conn = lapin::Connection::connect(&amqp_url().await, lapin::ConnectionProperties::default())
+        .await
+        .unwrap();
+    let channel = conn.create_channel().await.unwrap();
+    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    let properties = lapin::BasicProperties::default()
+        .with_message_id("order-7".into())
+        .with_type("amqp.Job".into())
+        .with_content_type("application/json".into())
+        .with_delivery_mode(2);
+    for _ in 0..2 {
+        // Published twice with one message id: the inbox drops the second.
+        let confirm = channel
+            .basic_publish(
+                "".into(),
+                name.as_str().into(),
+                BasicPublishOptions::default(),
+                br#"{"n":7}"#,
+                properties.clone(),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        assert!(confirm.is_ack());
+    }
+    eventually("the duplicate is recognised", || async {
+        running.stats().duplicates == 1
+    })
+    .await;
+    assert_eq!(effects(&store).await, (1, 1), "one effect for one message id");
+    running.shutdown().await.unwrap();
+    let _ = conn.close(200, "done".into()).await;
     cleanup(&transport, &name).await;
     db.drop_now().await;
 }

@@ -7,43 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use courier::{
-    AmqpTransport, Clock, Context, Endpoint, EndpointBuilder, EntityPath, HandlerError, PostgresStore, Routes,
-    RunningEndpoint, Store, Transport, VirtualClock,
+    AmqpTransport, Clock, EndpointBuilder, EntityPath, PostgresStore, Routes, RunningEndpoint, Store, Transport,
+    VirtualClock,
 };
 use courier_tests::pg::TestDatabase;
 use courier_tests::rabbit::amqp_url;
-use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Serialize, Deserialize, courier::Message)]
-#[message(name = "amqp.Job")]
-pub struct Job {
-    pub n: u32,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize, courier::Message)]
-#[message(name = "amqp.JobDone")]
-pub struct JobDone {
-    pub n: u32,
-}
-
-/// Records the job in the handler's Postgres transaction (no unique key: a second effect
-/// of the same job would show as a second row) and publishes `JobDone`.
-#[courier::handler]
-pub async fn work(job: Job, ctx: &mut Context) -> Result<(), HandlerError> {
-    let instance = ctx.state::<Instance>()?.0;
-    let tx = ctx.transaction::<sqlx::Postgres>()?;
-    sqlx::query("INSERT INTO effects (n, instance) VALUES ($1, $2)")
-        .bind(i64::from(job.n))
-        .bind(i64::from(instance))
-        .execute(&mut *tx)
-        .await?;
-    ctx.publish(&JobDone { n: job.n })?;
-    Ok(())
-}
-
-/// Which endpoint instance handled a job.
-#[derive(Clone, Copy)]
-pub struct Instance(pub u32);
+pub use courier_tests::rabbit::Job;
 
 /// A database with Courier's tables and `effects`.
 pub async fn database() -> (TestDatabase, PostgresStore) {
@@ -71,17 +41,11 @@ pub fn unique(prefix: &str) -> String {
 }
 
 pub fn routes(queue: &str, done_topic: &str) -> Routes {
-    Routes::new().send::<Job>(queue).event_on::<JobDone>(done_topic)
+    courier_tests::rabbit::job_routes(queue, done_topic)
 }
 
 pub fn endpoint(name: &str, transport: Arc<AmqpTransport>, store: &PostgresStore, instance: u32) -> EndpointBuilder {
-    Endpoint::builder(name)
-        .transport(transport)
-        .store(Arc::new(store.clone()))
-        .routes(routes(name, &format!("{name}-done")))
-        .handler(work)
-        .state(Instance(instance))
-        .shutdown_timeout(Duration::from_secs(10))
+    courier_tests::rabbit::job_endpoint(name, transport, store, instance)
 }
 
 pub async fn effects(store: &PostgresStore) -> (i64, i64) {

@@ -5,7 +5,11 @@
 use std::sync::Arc;
 
 use courier::conformance::Fixture;
-use courier::{AmqpTransport, Clock, ScheduleStore, SqliteStore, Store, VirtualClock};
+use courier::{
+    AmqpTransport, Clock, Context, Endpoint, EndpointBuilder, HandlerError, PostgresStore, Routes, ScheduleStore,
+    SqliteStore, Store, VirtualClock,
+};
+use serde::{Deserialize, Serialize};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
 use testcontainers_modules::rabbitmq::RabbitMq;
 use testcontainers_modules::testcontainers::core::{CmdWaitFor, ExecCommand};
@@ -128,4 +132,64 @@ pub async fn restart_broker(pause: std::time::Duration) {
             tokio::time::sleep(pause).await;
         }
     }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, courier::Message)]
+#[message(name = "amqp.Job")]
+/// A job of the RabbitMQ endpoint tests.
+pub struct Job {
+    /// Its number.
+    pub n: u32,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, courier::Message)]
+#[message(name = "amqp.JobDone")]
+/// Published when a job is done.
+pub struct JobDone {
+    /// The job.
+    pub n: u32,
+}
+
+/// The handler of the RabbitMQ endpoint tests: records the job in its Postgres
+/// transaction (no unique key: a second effect of the same job would show as a second
+/// row) and publishes `JobDone`.
+#[courier::handler]
+pub async fn work(job: Job, ctx: &mut Context) -> Result<(), HandlerError> {
+    let instance = ctx.state::<Instance>()?.0;
+    let tx = ctx.transaction::<sqlx::Postgres>()?;
+    sqlx::query("INSERT INTO effects (n, instance) VALUES ($1, $2)")
+        .bind(i64::from(job.n))
+        .bind(i64::from(instance))
+        .execute(&mut *tx)
+        .await?;
+    ctx.publish(&JobDone { n: job.n })?;
+    Ok(())
+}
+
+/// Which endpoint instance handled a job.
+#[derive(Clone, Copy)]
+pub struct Instance(
+    /// Its number.
+    pub u32,
+);
+
+/// The routes of the job endpoints: jobs to `queue`, `JobDone` on `done_topic`.
+pub fn job_routes(queue: &str, done_topic: &str) -> Routes {
+    Routes::new().send::<Job>(queue).event_on::<JobDone>(done_topic)
+}
+
+/// An endpoint named `name` that runs [`work`] on RabbitMQ with a Postgres store.
+pub fn job_endpoint(
+    name: &str,
+    transport: Arc<AmqpTransport>,
+    store: &PostgresStore,
+    instance: u32,
+) -> EndpointBuilder {
+    Endpoint::builder(name)
+        .transport(transport)
+        .store(Arc::new(store.clone()))
+        .routes(job_routes(name, &format!("{name}-done")))
+        .handler(work)
+        .state(Instance(instance))
+        .shutdown_timeout(std::time::Duration::from_secs(10))
 }

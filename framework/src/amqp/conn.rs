@@ -128,22 +128,24 @@ impl Connector {
             self.check_open()?;
             let properties =
                 ConnectionProperties::default().with_connection_name(LongString::from(self.name.as_bytes()));
-            let attempt = tokio::time::timeout(self.connect_timeout, Connection::connect(&self.url, properties)).await;
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let attempt = tokio::time::timeout(left, Connection::connect(&self.url, properties)).await;
             let failure = match attempt {
-                Ok(Ok(connection)) => {
-                    let connection = Arc::new(connection);
-                    let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
-                    if generation > 1 {
-                        tracing::info!(broker = %self.display, generation, "reconnected to RabbitMQ");
-                    }
-                    match self.redeclare(&connection).await {
-                        Ok(()) => {
-                            *current = Some(connection.clone());
-                            return Ok(connection);
+                Ok(Ok(connection)) => match self.redeclare(&connection).await {
+                    Ok(()) => {
+                        let connection = Arc::new(connection);
+                        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+                        if generation > 1 {
+                            tracing::info!(broker = %self.display, generation, "reconnected to RabbitMQ");
                         }
-                        Err(e) => e.to_string(),
+                        *current = Some(connection.clone());
+                        return Ok(connection);
                     }
-                }
+                    Err(e) => {
+                        let _ = connection.close(200, "redeclaring failed".into()).await;
+                        e.to_string()
+                    }
+                },
                 Ok(Err(e)) => e.to_string(),
                 Err(_) => "timed out".to_owned(),
             };

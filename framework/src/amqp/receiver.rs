@@ -325,14 +325,29 @@ impl AmqpSettler {
 #[async_trait]
 impl Settler for AmqpSettler {
     async fn settle(&self, message: &ReceivedMessage, settlement: Settlement) -> Result<()> {
+        let outcome = self.settle_once(message, settlement).await;
+        // Settled (or the lock is gone): the token is spent. A settlement that failed
+        // before it could take effect leaves the token usable.
+        if self.settled.load(Ordering::Acquire)
+            && let Ok(mut p) = self.pending.lock()
+        {
+            p.remove(&self.token);
+        }
+        outcome
+    }
+
+    async fn renew(&self, _message: &ReceivedMessage) -> Result<DateTime<Utc>> {
+        Err(unsupported("lock renewal", "S2.4"))
+    }
+}
+
+impl AmqpSettler {
+    async fn settle_once(&self, message: &ReceivedMessage, settlement: Settlement) -> Result<()> {
         if let Settlement::Defer { .. } = settlement {
             return Err(unsupported("defer", "S2.5"));
         }
         if self.settled.swap(true, Ordering::AcqRel) {
             return Err(Self::lock_lost());
-        }
-        if let Ok(mut p) = self.pending.lock() {
-            p.remove(&self.token);
         }
         if !self.channel.status().connected() {
             return Err(Self::lock_lost());
@@ -374,10 +389,6 @@ impl Settler for AmqpSettler {
             }
             Settlement::Defer { .. } => Err(unsupported("defer", "S2.5")),
         }
-    }
-
-    async fn renew(&self, _message: &ReceivedMessage) -> Result<DateTime<Utc>> {
-        Err(unsupported("lock renewal", "S2.4"))
     }
 }
 
