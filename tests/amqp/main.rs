@@ -13,6 +13,7 @@
 )]
 
 mod support;
+mod tls;
 
 use std::io::{BufRead, BufReader};
 use std::process::{ChildStdout, Command, Stdio};

@@ -39,6 +39,8 @@ pub(crate) struct Connector {
     /// The URL without its password, for logs and errors.
     pub(crate) display: String,
     name: String,
+    /// Extra root certificates (PEM) trusted for `amqps://`, beside the system's.
+    tls_roots: Option<String>,
     current: Mutex<Option<Arc<Connection>>>,
     generation: AtomicU64,
     closed: AtomicBool,
@@ -81,11 +83,12 @@ pub(crate) fn connection_error(context: &str, e: &lapin::Error) -> Error {
 }
 
 impl Connector {
-    pub(crate) fn new(url: String, name: String, connect_timeout: Duration) -> Self {
+    pub(crate) fn new(url: String, name: String, connect_timeout: Duration, tls_roots: Option<String>) -> Self {
         Self {
             display: redact(&url),
             url,
             name,
+            tls_roots,
             current: Mutex::new(None),
             generation: AtomicU64::new(0),
             closed: AtomicBool::new(false),
@@ -129,7 +132,7 @@ impl Connector {
             let properties =
                 ConnectionProperties::default().with_connection_name(LongString::from(self.name.as_bytes()));
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let attempt = tokio::time::timeout(left, Connection::connect(&self.url, properties)).await;
+            let attempt = tokio::time::timeout(left, self.connect(properties)).await;
             let failure = match attempt {
                 Ok(Ok(connection)) => match self.redeclare(&connection).await {
                     Ok(()) => {
@@ -160,6 +163,20 @@ impl Connector {
             tracing::warn!(broker = %self.display, error = %failure, retry_in = ?backoff, "cannot connect to RabbitMQ");
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    async fn connect(&self, properties: ConnectionProperties) -> std::result::Result<Connection, lapin::Error> {
+        match &self.tls_roots {
+            None => Connection::connect(&self.url, properties).await,
+            Some(pem) => {
+                let tls = lapin::tcp::OwnedTLSConfig {
+                    identity: None,
+                    cert_chain: Some(pem.clone()),
+                };
+                let runtime = lapin::runtime::default_runtime()?;
+                Connection::connect_with_config(&self.url, properties, tls, runtime).await
+            }
         }
     }
 

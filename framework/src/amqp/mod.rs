@@ -355,6 +355,7 @@ pub struct AmqpBuilder {
     max_message_size: usize,
     connect_timeout: Duration,
     connection_name: String,
+    tls_roots: Option<String>,
 }
 
 impl std::fmt::Debug for AmqpBuilder {
@@ -393,6 +394,13 @@ impl AmqpBuilder {
         self
     }
 
+    /// Root certificates (PEM) to trust for `amqps://` besides the system's: a private
+    /// certificate authority.
+    pub fn tls_root_certificates(mut self, pem: impl Into<String>) -> Self {
+        self.tls_roots = Some(pem.into());
+        self
+    }
+
     /// The connection name shown in RabbitMQ's management UI.
     pub fn connection_name(mut self, name: impl Into<String>) -> Self {
         self.connection_name = name.into();
@@ -406,7 +414,7 @@ impl AmqpBuilder {
     /// connect timeout; the error names the URL without its password.
     pub async fn open(self) -> Result<AmqpTransport> {
         let inner = Arc::new(Inner {
-            conn: Connector::new(self.url, self.connection_name, self.connect_timeout),
+            conn: Connector::new(self.url, self.connection_name, self.connect_timeout, self.tls_roots),
             clock: self.clock,
             schedules: self.schedules.clone(),
             max_message_size: self.max_message_size,
@@ -459,6 +467,7 @@ impl AmqpTransport {
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             connection_name: "courier".to_owned(),
+            tls_roots: None,
         }
     }
 
