@@ -291,3 +291,40 @@ async fn a_message_published_by_another_client_as_the_wire_format_says_is_handle
     cleanup(&transport, &name).await;
     db.drop_now().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_that_fails_half_way_hands_back_exactly_the_messages_not_confirmed() {
+    use lapin::options::QueueDeclareOptions;
+    use lapin::types::{AMQPValue, FieldTable};
+    // S1.3 batch is bent: a full queue (declared by another client with a length limit)
+    // refuses the second half of a batch; the sender hands back exactly that half.
+    let name = unique("full");
+    let conn = lapin::Connection::connect(&amqp_url().await, lapin::ConnectionProperties::default())
+        .await
+        .unwrap();
+    let channel = conn.create_channel().await.unwrap();
+    // A classic queue: it applies the length limit to each publish exactly (a quorum queue
+    // may take a few messages over the limit).
+    let mut args = FieldTable::default();
+    args.insert("x-max-length".into(), AMQPValue::LongLongInt(5));
+    args.insert("x-overflow".into(), AMQPValue::LongString("reject-publish".into()));
+    channel
+        .queue_declare(name.as_str().into(), QueueDeclareOptions::durable(), args)
+        .await
+        .unwrap();
+    let transport = courier::AmqpTransport::connect(amqp_url().await).await.unwrap();
+    let sender = transport
+        .sender(&name, courier::SenderOptions::default())
+        .await
+        .unwrap();
+    let batch = (0..10)
+        .map(|i| courier::Envelope::new(format!("m{i}")).with_message_id(format!("m{i}")))
+        .collect();
+    let e = sender.send_batch(batch).await.unwrap_err();
+    assert!(e.is_transient(), "a full queue may have room later: {e}");
+    let back: Vec<&str> = e.messages.iter().map(|m| m.message_id.as_str()).collect();
+    assert_eq!(back, ["m5", "m6", "m7", "m8", "m9"]);
+    assert_eq!(transport.counts(&EntityPath::queue(&name)).await.unwrap().active, 5);
+    let _ = channel.queue_delete(name.as_str().into(), Default::default()).await;
+    let _ = conn.close(200, "done".into()).await;
+}
