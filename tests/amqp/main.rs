@@ -328,3 +328,37 @@ async fn a_batch_that_fails_half_way_hands_back_exactly_the_messages_not_confirm
     let _ = channel.queue_delete(name.as_str().into(), Default::default()).await;
     let _ = conn.close(200, "done".into()).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_receiver_or_delivery_gives_its_messages_back_at_once() {
+    let transport = courier::AmqpTransport::connect(amqp_url().await).await.unwrap();
+    let name = unique("drop");
+    transport
+        .create_queue(&name, &courier::QueueOptions::default())
+        .await
+        .unwrap();
+    let sender = transport.sender(&name, courier::SenderOptions::default()).await.unwrap();
+    let path = EntityPath::queue(&name);
+    sender.send(courier::Envelope::new("first")).await.unwrap();
+    let first = transport.receiver(&path).await.unwrap();
+    let got = first.receive(3, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(got.len(), 1);
+    // Two more arrive while `first` may take three: RabbitMQ pushes them to its consumer.
+    sender.send(courier::Envelope::new("second")).await.unwrap();
+    sender.send(courier::Envelope::new("third")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(got); // an unsettled delivery: requeued at once (the settler's Drop)
+    drop(first); // its consumer's buffer: requeued when lapin closes the last handle of its channel
+    let second = transport.receiver(&path).await.unwrap();
+    let mut bodies = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while bodies.len() < 3 && tokio::time::Instant::now() < deadline {
+        for d in second.receive(3, Duration::from_millis(500)).await.unwrap() {
+            bodies.push(String::from_utf8_lossy(d.message().body()).into_owned());
+            d.complete().await.unwrap();
+        }
+    }
+    bodies.sort();
+    assert_eq!(bodies, ["first", "second", "third"]);
+    transport.delete(&path).await.unwrap();
+}
