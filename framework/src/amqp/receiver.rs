@@ -191,15 +191,15 @@ impl Receiver for AmqpReceiver {
         let mut out = Vec::new();
         while out.len() < max_count {
             let Some(c) = slot.as_mut() else { break };
-            let next = if out.is_empty() {
-                tokio::time::timeout_at(deadline, c.consumer.next()).await
+            // Wait for the first message; take the rest only if they are already here. (A
+            // zero tokio timeout would wait for the timer's next 1 ms tick: measured at
+            // 1.1 ms per call, a fifth of the receive throughput.)
+            let next = if out.is_empty() && !max_wait.is_zero() {
+                tokio::time::timeout_at(deadline, c.consumer.next()).await.ok()
             } else {
-                tokio::time::timeout(Duration::ZERO, c.consumer.next()).await
+                futures_lite::future::poll_once(c.consumer.next()).await
             };
-            let item = match next {
-                Err(_elapsed) => break,
-                Ok(item) => item,
-            };
+            let Some(item) = next else { break };
             match item {
                 Some(Ok(delivery)) => {
                     let channel = c.channel.clone();
