@@ -337,7 +337,10 @@ async fn a_dropped_receiver_or_delivery_gives_its_messages_back_at_once() {
         .create_queue(&name, &courier::QueueOptions::default())
         .await
         .unwrap();
-    let sender = transport.sender(&name, courier::SenderOptions::default()).await.unwrap();
+    let sender = transport
+        .sender(&name, courier::SenderOptions::default())
+        .await
+        .unwrap();
     let path = EntityPath::queue(&name);
     sender.send(courier::Envelope::new("first")).await.unwrap();
     let first = transport.receiver(&path).await.unwrap();

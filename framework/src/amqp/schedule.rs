@@ -9,7 +9,6 @@
 //! nothing (S5.6: cancel and activation are not mutually locked).
 
 use chrono::{DateTime, Utc};
-use sqlx::Row;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::Envelope;
@@ -55,7 +54,10 @@ pub(crate) trait Publish {
     fn publish(&self, due: Vec<Due>) -> impl std::future::Future<Output = Vec<i64>> + Send;
 }
 
-fn rows_to_due(rows: Vec<(i64, String, bool, String, Vec<u8>)>) -> Result<Vec<Due>> {
+/// A due row: seq, destination, is_topic, envelope (JSON), body.
+type DueRow = (i64, String, bool, String, Vec<u8>);
+
+fn rows_to_due(rows: Vec<DueRow>) -> Result<Vec<Due>> {
     rows.into_iter()
         .map(|(seq, destination, is_topic, json, body)| {
             let mut envelope = StoredEnvelope::join(&json, body)?;
@@ -209,7 +211,7 @@ impl ScheduleStore {
             #[cfg(feature = "postgres")]
             Self::Postgres(pool) => {
                 let mut tx = pool.begin().await.map_err(failed)?;
-                let rows = sqlx::query(
+                let rows: Vec<DueRow> = sqlx::query_as(
                     "SELECT seq, destination, is_topic, envelope::text, body FROM courier.amqp_scheduled \
                      WHERE due_at <= $1 ORDER BY due_at, seq LIMIT $2 FOR UPDATE SKIP LOCKED",
                 )
@@ -218,19 +220,6 @@ impl ScheduleStore {
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(failed)?;
-                let rows = rows
-                    .into_iter()
-                    .map(|r| {
-                        Ok((
-                            r.try_get(0)?,
-                            r.try_get(1)?,
-                            r.try_get(2)?,
-                            r.try_get(3)?,
-                            r.try_get(4)?,
-                        ))
-                    })
-                    .collect::<std::result::Result<Vec<_>, sqlx::Error>>()
-                    .map_err(failed)?;
                 let n = rows.len();
                 if n == 0 {
                     return Ok(0);
@@ -246,7 +235,7 @@ impl ScheduleStore {
             }
             Self::Sqlite(pool) => {
                 let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(failed)?;
-                let rows = sqlx::query(
+                let rows: Vec<DueRow> = sqlx::query_as(
                     "SELECT seq, destination, is_topic, envelope, body FROM courier_amqp_scheduled \
                      WHERE due_at <= ? ORDER BY due_at, seq LIMIT ?",
                 )
@@ -255,19 +244,6 @@ impl ScheduleStore {
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(failed)?;
-                let rows = rows
-                    .into_iter()
-                    .map(|r| {
-                        Ok((
-                            r.try_get(0)?,
-                            r.try_get(1)?,
-                            r.try_get(2)?,
-                            r.try_get(3)?,
-                            r.try_get(4)?,
-                        ))
-                    })
-                    .collect::<std::result::Result<Vec<_>, sqlx::Error>>()
-                    .map_err(failed)?;
                 let n = rows.len();
                 if n == 0 {
                     return Ok(0);

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tokio::sync::Semaphore;
 
-use crate::embedded::MAX_MESSAGE_ID_LEN;
+use crate::embedded::{MAX_MESSAGE_ID_LEN, check_schedule};
 use crate::error::{Error, ErrorKind, Result, SendError};
 use crate::message::{Envelope, SequenceNumber};
 use crate::transport::Sender;
@@ -25,24 +25,6 @@ pub(crate) struct AmqpSender {
     pub(crate) max_in_flight: usize,
     pub(crate) allow_presettled: bool,
     pub(crate) channel: ConfirmChannel,
-}
-
-/// Checks a scheduled time: after 1970 and within 100 years.
-pub(crate) fn check_schedule(at: DateTime<Utc>, now: DateTime<Utc>) -> Result<()> {
-    let reason = if at.timestamp() < 0 {
-        Some("before 1970")
-    } else if at > now + chrono::Duration::days(100 * 366) {
-        Some("more than 100 years ahead")
-    } else {
-        None
-    };
-    match reason {
-        Some(reason) => Err(Error::new(ErrorKind::InvalidScheduleTime {
-            time: at.to_rfc3339(),
-            reason,
-        })),
-        None => Ok(()),
-    }
 }
 
 impl AmqpSender {

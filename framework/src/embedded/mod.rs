@@ -629,7 +629,9 @@ impl EmbeddedSender {
     }
 }
 
-fn check_schedule(at: DateTime<Utc>, now: DateTime<Utc>) -> Result<()> {
+/// Checks a scheduled enqueue time: from 1970 on, at most 100 years ahead (every
+/// transport refuses the same times).
+pub(crate) fn check_schedule(at: DateTime<Utc>, now: DateTime<Utc>) -> Result<()> {
     let refuse = |reason| {
         Err(Error::new(ErrorKind::InvalidScheduleTime {
             time: at.to_rfc3339(),
