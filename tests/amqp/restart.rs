@@ -38,8 +38,8 @@ async fn a_rabbitmq_restart_mid_run_loses_no_job_and_repeats_no_effect() {
 
     let restart = tokio::spawn(courier_tests::rabbit::restart_broker(Duration::from_secs(2)));
     // Send while the broker goes down and comes back, and 100 more after: every send
-    // either succeeds or fails with a transient error and is sent again (the same job; a
-    // repeated effect would show as a second row).
+    // either succeeds or fails with a transient error and is sent again (the same job with
+    // the same message id; a repeated effect would show as a second row).
     let mut transient_failures = 0;
     let mut n = 300;
     let mut after = None;
@@ -47,7 +47,11 @@ async fn a_rabbitmq_restart_mid_run_loses_no_job_and_repeats_no_effect() {
         if after.is_none() && restart.is_finished() {
             after = Some(n);
         }
-        match running.bus().send(&Job { n }).await {
+        // The job's message id is fixed: a send whose outcome was unknown (the broker went
+        // away before confirming) is sent again with the same id, so the inbox drops the
+        // copy if the first one had arrived after all.
+        let once = courier::SendOptions::new().message_id(format!("job-{n}"));
+        match running.bus().send_with(&Job { n }, once).await {
             Ok(_) => n += 1,
             Err(e) => {
                 assert!(e.is_transient(), "a send during the outage failed for good: {e}");
