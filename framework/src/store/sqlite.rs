@@ -84,10 +84,13 @@ impl SqliteStore {
     }
 
     /// The one place a pool is made: creates the file if missing, waits up to 10 s for
-    /// the write lock.
+    /// the write lock. Connections are not pinged when taken from the pool: a SQLite
+    /// connection is a file and a thread of this process, and the ping was one more round
+    /// trip to that thread inside a writer's turn, which the other writers wait for.
     async fn with_options(options: SqliteConnectOptions) -> Result<Self> {
         let options = options.create_if_missing(true).busy_timeout(Duration::from_secs(10));
         let pool = SqlitePoolOptions::new()
+            .test_before_acquire(false)
             .max_connections(8)
             .connect_with(options)
             .await
