@@ -460,6 +460,104 @@ async fn a_lost_dispatch_is_reclaimed(kind: StoreKind) {
     env.finish().await;
 }
 
+/// A store that counts the dispatcher's claims.
+struct CountingClaims {
+    inner: Arc<dyn courier::Store>,
+    claims: AtomicU32,
+}
+
+#[async_trait::async_trait]
+impl courier::Store for CountingClaims {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    async fn migrate(&self) -> courier::Result<()> {
+        self.inner.migrate().await
+    }
+    async fn begin(
+        &self,
+        endpoint: &str,
+        message_id: &str,
+        lock: Option<courier::LockToken>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> courier::Result<courier::Begin> {
+        self.inner.begin(endpoint, message_id, lock, now).await
+    }
+    async fn mark_dispatched(&self, ids: &[i64]) -> courier::Result<()> {
+        self.inner.mark_dispatched(ids).await
+    }
+    async fn undispatched(
+        &self,
+        endpoint: &str,
+        older_than: chrono::DateTime<chrono::Utc>,
+        limit: i64,
+    ) -> courier::Result<Vec<courier::OutboxMessage>> {
+        self.inner.undispatched(endpoint, older_than, limit).await
+    }
+    async fn purge_inbox(
+        &self,
+        endpoint: &str,
+        before: chrono::DateTime<chrono::Utc>,
+        limit: i64,
+    ) -> courier::Result<u64> {
+        self.inner.purge_inbox(endpoint, before, limit).await
+    }
+    async fn claim_due_timeouts(
+        &self,
+        endpoint: &str,
+        claim: courier::TimeoutClaim,
+    ) -> courier::Result<courier::DueTimeouts> {
+        self.claims.fetch_add(1, Ordering::SeqCst);
+        self.inner.claim_due_timeouts(endpoint, claim).await
+    }
+    async fn next_timeout_due(&self, endpoint: &str) -> courier::Result<Option<chrono::DateTime<chrono::Utc>>> {
+        self.inner.next_timeout_due(endpoint).await
+    }
+    async fn unclaim_timeouts(&self, ids: &[String]) -> courier::Result<()> {
+        self.inner.unclaim_timeouts(ids).await
+    }
+}
+
+/// Each commit that stores a timeout signals the dispatcher. One due far later than its
+/// next wake changes nothing: no claim (a write transaction, on SQLite one more for the
+/// single writer) per handled message. Before, every signal made a claim that found
+/// nothing due. The timeouts still fire when due.
+async fn timeouts_stored_far_ahead_cost_no_claim(kind: StoreKind) {
+    let env = Env::new(kind).await;
+    let store = Arc::new(CountingClaims {
+        inner: env.env.store.clone(),
+        claims: AtomicU32::new(0),
+    });
+    let clock: Arc<dyn Clock> = Arc::new(env.env.fx.clock.clone());
+    let flows = Endpoint::builder("flows")
+        .transport(env.env.fx.transport.clone())
+        .clock(clock)
+        .routes(routes())
+        .store(store.clone())
+        .state(env.probe.clone())
+        .saga::<Flow>()
+        .start()
+        .await
+        .unwrap();
+    // The dispatcher's first claim, at its start.
+    eventually("the first claim", || async { store.claims.load(Ordering::SeqCst) >= 1 }).await;
+    for i in 1..=10u64 {
+        handled(&flows, &begin(&format!("far-{i}"), Some(3600)), i).await;
+    }
+    assert_eq!(env.rows("saga_timeout").await, 10);
+    assert_eq!(
+        store.claims.load(Ordering::SeqCst),
+        1,
+        "no claim for timeouts due in an hour"
+    );
+    env.advance(3601);
+    eventually("the reminders", || async { env.fired() == 10 }).await;
+    eventually("their handling", || async { flows.stats().completed == 20 }).await;
+    assert_eq!(env.rows("saga_timeout").await, 0);
+    flows.shutdown().await.unwrap();
+    env.finish().await;
+}
+
 /// A continuing message for no instance: completed and counted by default, dead-lettered
 /// with `courier.SagaNotFound` when configured.
 async fn not_found_policy(kind: StoreKind) {
@@ -553,6 +651,7 @@ on_every_store!(
     a_lost_dispatch_is_reclaimed,
     not_found_policy,
     completion_deletes_or_archives,
+    timeouts_stored_far_ahead_cost_no_claim,
 );
 
 /// Mistakes in wiring a saga are refused when the endpoint starts.

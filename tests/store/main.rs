@@ -505,6 +505,47 @@ async fn sqlite_tables_carry_the_prefix() {
     assert!(names.contains(&"courier_inbox".to_owned()) && names.contains(&"courier_outbox".to_owned()));
 }
 
+/// The SQLite store's own writers take turns in the process before they ask SQLite for
+/// its write lock: concurrent transactions wait for their turn, even with no busy timeout
+/// at all. Before, each polled for the lock with SQLite's busy sleeps (up to 100 ms each,
+/// hundreds of milliseconds late under load); here, with no busy timeout, they failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_writers_take_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(dir.path().join("s.db"))
+        .create_if_missing(true)
+        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+        .busy_timeout(Duration::ZERO);
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(8)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let store = SqliteStore::from_pool(pool);
+    store.migrate().await.unwrap();
+    let now = chrono::Utc::now();
+    let writers: Vec<_> = (0..32)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                match store.begin("e", &format!("m{i}"), None, now).await? {
+                    courier::Begin::Fresh(work) => work.commit().await.map(drop),
+                    courier::Begin::Duplicate(_) => panic!("fresh ids"),
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.unwrap().unwrap();
+    }
+    let recorded: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM courier_inbox")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(recorded, 32);
+}
+
 /// The retention cleanup deletes old inbox records in short bounded statements, only the
 /// given endpoint's.
 #[tokio::test]

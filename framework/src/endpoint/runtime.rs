@@ -471,25 +471,34 @@ async fn outbox_sweeper(shared: Arc<Shared>, stop: CancellationToken) -> usize {
 const TIMEOUT_POLL: Duration = Duration::from_secs(1);
 /// How far ahead the dispatcher claims timeouts: those due within it are sent as
 /// scheduled messages for their due time, so the broker delivers each on time and the
-/// dispatcher wakes about once a second, not once per timeout.
+/// dispatcher wakes a few times a second at most, not once per timeout.
 const TIMEOUT_LOOKAHEAD: Duration = Duration::from_secs(1);
+/// The least time between two claims that took everything due within the lookahead. At
+/// a high rate each claim then takes this much of the timeouts (100 at 1,000 a second):
+/// a claim is a write transaction, and a short one keeps a single-writer store (SQLite)
+/// free for the handlers, where one of half a second's worth (500 rows, 10 to 50 ms
+/// holding the write lock) made every handling behind it that much later.
+const TIMEOUT_CLAIM_EVERY: Duration = Duration::from_millis(100);
 /// A claimed timeout whose message was not handled after this long is sent again (its
 /// dispatch may have been lost; a copy is dropped by the inbox).
 const TIMEOUT_RECLAIM_AFTER: Duration = Duration::from_secs(300);
-/// The most timeouts claimed at once.
-const TIMEOUT_BATCH: i64 = 500;
+/// The most timeouts claimed in one transaction; more are claimed at once in further
+/// transactions, between which the store serves others.
+const TIMEOUT_BATCH: i64 = 200;
 
 /// Sends the endpoint's saga timeouts to its queue when they are due: sleeps until the
-/// earliest one it knows of (the store's, or one a handler just committed), at most
-/// [`TIMEOUT_POLL`]. Returns 0 (it hands nothing back at shutdown).
+/// earliest one it knows of (the store's, or one a handler just committed) comes within
+/// [`TIMEOUT_LOOKAHEAD`], at most [`TIMEOUT_POLL`]. Returns 0 (it hands nothing back at
+/// shutdown).
 async fn timeout_dispatcher(shared: Arc<Shared>, stop: CancellationToken) -> usize {
     let Some(store) = shared.store.clone() else { return 0 };
     let chrono_of = |d: Duration| chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
+    let lookahead = chrono_of(TIMEOUT_LOOKAHEAD);
     loop {
         let now = shared.clock.now();
         let claim = TimeoutClaim {
             now,
-            due_until: now + chrono_of(TIMEOUT_LOOKAHEAD),
+            due_until: now + lookahead,
             reclaim_before: now - chrono_of(TIMEOUT_RECLAIM_AFTER),
             limit: TIMEOUT_BATCH,
         };
@@ -519,25 +528,29 @@ async fn timeout_dispatcher(shared: Arc<Shared>, stop: CancellationToken) -> usi
             Err(e) => tracing::warn!(error = %e, "could not claim due saga timeouts"),
         }
         let mut next = now + chrono_of(TIMEOUT_POLL);
-        // Wake when the next timeout comes within the lookahead, but not sooner than half
-        // of it from now: each claim then takes half a second's worth of timeouts, instead
-        // of one per millisecond at a high rate.
-        let lookahead = chrono_of(TIMEOUT_LOOKAHEAD);
+        // Wake when the next timeout comes within the lookahead, but not sooner than
+        // TIMEOUT_CLAIM_EVERY after this claim: at a high rate each claim then takes that
+        // much of the timeouts, instead of one per claim.
         match store.next_timeout_due(&shared.name).await {
-            Ok(Some(at)) => next = next.min((at - lookahead).max(now + lookahead / 2)),
+            Ok(Some(at)) => next = next.min((at - lookahead).max(now + chrono_of(TIMEOUT_CLAIM_EVERY))),
             Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "could not read the next saga timeout"),
         }
-        if let Some(at) = shared.timeouts.take_earliest() {
-            next = next.min(at - lookahead);
-        }
-        if next <= shared.clock.now() {
-            continue;
-        }
-        tokio::select! {
-            () = stop.cancelled() => return 0,
-            () = shared.clock.sleep_until(next) => {}
-            () = shared.timeouts.wait() => {}
+        // Sleep until then. A handler's commit signals its timeouts: one that comes within
+        // the lookahead before `next` brings the wake forward; others change nothing, and
+        // do not cost a claim (a write transaction) each.
+        loop {
+            if let Some(at) = shared.timeouts.take_earliest() {
+                next = next.min(at - lookahead);
+            }
+            if next <= shared.clock.now() {
+                break;
+            }
+            tokio::select! {
+                () = stop.cancelled() => return 0,
+                () = shared.clock.sleep_until(next) => break,
+                () = shared.timeouts.wait() => {}
+            }
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -9,7 +10,7 @@ use chrono::{DateTime, Utc};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, Sqlite, SqliteConnection, SqlitePool, Transaction};
 
-use crate::error::Result;
+use crate::error::{Error, ErrorKind, Result};
 use crate::message::Envelope;
 use crate::message::LockToken;
 use crate::store::{
@@ -23,9 +24,42 @@ fn micros(t: DateTime<Utc>) -> i64 {
 /// The inbox and outbox in SQLite, through a sqlx pool. Handler transactions begin with
 /// `BEGIN IMMEDIATE` (SQLite has one writer at a time; taking the write lock first means
 /// no transaction fails half-way for lack of it).
+///
+/// The store's own writers (handler transactions, timeout claims, outbox and inbox
+/// clean-up) take turns in this process first, in arrival order, and only then ask
+/// SQLite for its write lock. Left to SQLite, a writer that finds the lock taken polls
+/// for it with growing sleeps (1, 2, 5, 10 ... 100 ms), so under load some wait hundreds
+/// of milliseconds while the lock is free most of that time. Writers of other processes,
+/// or of the application on the same pool, still meet SQLite's busy timeout (10 s).
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    writer: WriterTurn,
+}
+
+/// How long a writer waits for its turn in this process, as long as SQLite's busy
+/// timeout: a turn that does not come means a transaction is stuck.
+const WRITER_WAIT: Duration = Duration::from_secs(10);
+
+/// The turn of one writer of the store in this process (see [`SqliteStore`]): a fair
+/// (first come, first served) lock, held until the transaction ends.
+#[derive(Debug, Clone, Default)]
+struct WriterTurn(Arc<tokio::sync::Mutex<()>>);
+
+impl WriterTurn {
+    async fn take(&self) -> Result<tokio::sync::OwnedMutexGuard<()>> {
+        tokio::time::timeout(WRITER_WAIT, self.0.clone().lock_owned())
+            .await
+            .map_err(|_| {
+                Error::new(ErrorKind::Storage {
+                    detail: format!(
+                        "the SQLite store's write lock was not free within {} s: a transaction is stuck",
+                        WRITER_WAIT.as_secs()
+                    ),
+                    transient: true,
+                })
+            })
+    }
 }
 
 impl SqliteStore {
@@ -50,20 +84,26 @@ impl SqliteStore {
     }
 
     /// The one place a pool is made: creates the file if missing, waits up to 10 s for
-    /// the write lock.
+    /// the write lock. Connections are not pinged when taken from the pool: a SQLite
+    /// connection is a file and a thread of this process, and the ping was one more round
+    /// trip to that thread inside a writer's turn, which the other writers wait for.
     async fn with_options(options: SqliteConnectOptions) -> Result<Self> {
         let options = options.create_if_missing(true).busy_timeout(Duration::from_secs(10));
         let pool = SqlitePoolOptions::new()
+            .test_before_acquire(false)
             .max_connections(8)
             .connect_with(options)
             .await
             .map_err(|e| db_error("cannot open the SQLite store", e))?;
-        Ok(Self { pool })
+        Ok(Self::from_pool(pool))
     }
 
     /// A store over the application's own pool.
     pub fn from_pool(pool: SqlitePool) -> Self {
-        Self { pool }
+        Self {
+            pool,
+            writer: WriterTurn::default(),
+        }
     }
 
     /// The pool.
@@ -76,6 +116,9 @@ struct SqliteWork {
     tx: Transaction<'static, Sqlite>,
     endpoint: String,
     source_id: String,
+    /// This process's write turn, given back once the transaction ended (declared after
+    /// `tx`, so dropped after it: a dropped transaction rolls back first).
+    _turn: tokio::sync::OwnedMutexGuard<()>,
 }
 
 crate::store::sqlite_saga::sqlite_unit_of_work!(SqliteWork, {
@@ -92,10 +135,11 @@ crate::store::sqlite_saga::sqlite_unit_of_work!(SqliteWork, {
     }
 
     async fn commit(self: Box<Self>) -> Result<Committed> {
-        self.tx
-            .commit()
+        let SqliteWork { tx, _turn: turn, .. } = *self;
+        tx.commit()
             .await
             .map_err(|e| db_error("cannot commit the handler's transaction", e))?;
+        drop(turn);
         Ok(Committed::Pending)
     }
 });
@@ -296,6 +340,7 @@ impl Store for SqliteStore {
         _lock: Option<LockToken>,
         now: DateTime<Utc>,
     ) -> Result<Begin> {
+        let turn = self.writer.take().await?;
         let mut tx = self
             .pool
             .begin_with("BEGIN IMMEDIATE")
@@ -306,14 +351,17 @@ impl Store for SqliteStore {
                 tx,
                 endpoint: endpoint.to_owned(),
                 source_id: message_id.to_owned(),
+                _turn: turn,
             })));
         }
         let left = left_over(&mut tx, endpoint, message_id).await?;
         drop(tx);
+        drop(turn);
         Ok(Begin::Duplicate(left))
     }
 
     async fn mark_dispatched(&self, ids: &[i64]) -> Result<()> {
+        let _turn = self.writer.take().await?;
         delete_outbox(&mut *self.conn().await?, ids).await
     }
 
@@ -322,10 +370,12 @@ impl Store for SqliteStore {
     }
 
     async fn purge_inbox(&self, endpoint: &str, before: DateTime<Utc>, limit: i64) -> Result<u64> {
+        let _turn = self.writer.take().await?;
         delete_inbox(&mut *self.conn().await?, endpoint, before, limit).await
     }
 
     async fn claim_due_timeouts(&self, endpoint: &str, claim: TimeoutClaim) -> Result<DueTimeouts> {
+        let _turn = self.writer.take().await?;
         let to_send = sqlite_saga::claim_due(&mut *self.conn().await?, endpoint, claim).await?;
         Ok(DueTimeouts {
             claimed: to_send.len(),
@@ -338,6 +388,7 @@ impl Store for SqliteStore {
     }
 
     async fn unclaim_timeouts(&self, ids: &[String]) -> Result<()> {
+        let _turn = self.writer.take().await?;
         sqlite_saga::unclaim(&mut *self.conn().await?, ids).await
     }
 }
