@@ -532,7 +532,10 @@ async fn timeout_dispatcher(shared: Arc<Shared>, stop: CancellationToken) -> usi
         // TIMEOUT_CLAIM_EVERY after this claim: at a high rate each claim then takes that
         // much of the timeouts, instead of one per claim.
         match store.next_timeout_due(&shared.name).await {
-            Ok(Some(at)) => next = next.min((at - lookahead).max(now + chrono_of(TIMEOUT_CLAIM_EVERY))),
+            Ok(Some(at)) => {
+                let before = at.checked_sub_signed(lookahead).unwrap_or(at);
+                next = next.min(before.max(now + chrono_of(TIMEOUT_CLAIM_EVERY)));
+            }
             Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, "could not read the next saga timeout"),
         }
@@ -541,7 +544,7 @@ async fn timeout_dispatcher(shared: Arc<Shared>, stop: CancellationToken) -> usi
         // do not cost a claim (a write transaction) each.
         loop {
             if let Some(at) = shared.timeouts.take_earliest() {
-                next = next.min(at - lookahead);
+                next = next.min(at.checked_sub_signed(lookahead).unwrap_or(at));
             }
             if next <= shared.clock.now() {
                 break;
