@@ -24,8 +24,9 @@ pub enum ScheduleStore {
     /// `courier.amqp_scheduled` in Postgres: shared by every process of the application.
     #[cfg(feature = "postgres")]
     Postgres(sqlx::PgPool),
-    /// `courier_amqp_scheduled` in a SQLite file: for a single process.
-    Sqlite(sqlx::SqlitePool),
+    /// `courier_amqp_scheduled` in a SQLite file: for a single process. Its writes take
+    /// the store's turn with the endpoint's own writers.
+    Sqlite(crate::store::SqliteStore),
 }
 
 #[cfg(feature = "postgres")]
@@ -37,7 +38,7 @@ impl From<&crate::store::PostgresStore> for ScheduleStore {
 
 impl From<&crate::store::SqliteStore> for ScheduleStore {
     fn from(store: &crate::store::SqliteStore) -> Self {
-        Self::Sqlite(store.pool().clone())
+        Self::Sqlite(store.clone())
     }
 }
 
@@ -99,19 +100,22 @@ impl ScheduleStore {
             .fetch_one(pool)
             .await
             .map_err(failed),
-            Self::Sqlite(pool) => sqlx::query_scalar(
-                "INSERT INTO courier_amqp_scheduled (destination, is_topic, due_at, envelope, body, created_at) \
-                 VALUES (?, ?, ?, ?, ?, ?) RETURNING seq",
-            )
-            .bind(destination)
-            .bind(is_topic)
-            .bind(millis(due_at))
-            .bind(json)
-            .bind(body.as_ref())
-            .bind(millis(now))
-            .fetch_one(pool)
-            .await
-            .map_err(failed),
+            Self::Sqlite(store) => {
+                let _turn = store.write_turn().await?;
+                sqlx::query_scalar(
+                    "INSERT INTO courier_amqp_scheduled (destination, is_topic, due_at, envelope, body, created_at) \
+                     VALUES (?, ?, ?, ?, ?, ?) RETURNING seq",
+                )
+                .bind(destination)
+                .bind(is_topic)
+                .bind(millis(due_at))
+                .bind(json)
+                .bind(body.as_ref())
+                .bind(millis(now))
+                .fetch_one(store.pool())
+                .await
+                .map_err(failed)
+            }
         }
     }
 
@@ -129,13 +133,16 @@ impl ScheduleStore {
                     .map_err(failed)?
                     .rows_affected()
             }
-            Self::Sqlite(pool) => sqlx::query("DELETE FROM courier_amqp_scheduled WHERE seq = ? AND destination = ?")
-                .bind(seq)
-                .bind(destination)
-                .execute(pool)
-                .await
-                .map_err(failed)?
-                .rows_affected(),
+            Self::Sqlite(store) => {
+                let _turn = store.write_turn().await?;
+                sqlx::query("DELETE FROM courier_amqp_scheduled WHERE seq = ? AND destination = ?")
+                    .bind(seq)
+                    .bind(destination)
+                    .execute(store.pool())
+                    .await
+                    .map_err(failed)?
+                    .rows_affected()
+            }
         };
         Ok(deleted > 0)
     }
@@ -151,12 +158,15 @@ impl ScheduleStore {
                 .await
                 .map(|_| ())
                 .map_err(failed)?,
-            Self::Sqlite(pool) => sqlx::query("DELETE FROM courier_amqp_scheduled WHERE destination = ?")
-                .bind(destination)
-                .execute(pool)
-                .await
-                .map(|_| ())
-                .map_err(failed)?,
+            Self::Sqlite(store) => {
+                let _turn = store.write_turn().await?;
+                sqlx::query("DELETE FROM courier_amqp_scheduled WHERE destination = ?")
+                    .bind(destination)
+                    .execute(store.pool())
+                    .await
+                    .map(|_| ())
+                    .map_err(failed)?;
+            }
         }
         Ok(())
     }
@@ -173,10 +183,10 @@ impl ScheduleStore {
                     .await
                     .map_err(failed)?
             }
-            Self::Sqlite(pool) => {
+            Self::Sqlite(store) => {
                 sqlx::query_scalar("SELECT count(*) FROM courier_amqp_scheduled WHERE destination = ?")
                     .bind(destination)
-                    .fetch_one(pool)
+                    .fetch_one(store.pool())
                     .await
                     .map_err(failed)?
             }
@@ -193,9 +203,9 @@ impl ScheduleStore {
                 .fetch_one(pool)
                 .await
                 .map_err(failed),
-            Self::Sqlite(pool) => {
+            Self::Sqlite(store) => {
                 let ms: Option<i64> = sqlx::query_scalar("SELECT min(due_at) FROM courier_amqp_scheduled")
-                    .fetch_one(pool)
+                    .fetch_one(store.pool())
                     .await
                     .map_err(failed)?;
                 Ok(ms.and_then(from_millis))
@@ -233,22 +243,28 @@ impl ScheduleStore {
                 tx.commit().await.map_err(failed)?;
                 Ok(n)
             }
-            Self::Sqlite(pool) => {
-                let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.map_err(failed)?;
+            Self::Sqlite(store) => {
+                // One process owns a SQLite schedule store, so nothing else publishes its
+                // rows: read them, publish without holding the write lock (a broker that
+                // does not answer must not stop the endpoint's writers), then delete what
+                // was confirmed in one short write.
                 let rows: Vec<DueRow> = sqlx::query_as(
                     "SELECT seq, destination, is_topic, envelope, body FROM courier_amqp_scheduled \
                      WHERE due_at <= ? ORDER BY due_at, seq LIMIT ?",
                 )
                 .bind(millis(now))
                 .bind(limit)
-                .fetch_all(&mut *tx)
+                .fetch_all(store.pool())
                 .await
                 .map_err(failed)?;
                 let n = rows.len();
                 if n == 0 {
                     return Ok(0);
                 }
-                for seq in publisher.publish(rows_to_due(rows)?).await {
+                let published = publisher.publish(rows_to_due(rows)?).await;
+                let _turn = store.write_turn().await?;
+                let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await.map_err(failed)?;
+                for seq in published {
                     sqlx::query("DELETE FROM courier_amqp_scheduled WHERE seq = ?")
                         .bind(seq)
                         .execute(&mut *tx)

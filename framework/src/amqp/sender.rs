@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tokio::sync::Semaphore;
 
-use crate::embedded::{MAX_MESSAGE_ID_LEN, check_schedule};
+use crate::embedded::check_envelope;
 use crate::error::{Error, ErrorKind, Result, SendError};
 use crate::message::{Envelope, SequenceNumber};
 use crate::transport::Sender;
@@ -30,29 +30,13 @@ pub(crate) struct AmqpSender {
 impl AmqpSender {
     fn check(&self, m: &Envelope) -> Result<()> {
         self.inner.conn.check_open()?;
-        let invalid = |reason: String| Err(Error::new(ErrorKind::InvalidMessage { reason }));
-        let size = m.size();
-        if size > self.inner.max_message_size {
-            return Err(Error::new(ErrorKind::MessageTooLarge {
-                size,
-                limit: self.inner.max_message_size,
-            }));
-        }
-        if m.message_id.is_empty() || m.message_id.len() > MAX_MESSAGE_ID_LEN {
-            return invalid(format!(
-                "the message id must have 1 to {MAX_MESSAGE_ID_LEN} bytes, it has {}",
-                m.message_id.len()
-            ));
-        }
-        if let Some(ttl) = m.time_to_live
-            && (ttl.is_zero() || ttl > crate::entity::MAX_TIME_TO_LIVE)
-        {
-            return invalid(format!("time-to-live {ttl:?} must be between 1 ms and 100 years"));
-        }
-        if let Some(at) = m.scheduled_enqueue_time {
-            check_schedule(at, self.inner.clock.now())?;
-        }
-        Ok(())
+        check_envelope(
+            self.inner.max_message_size,
+            m,
+            &self.entity,
+            false,
+            self.inner.clock.now(),
+        )
     }
 
     /// The queue's default time-to-live applies to messages that set none and bounds

@@ -543,8 +543,9 @@ fn deadline(max_wait: Duration) -> Option<Instant> {
     }
 }
 
-/// The checks a message passes before it is accepted for `entity`.
-fn check_envelope(
+/// The checks a message passes before it is accepted for `entity` (every transport
+/// applies the same).
+pub(crate) fn check_envelope(
     max_message_size: usize,
     m: &Envelope,
     entity: &str,

@@ -98,6 +98,12 @@ impl SqliteStore {
         Ok(Self::from_pool(pool))
     }
 
+    /// Waits for this process's turn to write (see [`SqliteStore`]); the turn lasts as
+    /// long as the guard.
+    pub(crate) async fn write_turn(&self) -> Result<tokio::sync::OwnedMutexGuard<()>> {
+        self.writer.take().await
+    }
+
     /// A store over the application's own pool.
     pub fn from_pool(pool: SqlitePool) -> Self {
         Self {
