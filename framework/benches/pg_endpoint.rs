@@ -2,11 +2,18 @@
 //! baseline (`../shared/baselines/pg-handler-baseline.sh`), measured in the same run on the
 //! same server, as ratios.
 //!
-//! Run: `cargo bench -p courier --features postgres --bench pg_endpoint` (add `-- --quick`
-//! for a short run; `--rounds N`, `--secs S` for the baseline's seconds per figure,
-//! `--messages N`; `--breakdown` adds the same endpoint without a store; `--async-commit` runs both sides on databases with
-//! `synchronous_commit = off`, which takes the disk's flush latency out and leaves CPU and
-//! round trips; `--profile N` is one long Courier run with N handlers, for a profiler).
+//! Run: `cargo bench -p courier --features postgres --bench pg_endpoint`. Options after
+//! `--`:
+//! - `--quick`: a short run; `--rounds N`; `--secs S`, the baseline's seconds per figure;
+//!   `--messages N`, per Courier run;
+//! - `--group G`: the group commit of the grouped runs (default 4; 1 runs only the
+//!   ungrouped ones);
+//! - `--breakdown`: adds the same endpoint without a store, with `--bare-at N` handlers
+//!   (default 8);
+//! - `--async-commit`: both sides on databases with `synchronous_commit = off`, which takes
+//!   the disk's flush latency out and leaves CPU and round trips;
+//! - `--profile N`: one long Courier run with N handlers (and `--group G`), for a profiler.
+//!
 //! `DATABASE_URL` names a server where the user may create databases (default
 //! `postgres://postgres@127.0.0.1:5432/postgres`); the baseline needs `psql`, `pgbench`
 //! and `bc`.
@@ -18,7 +25,9 @@
 //! completed. Each measurement gets a fresh database (`courier_bench_<uuid>`, dropped
 //! after it). The baseline does the same work as one hand-written statement per message
 //! (and per ten), with 8 pgbench clients. Each round runs the baseline, then Courier with
-//! 8 handlers at once, then with 16; the medians of the rounds are compared.
+//! 8 and 16 handlers at once, each message in a transaction of its own, then the same
+//! with `group_commit(G)` and 32 at once with `group_commit(2G)`; the medians of the
+//! rounds are compared.
 
 #![allow(
     clippy::print_stdout,
@@ -168,7 +177,7 @@ async fn without_store_run(n: u64, concurrency: usize) -> f64 {
 /// Drains `n` messages through an endpoint with `concurrency` handlers (default prefetch)
 /// and a `PostgresStore` on a fresh database; timed from the start of the endpoint to the
 /// end of its graceful shutdown (every message completed, the outbox emptied).
-async fn courier_run(n: u64, concurrency: usize, async_commit: bool) -> Run {
+async fn courier_run(n: u64, concurrency: usize, group: usize, async_commit: bool) -> Run {
     let mut conn = admin_connection().await;
     let name = create_database(&mut conn, "courier_bench", async_commit).await;
     let url = with_database(&database_url(), &name);
@@ -196,6 +205,7 @@ async fn courier_run(n: u64, concurrency: usize, async_commit: bool) -> Run {
         .store(Arc::new(store))
         .state(progress.clone())
         .concurrency(concurrency)
+        .group_commit(group)
         .handler(place)
         .start()
         .await
@@ -363,6 +373,8 @@ fn main() {
     let n: u64 = arg("--messages").unwrap_or(n);
     let async_commit = std::env::args().any(|a| a == "--async-commit");
     let breakdown = std::env::args().any(|a| a == "--breakdown");
+    let group: usize = arg("--group").unwrap_or(4);
+    let bare_at: usize = arg("--bare-at").unwrap_or(8);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -371,7 +383,7 @@ fn main() {
 
     // `--profile N`: one long Courier run with N handlers at once, for a profiler.
     if let Some(concurrency) = arg::<usize>("--profile") {
-        let run = rt.block_on(courier_run(n.max(60_000), concurrency, async_commit));
+        let run = rt.block_on(courier_run(n.max(60_000), concurrency, group, async_commit));
         println!(
             "courier, {concurrency} at once: {:.0} msg/s, {:.2} Postgres transactions/msg",
             run.rate, run.tx_per_msg
@@ -394,60 +406,69 @@ fn main() {
     if async_commit {
         println!("  synchronous_commit = off on both sides (no wait for the WAL flush: CPU and round trips only)");
     }
-    let (mut one, mut ten, mut c8, mut c16) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let (mut tx, mut bare) = (Vec::new(), Vec::new());
+    // (handlers at once, group commit): each message alone, then groups.
+    let configs: Vec<(usize, usize)> = match group {
+        1 => vec![(8, 1), (16, 1)],
+        g => vec![(8, 1), (16, 1), (8, g), (16, g), (32, g * 2)],
+    };
+    let (mut one, mut ten) = (Vec::new(), Vec::new());
+    let mut rates: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
+    let mut tx: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
+    let mut bare = Vec::new();
     for round in 1..=rounds {
         quiesce();
         let (b1, b10) = baseline(&rt, secs, async_commit);
-        quiesce();
-        let r8 = rt.block_on(courier_run(n, 8, async_commit));
-        quiesce();
-        let r16 = rt.block_on(courier_run(n, 16, async_commit));
-        println!(
-            "  round {round}: baseline {b1:>6.0} msg/s 1/tx, {b10:>6.0} msg/s 10/tx | courier {:>6.0} msg/s at 8, {:>6.0} at 16",
-            r8.rate, r16.rate
-        );
+        let mut line = format!("  round {round}: baseline {b1:>6.0} msg/s 1/tx, {b10:>6.0} msg/s 10/tx | courier");
+        for (i, &(at_once, g)) in configs.iter().enumerate() {
+            quiesce();
+            let r = rt.block_on(courier_run(n, at_once, g, async_commit));
+            line.push_str(&format!(" {:.0} ({at_once}/{g})", r.rate));
+            rates[i].push(r.rate);
+            tx[i].push(r.tx_per_msg);
+        }
+        println!("{line}");
         if breakdown {
             quiesce();
-            let r = rt.block_on(without_store_run(n, 8));
-            println!("           courier without a store (broker + runtime only), 8 at once: {r:>6.0} msg/s");
+            let r = rt.block_on(without_store_run(n, bare_at));
+            println!("           courier without a store (broker + runtime only), {bare_at} at once: {r:>6.0} msg/s");
             bare.push(r);
         }
         one.push(b1);
         ten.push(b10);
-        c8.push(r8.rate);
-        c16.push(r16.rate);
-        tx.extend([r8.tx_per_msg, r16.tx_per_msg]);
     }
     let (one, ten) = (median(one), median(ten));
     println!();
-    println!("| | msg/s | / baseline 1 msg/tx | / baseline 10 msg/tx |");
-    println!("|---|---:|---:|---:|");
-    println!("| baseline, 1 msg/tx, 8 clients | {one:.0} | | |");
-    println!("| baseline, 10 msg/tx, 8 clients | {ten:.0} | | |");
-    for (label, rates) in [("courier, 8 at once", c8.clone()), ("courier, 16 at once", c16)] {
-        let rate = median(rates);
+    println!("| | msg/s | / baseline 1 msg/tx | / baseline 10 msg/tx | Postgres transactions/msg |");
+    println!("|---|---:|---:|---:|---:|");
+    println!("| baseline, 1 msg/tx, 8 clients | {one:.0} | | | 1 |");
+    println!("| baseline, 10 msg/tx, 8 clients | {ten:.0} | | | 0.1 |");
+    for (i, &(at_once, g)) in configs.iter().enumerate() {
+        let rate = median(rates[i].clone());
+        let label = if g == 1 {
+            format!("courier, {at_once} at once, each message alone")
+        } else {
+            format!("courier, {at_once} at once, group_commit({g})")
+        };
         println!(
-            "| {label} | {rate:.0} | {:.1}% | {:.1}% |",
+            "| {label} | {rate:.0} | {:.1}% | {:.1}% | {:.2} |",
             rate / one * 100.0,
-            rate / ten * 100.0
+            rate / ten * 100.0,
+            median(tx[i].clone())
         );
     }
     if !bare.is_empty() {
         let bare = median(bare);
-        let with = median(c8.clone());
+        let with = median(rates[0].clone());
         println!(
-            "| courier without a store, 8 at once | {bare:.0} | {:.1}% | {:.1}% |",
+            "| courier without a store, {bare_at} at once | {bare:.0} | {:.1}% | {:.1}% | |",
             bare / one * 100.0,
             bare / ten * 100.0
         );
         println!(
-            "per message at 8: {:.0} us without a store, {:.0} us with; the store adds {:.0} us",
+            "per message ({bare_at} without a store, 8 with, alone): {:.0} us without a store, {:.0} us with; the store adds {:.0} us",
             1e6 / bare,
             1e6 / with,
             1e6 / with - 1e6 / bare
         );
     }
-    println!();
-    println!("Postgres transactions per message handled (courier): {:.2}", median(tx));
 }

@@ -61,8 +61,8 @@ pub use endpoint::recoverability::RetryPolicy;
 pub use endpoint::routing::{Routes, default_topic_name};
 pub use endpoint::trace::{TRACEPARENT, TRACESTATE, TraceContext};
 pub use endpoint::{
-    DEFAULT_CONCURRENCY, DEFAULT_MAX_LOCK_RENEWAL, DEFAULT_RECEIVE_WAIT, DEFAULT_SHUTDOWN_TIMEOUT, Endpoint,
-    EndpointBuilder, EndpointStats, RunningEndpoint, ShutdownReport,
+    DEFAULT_CONCURRENCY, DEFAULT_GROUP_COMMIT, DEFAULT_MAX_LOCK_RENEWAL, DEFAULT_RECEIVE_WAIT,
+    DEFAULT_SHUTDOWN_TIMEOUT, Endpoint, EndpointBuilder, EndpointStats, RunningEndpoint, ShutdownReport,
 };
 pub use entity::{
     EntityCounts, EntityPath, MAX_LOCK_DURATION, MAX_NAME_LEN, MAX_TIME_TO_LIVE, QueueOptions, SubQueue,
@@ -98,8 +98,8 @@ pub use store::PostgresStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
 pub use store::{
-    Begin, Committed, DEFAULT_INBOX_RETENTION, DueTimeouts, OutboxMessage, Store, StoredSaga, Timeout, TimeoutClaim,
-    UnitOfWork,
+    Begin, CommitGroup, Committed, DEFAULT_INBOX_RETENTION, DueTimeouts, OutboxMessage, Store, StoredSaga, Timeout,
+    TimeoutClaim, UnitOfWork,
 };
 
 /// The names most programs need: `use courier::prelude::*;`.

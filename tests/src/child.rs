@@ -15,7 +15,9 @@
 //! [`courier_tests::CrashDone`] to queue `done`. With a separate store the send to `done`
 //! never finishes: the child prints `DISPATCHING` once its transaction committed and the
 //! dispatch began. With `embedded` the handler prints `IN_TRANSACTION` after its insert
-//! and never returns. Either way it waits to be killed.
+//! and never returns. Either way it waits to be killed. `outbox-group` is the same with
+//! `group_commit(4)`: messages received together commit in one transaction, then stall in
+//! their dispatch.
 //! `courier-test-child saga <db> <queue> <store>`: runs an endpoint with the saga
 //! [`courier_tests::crash_saga::CrashFlow`] on a store as `outbox` takes it, starts
 //! instance `flow-1` (whose timeout is due an hour later), prints `COMMITTED` once the
@@ -88,7 +90,8 @@ async fn main() {
             out.flush().unwrap();
             std::future::pending::<()>().await;
         }
-        "outbox" => outbox(broker, queue, &args[4]).await,
+        "outbox" => outbox(broker, queue, &args[4], 1).await,
+        "outbox-group" => outbox(broker, queue, &args[4], 4).await,
         "saga" => saga(broker, queue, &args[4]).await,
         other => panic!("unknown mode {other}"),
     }
@@ -225,7 +228,7 @@ enum ChildStore {
     Embedded,
 }
 
-async fn outbox(broker: Embedded, queue: &str, store: &str) {
+async fn outbox(broker: Embedded, queue: &str, store: &str, group: usize) {
     let (transport, kind, store): (Arc<dyn Transport>, _, Arc<dyn courier::Store>) = if store == "embedded" {
         let store = broker.store();
         (Arc::new(broker), ChildStore::Embedded, Arc::new(store))
@@ -241,6 +244,7 @@ async fn outbox(broker: Embedded, queue: &str, store: &str) {
         .routes(Routes::new().send::<courier_tests::CrashDone>("done"))
         .store(store)
         .state(kind)
+        .group_commit(group)
         .handler(record_and_send)
         .start()
         .await

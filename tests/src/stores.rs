@@ -130,6 +130,34 @@ impl StoreEnv {
         }
     }
 
+    /// The message ids in queue `queue` (peeked, in queue order).
+    ///
+    /// # Panics
+    /// If the broker cannot be read.
+    #[allow(clippy::unwrap_used)]
+    pub async fn queued_ids(&self, queue: &str) -> Vec<String> {
+        self.fx
+            .transport
+            .peek(&courier::EntityPath::queue(queue), 0, 100)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.envelope.message_id)
+            .collect()
+    }
+
+    /// The pool of the Postgres store's database.
+    ///
+    /// # Panics
+    /// If the store is not Postgres.
+    #[allow(clippy::panic)]
+    pub fn pg(&self) -> &sqlx::PgPool {
+        match &self.pg {
+            Some((pool, _)) => pool,
+            None => panic!("not a Postgres store"),
+        }
+    }
+
     /// Closes the pools and drops the Postgres database.
     pub async fn finish(self) {
         if let Some((pool, db)) = self.pg {

@@ -47,6 +47,11 @@ async fn record_and_send(job: CrashJob, ctx: &mut Context) -> Result<(), Handler
 }
 
 async fn killed_at_the_worst_moment(kind: Kind) {
+    killed_with(kind, &[7], "outbox").await;
+}
+
+/// `jobs` sent before the child starts, handled by it in `mode`, until it is killed.
+async fn killed_with(kind: Kind, jobs: &[u32], mode: &str) {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("broker.db");
     {
@@ -55,16 +60,19 @@ async fn killed_at_the_worst_moment(kind: Kind) {
             broker.create_queue(q, &QueueOptions::default()).await.unwrap();
         }
         let transport: Arc<dyn Transport> = Arc::new(broker);
-        Bus::new(transport.clone(), Routes::new().send::<CrashJob>("jobs"))
-            .send_with(&CrashJob { n: 7 }, SendOptions::new().message_id("job-7"))
-            .await
-            .unwrap();
+        let bus = Bus::new(transport.clone(), Routes::new().send::<CrashJob>("jobs"));
+        for &n in jobs {
+            bus.send_with(&CrashJob { n }, SendOptions::new().message_id(format!("job-{n}")))
+                .await
+                .unwrap();
+        }
         transport.close().await;
     }
     // The store, its tables and the application's `orders` table.
     let (store_arg, store_db) = StoreDb::prepare(kind, dir.path(), &db).await;
     store_db.exec("CREATE TABLE orders (id TEXT NOT NULL)").await;
-    let line = kill_after_first_line(CHILD, &["outbox", db.to_str().unwrap(), "jobs", &store_arg]).await;
+    let line = kill_after_first_line(CHILD, &[mode, db.to_str().unwrap(), "jobs", &store_arg]).await;
+    let n = i64::try_from(jobs.len()).unwrap();
 
     if kind.one_transaction() {
         assert_eq!(line, "IN_TRANSACTION");
@@ -78,7 +86,7 @@ async fn killed_at_the_worst_moment(kind: Kind) {
             line, "DISPATCHING",
             "killed between the commit and the end of the dispatch"
         );
-        assert_eq!(store_db.count("SELECT COUNT(*) FROM orders").await, 1, "committed");
+        assert_eq!(store_db.count("SELECT COUNT(*) FROM orders").await, n, "committed");
     }
 
     // Restart: this process opens the same files.
@@ -104,20 +112,28 @@ async fn killed_at_the_worst_moment(kind: Kind) {
         .start()
         .await
         .unwrap();
-    eventually("the job settled", || async {
+    eventually("the jobs settled", || async {
         let c = transport.counts(&EntityPath::queue("jobs")).await.unwrap();
-        c.active == 0 && running.stats().completed == 1
+        c.active == 0 && running.stats().completed == jobs.len() as u64
     })
     .await;
     // Past the outbox sweeper's age: it must find nothing left to send.
     clock.advance(Duration::from_secs(45));
     tokio::time::sleep(Duration::from_millis(50)).await;
     let done = transport.peek(&EntityPath::queue("done"), 0, 10).await.unwrap();
-    assert_eq!(done.len(), 1, "the outgoing message was dispatched exactly once");
-    assert_eq!(done[0].envelope.causation_id.as_deref(), Some("job-7"));
-    assert_eq!(store_db.count("SELECT COUNT(*) FROM orders").await, 1, "effects once");
+    let mut causes: Vec<String> = done.iter().filter_map(|m| m.envelope.causation_id.clone()).collect();
+    causes.sort();
+    let mut expected: Vec<String> = jobs.iter().map(|n| format!("job-{n}")).collect();
+    expected.sort();
+    assert_eq!(causes, expected, "each outgoing message dispatched exactly once");
+    assert_eq!(store_db.count("SELECT COUNT(*) FROM orders").await, n, "effects once");
+    let handled = u32::try_from(jobs.len()).unwrap();
     if kind.one_transaction() {
-        assert_eq!(calls.0.load(Ordering::SeqCst), 1, "handled once, after the restart");
+        assert_eq!(
+            calls.0.load(Ordering::SeqCst),
+            handled,
+            "handled once, after the restart"
+        );
         assert_eq!(running.stats().duplicates, 0);
     } else {
         assert_eq!(
@@ -125,7 +141,7 @@ async fn killed_at_the_worst_moment(kind: Kind) {
             0,
             "recognised by the inbox, not handled again"
         );
-        assert_eq!(running.stats().duplicates, 1);
+        assert_eq!(running.stats().duplicates, u64::from(handled));
         eventually("the outbox emptied", || async { store_db.rows("outbox").await == 0 }).await;
     }
     running.shutdown().await.unwrap();
@@ -141,6 +157,14 @@ async fn sqlite_store_killed_between_commit_and_dispatch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_store_killed_between_commit_and_dispatch() {
     killed_at_the_worst_moment(Kind::Postgres).await;
+}
+
+/// A group commit (Postgres): four jobs committed in one transaction, then the process is
+/// killed before any of their messages was dispatched. After the restart each job is
+/// recognised and its message dispatched once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_group_killed_between_commit_and_dispatch() {
+    killed_with(Kind::Postgres, &[1, 2, 3, 4], "outbox-group").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

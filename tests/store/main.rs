@@ -12,6 +12,7 @@
 )]
 
 mod crash;
+mod group;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -132,14 +133,7 @@ impl Env {
     }
 
     async fn accepted(&self) -> Vec<String> {
-        self.fx
-            .transport
-            .peek(&EntityPath::queue("accepted"), 0, 100)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|m| m.envelope.message_id)
-            .collect()
+        self.queued_ids("accepted").await
     }
 
     async fn finish(self) {

@@ -57,6 +57,8 @@ pub struct Context {
     held: Vec<Box<dyn Any + Send>>,
     /// What saga handlers did, collected only when the endpoint has an observer.
     observed: Option<Vec<crate::endpoint::observe::SagaEffects>>,
+    /// Who holds the saga instance locks this handling takes.
+    lock_owner: crate::saga::LockOwner,
 }
 
 impl std::fmt::Debug for Context {
@@ -83,6 +85,8 @@ pub(crate) struct ContextParts {
     pub(crate) extensions: Arc<Extensions>,
     /// Whether an observer wants the saga effects of this handling.
     pub(crate) observing: bool,
+    /// Who holds the saga instance locks this handling takes (its commit group, or itself).
+    pub(crate) lock_owner: crate::saga::LockOwner,
 }
 
 impl Context {
@@ -102,7 +106,13 @@ impl Context {
             timeout_due: None,
             held: Vec::new(),
             observed: parts.observing.then(Vec::new),
+            lock_owner: parts.lock_owner,
         }
+    }
+
+    /// Who holds the saga instance locks this handling takes.
+    pub(crate) fn lock_owner(&self) -> crate::saga::LockOwner {
+        self.lock_owner
     }
 
     /// Records what a saga handler did, when the endpoint has an observer.

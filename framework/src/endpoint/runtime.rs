@@ -27,8 +27,8 @@ use crate::endpoint::{Failure, TypeEntry};
 use crate::entity::EntityPath;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Properties, PropertyValue};
-use crate::saga::{SagaStats, TimeoutSignal};
-use crate::store::{Begin, Committed, OutboxMessage, Store, TimeoutClaim};
+use crate::saga::{LockOwner, SagaStats, TimeoutSignal};
+use crate::store::{Begin, CommitGroup, Committed, OutboxMessage, Store, TimeoutClaim};
 use crate::transport::{Delivery, Receiver, Settlement, Transport};
 
 pub(crate) struct Config {
@@ -50,6 +50,7 @@ pub(crate) struct Config {
     pub(crate) has_sagas: bool,
     pub(crate) saga_stats: Arc<SagaStats>,
     pub(crate) observer: Option<Arc<dyn Observer>>,
+    pub(crate) group_size: usize,
 }
 
 /// Counters of what an endpoint did.
@@ -143,6 +144,8 @@ struct Shared {
     hard_stop: CancellationToken,
     stats: Stats,
     observer: Option<Arc<dyn Observer>>,
+    /// The most messages in one commit group (1: none).
+    group_size: usize,
 }
 
 /// What a graceful shutdown did.
@@ -200,6 +203,14 @@ impl std::fmt::Debug for RunningEndpoint {
 }
 
 pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
+    // A store that commits each message alone makes the group size 1: the receive loop
+    // then starts messages one by one instead of waiting for room for a group.
+    let group_size = match &config.store {
+        Some(store) if config.group_size > 1 && store.commit_group(&config.name, Vec::new()).is_some() => {
+            config.group_size
+        }
+        _ => 1,
+    };
     let bus = Bus::with_clock(config.transport.clone(), config.routes, config.clock.clone());
     let shared = Arc::new(Shared {
         name: config.name.clone(),
@@ -217,6 +228,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
         hard_stop: CancellationToken::new(),
         stats: Stats::default(),
         observer: config.observer,
+        group_size,
     });
     // Make the sender of the input queue now, so delayed retries never wait for it.
     bus.sender(&config.name, false).await?;
@@ -230,6 +242,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
             receiver,
             shared: shared.clone(),
             concurrency: concurrency.clone(),
+            concurrency_limit: config.concurrency,
             handlers: handlers.clone(),
             stop: stop.clone(),
             prefetch: config.prefetch.max(1),
@@ -356,6 +369,8 @@ struct ReceiveLoop {
     receiver: Arc<dyn Receiver>,
     shared: Arc<Shared>,
     concurrency: Arc<Semaphore>,
+    /// The semaphore's size.
+    concurrency_limit: usize,
     handlers: TaskTracker,
     stop: CancellationToken,
     prefetch: usize,
@@ -373,13 +388,15 @@ async fn receive_loop(l: ReceiveLoop) -> usize {
     loop {
         // Start what is buffered, as concurrency allows.
         while let Some(delivery) = buffered.pop_front() {
+            // With a group commit, wait for room for a group of what is buffered.
+            let want = l.shared.group_size.min(l.concurrency_limit).min(1 + buffered.len());
             let permit = tokio::select! {
                 biased;
                 () = l.stop.cancelled() => {
                     buffered.push_front(delivery);
                     return hand_back(buffered).await;
                 }
-                p = l.concurrency.clone().acquire_owned() => match p {
+                p = l.concurrency.clone().acquire_many_owned(u32::try_from(want).unwrap_or(1)) => match p {
                     Ok(p) => p,
                     Err(_) => {
                         buffered.push_front(delivery);
@@ -387,7 +404,11 @@ async fn receive_loop(l: ReceiveLoop) -> usize {
                     }
                 },
             };
-            l.handlers.spawn(process(l.shared.clone(), delivery, permit));
+            if want == 1 {
+                l.handlers.spawn(process(l.shared.clone(), delivery, permit, None));
+            } else {
+                start_group(&l, delivery, permit, want, &mut buffered);
+            }
             // Receive more once half of the share is free: receives stay batched instead
             // of fetching one message each time a handler starts.
             if buffered.len() <= l.prefetch / 2 {
@@ -606,6 +627,53 @@ async fn inbox_janitor(shared: Arc<Shared>, retention: Duration, stop: Cancellat
     }
 }
 
+/// Starts `first` and up to `want - 1` more buffered messages (distinct ids) as one
+/// commit group, one of the `want` permits each.
+fn start_group(
+    l: &ReceiveLoop,
+    first: Delivery,
+    mut permit: OwnedSemaphorePermit,
+    want: usize,
+    buffered: &mut std::collections::VecDeque<Delivery>,
+) {
+    let mut members = vec![first];
+    while members.len() < want {
+        let Some(next) = buffered.front() else { break };
+        let id = &next.message().envelope.message_id;
+        if members.iter().any(|d| &d.message().envelope.message_id == id) {
+            break;
+        }
+        members.extend(buffered.pop_front());
+    }
+    let group = match &l.shared.store {
+        Some(store) if members.len() > 1 => {
+            let ids = members
+                .iter()
+                .map(|d| d.message().envelope.message_id.clone())
+                .collect();
+            store.commit_group(&l.shared.name, ids)
+        }
+        _ => None,
+    };
+    // One permit each; those taken for messages that were not there go back.
+    let surplus = permit.num_permits().saturating_sub(members.len());
+    if surplus > 0 {
+        drop(permit.split(surplus));
+    }
+    let mut permits: Vec<OwnedSemaphorePermit> = (1..members.len()).filter_map(|_| permit.split(1)).collect();
+    permits.push(permit);
+    let owner = next_owner();
+    for (index, (delivery, own)) in members.into_iter().zip(permits).enumerate() {
+        let seat = group.clone().map(|group| GroupSeat {
+            group,
+            index,
+            owner,
+            used: false,
+        });
+        l.handlers.spawn(process(l.shared.clone(), delivery, own, seat));
+    }
+}
+
 /// Abandons prefetched messages that were not started, so another instance gets them at
 /// once.
 async fn hand_back(buffered: std::collections::VecDeque<Delivery>) -> usize {
@@ -629,7 +697,7 @@ fn int_property(properties: &Properties, key: &str) -> u32 {
     }
 }
 
-async fn process(shared: Arc<Shared>, delivery: Delivery, _permit: OwnedSemaphorePermit) {
+async fn process(shared: Arc<Shared>, delivery: Delivery, _permit: OwnedSemaphorePermit, seat: Option<GroupSeat>) {
     let _running = Running::new(&shared.stats.running);
     let message = delivery.message();
     let delayed = int_property(&message.envelope.properties, headers::DELAYED_RETRIES);
@@ -651,7 +719,7 @@ async fn process(shared: Arc<Shared>, delivery: Delivery, _permit: OwnedSemaphor
     let hard_stop = shared.hard_stop.clone();
     tokio::select! {
         biased;
-        () = handle(&shared, delivery, delayed, attempt, trace).instrument(span) => {}
+        () = handle(&shared, delivery, delayed, attempt, trace, seat).instrument(span) => {}
         () = hard_stop.cancelled() => {
             // The shutdown deadline passed: the handler is dropped mid-way and its message
             // comes back when its lock expires.
@@ -660,7 +728,14 @@ async fn process(shared: Arc<Shared>, delivery: Delivery, _permit: OwnedSemaphor
     }
 }
 
-async fn handle(shared: &Shared, mut delivery: Delivery, delayed: u32, attempt: u32, trace: TraceContext) {
+async fn handle(
+    shared: &Shared,
+    mut delivery: Delivery,
+    delayed: u32,
+    attempt: u32,
+    trace: TraceContext,
+    seat: Option<GroupSeat>,
+) {
     if let Some(until) = delivery.locked_until()
         && until <= shared.clock.now()
     {
@@ -695,6 +770,8 @@ async fn handle(shared: &Shared, mut delivery: Delivery, delayed: u32, attempt: 
     };
     let delivery_count = delivery.message().broker.delivery_count;
     let failure = if delivery_count > shared.policy.attempts_per_round() {
+        // Its commit group does not wait for it.
+        drop(seat);
         Failure::Unfinished {
             deliveries: delivery_count,
         }
@@ -711,16 +788,23 @@ async fn handle(shared: &Shared, mut delivery: Delivery, delayed: u32, attempt: 
             trace,
             extensions: shared.extensions.clone(),
             observing: shared.observer.is_some(),
+            lock_owner: LockOwner {
+                id: seat.as_ref().map_or_else(next_owner, |s| s.owner),
+                bounded: shared.group_size > 1,
+            },
         });
         let handlers = entry.handlers.clone();
         let lock = delivery.lock_token();
         let work = async {
-            // The inbox: record the id in a new transaction, or learn it was processed.
+            // The inbox: record the id in a new transaction (or the group's), or learn it
+            // was processed.
             if let Some(store) = &shared.store {
-                match store
-                    .begin(&shared.name, ctx.message_id(), lock, shared.clock.now())
-                    .await
-                {
+                let now = shared.clock.now();
+                let begun = match seat {
+                    Some(seat) => seat.begin(now).await,
+                    None => store.begin(&shared.name, ctx.message_id(), lock, now).await,
+                };
+                match begun {
                     Err(e) => return Err(Failure::Store(e)),
                     Ok(Begin::Duplicate(mut left)) => {
                         // Rows this process dispatched already wait to be deleted: not again.
@@ -775,6 +859,7 @@ async fn handle(shared: &Shared, mut delivery: Delivery, delayed: u32, attempt: 
                     }
                     match committed {
                         Committed::Pending => Ok(Done::Committed(stored)),
+                        Committed::Stored(stored) => Ok(Done::Committed(stored)),
                         Committed::Settled => Ok(Done::Settled),
                     }
                 }
@@ -824,6 +909,39 @@ async fn handle(shared: &Shared, mut delivery: Delivery, delayed: u32, attempt: 
         }
     };
     on_failure(shared, delivery, failure, delayed, attempt).await;
+}
+
+/// A message's place in a commit group: it begins through the group, or leaves it when
+/// dropped unused (its handling ended before the store), so the group does not wait.
+struct GroupSeat {
+    group: Arc<dyn CommitGroup>,
+    index: usize,
+    /// The group's owner id for saga instance locks.
+    owner: u64,
+    used: bool,
+}
+
+/// A fresh owner id for saga instance locks: one per handling, or per commit group.
+fn next_owner() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+impl GroupSeat {
+    async fn begin(mut self, now: chrono::DateTime<chrono::Utc>) -> Result<Begin> {
+        let begun = self.group.clone().begin(self.index, now).await;
+        // Only now: a begin stopped half-way (a hard stop) still leaves the group.
+        self.used = true;
+        begun
+    }
+}
+
+impl Drop for GroupSeat {
+    fn drop(&mut self) {
+        if !self.used {
+            self.group.leave(self.index);
+        }
+    }
 }
 
 /// How the handling of one message ended, before dispatch and completion.

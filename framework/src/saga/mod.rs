@@ -53,7 +53,7 @@ use crate::endpoint::context::Context;
 use crate::endpoint::handler::{BoxFuture, HandlerError, Message};
 use crate::error::{Error, ErrorKind, Result};
 
-pub(crate) use runtime::{SagaStats, TimeoutSignal, register};
+pub(crate) use runtime::{LockOwner, SagaStats, TimeoutSignal, register};
 
 /// Headers a timeout message carries: which saga instance and which timeout it is.
 pub mod headers {

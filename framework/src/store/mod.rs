@@ -3,6 +3,75 @@
 //! `docs/stores.md`.
 #![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 
+/// `impl UnitOfWork for $ty { $methods + the saga methods }`: the saga methods call the
+/// functions of module `$saga` (`load`, `save`, `complete`, `add_timeouts`,
+/// `cancel_timeouts`, `take_timeout`) on `self.$conn()?`, the transaction's connection.
+/// One `#[async_trait]` impl, so that the given methods are rewritten with the others.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+macro_rules! unit_of_work_with_sagas {
+    ($ty:ty, $($saga:ident)::+, $conn:ident, { $($methods:tt)* }) => {
+        #[async_trait::async_trait]
+        impl $crate::store::UnitOfWork for $ty {
+        $($methods)*
+        async fn load_saga(
+            &mut self,
+            saga_type: &str,
+            correlation: &str,
+        ) -> $crate::error::Result<Option<$crate::store::StoredSaga>> {
+            $($saga)::+::load(self.$conn()?, saga_type, correlation).await
+        }
+
+        async fn save_saga(
+            &mut self,
+            saga_type: &str,
+            correlation: &str,
+            state: &str,
+            version: Option<i64>,
+            now: chrono::DateTime<chrono::Utc>,
+        ) -> $crate::error::Result<()> {
+            $($saga)::+::save(self.$conn()?, saga_type, correlation, state, version, now).await
+        }
+
+        async fn complete_saga(
+            &mut self,
+            saga_type: &str,
+            correlation: &str,
+            state: &str,
+            version: Option<i64>,
+            archive: bool,
+            now: chrono::DateTime<chrono::Utc>,
+        ) -> $crate::error::Result<()> {
+            $($saga)::+::complete(self.$conn()?, saga_type, correlation, state, version, archive, now).await
+        }
+
+        async fn add_timeouts(
+            &mut self,
+            endpoint: &str,
+            saga_type: &str,
+            correlation: &str,
+            timeouts: Vec<$crate::store::Timeout>,
+            now: chrono::DateTime<chrono::Utc>,
+        ) -> $crate::error::Result<()> {
+            $($saga)::+::add_timeouts(self.$conn()?, endpoint, saga_type, correlation, timeouts, now).await
+        }
+
+        async fn cancel_timeouts(&mut self, ids: &[String]) -> $crate::error::Result<()> {
+            $($saga)::+::cancel_timeouts(self.$conn()?, ids).await
+        }
+
+        async fn take_timeout(&mut self, id: &str) -> $crate::error::Result<bool> {
+            $($saga)::+::take_timeout(self.$conn()?, id).await
+        }
+        }
+    };
+}
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use unit_of_work_with_sagas;
+
+#[cfg(feature = "postgres")]
+mod pg_group;
+#[cfg(feature = "postgres")]
+pub(crate) mod pg_saga;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "sqlite")]
@@ -12,6 +81,7 @@ pub(crate) mod sqlite_saga;
 
 use std::any::Any;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -130,10 +200,14 @@ impl std::fmt::Debug for Begin {
 }
 
 /// What a committed unit of work leaves to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Committed {
     /// The outbox messages are to be dispatched and the received message completed.
     Pending,
+    /// As `Pending`, but the outbox messages were stored at the commit (a commit group
+    /// stores all its members' messages in one statement): these are the ones to
+    /// dispatch, not what [`UnitOfWork::store_outgoing`] returned.
+    Stored(Vec<OutboxMessage>),
     /// The transaction also sent the messages and completed the received message (the
     /// transport and the store share one database): nothing is left to do.
     Settled,
@@ -218,6 +292,25 @@ pub trait UnitOfWork: Send {
     }
 }
 
+/// Several messages' handlings sharing one transaction of a store (a group commit).
+///
+/// The endpoint forms a group of messages received together and calls
+/// [`begin`](Self::begin) once per member (by its index among the ids the group was made
+/// with) or [`leave`](Self::leave) when a member's handling ends before the store (an
+/// unknown message type, a lost lock, a shutdown). Members take turns on the one
+/// connection; a member whose handling fails is rolled back alone (to its savepoint); the
+/// transaction commits once every member has committed, failed or left, and each member's
+/// [`UnitOfWork::commit`] returns then, with its outbox messages
+/// ([`Committed::Stored`]). See `docs/stores.md`.
+#[async_trait]
+pub trait CommitGroup: Send + Sync {
+    /// As [`Store::begin`], for member `member`.
+    async fn begin(self: Arc<Self>, member: usize, now: DateTime<Utc>) -> Result<Begin>;
+    /// Member `member` will not begin, or its `begin` was stopped before it returned
+    /// (never after `begin` returned).
+    fn leave(&self, member: usize);
+}
+
 /// Where an endpoint keeps its inbox and outbox.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -238,6 +331,14 @@ pub trait Store: Send + Sync + 'static {
         lock: Option<LockToken>,
         now: DateTime<Utc>,
     ) -> Result<Begin>;
+    /// A group of handlings to commit together, for the messages `message_ids` (distinct),
+    /// or `None` when this store commits each handling alone (the default). An endpoint
+    /// calls it once with no ids when it starts, to learn which.
+    fn commit_group(&self, endpoint: &str, message_ids: Vec<String>) -> Option<Arc<dyn CommitGroup>> {
+        let _ = (endpoint, message_ids);
+        None
+    }
+
     /// Removes dispatched messages from the outbox.
     async fn mark_dispatched(&self, ids: &[i64]) -> Result<()>;
     /// Outbox messages of `endpoint` stored before `older_than` and still there (left by
@@ -358,10 +459,11 @@ pub(crate) fn db_error(context: &'static str, e: sqlx::Error) -> Error {
     )
 }
 
-/// Postgres serialization failures and deadlocks, SQLite busy and locked.
+/// Postgres serialization failures, deadlocks and aborted transactions (a new one can
+/// succeed), SQLite busy and locked.
 fn is_transient_code(code: Option<&str>) -> bool {
     matches!(
         code,
-        Some("40001" | "40P01" | "55P03" | "57P01" | "5" | "6" | "517" | "261" | "262")
+        Some("40001" | "40P01" | "55P03" | "57P01" | "25P02" | "5" | "6" | "517" | "261" | "262")
     )
 }

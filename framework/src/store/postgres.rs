@@ -1,16 +1,19 @@
 //! The Postgres store: the inbox and outbox in the schema `courier`.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgPool, PgPoolOptions};
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::{PgConnection, Postgres, Row, Transaction};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::Envelope;
 use crate::message::LockToken;
+use crate::store::pg_group::PgGroup;
+use crate::store::pg_saga::pg_unit_of_work;
 use crate::store::{
-    Begin, Committed, DueTimeouts, OutboxMessage, Store, StoredEnvelope, StoredSaga, Timeout, TimeoutClaim, UnitOfWork,
-    db_error,
+    Begin, CommitGroup, Committed, DueTimeouts, OutboxMessage, Store, StoredEnvelope, TimeoutClaim, db_error,
 };
 
 /// The inbox and outbox in Postgres, in the schema `courier`, through a sqlx pool.
@@ -49,10 +52,18 @@ struct PgWork {
     tx: Transaction<'static, Postgres>,
     endpoint: String,
     source_id: String,
+    /// Whether a statement of Courier's ran since the handler's (the outbox insert): it
+    /// would have failed if the transaction were aborted.
+    checked: bool,
 }
 
-#[async_trait]
-impl UnitOfWork for PgWork {
+impl PgWork {
+    fn pg_conn(&mut self) -> Result<&mut PgConnection> {
+        Ok(&mut self.tx)
+    }
+}
+
+pg_unit_of_work!(PgWork, {
     fn transaction(&mut self) -> Option<&mut (dyn std::any::Any + Send)> {
         Some(&mut *self.tx)
     }
@@ -62,205 +73,139 @@ impl UnitOfWork for PgWork {
         messages: Vec<(String, bool, Envelope)>,
         now: DateTime<Utc>,
     ) -> Result<Vec<OutboxMessage>> {
-        let mut out = Vec::with_capacity(messages.len());
-        for (destination, is_topic, envelope) in messages {
-            let kept = envelope.clone();
-            let (json, body) = StoredEnvelope::split(envelope)?;
-            let id: i64 = sqlx::query_scalar(
-                "INSERT INTO courier.outbox (endpoint, source_id, destination, is_topic, envelope, body, created_at) \
-                 VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7) RETURNING id",
-            )
-            .bind(&self.endpoint)
-            .bind(&self.source_id)
-            .bind(&destination)
-            .bind(is_topic)
-            .bind(json)
-            .bind(body.as_ref())
-            .bind(now)
-            .fetch_one(&mut *self.tx)
-            .await
-            .map_err(|e| db_error("cannot store an outgoing message", e))?;
-            out.push(OutboxMessage {
-                id,
+        let rows = messages
+            .into_iter()
+            .map(|(destination, is_topic, envelope)| OutboxRow {
+                source_id: self.source_id.clone(),
                 destination,
                 is_topic,
-                envelope: kept,
-            });
-        }
-        Ok(out)
+                envelope,
+            })
+            .collect();
+        let stored = insert_outbox(&mut self.tx, &self.endpoint, rows, now).await?;
+        self.checked = !stored.is_empty();
+        Ok(stored)
     }
 
-    async fn commit(self: Box<Self>) -> Result<Committed> {
+    async fn commit(mut self: Box<Self>) -> Result<Committed> {
+        if !self.checked {
+            ensure_not_aborted(&mut self.tx).await?;
+        }
         self.tx
             .commit()
             .await
             .map_err(|e| db_error("cannot commit the handler's transaction", e))?;
         Ok(Committed::Pending)
     }
+});
 
-    async fn load_saga(&mut self, saga_type: &str, correlation: &str) -> Result<Option<StoredSaga>> {
-        let row =
-            sqlx::query("SELECT state::text, version FROM courier.saga WHERE saga_type = $1 AND correlation = $2")
-                .bind(saga_type)
-                .bind(correlation)
-                .fetch_optional(&mut *self.tx)
-                .await
-                .map_err(|e| db_error("cannot load a saga instance", e))?;
-        row.map(|r| {
-            let get = |e| db_error("cannot read a saga instance", e);
-            Ok(StoredSaga {
-                state: r.try_get(0).map_err(get)?,
-                version: r.try_get(1).map_err(get)?,
-            })
-        })
-        .transpose()
-    }
+/// What a handler that swallowed the error of a failed statement is told.
+pub(crate) const ABORTED_BY_HANDLER: &str = "the handler returned success, but a statement of its transaction had \
+     failed and its error was not returned (return it, with `?`), so the transaction was aborted; its work was \
+     rolled back and the message will be retried";
 
-    async fn save_saga(
-        &mut self,
-        saga_type: &str,
-        correlation: &str,
-        state: &str,
-        version: Option<i64>,
-        now: DateTime<Utc>,
-    ) -> Result<()> {
-        // A concurrent creation of the same instance makes this INSERT wait for the other
-        // transaction, then do nothing: a conflict, and the message is retried.
-        let done = match version {
-            None => sqlx::query(
-                "INSERT INTO courier.saga (saga_type, correlation, state, version, created_at, updated_at) \
-                 VALUES ($1, $2, $3::jsonb, 1, $4, $4) ON CONFLICT DO NOTHING",
-            )
-            .bind(saga_type)
-            .bind(correlation)
-            .bind(state)
-            .bind(now)
-            .execute(&mut *self.tx)
-            .await
-            .map_err(|e| db_error("cannot create a saga instance", e))?,
-            Some(v) => sqlx::query(
-                "UPDATE courier.saga SET state = $3::jsonb, version = version + 1, updated_at = $4 \
-                 WHERE saga_type = $1 AND correlation = $2 AND version = $5",
-            )
-            .bind(saga_type)
-            .bind(correlation)
-            .bind(state)
-            .bind(now)
-            .bind(v)
-            .execute(&mut *self.tx)
-            .await
-            .map_err(|e| db_error("cannot save a saga instance", e))?,
-        };
-        if done.rows_affected() == 1 {
-            Ok(())
-        } else {
-            Err(conflict(saga_type, correlation))
-        }
-    }
-
-    async fn complete_saga(
-        &mut self,
-        saga_type: &str,
-        correlation: &str,
-        state: &str,
-        version: Option<i64>,
-        archive: bool,
-        now: DateTime<Utc>,
-    ) -> Result<()> {
-        let created = match version {
-            None => now,
-            Some(v) => sqlx::query_scalar::<_, DateTime<Utc>>(
-                "DELETE FROM courier.saga WHERE saga_type = $1 AND correlation = $2 AND version = $3 \
-                 RETURNING created_at",
-            )
-            .bind(saga_type)
-            .bind(correlation)
-            .bind(v)
-            .fetch_optional(&mut *self.tx)
-            .await
-            .map_err(|e| db_error("cannot delete a saga instance", e))?
-            .ok_or_else(|| conflict(saga_type, correlation))?,
-        };
-        if archive {
-            sqlx::query(
-                "INSERT INTO courier.saga_archive (saga_type, correlation, state, version, created_at, completed_at) \
-                 VALUES ($1, $2, $3::jsonb, $4, $5, $6)",
-            )
-            .bind(saga_type)
-            .bind(correlation)
-            .bind(state)
-            .bind(version.unwrap_or(0) + 1)
-            .bind(created)
-            .bind(now)
-            .execute(&mut *self.tx)
-            .await
-            .map_err(|e| db_error("cannot archive a saga instance", e))?;
-        }
-        sqlx::query("DELETE FROM courier.saga_timeout WHERE saga_type = $1 AND correlation = $2")
-            .bind(saga_type)
-            .bind(correlation)
-            .execute(&mut *self.tx)
-            .await
-            .map_err(|e| db_error("cannot delete a completed saga's timeouts", e))?;
-        Ok(())
-    }
-
-    async fn add_timeouts(
-        &mut self,
-        endpoint: &str,
-        saga_type: &str,
-        correlation: &str,
-        timeouts: Vec<Timeout>,
-        now: DateTime<Utc>,
-    ) -> Result<()> {
-        for t in timeouts {
-            let (json, body) = StoredEnvelope::split(t.envelope)?;
-            sqlx::query(
-                "INSERT INTO courier.saga_timeout \
-                 (id, endpoint, saga_type, correlation, due_at, envelope, body, created_at) \
-                 VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8)",
-            )
-            .bind(&t.id)
-            .bind(endpoint)
-            .bind(saga_type)
-            .bind(correlation)
-            .bind(t.due)
-            .bind(json)
-            .bind(body.as_ref())
-            .bind(now)
-            .execute(&mut *self.tx)
-            .await
-            .map_err(|e| db_error("cannot store a saga timeout", e))?;
-        }
-        Ok(())
-    }
-
-    async fn cancel_timeouts(&mut self, ids: &[String]) -> Result<()> {
-        if ids.is_empty() {
-            return Ok(());
-        }
-        sqlx::query("DELETE FROM courier.saga_timeout WHERE id = ANY($1)")
-            .bind(ids)
-            .execute(&mut *self.tx)
-            .await
-            .map_err(|e| db_error("cannot cancel saga timeouts", e))?;
-        Ok(())
-    }
-
-    async fn take_timeout(&mut self, id: &str) -> Result<bool> {
-        let done = sqlx::query("DELETE FROM courier.saga_timeout WHERE id = $1")
-            .bind(id)
-            .execute(&mut *self.tx)
-            .await
-            .map_err(|e| db_error("cannot take a fired saga timeout", e))?;
-        Ok(done.rows_affected() == 1)
-    }
+/// Fails if the transaction was aborted by a failed statement (SQLSTATE 25P02, a
+/// transient error). Sent before a COMMIT that no statement of Courier's precedes: COMMIT
+/// of an aborted transaction rolls back without an error, and the message would be
+/// completed with none of its effects.
+pub(crate) async fn ensure_not_aborted(conn: &mut PgConnection) -> Result<()> {
+    sqlx::query("SELECT 1")
+        .execute(conn)
+        .await
+        .map_err(|e| db_error(ABORTED_BY_HANDLER, e))?;
+    Ok(())
 }
 
-fn conflict(saga_type: &str, correlation: &str) -> Error {
-    Error::new(ErrorKind::Conflict {
-        detail: format!("saga {saga_type} instance {correlation:?} was created or changed concurrently"),
-    })
+/// One message to store in the outbox: sent by the handling of `source_id`.
+#[derive(Debug, Clone)]
+pub(crate) struct OutboxRow {
+    pub(crate) source_id: String,
+    pub(crate) destination: String,
+    pub(crate) is_topic: bool,
+    pub(crate) envelope: Envelope,
+}
+
+/// Stores outgoing messages in one statement; returns them with their outbox ids, in
+/// order.
+pub(crate) async fn insert_outbox(
+    conn: &mut PgConnection,
+    endpoint: &str,
+    rows: Vec<OutboxRow>,
+    now: DateTime<Utc>,
+) -> Result<Vec<OutboxMessage>> {
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let n = rows.len();
+    let (mut sources, mut destinations, mut topics, mut envelopes, mut bodies) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let mut kept = Vec::with_capacity(n);
+    for row in rows {
+        let (json, body) = StoredEnvelope::split(row.envelope.clone())?;
+        sources.push(row.source_id);
+        destinations.push(row.destination.clone());
+        topics.push(row.is_topic);
+        envelopes.push(json);
+        bodies.push(body.to_vec());
+        kept.push((row.destination, row.is_topic, row.envelope));
+    }
+    // The ids come from the sequence in the order of `ord`, so sorted they pair with the
+    // rows in the order given.
+    let mut ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO courier.outbox (endpoint, source_id, destination, is_topic, envelope, body, created_at) \
+         SELECT $1, s, d, t, e::jsonb, b, $7 \
+         FROM unnest($2::text[], $3::text[], $4::bool[], $5::text[], $6::bytea[]) WITH ORDINALITY AS r(s, d, t, e, b, ord) \
+         ORDER BY ord RETURNING id",
+    )
+    .bind(endpoint)
+    .bind(&sources)
+    .bind(&destinations)
+    .bind(&topics)
+    .bind(&envelopes)
+    .bind(&bodies)
+    .bind(now)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(|e| db_error("cannot store outgoing messages", e))?;
+    ids.sort_unstable();
+    if ids.len() != kept.len() {
+        return Err(Error::new(ErrorKind::Corrupt {
+            detail: format!("the outbox stored {} of {} messages", ids.len(), kept.len()),
+        }));
+    }
+    Ok(ids
+        .into_iter()
+        .zip(kept)
+        .map(|(id, (destination, is_topic, envelope))| OutboxMessage {
+            id,
+            destination,
+            is_topic,
+            envelope,
+        })
+        .collect())
+}
+
+/// The outbox messages stored by the handling of `source_id` and not dispatched yet.
+pub(crate) async fn outbox_of<'c>(
+    conn: impl sqlx::PgExecutor<'c>,
+    endpoint: &str,
+    source_id: &str,
+) -> Result<Vec<OutboxMessage>> {
+    let rows = sqlx::query(
+        "SELECT id, destination, is_topic, envelope::text, body FROM courier.outbox \
+         WHERE endpoint = $1 AND source_id = $2 ORDER BY id",
+    )
+    .bind(endpoint)
+    .bind(source_id)
+    .fetch_all(conn)
+    .await
+    .map_err(|e| db_error("cannot read the outbox", e))?;
+    outbox_rows(rows)
 }
 
 fn outbox_rows(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<OutboxMessage>> {
@@ -333,19 +278,16 @@ impl Store for PostgresStore {
                 tx,
                 endpoint: endpoint.to_owned(),
                 source_id: message_id.to_owned(),
+                checked: false,
             })));
         }
-        let rows = sqlx::query(
-            "SELECT id, destination, is_topic, envelope::text, body FROM courier.outbox \
-             WHERE endpoint = $1 AND source_id = $2 ORDER BY id",
-        )
-        .bind(endpoint)
-        .bind(message_id)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(|e| db_error("cannot read the outbox", e))?;
+        let left = outbox_of(&mut *tx, endpoint, message_id).await?;
         drop(tx);
-        Ok(Begin::Duplicate(outbox_rows(rows)?))
+        Ok(Begin::Duplicate(left))
+    }
+
+    fn commit_group(&self, endpoint: &str, message_ids: Vec<String>) -> Option<Arc<dyn CommitGroup>> {
+        Some(Arc::new(PgGroup::new(self.pool.clone(), endpoint, message_ids)))
     }
 
     async fn mark_dispatched(&self, ids: &[i64]) -> Result<()> {

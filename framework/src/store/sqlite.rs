@@ -100,6 +100,7 @@ impl SqliteStore {
 
     /// Waits for this process's turn to write (see [`SqliteStore`]); the turn lasts as
     /// long as the guard.
+    #[cfg(feature = "amqp")]
     pub(crate) async fn write_turn(&self) -> Result<tokio::sync::OwnedMutexGuard<()>> {
         self.writer.take().await
     }

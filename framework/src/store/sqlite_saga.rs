@@ -240,73 +240,10 @@ pub(crate) async fn unclaim(conn: &mut SqliteConnection, ids: &[String]) -> Resu
 }
 
 /// `impl UnitOfWork for $ty { $methods + the saga methods on SQLite }`, for a type with
-/// `fn sqlite_conn(&mut self) -> Result<&mut SqliteConnection>` (one `#[async_trait]`
-/// impl, so that the macro's methods are rewritten with the others).
+/// `fn sqlite_conn(&mut self) -> Result<&mut Connection>`.
 macro_rules! sqlite_unit_of_work {
     ($ty:ty, { $($methods:tt)* }) => {
-        #[async_trait::async_trait]
-        impl $crate::store::UnitOfWork for $ty {
-        $($methods)*
-        async fn load_saga(
-            &mut self,
-            saga_type: &str,
-            correlation: &str,
-        ) -> $crate::error::Result<Option<$crate::store::StoredSaga>> {
-            $crate::store::sqlite_saga::load(self.sqlite_conn()?, saga_type, correlation).await
-        }
-
-        async fn save_saga(
-            &mut self,
-            saga_type: &str,
-            correlation: &str,
-            state: &str,
-            version: Option<i64>,
-            now: chrono::DateTime<chrono::Utc>,
-        ) -> $crate::error::Result<()> {
-            $crate::store::sqlite_saga::save(self.sqlite_conn()?, saga_type, correlation, state, version, now).await
-        }
-
-        async fn complete_saga(
-            &mut self,
-            saga_type: &str,
-            correlation: &str,
-            state: &str,
-            version: Option<i64>,
-            archive: bool,
-            now: chrono::DateTime<chrono::Utc>,
-        ) -> $crate::error::Result<()> {
-            $crate::store::sqlite_saga::complete(
-                self.sqlite_conn()?,
-                saga_type,
-                correlation,
-                state,
-                version,
-                archive,
-                now,
-            )
-            .await
-        }
-
-        async fn add_timeouts(
-            &mut self,
-            endpoint: &str,
-            saga_type: &str,
-            correlation: &str,
-            timeouts: Vec<$crate::store::Timeout>,
-            now: chrono::DateTime<chrono::Utc>,
-        ) -> $crate::error::Result<()> {
-            $crate::store::sqlite_saga::add_timeouts(self.sqlite_conn()?, endpoint, saga_type, correlation, timeouts, now)
-                .await
-        }
-
-        async fn cancel_timeouts(&mut self, ids: &[String]) -> $crate::error::Result<()> {
-            $crate::store::sqlite_saga::cancel_timeouts(self.sqlite_conn()?, ids).await
-        }
-
-        async fn take_timeout(&mut self, id: &str) -> $crate::error::Result<bool> {
-            $crate::store::sqlite_saga::take_timeout(self.sqlite_conn()?, id).await
-        }
-        }
+        $crate::store::unit_of_work_with_sagas!($ty, crate::store::sqlite_saga, sqlite_conn, { $($methods)* });
     };
 }
 pub(crate) use sqlite_unit_of_work;

@@ -1,0 +1,444 @@
+//! Group commit on Postgres: the handlings of several messages received together share
+//! one transaction, so that one inbox statement, one outbox statement and one COMMIT serve
+//! them all.
+//!
+//! The group opens at its first member's `begin`: BEGIN, then one INSERT records the ids
+//! of all members in the inbox (sorted, so two groups never wait on each other's ids in
+//! opposite orders). Members then take turns on the connection, each under a savepoint
+//! of its own; a member that fails is rolled back to its savepoint by whoever takes the
+//! connection next. A member that finishes keeps its outgoing messages in memory. When
+//! every member has finished, failed or left, the group deletes the inbox records of
+//! those that did not finish, stores the finished ones' outgoing messages in one INSERT,
+//! and commits; each member's `commit` returns then.
+//!
+//! A member that reports success but left the transaction aborted (it swallowed the error
+//! of a failed statement) is found by the next statement sent after it (SQLSTATE 25P02):
+//! it is rolled back to its savepoint and its commit fails, and the others go on.
+
+use std::sync::{Arc, Mutex as StdMutex, PoisonError};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::postgres::PgPool;
+use sqlx::{PgConnection, Postgres, Transaction};
+use tokio::sync::{Mutex, OnceCell, OwnedMutexGuard, watch};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::message::Envelope;
+use crate::store::pg_saga::pg_unit_of_work;
+use crate::store::postgres::{ABORTED_BY_HANDLER, OutboxRow, ensure_not_aborted, insert_outbox, outbox_of};
+use crate::store::{Begin, CommitGroup, Committed, OutboxMessage, db_error};
+
+const SAVEPOINT: &str = "SAVEPOINT courier_member";
+const ROLLBACK: &str = "ROLLBACK TO SAVEPOINT courier_member";
+const ROLLBACK_AND_SAVEPOINT: &str = "ROLLBACK TO SAVEPOINT courier_member; SAVEPOINT courier_member";
+/// SQLSTATE of a statement sent into a transaction that an earlier failed statement aborted.
+const IN_FAILED_TRANSACTION: &str = "25P02";
+
+type Conn = Option<Transaction<'static, Postgres>>;
+
+#[derive(Debug)]
+enum Seat {
+    /// Not begun yet.
+    Waiting,
+    /// Its id was in the inbox before: nothing of it is in this transaction.
+    Duplicate,
+    /// Handling, with the connection.
+    Running,
+    /// Done: these messages go into the outbox at the group's commit.
+    Finished(Vec<OutboxRow>),
+    /// Failed or left: its inbox record, if this group made it, is deleted at the commit.
+    Failed,
+    /// Finished, but left the transaction aborted: rolled back; its commit fails.
+    Poisoned,
+}
+
+impl Seat {
+    fn resolved(&self) -> bool {
+        !matches!(self, Seat::Waiting | Seat::Running)
+    }
+}
+
+struct Members {
+    seats: Vec<Seat>,
+    /// The member whose savepoint is the newest.
+    owner: Option<usize>,
+}
+
+/// What the commit gave a member that finished.
+type Share = std::result::Result<Vec<OutboxMessage>, ErrorKind>;
+
+pub(crate) struct PgGroup {
+    pool: PgPool,
+    endpoint: String,
+    ids: Vec<String>,
+    /// Per member, whether this group's transaction recorded its id (false: a duplicate).
+    opened: OnceCell<Vec<bool>>,
+    conn: Arc<Mutex<Conn>>,
+    members: StdMutex<Members>,
+    /// Counts resolutions, for members waiting for their turn and for the committer.
+    changes: watch::Sender<u64>,
+    shares: StdMutex<Vec<Option<Share>>>,
+    done: watch::Sender<bool>,
+}
+
+impl PgGroup {
+    pub(crate) fn new(pool: PgPool, endpoint: &str, ids: Vec<String>) -> Self {
+        let n = ids.len();
+        Self {
+            pool,
+            endpoint: endpoint.to_owned(),
+            ids,
+            opened: OnceCell::new(),
+            conn: Arc::new(Mutex::new(None)),
+            members: StdMutex::new(Members {
+                seats: (0..n).map(|_| Seat::Waiting).collect(),
+                owner: None,
+            }),
+            changes: watch::Sender::new(0),
+            shares: StdMutex::new((0..n).map(|_| None).collect()),
+            done: watch::Sender::new(false),
+        }
+    }
+
+    fn members(&self) -> std::sync::MutexGuard<'_, Members> {
+        self.members.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Moves a member that was waiting or running to `seat`.
+    fn resolve(&self, member: usize, seat: Seat) {
+        let mut m = self.members();
+        let Some(current) = m.seats.get_mut(member) else { return };
+        if current.resolved() {
+            return;
+        }
+        *current = seat;
+        drop(m);
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    /// Opens the transaction and records every member's id in the inbox, once.
+    async fn open(self: &Arc<Self>, now: DateTime<Utc>) -> Result<&Vec<bool>> {
+        self.opened
+            .get_or_try_init(|| async {
+                let mut tx = self
+                    .pool
+                    .begin()
+                    .await
+                    .map_err(|e| db_error("cannot begin the group's transaction", e))?;
+                let mut sorted = self.ids.clone();
+                sorted.sort_unstable();
+                let recorded: Vec<String> = sqlx::query_scalar(
+                    "INSERT INTO courier.inbox (endpoint, message_id, processed_at) \
+                     SELECT $1, m, $3 FROM unnest($2::text[]) WITH ORDINALITY AS r(m, ord) ORDER BY ord \
+                     ON CONFLICT DO NOTHING RETURNING message_id",
+                )
+                .bind(&self.endpoint)
+                .bind(&sorted)
+                .bind(now)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| db_error("cannot record the messages in the inbox", e))?;
+                let recorded: std::collections::HashSet<String> = recorded.into_iter().collect();
+                *self.conn.lock().await = Some(tx);
+                tokio::spawn(self.clone().committer());
+                Ok(self.ids.iter().map(|id| recorded.contains(id)).collect())
+            })
+            .await
+    }
+
+    /// Sets the member's savepoint, first rolling back the one before if its member
+    /// failed, or finding that it left the transaction aborted.
+    async fn take_turn(&self, conn: &mut Conn, member: usize) -> Result<()> {
+        let tx = conn.as_mut().ok_or_else(group_gone)?;
+        let previous = {
+            let m = self.members();
+            m.owner.map(|o| (o, matches!(m.seats.get(o), Some(Seat::Failed))))
+        };
+        match previous {
+            Some((_, true)) => raw(tx, ROLLBACK_AND_SAVEPOINT).await?,
+            Some((o, false)) => {
+                if let Err(e) = raw(tx, SAVEPOINT).await {
+                    if !in_failed_transaction(&e) {
+                        return Err(e);
+                    }
+                    raw(tx, ROLLBACK_AND_SAVEPOINT).await?;
+                    self.poisoned(o);
+                }
+            }
+            None => raw(tx, SAVEPOINT).await?,
+        }
+        let mut m = self.members();
+        m.owner = Some(member);
+        if let Some(seat) = m.seats.get_mut(member) {
+            *seat = Seat::Running;
+        }
+        Ok(())
+    }
+
+    fn poisoned(&self, member: usize) {
+        tracing::warn!(
+            member = %self.ids.get(member).map_or("", String::as_str),
+            "a handler reported success but a statement of its transaction had failed; its work is rolled back and it will be retried"
+        );
+        if let Some(seat) = self.members().seats.get_mut(member) {
+            *seat = Seat::Poisoned;
+        }
+    }
+
+    /// Waits until every member is resolved, commits, and hands out the shares.
+    async fn committer(self: Arc<Self>) {
+        let mut changes = self.changes.subscribe();
+        let all = changes
+            .wait_for(|_| self.members().seats.iter().all(Seat::resolved))
+            .await;
+        drop(all);
+        let mut outcome = self.finish().await;
+        {
+            let members = self.members();
+            let mut shares = self.shares.lock().unwrap_or_else(PoisonError::into_inner);
+            for (i, seat) in members.seats.iter().enumerate() {
+                let share = match (seat, &mut outcome) {
+                    (Seat::Poisoned, _) => Err(poisoned_kind()),
+                    (Seat::Finished(_), Ok(stored)) => Ok(stored.get_mut(i).and_then(Option::take).unwrap_or_default()),
+                    (Seat::Finished(_), Err(kind)) => Err(kind.clone()),
+                    _ => continue,
+                };
+                if let Some(slot) = shares.get_mut(i) {
+                    *slot = Some(share);
+                }
+            }
+        }
+        self.done.send_replace(true);
+    }
+
+    /// The commit: per member, the outbox messages stored for it.
+    async fn finish(&self) -> std::result::Result<Vec<Option<Vec<OutboxMessage>>>, ErrorKind> {
+        let mut conn = self.conn.lock().await;
+        let mut tx = conn.take().ok_or_else(|| group_gone().kind().clone())?;
+        let fresh = self.opened.get().cloned().unwrap_or_default();
+        let owner_failed = {
+            let m = self.members();
+            m.owner.is_some_and(|o| matches!(m.seats.get(o), Some(Seat::Failed)))
+        };
+        if owner_failed {
+            raw(&mut tx, ROLLBACK).await.map_err(|e| e.kind().clone())?;
+        }
+        loop {
+            let (forget, rows, owners) = {
+                let m = self.members();
+                let mut forget = Vec::new();
+                let mut rows = Vec::new();
+                let mut owners = Vec::new();
+                for (i, seat) in m.seats.iter().enumerate() {
+                    match seat {
+                        Seat::Finished(out) => {
+                            for row in out {
+                                rows.push(row.clone());
+                                owners.push(i);
+                            }
+                        }
+                        Seat::Duplicate => {}
+                        _ if fresh.get(i).copied().unwrap_or(false) => {
+                            forget.extend(self.ids.get(i).cloned());
+                        }
+                        _ => {}
+                    }
+                }
+                (forget, rows, owners)
+            };
+            let check = forget.is_empty() && rows.is_empty();
+            let step = async {
+                if !forget.is_empty() {
+                    sqlx::query("DELETE FROM courier.inbox WHERE endpoint = $1 AND message_id = ANY($2)")
+                        .bind(&self.endpoint)
+                        .bind(&forget)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(|e| db_error("cannot forget the inbox records of failed messages", e))?;
+                }
+                let stored = insert_outbox(&mut tx, &self.endpoint, rows, Utc::now()).await?;
+                if check {
+                    // No statement above would have found an aborted transaction.
+                    ensure_not_aborted(&mut tx).await?;
+                }
+                Ok::<_, Error>(stored)
+            }
+            .await;
+            match step {
+                Ok(stored) => {
+                    tx.commit()
+                        .await
+                        .map_err(|e| db_error("cannot commit the group's transaction", e).kind().clone())?;
+                    let mut per_member: Vec<Option<Vec<OutboxMessage>>> = (0..self.ids.len()).map(|_| None).collect();
+                    for (message, i) in stored.into_iter().zip(owners) {
+                        if let Some(slot) = per_member.get_mut(i) {
+                            slot.get_or_insert_with(Vec::new).push(message);
+                        }
+                    }
+                    return Ok(per_member);
+                }
+                Err(e) if in_failed_transaction(&e) => {
+                    // The newest member finished with its transaction aborted.
+                    let owner = {
+                        let m = self.members();
+                        m.owner.filter(|&o| matches!(m.seats.get(o), Some(Seat::Finished(_))))
+                    };
+                    let Some(owner) = owner else {
+                        return Err(e.kind().clone());
+                    };
+                    raw(&mut tx, ROLLBACK).await.map_err(|e| e.kind().clone())?;
+                    self.poisoned(owner);
+                }
+                Err(e) => return Err(e.kind().clone()),
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl CommitGroup for PgGroup {
+    async fn begin(self: Arc<Self>, member: usize, now: DateTime<Utc>) -> Result<Begin> {
+        let fresh = match self.open(now).await {
+            Ok(fresh) => fresh.get(member).copied().unwrap_or(false),
+            Err(e) => {
+                self.resolve(member, Seat::Failed);
+                return Err(e);
+            }
+        };
+        let Some(source_id) = self.ids.get(member).cloned() else {
+            return Err(group_gone());
+        };
+        if !fresh {
+            self.resolve(member, Seat::Duplicate);
+            let left = outbox_of(&self.pool, &self.endpoint, &source_id).await?;
+            return Ok(Begin::Duplicate(left));
+        }
+        // Members take turns in the order they were received.
+        let mut changes = self.changes.subscribe();
+        let turn = changes
+            .wait_for(|_| self.members().seats.iter().take(member).all(Seat::resolved))
+            .await;
+        drop(turn);
+        let mut guard = self.conn.clone().lock_owned().await;
+        if let Err(e) = self.take_turn(&mut guard, member).await {
+            self.resolve(member, Seat::Failed);
+            return Err(e);
+        }
+        Ok(Begin::Fresh(Box::new(PgMember {
+            group: self,
+            member,
+            source_id,
+            guard: Some(guard),
+            outgoing: Vec::new(),
+            finished: false,
+        })))
+    }
+
+    fn leave(&self, member: usize) {
+        self.resolve(member, Seat::Failed);
+    }
+}
+
+/// One member's share of the group's transaction, holding the connection while it runs.
+struct PgMember {
+    group: Arc<PgGroup>,
+    member: usize,
+    source_id: String,
+    guard: Option<OwnedMutexGuard<Conn>>,
+    outgoing: Vec<OutboxRow>,
+    finished: bool,
+}
+
+impl PgMember {
+    fn pg_conn(&mut self) -> Result<&mut PgConnection> {
+        self.guard
+            .as_mut()
+            .and_then(|g| g.as_mut())
+            .map(|tx| &mut **tx)
+            .ok_or_else(group_gone)
+    }
+}
+
+impl Drop for PgMember {
+    fn drop(&mut self) {
+        if !self.finished {
+            // Before the connection is released: the next member rolls this one back.
+            self.group.resolve(self.member, Seat::Failed);
+        }
+    }
+}
+
+pg_unit_of_work!(PgMember, {
+    fn transaction(&mut self) -> Option<&mut (dyn std::any::Any + Send)> {
+        self.pg_conn().ok().map(|c| c as &mut (dyn std::any::Any + Send))
+    }
+
+    async fn store_outgoing(
+        &mut self,
+        messages: Vec<(String, bool, Envelope)>,
+        _now: DateTime<Utc>,
+    ) -> Result<Vec<OutboxMessage>> {
+        self.outgoing
+            .extend(messages.into_iter().map(|(destination, is_topic, envelope)| OutboxRow {
+                source_id: self.source_id.clone(),
+                destination,
+                is_topic,
+                envelope,
+            }));
+        Ok(Vec::new())
+    }
+
+    async fn commit(mut self: Box<Self>) -> Result<Committed> {
+        self.finished = true;
+        let mut done = self.group.done.subscribe();
+        self.group
+            .resolve(self.member, Seat::Finished(std::mem::take(&mut self.outgoing)));
+        self.guard = None;
+        done.wait_for(|d| *d).await.map_err(|_| group_gone())?;
+        let share = self
+            .group
+            .shares
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(self.member)
+            .and_then(Option::take);
+        match share {
+            Some(Ok(stored)) => Ok(Committed::Stored(stored)),
+            Some(Err(kind)) => Err(Error::new(kind)),
+            None => Err(group_gone()),
+        }
+    }
+});
+
+async fn raw(conn: &mut PgConnection, sql: &'static str) -> Result<()> {
+    sqlx::raw_sql(sql)
+        .execute(conn)
+        .await
+        .map_err(|e| db_error("cannot set or roll back a member's savepoint", e))?;
+    Ok(())
+}
+
+fn in_failed_transaction(e: &Error) -> bool {
+    std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<sqlx::Error>())
+        .and_then(|s| match s {
+            sqlx::Error::Database(d) => d.code().map(|c| c == IN_FAILED_TRANSACTION),
+            _ => None,
+        })
+        .unwrap_or(false)
+}
+
+fn poisoned_kind() -> ErrorKind {
+    ErrorKind::Storage {
+        detail: ABORTED_BY_HANDLER.into(),
+        transient: true,
+    }
+}
+
+fn group_gone() -> Error {
+    Error::new(ErrorKind::Storage {
+        detail: "the commit group's transaction is gone".into(),
+        transient: true,
+    })
+}

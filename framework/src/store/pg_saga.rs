@@ -1,0 +1,180 @@
+//! Saga instances and timeouts on Postgres, on the connection of a handler's transaction
+//! (its own, or its share of a commit group's).
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, Row};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::store::{StoredEnvelope, StoredSaga, Timeout, db_error};
+
+pub(crate) async fn load(conn: &mut PgConnection, saga_type: &str, correlation: &str) -> Result<Option<StoredSaga>> {
+    let row = sqlx::query("SELECT state::text, version FROM courier.saga WHERE saga_type = $1 AND correlation = $2")
+        .bind(saga_type)
+        .bind(correlation)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot load a saga instance", e))?;
+    row.map(|r| {
+        let get = |e| db_error("cannot read a saga instance", e);
+        Ok(StoredSaga {
+            state: r.try_get(0).map_err(get)?,
+            version: r.try_get(1).map_err(get)?,
+        })
+    })
+    .transpose()
+}
+
+pub(crate) async fn save(
+    conn: &mut PgConnection,
+    saga_type: &str,
+    correlation: &str,
+    state: &str,
+    version: Option<i64>,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    // A concurrent creation of the same instance makes this INSERT wait for the other
+    // transaction, then do nothing: a conflict, and the message is retried.
+    let done = match version {
+        None => sqlx::query(
+            "INSERT INTO courier.saga (saga_type, correlation, state, version, created_at, updated_at) \
+             VALUES ($1, $2, $3::jsonb, 1, $4, $4) ON CONFLICT DO NOTHING",
+        )
+        .bind(saga_type)
+        .bind(correlation)
+        .bind(state)
+        .bind(now)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot create a saga instance", e))?,
+        Some(v) => sqlx::query(
+            "UPDATE courier.saga SET state = $3::jsonb, version = version + 1, updated_at = $4 \
+             WHERE saga_type = $1 AND correlation = $2 AND version = $5",
+        )
+        .bind(saga_type)
+        .bind(correlation)
+        .bind(state)
+        .bind(now)
+        .bind(v)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot save a saga instance", e))?,
+    };
+    if done.rows_affected() == 1 {
+        Ok(())
+    } else {
+        Err(conflict(saga_type, correlation))
+    }
+}
+
+pub(crate) async fn complete(
+    conn: &mut PgConnection,
+    saga_type: &str,
+    correlation: &str,
+    state: &str,
+    version: Option<i64>,
+    archive: bool,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let created = match version {
+        None => now,
+        Some(v) => sqlx::query_scalar::<_, DateTime<Utc>>(
+            "DELETE FROM courier.saga WHERE saga_type = $1 AND correlation = $2 AND version = $3 \
+             RETURNING created_at",
+        )
+        .bind(saga_type)
+        .bind(correlation)
+        .bind(v)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot delete a saga instance", e))?
+        .ok_or_else(|| conflict(saga_type, correlation))?,
+    };
+    if archive {
+        sqlx::query(
+            "INSERT INTO courier.saga_archive (saga_type, correlation, state, version, created_at, completed_at) \
+             VALUES ($1, $2, $3::jsonb, $4, $5, $6)",
+        )
+        .bind(saga_type)
+        .bind(correlation)
+        .bind(state)
+        .bind(version.unwrap_or(0) + 1)
+        .bind(created)
+        .bind(now)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot archive a saga instance", e))?;
+    }
+    sqlx::query("DELETE FROM courier.saga_timeout WHERE saga_type = $1 AND correlation = $2")
+        .bind(saga_type)
+        .bind(correlation)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot delete a completed saga's timeouts", e))?;
+    Ok(())
+}
+
+pub(crate) async fn add_timeouts(
+    conn: &mut PgConnection,
+    endpoint: &str,
+    saga_type: &str,
+    correlation: &str,
+    timeouts: Vec<Timeout>,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    for t in timeouts {
+        let (json, body) = StoredEnvelope::split(t.envelope)?;
+        sqlx::query(
+            "INSERT INTO courier.saga_timeout \
+             (id, endpoint, saga_type, correlation, due_at, envelope, body, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8)",
+        )
+        .bind(&t.id)
+        .bind(endpoint)
+        .bind(saga_type)
+        .bind(correlation)
+        .bind(t.due)
+        .bind(json)
+        .bind(body.as_ref())
+        .bind(now)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot store a saga timeout", e))?;
+    }
+    Ok(())
+}
+
+pub(crate) async fn cancel_timeouts(conn: &mut PgConnection, ids: &[String]) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    sqlx::query("DELETE FROM courier.saga_timeout WHERE id = ANY($1)")
+        .bind(ids)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot cancel saga timeouts", e))?;
+    Ok(())
+}
+
+pub(crate) async fn take_timeout(conn: &mut PgConnection, id: &str) -> Result<bool> {
+    let done = sqlx::query("DELETE FROM courier.saga_timeout WHERE id = $1")
+        .bind(id)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot take a fired saga timeout", e))?;
+    Ok(done.rows_affected() == 1)
+}
+
+fn conflict(saga_type: &str, correlation: &str) -> Error {
+    Error::new(ErrorKind::Conflict {
+        detail: format!("saga {saga_type} instance {correlation:?} was created or changed concurrently"),
+    })
+}
+
+/// `impl UnitOfWork for $ty { $methods + the saga methods on Postgres }`, for a type with
+/// `fn pg_conn(&mut self) -> Result<&mut Connection>`.
+macro_rules! pg_unit_of_work {
+    ($ty:ty, { $($methods:tt)* }) => {
+        $crate::store::unit_of_work_with_sagas!($ty, crate::store::pg_saga, pg_conn, { $($methods)* });
+    };
+}
+pub(crate) use pg_unit_of_work;

@@ -1,0 +1,449 @@
+//! Group commit on Postgres (`EndpointBuilder::group_commit`): messages received together
+//! share one transaction, and each keeps the guarantees it has alone. Every order row
+//! records `txid_current()`, so a test sees which handlings shared a transaction.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+
+use courier::{
+    Clock, Context, Endpoint, EndpointBuilder, EntityPath, Envelope, HandlerError, Message, QueueOptions, Routes,
+    SenderOptions,
+};
+use courier_tests::eventually;
+use courier_tests::stores::{StoreEnv, StoreKind};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize, courier::Message)]
+#[message(name = "group.Order")]
+struct Order {
+    id: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, courier::Message)]
+#[message(name = "group.Accepted")]
+struct Accepted {
+    id: String,
+}
+
+/// What the handler does with an order, by its id.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Act {
+    /// Writes its row and sends `Accepted`.
+    Normal,
+    /// Writes and sends, then fails on its first attempt.
+    FailFirst,
+    /// On its first attempt, runs a failing statement, ignores the error and returns
+    /// success (the transaction is aborted).
+    SwallowFirst,
+    /// Writes its row, then waits for a permit of the script's gate.
+    Hang,
+}
+
+#[derive(Clone)]
+struct Script {
+    acts: Arc<BTreeMap<String, Act>>,
+    /// Whether handlers send `Accepted`.
+    quiet: bool,
+    /// Calls per order id.
+    calls: Arc<Mutex<BTreeMap<String, u32>>>,
+    gate: Arc<tokio::sync::Semaphore>,
+}
+
+impl Script {
+    fn calls(&self, id: &str) -> u32 {
+        self.calls.lock().unwrap().get(id).copied().unwrap_or(0)
+    }
+
+    fn total_calls(&self) -> u32 {
+        self.calls.lock().unwrap().values().sum()
+    }
+}
+
+#[courier::handler]
+async fn take(order: Order, ctx: &mut Context) -> Result<(), HandlerError> {
+    let script = ctx.state::<Script>()?.clone();
+    *script.calls.lock().unwrap().entry(order.id.clone()).or_default() += 1;
+    let act = script.acts.get(&order.id).copied().unwrap_or(Act::Normal);
+    let first = ctx.attempt() == 1;
+    let tx = ctx.transaction::<sqlx::Postgres>()?;
+    sqlx::query("INSERT INTO orders (id, tx) VALUES ($1, txid_current())")
+        .bind(&order.id)
+        .execute(&mut *tx)
+        .await?;
+    if act == Act::SwallowFirst && first {
+        let failed = sqlx::query("SELECT 1 / 0").execute(&mut *tx).await;
+        assert!(failed.is_err(), "the statement fails");
+    }
+    if !script.quiet {
+        ctx.send(&Accepted { id: order.id.clone() })?;
+    }
+    if act == Act::FailFirst && first {
+        return Err(HandlerError::msg("fails after writing and sending"));
+    }
+    if act == Act::Hang {
+        script.gate.acquire().await?.forget();
+    }
+    Ok(())
+}
+
+struct Env {
+    env: StoreEnv,
+    script: Script,
+}
+
+impl Env {
+    async fn new(acts: &[(&str, Act)], quiet: bool) -> Self {
+        let env = StoreEnv::new(StoreKind::Postgres).await;
+        env.exec("CREATE TABLE orders (id TEXT NOT NULL, tx BIGINT NOT NULL)")
+            .await;
+        for q in ["orders", "accepted"] {
+            env.fx
+                .transport
+                .create_queue(q, &QueueOptions::default())
+                .await
+                .unwrap();
+        }
+        let script = Script {
+            acts: Arc::new(acts.iter().map(|(id, act)| ((*id).to_owned(), *act)).collect()),
+            quiet,
+            calls: Arc::default(),
+            gate: Arc::new(tokio::sync::Semaphore::new(0)),
+        };
+        Self { env, script }
+    }
+
+    fn endpoint(&self, group: usize) -> EndpointBuilder {
+        let clock: Arc<dyn Clock> = Arc::new(self.env.fx.clock.clone());
+        Endpoint::builder("orders")
+            .transport(self.env.fx.transport.clone())
+            .clock(clock)
+            .routes(Routes::new().send::<Accepted>("accepted"))
+            .store(self.env.store.clone())
+            .state(self.script.clone())
+            .concurrency(4)
+            .group_commit(group)
+            .handler(take)
+    }
+
+    /// Sends orders with message ids `m-<order id>`, in one batch, before the endpoint
+    /// starts, so that its first receive takes them together.
+    async fn send(&self, ids: &[&str]) {
+        let batch = ids
+            .iter()
+            .map(|id| {
+                Order { id: (*id).to_owned() }
+                    .to_envelope()
+                    .unwrap()
+                    .with_message_id(format!("m-{id}"))
+            })
+            .collect();
+        self.send_envelopes(batch).await;
+    }
+
+    async fn send_envelopes(&self, batch: Vec<Envelope>) {
+        let sender = self
+            .env
+            .fx
+            .transport
+            .sender("orders", SenderOptions::default())
+            .await
+            .unwrap();
+        sender.send_batch(batch).await.unwrap();
+    }
+
+    /// Order id -> the transaction ids of its rows.
+    async fn rows(&self) -> BTreeMap<String, Vec<i64>> {
+        let rows: Vec<(String, i64)> = sqlx::query_as("SELECT id, tx FROM orders ORDER BY id")
+            .fetch_all(self.env.pg())
+            .await
+            .unwrap();
+        let mut by_id: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+        for (id, tx) in rows {
+            by_id.entry(id).or_default().push(tx);
+        }
+        by_id
+    }
+
+    async fn accepted(&self) -> Vec<String> {
+        let mut ids = self.env.queued_ids("accepted").await;
+        ids.sort();
+        ids
+    }
+
+    async fn inbox(&self) -> BTreeSet<String> {
+        let ids: Vec<String> = sqlx::query_scalar("SELECT message_id FROM courier.inbox")
+            .fetch_all(self.env.pg())
+            .await
+            .unwrap();
+        ids.into_iter().collect()
+    }
+
+    async fn outbox(&self) -> i64 {
+        self.env.count("SELECT COUNT(*) FROM courier.outbox").await
+    }
+
+    async fn left_in_queue(&self) -> u64 {
+        let c = self
+            .env
+            .fx
+            .transport
+            .counts(&EntityPath::queue("orders"))
+            .await
+            .unwrap();
+        c.active + c.scheduled
+    }
+}
+
+/// Waits until `n` messages were completed and the queue is empty.
+async fn drained(env: &Env, running: &courier::RunningEndpoint, n: u64) {
+    eventually("every message completed", || async {
+        running.stats().completed >= n && env.left_in_queue().await == 0
+    })
+    .await;
+}
+
+fn ids(v: &[&str]) -> BTreeSet<String> {
+    v.iter().map(|s| format!("m-{s}")).collect()
+}
+
+/// Eight orders, four handlers, groups of four: two transactions, every effect once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_commit_together() {
+    let env = Env::new(&[], false).await;
+    let all = ["1", "2", "3", "4", "5", "6", "7", "8"];
+    env.send(&all).await;
+    let running = env.endpoint(4).start().await.unwrap();
+    drained(&env, &running, 8).await;
+    running.shutdown().await.unwrap();
+
+    let rows = env.rows().await;
+    assert_eq!(rows.len(), 8);
+    assert!(rows.values().all(|t| t.len() == 1), "one row each: {rows:?}");
+    let txs: BTreeSet<i64> = rows.values().flatten().copied().collect();
+    assert!(txs.len() < 8, "handlings shared transactions: {rows:?}");
+    assert!(txs.len() >= 2, "no group is larger than four: {rows:?}");
+    let accepted = env.accepted().await;
+    assert_eq!(accepted.len(), 8);
+    assert_eq!(accepted.iter().collect::<BTreeSet<_>>().len(), 8, "no copy was sent");
+    assert_eq!(env.inbox().await, ids(&all));
+    eventually("the outbox emptied", || async { env.outbox().await == 0 }).await;
+    env.env.finish().await;
+}
+
+/// A member fails after writing and sending: it is rolled back alone (to its savepoint),
+/// the other three commit together, and its retry commits it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_member_is_rolled_back_alone() {
+    let env = Env::new(&[("2", Act::FailFirst)], false).await;
+    env.send(&["1", "2", "3", "4"]).await;
+    let running = env.endpoint(4).start().await.unwrap();
+    drained(&env, &running, 4).await;
+    let stats = running.stats();
+    running.shutdown().await.unwrap();
+
+    assert_eq!(stats.retried, 1);
+    assert_eq!(env.script.calls("2"), 2);
+    assert_eq!(env.script.total_calls(), 5);
+    let rows = env.rows().await;
+    assert!(rows.values().all(|t| t.len() == 1), "one row each: {rows:?}");
+    let others: BTreeSet<i64> = ["1", "3", "4"].iter().map(|id| rows[*id][0]).collect();
+    assert_eq!(others.len(), 1, "the other three committed together: {rows:?}");
+    assert!(!others.contains(&rows["2"][0]), "the retry committed later: {rows:?}");
+    assert_eq!(
+        env.accepted().await.len(),
+        4,
+        "the failed attempt's message was not sent"
+    );
+    assert_eq!(env.inbox().await, ids(&["1", "2", "3", "4"]));
+    env.env.finish().await;
+}
+
+/// Handlers swallow a failed statement and return success, which aborts the shared
+/// transaction. Each such member is found by the next statement after it (the next
+/// member's savepoint, or the group's own statements before COMMIT), rolled back to its
+/// savepoint and retried; the others commit; nothing is lost.
+async fn swallowed_failures(culprits: &[&str], quiet: bool) {
+    let acts: Vec<(&str, Act)> = culprits.iter().map(|c| (*c, Act::SwallowFirst)).collect();
+    let env = Env::new(&acts, quiet).await;
+    let all = ["1", "2", "3", "4"];
+    env.send(&all).await;
+    let running = env.endpoint(4).start().await.unwrap();
+    drained(&env, &running, 4).await;
+    let stats = running.stats();
+    running.shutdown().await.unwrap();
+
+    for c in culprits {
+        assert_eq!(env.script.calls(c), 2, "{c} retried");
+    }
+    let n = u32::try_from(culprits.len()).unwrap();
+    assert_eq!(env.script.total_calls(), 4 + n);
+    assert_eq!(stats.retried, u64::from(n), "only they were retried");
+    let rows = env.rows().await;
+    assert_eq!(rows.len(), 4, "every order committed: {rows:?}");
+    assert!(rows.values().all(|t| t.len() == 1), "once: {rows:?}");
+    if !quiet {
+        assert_eq!(env.accepted().await.len(), 4);
+    }
+    assert_eq!(env.inbox().await, ids(&all));
+    env.env.finish().await;
+}
+
+/// The culprit is followed by another member, whose savepoint finds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swallowed_failure_is_found_by_the_next_member() {
+    swallowed_failures(&["2"], false).await;
+}
+
+/// The culprit is the last member (members take turns in the order received): the
+/// group's outbox statement finds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swallowed_failure_in_the_last_member_is_found() {
+    swallowed_failures(&["4"], false).await;
+}
+
+/// No member sends anything, so no outbox statement follows the last one: the group
+/// checks the transaction itself before its COMMIT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swallowed_failure_without_outgoing_messages_is_found() {
+    swallowed_failures(&["4"], true).await;
+}
+
+/// Every member is a culprit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_swallowed_failure_is_found() {
+    swallowed_failures(&["1", "2", "3", "4"], false).await;
+}
+
+/// Regression: alone (no group), a handler that swallowed a failed statement and sent
+/// nothing had its COMMIT silently turned into a rollback, and the message was completed
+/// with none of its effects. It now fails and is retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alone_a_swallowed_failure_is_retried_not_lost() {
+    let env = Env::new(&[("1", Act::SwallowFirst)], true).await;
+    env.send(&["1"]).await;
+    let running = env.endpoint(1).start().await.unwrap();
+    drained(&env, &running, 1).await;
+    running.shutdown().await.unwrap();
+    assert_eq!(env.script.calls("1"), 2, "retried");
+    let rows = env.rows().await;
+    assert_eq!(rows.get("1").map(Vec::len), Some(1), "committed once: {rows:?}");
+    env.env.finish().await;
+}
+
+/// A message the endpoint cannot handle (unknown type) leaves its group before the
+/// store: it is dead-lettered, and the inbox record the group made for it is deleted,
+/// so a corrected copy with the same id would be handled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_leaves_keeps_no_inbox_record() {
+    let env = Env::new(&[], false).await;
+    let order = |id: &str| {
+        Order { id: id.to_owned() }
+            .to_envelope()
+            .unwrap()
+            .with_message_id(format!("m-{id}"))
+    };
+    let mut stray = Envelope::new("{}").with_message_id("m-stray");
+    stray.message_type = Some("group.Nobody".into());
+    env.send_envelopes(vec![order("1"), stray, order("2"), order("3")])
+        .await;
+    let running = env.endpoint(4).start().await.unwrap();
+    eventually("three completed, one dead-lettered", || async {
+        let s = running.stats();
+        s.completed == 3 && s.dead_lettered == 1
+    })
+    .await;
+    running.shutdown().await.unwrap();
+    assert_eq!(env.inbox().await, ids(&["1", "2", "3"]));
+    assert_eq!(env.rows().await.len(), 3);
+    let dead = env
+        .env
+        .fx
+        .transport
+        .peek(&EntityPath::queue("orders").dead_letter(), 0, 10)
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].envelope.message_id, "m-stray");
+    env.env.finish().await;
+}
+
+/// A message already processed (its id in the inbox) arrives in a group: it is completed
+/// without its handler, and the others are handled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_in_a_group_is_not_handled_again() {
+    let env = Env::new(&[], false).await;
+    let now = env.env.fx.clock.now();
+    match env.env.store.begin("orders", "m-2", None, now).await.unwrap() {
+        courier::Begin::Fresh(work) => drop(work.commit().await.unwrap()),
+        courier::Begin::Duplicate(_) => panic!("a fresh id"),
+    }
+    env.send(&["1", "2", "3", "4"]).await;
+    let running = env.endpoint(4).start().await.unwrap();
+    drained(&env, &running, 4).await;
+    let stats = running.stats();
+    running.shutdown().await.unwrap();
+    assert_eq!(stats.duplicates, 1);
+    assert_eq!(env.script.calls("2"), 0);
+    assert_eq!(env.script.total_calls(), 3);
+    assert_eq!(env.rows().await.len(), 3);
+    assert_eq!(env.accepted().await.len(), 3);
+    env.env.finish().await;
+}
+
+/// A group's row locks last until the group commits: a message of a second instance that
+/// needs the same id waits for it and then sees a duplicate. Both instances run groups.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_grouping_instances_share_the_work_once() {
+    let env = Env::new(&[], false).await;
+    let all: Vec<String> = (1..=40).map(|i| i.to_string()).collect();
+    let refs: Vec<&str> = all.iter().map(String::as_str).collect();
+    env.send(&refs).await;
+    let a = env.endpoint(4).start().await.unwrap();
+    let b = env.endpoint(3).start().await.unwrap();
+    eventually("every message completed", || async {
+        a.stats().completed + b.stats().completed >= 40 && env.left_in_queue().await == 0
+    })
+    .await;
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    let rows = env.rows().await;
+    assert_eq!(rows.len(), 40);
+    assert!(rows.values().all(|t| t.len() == 1), "once each: {rows:?}");
+    assert_eq!(env.accepted().await.len(), 40);
+    assert_eq!(env.script.total_calls(), 40);
+    env.env.finish().await;
+}
+
+/// The shutdown deadline passes while one member's handler hangs and the next waits for
+/// its turn: both are stopped, and the group's transaction does not stay open. Nothing is
+/// left locked, so after a restart both messages are done, each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hard_stop_leaves_no_transaction_open() {
+    let env = Env::new(&[("1", Act::Hang)], false).await;
+    env.send(&["1", "2"]).await;
+    let running = env
+        .endpoint(2)
+        .shutdown_timeout(std::time::Duration::from_millis(200))
+        .start()
+        .await
+        .unwrap();
+    eventually("the first handler hangs", || async { env.script.calls("1") == 1 }).await;
+    let report = running.shutdown().await.unwrap();
+    assert_eq!(report.interrupted, 2, "{report}");
+    let open = "SELECT COUNT(*) FROM pg_stat_activity \
+                WHERE datname = current_database() AND state LIKE 'idle in transaction%'";
+    eventually("no transaction left open", || async { env.env.count(open).await == 0 }).await;
+    // The second member may have had its turn between the first one's stop and its own,
+    // and committed: its redelivery is then a duplicate. Either way, once each below.
+
+    env.script.gate.add_permits(10);
+    env.env.fx.lose_locks().await;
+    let running = env.endpoint(2).start().await.unwrap();
+    drained(&env, &running, 2).await;
+    running.shutdown().await.unwrap();
+    let rows = env.rows().await;
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(rows.values().all(|t| t.len() == 1), "once each: {rows:?}");
+    assert_eq!(env.inbox().await, ids(&["1", "2"]));
+    env.env.finish().await;
+}
