@@ -433,24 +433,30 @@ async fn graceful_shutdown_lets_running_handlers_finish_and_hands_back_the_prefe
         sales.bus().send(&PlaceOrder { id }).await.unwrap();
     }
     eventually("two running handlers", || async { calls.len() == 2 }).await;
-    let shutdown = tokio::spawn(sales.shutdown());
-    // The running two finish only after the shutdown began.
-    tokio::task::yield_now().await;
+    // The shutdown begins (one poll), then the running two finish, all before the
+    // shutdown is polled again: they still count as finished during the shutdown.
+    // (Regression: the count was read after the prefetched were handed back, and missed
+    // handlers that finished meanwhile.)
+    let mut shutdown = Box::pin(sales.shutdown());
+    tokio::select! {
+        biased;
+        _ = &mut shutdown => panic!("the shutdown cannot end while handlers run"),
+        () = std::future::ready(()) => {}
+    }
     gate.add_permits(2);
-    let report = shutdown.await.unwrap().unwrap();
+    // Everything not handled is back in the queue, unlocked, at once; the two handled are
+    // completed.
+    let queue = courier::EntityPath::queue("sales");
+    eventually("the two completed and the rest handed back", || async {
+        let left = courier::Transport::peek(&*fx.transport, &queue, 0, 100).await.unwrap();
+        left.len() == 8 && left.iter().all(|m| m.broker.locked_until.is_none())
+    })
+    .await;
+    let report = shutdown.await.unwrap();
     assert_eq!(report.finished_in_flight, 2);
     assert_eq!(report.interrupted, 0);
     assert_eq!(report.completed, 2);
     assert_eq!(calls.len(), 2, "nothing new started after the shutdown");
-    // Everything not handled is back in the queue, unlocked, at once.
-    let left = courier::Transport::peek(&*fx.transport, &courier::EntityPath::queue("sales"), 0, 100)
-        .await
-        .unwrap();
-    assert_eq!(left.len(), 8);
-    assert!(
-        left.iter().all(|m| m.broker.locked_until.is_none()),
-        "handed back, not left locked"
-    );
     // A new instance handles the rest: nothing was lost, nothing handled twice.
     gate.add_permits(100);
     let again = start(&fx, "sales", recording::<PlaceOrder>("rest", &calls)).await;

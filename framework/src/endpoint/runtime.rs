@@ -60,6 +60,8 @@ struct Stats {
     purged: AtomicU64,
     timeouts_dispatched: AtomicU64,
     running: AtomicU64,
+    /// Handlers that finished after the shutdown began (they were running then).
+    finished_while_stopping: AtomicU64,
     interrupted: AtomicU64,
     completed: AtomicU64,
     retried: AtomicU64,
@@ -146,6 +148,9 @@ struct Shared {
     observer: Option<Arc<dyn Observer>>,
     /// The most messages in one commit group (1: none).
     group_size: usize,
+    /// Set when a graceful shutdown begins: handlers finishing from then on are counted
+    /// in the shutdown report.
+    stopping: std::sync::atomic::AtomicBool,
 }
 
 /// What a graceful shutdown did.
@@ -229,6 +234,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
         stats: Stats::default(),
         observer: config.observer,
         group_size,
+        stopping: std::sync::atomic::AtomicBool::new(false),
     });
     // Make the sender of the input queue now, so delayed retries never wait for it.
     bus.sender(&config.name, false).await?;
@@ -319,13 +325,14 @@ impl RunningEndpoint {
     /// # Errors
     /// [`ErrorKind::Closed`] if a task of the endpoint had died.
     pub async fn shutdown(mut self) -> Result<ShutdownReport> {
+        // Handlers running now and finishing later count as finished during the
+        // shutdown; no handler starts once the receive loops see the stop.
+        self.shared.stopping.store(true, Ordering::SeqCst);
         self.stop.cancel();
         let mut report = ShutdownReport::default();
         for h in self.receive_loops.drain(..) {
             report.abandoned_prefetched += h.await.map_err(|e| Error::with_source(ErrorKind::Closed, e))?;
         }
-        // No handler starts from here on: those running now are the ones to wait for.
-        let running = self.shared.stats.running.load(Ordering::Relaxed);
         self.handlers.close();
         if tokio::time::timeout(self.shutdown_timeout, self.handlers.wait())
             .await
@@ -343,9 +350,8 @@ impl RunningEndpoint {
         }
         // What the last handlers dispatched leaves the outbox now.
         flush_dispatched(&self.shared).await;
-        report.finished_in_flight = usize::try_from(running)
-            .unwrap_or(usize::MAX)
-            .saturating_sub(report.interrupted);
+        report.finished_in_flight =
+            usize::try_from(self.shared.stats.finished_while_stopping.load(Ordering::SeqCst)).unwrap_or(usize::MAX);
         let stats = self.shared.stats.snapshot();
         report.completed = stats.completed;
         report.retried = stats.retried;
@@ -719,7 +725,11 @@ async fn process(shared: Arc<Shared>, delivery: Delivery, _permit: OwnedSemaphor
     let hard_stop = shared.hard_stop.clone();
     tokio::select! {
         biased;
-        () = handle(&shared, delivery, delayed, attempt, trace, seat).instrument(span) => {}
+        () = handle(&shared, delivery, delayed, attempt, trace, seat).instrument(span) => {
+            if shared.stopping.load(Ordering::SeqCst) {
+                shared.stats.finished_while_stopping.fetch_add(1, Ordering::SeqCst);
+            }
+        }
         () = hard_stop.cancelled() => {
             // The shutdown deadline passed: the handler is dropped mid-way and its message
             // comes back when its lock expires.
