@@ -61,16 +61,46 @@ async fn dropped_receive_gives_its_messages_back() {
         tokio::task::yield_now().await;
         waiting.abort();
         sender.send(Envelope::new("x")).await.unwrap();
-        let got = loop {
-            let got = receiver.receive(1, Duration::from_secs(5)).await.unwrap();
-            if !got.is_empty() {
-                break got;
-            }
-        };
+        // The clock stands still: a message left locked would never come back.
+        let got = receiver.receive(1, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(got.len(), 1, "the message came back");
         assert_eq!(
             got[0].message().delivery_count(),
             1,
             "a lost receive must not count as a delivery"
+        );
+        got.into_iter().next().unwrap().complete().await.unwrap();
+    }
+}
+
+/// A receive dropped after the engine answered it (its messages sent to it, never read)
+/// gives them back at once, its delivery not counted. Regression: they stayed locked until
+/// the lock expired, which a virtual clock standing still never reaches (a test hung).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receive_dropped_after_its_answer_gives_the_messages_back() {
+    let (broker, _clock) = broker().await;
+    broker.create_queue("q", &QueueOptions::default()).await.unwrap();
+    let queue = EntityPath::queue("q");
+    let sender = broker.sender("q", SenderOptions::default()).await.unwrap();
+    let receiver = broker.receiver(&queue).await.unwrap();
+    for round in 0..5 {
+        let mut waiting = receiver.receive(1, Duration::from_secs(30));
+        // One poll: the receive is with the engine.
+        tokio::select! {
+            biased;
+            _ = &mut waiting => panic!("round {round}: nothing was there to receive"),
+            () = std::future::ready(()) => {}
+        }
+        sender.send(Envelope::new(format!("m{round}"))).await.unwrap();
+        // A later command is answered after the engine sent the receive its message.
+        assert_eq!(broker.counts(&queue).await.unwrap().active, 1);
+        drop(waiting);
+        let got = receiver.receive(1, Duration::from_secs(2)).await.unwrap();
+        assert_eq!(got.len(), 1, "round {round}: the message came back at once");
+        assert_eq!(
+            got[0].message().delivery_count(),
+            1,
+            "the dropped receive did not count"
         );
         got.into_iter().next().unwrap().complete().await.unwrap();
     }

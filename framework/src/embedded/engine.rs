@@ -204,6 +204,11 @@ pub(crate) enum Command {
     Lend {
         reply: Reply<Lease>,
     },
+    /// Gives back locks `(row id, delivery count)` handed to a receive whose caller went
+    /// away after they were sent: unlocked, their delivery not counted. No answer.
+    Release {
+        locks: Vec<(i64, i64)>,
+    },
 }
 
 fn answer<T>(reply: Reply<T>, kind: &ErrorKind) {
@@ -236,6 +241,8 @@ impl Command {
             },
             Command::Counts { reply, .. } => answer(reply, kind),
             Command::Lend { reply } => answer(reply, kind),
+            // The locks expire as any lock does.
+            Command::Release { .. } => {}
             Command::Close { reply } => {
                 let _ = reply.send(());
             }
@@ -953,7 +960,14 @@ impl Engine {
 
     async fn process(&mut self, batch: Vec<Command>) {
         let mut outcomes: Vec<Outcome> = Vec::with_capacity(batch.len());
-        let mut pending: VecDeque<Command> = batch.into();
+        let mut pending: VecDeque<Command> = VecDeque::with_capacity(batch.len());
+        for cmd in batch {
+            // Given back first (by `maintenance`), so the receives of this batch find them.
+            match cmd {
+                Command::Release { locks } => self.state.releases.extend(locks),
+                other => pending.push_back(other),
+            }
+        }
         let result: Sql = async {
             sqlx::query("BEGIN IMMEDIATE").execute(self.conn.get()?).await?;
             let now = self.state.now();
@@ -1489,6 +1503,11 @@ impl Engine {
             }
             Command::Close { reply } => {
                 let _ = reply.send(());
+                return Ok(None);
+            }
+            Command::Release { locks } => {
+                // `process` takes these out of the batch; here only for completeness.
+                self.state.releases.extend(locks);
                 return Ok(None);
             }
             Command::Lend { reply } => {

@@ -298,11 +298,85 @@ impl Shared {
         rx.await.map_err(|_| Error::new(ErrorKind::Closed))?
     }
 
+    /// As [`call`](Self::call), for a command that locks messages for the caller: if the
+    /// caller goes away (its future is dropped) after the engine answered, the locks it
+    /// would have received are given back at once instead of waiting to expire.
+    async fn call_locking(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<Vec<ReceivedMessage>>>) -> Command,
+    ) -> Result<Vec<ReceivedMessage>> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::new(ErrorKind::Closed));
+        }
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(make(reply))
+            .await
+            .map_err(|_| Error::new(ErrorKind::Closed))?;
+        let mut waiting = Unanswered {
+            rx: Some(rx),
+            shared: self,
+        };
+        let answer = match waiting.rx.as_mut() {
+            Some(rx) => rx.await,
+            None => return Err(Error::new(ErrorKind::Closed)),
+        };
+        waiting.rx = None;
+        answer.map_err(|_| Error::new(ErrorKind::Closed))?
+    }
+
+    /// Gives back the locks of `messages`, which no caller will settle; without waiting.
+    fn release(&self, messages: &[ReceivedMessage]) {
+        let locks: Vec<(i64, i64)> = messages
+            .iter()
+            .filter_map(|m| m.broker.lock_token)
+            .filter_map(|t| engine::read_token(self.epoch, t))
+            .map(|(_, id, delivery_count)| (id, delivery_count))
+            .collect();
+        if locks.is_empty() {
+            return;
+        }
+        match self.tx.try_send(Command::Release { locks }) {
+            Ok(()) | Err(mpsc::error::TrySendError::Closed(_)) => {}
+            Err(mpsc::error::TrySendError::Full(cmd)) => {
+                // Where there is no runtime to wait for room, the locks expire as any do.
+                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    let tx = self.tx.clone();
+                    runtime.spawn(async move {
+                        let _ = tx.send(cmd).await;
+                    });
+                }
+            }
+        }
+    }
+
     fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) || self.tx.is_closed() {
             Err(Error::new(ErrorKind::Closed))
         } else {
             Ok(())
+        }
+    }
+}
+
+/// The answer to a locking command, while it is awaited. Dropped before it was read (the
+/// caller's future was dropped), it keeps the engine from sending it, or gives back the
+/// locks of an answer already sent: a cancelled receive leaves nothing locked until its
+/// lock expires and counts no delivery.
+struct Unanswered<'a> {
+    rx: Option<oneshot::Receiver<Result<Vec<ReceivedMessage>>>>,
+    shared: &'a Shared,
+}
+
+impl Drop for Unanswered<'_> {
+    fn drop(&mut self) {
+        if let Some(mut rx) = self.rx.take() {
+            // After `close` the engine cannot send any more: it sees the receiver gone and
+            // gives back what it locked itself. An answer sent before is read here.
+            rx.close();
+            if let Ok(Ok(messages)) = rx.try_recv() {
+                self.shared.release(&messages);
+            }
         }
     }
 }
@@ -786,7 +860,11 @@ impl Link {
                 reply,
             })
         };
-        self.shared.call(req).await
+        match mode {
+            ReceiveMode::PeekLock => self.shared.call_locking(req).await,
+            // Received and deleted: nothing is locked, nothing to give back.
+            ReceiveMode::ReceiveAndDelete => self.shared.call(req).await,
+        }
     }
 
     fn deliveries(self: &Arc<Self>, messages: Vec<ReceivedMessage>) -> Vec<Delivery> {
@@ -806,7 +884,7 @@ impl Link {
         let seqs = seqs.to_vec();
         let messages = self
             .shared
-            .call(|reply| Command::ReceiveDeferred {
+            .call_locking(|reply| Command::ReceiveDeferred {
                 entity: self.entity,
                 seqs,
                 session: self.session.clone(),
