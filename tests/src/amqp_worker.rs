@@ -71,7 +71,8 @@ async fn cleanup(url: &str, what: &str) {
                 .is_ok(),
         };
         deleted += usize::from(done);
-        let _ = channel.close(200, "done".into()).await;
+        // Bounded: a close can wait forever on a broker that stopped answering.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), channel.close(200, "done".into())).await;
     }
     println!("deleted {deleted} {what}");
 }

@@ -134,6 +134,8 @@ impl ScheduleStore {
                     .rows_affected()
             }
             Self::Sqlite(store) => {
+                // Not while its message may be being published (S5.6 lets the cancel lose).
+                let _round = store.schedule_round().await;
                 let _turn = store.write_turn().await?;
                 sqlx::query("DELETE FROM courier_amqp_scheduled WHERE seq = ? AND destination = ?")
                     .bind(seq)
@@ -247,7 +249,8 @@ impl ScheduleStore {
                 // One process owns a SQLite schedule store, so nothing else publishes its
                 // rows: read them, publish without holding the write lock (a broker that
                 // does not answer must not stop the endpoint's writers), then delete what
-                // was confirmed in one short write.
+                // was confirmed in one short write. Cancels wait for the round's end.
+                let _round = store.schedule_round().await;
                 let rows: Vec<DueRow> = sqlx::query_as(
                     "SELECT seq, destination, is_topic, envelope, body FROM courier_amqp_scheduled \
                      WHERE due_at <= ? ORDER BY due_at, seq LIMIT ?",

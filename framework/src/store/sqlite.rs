@@ -35,6 +35,11 @@ fn micros(t: DateTime<Utc>) -> i64 {
 pub struct SqliteStore {
     pool: SqlitePool,
     writer: WriterTurn,
+    /// Held by a RabbitMQ transport's round of publishing the scheduled messages kept
+    /// here, and by a cancel: a cancel never deletes the row of a message being published
+    /// (it would report success for a message that is delivered).
+    #[cfg(feature = "amqp")]
+    schedule_round: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// How long a writer waits for its turn in this process, as long as SQLite's busy
@@ -105,11 +110,20 @@ impl SqliteStore {
         self.writer.take().await
     }
 
+    /// Waits for the end of a round of publishing due scheduled messages (see the
+    /// field); the guard keeps the next round out.
+    #[cfg(feature = "amqp")]
+    pub(crate) async fn schedule_round(&self) -> tokio::sync::OwnedMutexGuard<()> {
+        self.schedule_round.clone().lock_owned().await
+    }
+
     /// A store over the application's own pool.
     pub fn from_pool(pool: SqlitePool) -> Self {
         Self {
             pool,
             writer: WriterTurn::default(),
+            #[cfg(feature = "amqp")]
+            schedule_round: Arc::default(),
         }
     }
 
