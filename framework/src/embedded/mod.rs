@@ -286,7 +286,11 @@ struct Shared {
 }
 
 impl Shared {
-    async fn call<T>(&self, make: impl FnOnce(oneshot::Sender<Result<T>>) -> Command) -> Result<T> {
+    /// Sends the command `make` builds; returns where its answer will come.
+    async fn request<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T>>) -> Command,
+    ) -> Result<oneshot::Receiver<Result<T>>> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::new(ErrorKind::Closed));
         }
@@ -295,7 +299,14 @@ impl Shared {
             .send(make(reply))
             .await
             .map_err(|_| Error::new(ErrorKind::Closed))?;
-        rx.await.map_err(|_| Error::new(ErrorKind::Closed))?
+        Ok(rx)
+    }
+
+    async fn call<T>(&self, make: impl FnOnce(oneshot::Sender<Result<T>>) -> Command) -> Result<T> {
+        self.request(make)
+            .await?
+            .await
+            .map_err(|_| Error::new(ErrorKind::Closed))?
     }
 
     /// As [`call`](Self::call), for a command that locks messages for the caller: if the
@@ -305,14 +316,9 @@ impl Shared {
         &self,
         make: impl FnOnce(oneshot::Sender<Result<Vec<ReceivedMessage>>>) -> Command,
     ) -> Result<Vec<ReceivedMessage>> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(Error::new(ErrorKind::Closed));
-        }
-        let (reply, rx) = oneshot::channel();
-        self.tx
-            .send(make(reply))
-            .await
-            .map_err(|_| Error::new(ErrorKind::Closed))?;
+        // No await between the command's send and the guard: a drop lands before the
+        // send (nothing sent) or on the guard.
+        let rx = self.request(make).await?;
         let mut waiting = Unanswered {
             rx: Some(rx),
             shared: self,
