@@ -230,6 +230,39 @@ async fn members_commit_together() {
     env.env.finish().await;
 }
 
+/// A group's outbox rows are stamped by the endpoint's clock, as a message's alone (the
+/// outbox sweeper compares them with that clock). Regression: the group used the wall
+/// clock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbox_rows_of_a_group_carry_the_endpoint_clock() {
+    let env = Env::new(&[], false).await;
+    for sql in [
+        "CREATE TABLE stamps (created_at TIMESTAMPTZ NOT NULL)",
+        "CREATE FUNCTION keep_stamp() RETURNS trigger AS \
+         $$ BEGIN INSERT INTO stamps VALUES (NEW.created_at); RETURN NEW; END $$ LANGUAGE plpgsql",
+        "CREATE TRIGGER keep_stamp AFTER INSERT ON courier.outbox FOR EACH ROW EXECUTE FUNCTION keep_stamp()",
+    ] {
+        env.env.exec(sql).await;
+    }
+    env.env.fx.clock.advance(std::time::Duration::from_secs(30 * 24 * 3600));
+    let all = ["1", "2", "3", "4"];
+    env.send(&all).await;
+    let running = env.endpoint(4).start().await.unwrap();
+    drained(&env, &running, 4).await;
+    running.shutdown().await.unwrap();
+    let stamps: Vec<chrono::DateTime<chrono::Utc>> = sqlx::query_scalar("SELECT created_at FROM stamps")
+        .fetch_all(env.env.pg())
+        .await
+        .unwrap();
+    assert_eq!(stamps.len(), 4);
+    let now = env.env.fx.clock.now();
+    assert!(
+        stamps.iter().all(|t| (now - *t).num_seconds().abs() < 1),
+        "stamped {stamps:?}, the endpoint's clock reads {now}"
+    );
+    env.env.finish().await;
+}
+
 /// A member fails after writing and sending: it is rolled back alone (to its savepoint),
 /// the other three commit together, and its retry commits it once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -80,6 +80,9 @@ pub(crate) struct PgGroup {
     changes: watch::Sender<u64>,
     shares: StdMutex<Vec<Option<Share>>>,
     done: watch::Sender<bool>,
+    /// The endpoint's clock when a member last stored outgoing messages: their outbox
+    /// rows' creation time, as alone.
+    stored_at: StdMutex<Option<DateTime<Utc>>>,
 }
 
 impl PgGroup {
@@ -98,6 +101,7 @@ impl PgGroup {
             changes: watch::Sender::new(0),
             shares: StdMutex::new((0..n).map(|_| None).collect()),
             done: watch::Sender::new(false),
+            stored_at: StdMutex::new(None),
         }
     }
 
@@ -257,7 +261,9 @@ impl PgGroup {
                         .await
                         .map_err(|e| db_error("cannot forget the inbox records of failed messages", e))?;
                 }
-                let stored = insert_outbox(&mut tx, &self.endpoint, rows, Utc::now()).await?;
+                let stored_at = *self.stored_at.lock().unwrap_or_else(PoisonError::into_inner);
+                // Without rows nothing is inserted, and the time is not used.
+                let stored = insert_outbox(&mut tx, &self.endpoint, rows, stored_at.unwrap_or_else(Utc::now)).await?;
                 if check {
                     // No statement above would have found an aborted transaction.
                     ensure_not_aborted(&mut tx).await?;
@@ -377,8 +383,11 @@ pg_unit_of_work!(PgMember, {
     async fn store_outgoing(
         &mut self,
         messages: Vec<(String, bool, Envelope)>,
-        _now: DateTime<Utc>,
+        now: DateTime<Utc>,
     ) -> Result<Vec<OutboxMessage>> {
+        if !messages.is_empty() {
+            *self.group.stored_at.lock().unwrap_or_else(PoisonError::into_inner) = Some(now);
+        }
         self.outgoing
             .extend(messages.into_iter().map(|(destination, is_topic, envelope)| OutboxRow {
                 source_id: self.source_id.clone(),
