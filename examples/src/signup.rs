@@ -722,7 +722,7 @@ impl SignUp {
     #[handle(by = user_id)]
     async fn confirmed(&mut self, msg: EmailConfirmed, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
         if let Some(expiry) = self.expiry.take() {
-            ctx.cancel_timeout(&expiry);
+            ctx.cancel_timeout_handle(&expiry);
         }
         ctx.publish(&UserActivated {
             user_id: msg.user_id.clone(),
@@ -810,7 +810,7 @@ impl Login {
         if refusal != Some(Refusal::WrongCode)
             && let Some(expiry) = self.expiry.take()
         {
-            ctx.cancel_timeout(&expiry);
+            ctx.cancel_timeout_handle(&expiry);
         }
         match refusal {
             None => {

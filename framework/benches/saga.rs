@@ -69,7 +69,7 @@ impl Bench {
     async fn open(&mut self, m: Open, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
         for due in m.due_ms {
             let at = DateTime::<Utc>::from_timestamp_millis(due).unwrap();
-            ctx.request_timeout_at(at, &Tick { due_ms: due })?;
+            ctx.request_timeout_keyed_at(due.to_string(), at, &Tick { due_ms: due })?;
         }
         Ok(())
     }

@@ -22,7 +22,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use courier::saga::{SagaContext, TimeoutHandle};
+//! use courier::saga::SagaContext;
 //! use courier::testing::{TestEndpoint, TimeoutStatus};
 //! use courier::{HandlerError, Routes};
 //! use serde::{Deserialize, Serialize};
@@ -37,14 +37,15 @@
 //! struct RemoveUser { user: String }
 //!
 //! #[derive(Default, Serialize, Deserialize)]
-//! struct SignUp { user: String, expiry: Option<TimeoutHandle> }
+//! struct SignUp { user: String }
 //!
 //! #[courier::saga]
 //! impl SignUp {
 //!     #[start(by = user)]
 //!     async fn registered(&mut self, msg: Registered, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
 //!         self.user = msg.user;
-//!         self.expiry = Some(ctx.request_timeout(Duration::from_secs(3600), &Expired)?);
+//!         // Keyed by its type: a second Registered replaces it rather than adding one.
+//!         ctx.request_timeout(Duration::from_secs(3600), &Expired)?;
 //!         Ok(())
 //!     }
 //!
@@ -159,9 +160,12 @@ pub enum TimeoutStatus {
     Pending,
     /// Handled by the saga's timeout handler.
     Fired,
-    /// Cancelled (`cancel_timeout`, `replace_timeout`) or dropped with its completed saga:
-    /// it will never be handled.
+    /// Cancelled (`cancel_timeout`, `cancel_timeout_keyed`, `cancel_timeout_handle`) or
+    /// dropped with its completed saga: it will never be handled.
     Cancelled,
+    /// Replaced by a timeout requested later under the same key (by default, of the same
+    /// message type): it will never be handled.
+    Replaced,
 }
 
 /// A timeout a saga requested, from a handling that committed.
@@ -170,6 +174,8 @@ pub enum TimeoutStatus {
 pub struct RecordedTimeout {
     /// The handle the saga got.
     pub handle: TimeoutHandle,
+    /// The key it was requested under (by default its message's wire name).
+    pub key: Option<String>,
     /// The saga type's name.
     pub saga: &'static str,
     /// The instance's correlation value.
@@ -557,9 +563,27 @@ impl TestEndpoint {
                 {
                     t.discarded = true;
                 }
+                for key in &e.cancelled_keys {
+                    let replaced = e.requested.iter().any(|r| r.key.as_ref() == Some(key));
+                    timeouts
+                        .iter_mut()
+                        .filter(|t| {
+                            t.saga == e.saga_type && t.correlation == e.correlation && t.key.as_ref() == Some(key)
+                        })
+                        .for_each(|t| {
+                            if t.status == TimeoutStatus::Pending {
+                                t.status = if replaced {
+                                    TimeoutStatus::Replaced
+                                } else {
+                                    TimeoutStatus::Cancelled
+                                };
+                            }
+                        });
+                }
                 for r in e.requested {
                     timeouts.push(RecordedTimeout {
                         handle: TimeoutHandle::from_id(r.id),
+                        key: r.key,
                         saga: e.saga_type,
                         correlation: e.correlation.clone(),
                         due: r.due,

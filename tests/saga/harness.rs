@@ -87,7 +87,7 @@ impl SignUp {
     #[handle(by = user)]
     async fn confirmed(&mut self, _msg: Confirmed, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
         if let Some(expiry) = self.expiry.take() {
-            ctx.cancel_timeout(&expiry);
+            ctx.cancel_timeout_handle(&expiry);
         }
         ctx.publish(&UserActivated {
             user: self.user.clone(),
@@ -99,8 +99,9 @@ impl SignUp {
     #[handle(by = user)]
     async fn hurry(&mut self, _msg: Hurry, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
         let at = ctx.clock().now() + chrono::Duration::seconds(60);
-        ctx.request_timeout_at(at, &Expired)?;
-        ctx.request_timeout_at(at, &Expired)?;
+        // Two of one type: each under a key of its own (one key would replace).
+        ctx.request_timeout_keyed_at("hurry-1", at, &Expired)?;
+        ctx.request_timeout_keyed_at("hurry-2", at, &Expired)?;
         Ok(())
     }
 
@@ -332,5 +333,28 @@ async fn sent_messages_say_where_they_went() {
             reminder: 1
         }
     );
+    t.shutdown().await.unwrap();
+}
+
+/// Regression (issue 13, bug 2), the docs' own pattern: the start handler keeps
+/// `self.expiry = Some(ctx.request_timeout(..))`. A client retries the registration with
+/// a new message id; the second handle overwrites the first in the state, and the
+/// confirmation cancels only the second. The first timeout used to stay pending and fire
+/// an hour later, removing a user who had confirmed. Now the second request replaces it.
+#[tokio::test]
+async fn a_start_that_arrives_twice_leaves_no_orphaned_timeout() {
+    let t = sign_up().await;
+    t.send(&registered("gil", 0)).await.unwrap();
+    t.send(&registered("gil", 0)).await.unwrap();
+    let statuses: Vec<_> = t.timeouts().iter().map(|x| x.status).collect();
+    assert_eq!(statuses, vec![TimeoutStatus::Replaced, TimeoutStatus::Pending]);
+    assert_eq!(t.pending_timeouts().len(), 1);
+    t.send(&Confirmed { user: "gil".into() }).await.unwrap();
+    t.advance(Duration::from_secs(2 * 3600)).await.unwrap();
+    assert!(
+        t.sent::<UserRemoved>().unwrap().is_empty(),
+        "no orphaned timeout removed a confirmed user"
+    );
+    assert_eq!(t.stats().timeouts_discarded, 0, "the replaced timeout was never sent");
     t.shutdown().await.unwrap();
 }

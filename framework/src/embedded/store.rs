@@ -225,4 +225,14 @@ impl Store for EmbeddedStore {
         let mut lease = self.lease().await?;
         sqlite_saga::unclaim(conn(&mut lease)?, ids).await
     }
+
+    async fn dead_letter_timeout(&self, endpoint: &str, id: &str, reason: &str, now: DateTime<Utc>) -> Result<bool> {
+        let mut lease = self.lease().await?;
+        sqlite_saga::dead_letter(conn(&mut lease)?, endpoint, id, reason, now).await
+    }
+
+    async fn postpone_timeout_reclaim(&self, endpoint: &str, id: &str, until: DateTime<Utc>) -> Result<()> {
+        let mut lease = self.lease().await?;
+        sqlite_saga::postpone_reclaim(conn(&mut lease)?, endpoint, id, until).await
+    }
 }

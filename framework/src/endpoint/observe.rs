@@ -10,6 +10,7 @@ use crate::message::Envelope;
 #[derive(Debug, Clone)]
 pub(crate) struct RequestedTimeout {
     pub(crate) id: String,
+    pub(crate) key: Option<String>,
     pub(crate) due: DateTime<Utc>,
     pub(crate) envelope: Envelope,
 }
@@ -22,6 +23,8 @@ pub(crate) struct SagaEffects {
     pub(crate) completed: bool,
     pub(crate) requested: Vec<RequestedTimeout>,
     pub(crate) cancelled: Vec<String>,
+    /// Keys whose pending timeout was cancelled, or replaced by one in `requested`.
+    pub(crate) cancelled_keys: Vec<String>,
     /// The timeout this message was, handled.
     pub(crate) fired: Option<String>,
     /// The timeout this message was, discarded (cancelled or its saga completed before).

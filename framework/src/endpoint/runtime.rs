@@ -27,7 +27,7 @@ use crate::endpoint::{Failure, TypeEntry};
 use crate::entity::EntityPath;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Properties, PropertyValue};
-use crate::saga::{LockOwner, SagaStats, TimeoutSignal};
+use crate::saga::{LockOwner, SagaStats, TimeoutSignal, settle};
 use crate::store::{Begin, CommitGroup, Committed, OutboxMessage, Store, TimeoutClaim};
 use crate::transport::{Delivery, Receiver, Settlement, Transport};
 
@@ -59,6 +59,7 @@ struct Stats {
     duplicates: AtomicU64,
     purged: AtomicU64,
     timeouts_dispatched: AtomicU64,
+    timeouts_dead_lettered: AtomicU64,
     running: AtomicU64,
     /// Handlers that finished after the shutdown began (they were running then).
     finished_while_stopping: AtomicU64,
@@ -91,6 +92,9 @@ pub struct EndpointStats {
     pub timeouts_discarded: u64,
     /// Saga timeouts sent to the endpoint's queue when due.
     pub timeouts_dispatched: u64,
+    /// Saga timeouts whose message was dead-lettered: their rows are marked and never
+    /// sent again (see `docs/sagas.md`).
+    pub timeouts_dead_lettered: u64,
     /// Saga saves that found the instance changed by another process (retried).
     pub saga_conflicts: u64,
 }
@@ -107,6 +111,7 @@ impl Stats {
             sagas_not_found: 0,
             timeouts_discarded: 0,
             timeouts_dispatched: self.timeouts_dispatched.load(Ordering::Relaxed),
+            timeouts_dead_lettered: self.timeouts_dead_lettered.load(Ordering::Relaxed),
             saga_conflicts: 0,
         }
     }
@@ -1125,6 +1130,9 @@ async fn on_failure(shared: &Shared, delivery: Delivery, failure: Failure, delay
             };
             match scheduled {
                 Ok(()) => {
+                    if let Some(store) = &shared.store {
+                        settle::retry_scheduled(&**store, &shared.name, &delivery.message().envelope, at).await;
+                    }
                     shared.stats.retried.fetch_add(1, Ordering::Relaxed);
                     tracing::warn!(
                         error = %error_text,
@@ -1156,6 +1164,12 @@ async fn on_failure(shared: &Shared, delivery: Delivery, failure: Failure, delay
 
 async fn dead_letter(shared: &Shared, delivery: Delivery, reason: &str, description: String, properties: Properties) {
     tracing::error!(reason, description = %description, "message dead-lettered");
+    if let Some(store) = &shared.store {
+        let envelope = &delivery.message().envelope;
+        if settle::dead_lettered(&**store, &shared.name, envelope, reason, shared.clock.now()).await {
+            shared.stats.timeouts_dead_lettered.fetch_add(1, Ordering::Relaxed);
+        }
+    }
     let settlement = Settlement::DeadLetter {
         reason: reason.to_owned(),
         description,

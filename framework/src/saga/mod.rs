@@ -42,6 +42,7 @@
 //! the same transaction. See `docs/sagas.md`.
 
 mod runtime;
+pub(crate) mod settle;
 
 use std::time::Duration;
 
@@ -63,7 +64,12 @@ pub mod headers {
     pub const SAGA_TYPE: &str = "courier.saga.type";
     /// The instance's correlation value.
     pub const CORRELATION: &str = "courier.saga.correlation";
+    /// The timeout's key (see [`SagaContext::request_timeout_keyed`](super::SagaContext::request_timeout_keyed)).
+    pub const TIMEOUT_KEY: &str = "courier.saga.timeout_key";
 }
+
+/// The longest timeout key, in bytes.
+pub const MAX_TIMEOUT_KEY: usize = 256;
 
 /// Dead-letter reasons of sagas.
 pub mod reasons {
@@ -216,7 +222,9 @@ impl SagaOptions {
     }
 }
 
-/// A requested timeout, to cancel or replace it. Keep it in the saga's state.
+/// One requested timeout, to cancel exactly it with
+/// [`SagaContext::cancel_timeout_handle`]. Most sagas need none: a timeout is cancelled
+/// and replaced by its type or key.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct TimeoutHandle(String);
@@ -246,7 +254,10 @@ pub(crate) struct Frame {
     pub(crate) is_new: bool,
     pub(crate) completed: bool,
     pub(crate) timeouts: Vec<crate::store::Timeout>,
+    /// Timeouts cancelled by id (a handle).
     pub(crate) cancelled: Vec<String>,
+    /// Keys whose stored pending timeout is cancelled (or replaced by one in `timeouts`).
+    pub(crate) cancelled_keys: Vec<String>,
 }
 
 /// A saga handler's context: everything of [`Context`] (it derefs to it: `send`,
@@ -298,68 +309,139 @@ impl<'a> SagaContext<'a> {
     /// state in this transaction, sent to this endpoint when due. Its handler runs only
     /// if the timeout was neither cancelled nor the saga completed by then.
     ///
+    /// The timeout's key is the message's wire name (`M::NAME`): requesting a timeout of
+    /// the same type again **replaces** the pending one (a start message that arrives
+    /// twice leaves one timeout, not an orphan), and [`cancel_timeout::<M>()`] cancels it
+    /// without a handle kept in the state. For several pending timeouts of one type, give
+    /// each a key of its own with [`request_timeout_keyed`](Self::request_timeout_keyed).
+    ///
+    /// [`cancel_timeout::<M>()`]: Self::cancel_timeout
+    ///
     /// # Errors
     /// An encoding error, or a delay out of range.
     pub fn request_timeout<M: Message>(&mut self, delay: Duration, message: &M) -> Result<TimeoutHandle> {
+        let at = self.due_after(delay)?;
+        self.request_keyed(M::NAME.to_owned(), at, message)
+    }
+
+    /// Requests `message` to be handled by this saga at `at`; replaces the pending timeout
+    /// of the same type (see [`request_timeout`](Self::request_timeout)).
+    ///
+    /// # Errors
+    /// An encoding error.
+    pub fn request_timeout_at<M: Message>(&mut self, at: DateTime<Utc>, message: &M) -> Result<TimeoutHandle> {
+        self.request_keyed(M::NAME.to_owned(), at, message)
+    }
+
+    /// Requests `message` after `delay` under `key`, which replaces the pending timeout of
+    /// this instance with the same key (of any type) and leaves the others: one reminder
+    /// per line of an order, say, with the line's id as the key. Cancel it with
+    /// [`cancel_timeout_keyed`](Self::cancel_timeout_keyed).
+    ///
+    /// # Errors
+    /// As [`request_timeout`](Self::request_timeout), and an empty key or one over
+    /// [`MAX_TIMEOUT_KEY`] bytes.
+    pub fn request_timeout_keyed<M: Message>(
+        &mut self,
+        key: impl Into<String>,
+        delay: Duration,
+        message: &M,
+    ) -> Result<TimeoutHandle> {
+        let at = self.due_after(delay)?;
+        self.request_keyed(key.into(), at, message)
+    }
+
+    /// As [`request_timeout_keyed`](Self::request_timeout_keyed), due at `at`.
+    ///
+    /// # Errors
+    /// As [`request_timeout_keyed`](Self::request_timeout_keyed).
+    pub fn request_timeout_keyed_at<M: Message>(
+        &mut self,
+        key: impl Into<String>,
+        at: DateTime<Utc>,
+        message: &M,
+    ) -> Result<TimeoutHandle> {
+        self.request_keyed(key.into(), at, message)
+    }
+
+    fn due_after(&self, delay: Duration) -> Result<DateTime<Utc>> {
         let delay = chrono::Duration::from_std(delay).map_err(|_| {
             Error::new(ErrorKind::InvalidOptions {
                 reason: format!("timeout delay {delay:?} is out of range"),
             })
         })?;
-        let due = self.ctx.clock().now() + delay;
-        self.request_timeout_at(due, message)
+        self.ctx.clock().now().checked_add_signed(delay).ok_or_else(|| {
+            Error::new(ErrorKind::InvalidOptions {
+                reason: format!("timeout delay {delay} is out of range"),
+            })
+        })
     }
 
-    /// Requests `message` to be handled by this saga at `at` (see
-    /// [`request_timeout`](Self::request_timeout)).
-    ///
-    /// # Errors
-    /// An encoding error.
-    pub fn request_timeout_at<M: Message>(&mut self, at: DateTime<Utc>, message: &M) -> Result<TimeoutHandle> {
+    fn request_keyed<M: Message>(&mut self, key: String, at: DateTime<Utc>, message: &M) -> Result<TimeoutHandle> {
+        if key.is_empty() || key.len() > MAX_TIMEOUT_KEY {
+            return Err(Error::new(ErrorKind::InvalidOptions {
+                reason: format!(
+                    "a timeout key must have 1 to {MAX_TIMEOUT_KEY} bytes; {:?} has {}",
+                    key.chars().take(40).collect::<String>(),
+                    key.len()
+                ),
+            }));
+        }
         let id = uuid::Uuid::now_v7().to_string();
         let mut envelope = self.ctx.prepare_to_self(message, &id)?;
-        envelope.properties.insert(
-            headers::TIMEOUT_ID.to_owned(),
-            crate::message::PropertyValue::String(id.clone()),
-        );
-        envelope.properties.insert(
-            headers::SAGA_TYPE.to_owned(),
-            crate::message::PropertyValue::String(self.frame.saga_type.to_owned()),
-        );
-        envelope.properties.insert(
-            headers::CORRELATION.to_owned(),
-            crate::message::PropertyValue::String(self.frame.correlation.clone()),
-        );
+        for (name, value) in [
+            (headers::TIMEOUT_ID, id.clone()),
+            (headers::SAGA_TYPE, self.frame.saga_type.to_owned()),
+            (headers::CORRELATION, self.frame.correlation.clone()),
+            (headers::TIMEOUT_KEY, key.clone()),
+        ] {
+            envelope
+                .properties
+                .insert(name.to_owned(), crate::message::PropertyValue::String(value));
+        }
+        self.forget_key(&key);
         self.frame.timeouts.push(crate::store::Timeout {
             id: id.clone(),
+            key: Some(key),
             due: at,
             envelope,
         });
         Ok(TimeoutHandle(id))
     }
 
-    /// Cancels a timeout of this saga: it will not be handled. Cancelling one that fired
-    /// already, or twice, does nothing.
-    pub fn cancel_timeout(&mut self, handle: &TimeoutHandle) {
+    /// Drops the timeouts of `key` requested in this handling and marks the stored one
+    /// to be cancelled.
+    fn forget_key(&mut self, key: &str) {
+        self.frame.timeouts.retain(|t| t.key.as_deref() != Some(key));
+        if !self.frame.cancelled_keys.iter().any(|k| k == key) {
+            self.frame.cancelled_keys.push(key.to_owned());
+        }
+    }
+
+    /// Cancels this instance's pending timeout of message type `M` (requested with
+    /// [`request_timeout`](Self::request_timeout) or
+    /// [`request_timeout_at`](Self::request_timeout_at)): it will not be handled.
+    /// Cancelling when none is pending does nothing.
+    pub fn cancel_timeout<M: Message>(&mut self) {
+        self.forget_key(M::NAME);
+    }
+
+    /// Cancels this instance's pending timeout of `key` (see
+    /// [`request_timeout_keyed`](Self::request_timeout_keyed)). Cancelling when none is
+    /// pending does nothing.
+    pub fn cancel_timeout_keyed(&mut self, key: &str) {
+        self.forget_key(key);
+    }
+
+    /// Cancels the one timeout `handle` stands for. A handle of a timeout that fired, was
+    /// replaced or was cancelled already cancels nothing (in particular not the timeout
+    /// that replaced it).
+    pub fn cancel_timeout_handle(&mut self, handle: &TimeoutHandle) {
         if let Some(i) = self.frame.timeouts.iter().position(|t| t.id == handle.0) {
             self.frame.timeouts.remove(i);
         } else {
             self.frame.cancelled.push(handle.0.clone());
         }
-    }
-
-    /// Cancels `handle` and requests a new timeout after `delay`.
-    ///
-    /// # Errors
-    /// As [`request_timeout`](Self::request_timeout).
-    pub fn replace_timeout<M: Message>(
-        &mut self,
-        handle: &TimeoutHandle,
-        delay: Duration,
-        message: &M,
-    ) -> Result<TimeoutHandle> {
-        self.cancel_timeout(handle);
-        self.request_timeout(delay, message)
     }
 
     /// Ends the saga when this handling commits: the instance is deleted (or archived)

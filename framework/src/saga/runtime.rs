@@ -461,11 +461,13 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
                 .iter()
                 .map(|t| RequestedTimeout {
                     id: t.id.clone(),
+                    key: t.key.clone(),
                     due: t.due,
                     envelope: t.envelope.clone(),
                 })
                 .collect(),
             cancelled: frame.cancelled.clone(),
+            cancelled_keys: frame.cancelled_keys.clone(),
             fired: timeout_id.clone(),
             discarded: None,
         });
@@ -483,6 +485,10 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
             .await
             .map_err(store_error)?;
         work.cancel_timeouts(&frame.cancelled).await.map_err(store_error)?;
+        // Before the new ones: a timeout requested under a key replaces the stored one.
+        work.cancel_timeout_keys(S::NAME, &correlation, &frame.cancelled_keys)
+            .await
+            .map_err(store_error)?;
         if !frame.timeouts.is_empty() {
             let earliest = frame.timeouts.iter().map(|t| t.due).min();
             work.add_timeouts(&endpoint, S::NAME, &correlation, frame.timeouts, now)

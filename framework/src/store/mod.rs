@@ -5,7 +5,7 @@
 
 /// `impl UnitOfWork for $ty { $methods + the saga methods }`: the saga methods call the
 /// functions of module `$saga` (`load`, `save`, `complete`, `add_timeouts`,
-/// `cancel_timeouts`, `take_timeout`) on `self.$conn()?`, the transaction's connection.
+/// `cancel_timeouts`, `take_timeout`, `cancel_timeout_keys`) on `self.$conn()?`, the transaction's connection.
 /// One `#[async_trait]` impl, so that the given methods are rewritten with the others.
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 macro_rules! unit_of_work_with_sagas {
@@ -61,6 +61,15 @@ macro_rules! unit_of_work_with_sagas {
 
         async fn take_timeout(&mut self, id: &str) -> $crate::error::Result<bool> {
             $($saga)::+::take_timeout(self.$conn()?, id).await
+        }
+
+        async fn cancel_timeout_keys(
+            &mut self,
+            saga_type: &str,
+            correlation: &str,
+            keys: &[String],
+        ) -> $crate::error::Result<()> {
+            $($saga)::+::cancel_timeout_keys(self.$conn()?, saga_type, correlation, keys).await
         }
         }
     };
@@ -118,6 +127,9 @@ pub struct OutboxMessage {
 pub struct Timeout {
     /// Its id, which is also its message's id.
     pub id: String,
+    /// The key it was requested under: at most one pending timeout of an instance has a
+    /// given key (`None`: it replaces nothing).
+    pub key: Option<String>,
     /// When it is due.
     pub due: DateTime<Utc>,
     /// The message, addressed to the saga's endpoint.
@@ -285,9 +297,16 @@ pub trait UnitOfWork: Send {
     }
 
     /// Takes a fired timeout: deletes its record and says whether it was there (`false`:
-    /// it was cancelled, or its saga completed).
+    /// it was cancelled, or its saga completed). A dead-lettered timeout is there: its
+    /// dead letter, resubmitted, is handled.
     async fn take_timeout(&mut self, id: &str) -> Result<bool> {
         let _ = id;
+        saga_unsupported()
+    }
+
+    /// Deletes the instance's pending (not dead-lettered) timeouts stored under `keys`.
+    async fn cancel_timeout_keys(&mut self, saga_type: &str, correlation: &str, keys: &[String]) -> Result<()> {
+        let _ = (saga_type, correlation, keys);
         saga_unsupported()
     }
 }
@@ -365,6 +384,23 @@ pub trait Store: Send + Sync + 'static {
     /// Reverts a claim whose messages could not be sent, so the next round sends them.
     async fn unclaim_timeouts(&self, ids: &[String]) -> Result<()> {
         let _ = ids;
+        saga_unsupported()
+    }
+
+    /// Records that the message of `endpoint`'s timeout `id` was dead-lettered with
+    /// `reason`: the row stays (for operators, and for its dead letter if it is
+    /// resubmitted), and the dispatcher never sends it again. Returns whether there was
+    /// such a row (a forged or already handled timeout has none).
+    async fn dead_letter_timeout(&self, endpoint: &str, id: &str, reason: &str, now: DateTime<Utc>) -> Result<bool> {
+        let _ = (endpoint, id, reason, now);
+        saga_unsupported()
+    }
+
+    /// The message of `endpoint`'s claimed timeout `id` waits for a delayed retry due at
+    /// `until`: the dispatcher does not take the claim back (and send a second copy)
+    /// before `until` plus the usual wait.
+    async fn postpone_timeout_reclaim(&self, endpoint: &str, id: &str, until: DateTime<Utc>) -> Result<()> {
+        let _ = (endpoint, id, until);
         saga_unsupported()
     }
 }

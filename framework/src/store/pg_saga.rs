@@ -125,8 +125,8 @@ pub(crate) async fn add_timeouts(
         let (json, body) = StoredEnvelope::split(t.envelope)?;
         sqlx::query(
             "INSERT INTO courier.saga_timeout \
-             (id, endpoint, saga_type, correlation, due_at, envelope, body, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8)",
+             (id, endpoint, saga_type, correlation, due_at, envelope, body, created_at, timeout_key) \
+             VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, $9)",
         )
         .bind(&t.id)
         .bind(endpoint)
@@ -136,6 +136,7 @@ pub(crate) async fn add_timeouts(
         .bind(json)
         .bind(body.as_ref())
         .bind(now)
+        .bind(&t.key)
         .execute(&mut *conn)
         .await
         .map_err(|e| db_error("cannot store a saga timeout", e))?;
@@ -152,6 +153,28 @@ pub(crate) async fn cancel_timeouts(conn: &mut PgConnection, ids: &[String]) -> 
         .execute(&mut *conn)
         .await
         .map_err(|e| db_error("cannot cancel saga timeouts", e))?;
+    Ok(())
+}
+
+pub(crate) async fn cancel_timeout_keys(
+    conn: &mut PgConnection,
+    saga_type: &str,
+    correlation: &str,
+    keys: &[String],
+) -> Result<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "DELETE FROM courier.saga_timeout WHERE saga_type = $1 AND correlation = $2 \
+         AND timeout_key = ANY($3) AND dead_lettered_at IS NULL",
+    )
+    .bind(saga_type)
+    .bind(correlation)
+    .bind(keys)
+    .execute(&mut *conn)
+    .await
+    .map_err(|e| db_error("cannot cancel saga timeouts by key", e))?;
     Ok(())
 }
 

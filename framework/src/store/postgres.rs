@@ -339,7 +339,8 @@ impl Store for PostgresStore {
                ORDER BY due_at LIMIT $4 FOR UPDATE SKIP LOCKED), \
              lost AS ( \
                SELECT id FROM courier.saga_timeout \
-               WHERE endpoint = $1 AND dispatched_at IS NOT NULL AND dispatched_at < $3 \
+               WHERE endpoint = $1 AND dispatched_at IS NOT NULL AND dead_lettered_at IS NULL \
+                 AND dispatched_at < $3 \
                ORDER BY due_at LIMIT $4 FOR UPDATE SKIP LOCKED) \
              UPDATE courier.saga_timeout SET dispatched_at = $2 \
              WHERE id IN (SELECT id FROM due UNION ALL SELECT id FROM lost) \
@@ -386,6 +387,35 @@ impl Store for PostgresStore {
             .execute(&self.pool)
             .await
             .map_err(|e| db_error("cannot release saga timeouts", e))?;
+        Ok(())
+    }
+
+    async fn dead_letter_timeout(&self, endpoint: &str, id: &str, reason: &str, now: DateTime<Utc>) -> Result<bool> {
+        let done = sqlx::query(
+            "UPDATE courier.saga_timeout SET dead_lettered_at = $3, dead_letter_reason = $4 \
+             WHERE id = $1 AND endpoint = $2",
+        )
+        .bind(id)
+        .bind(endpoint)
+        .bind(now)
+        .bind(reason)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| db_error("cannot mark a saga timeout dead-lettered", e))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn postpone_timeout_reclaim(&self, endpoint: &str, id: &str, until: DateTime<Utc>) -> Result<()> {
+        sqlx::query(
+            "UPDATE courier.saga_timeout SET dispatched_at = GREATEST(dispatched_at, $3) \
+             WHERE id = $1 AND endpoint = $2 AND dispatched_at IS NOT NULL AND dead_lettered_at IS NULL",
+        )
+        .bind(id)
+        .bind(endpoint)
+        .bind(until)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| db_error("cannot postpone a saga timeout's reclaim", e))?;
         Ok(())
     }
 }

@@ -412,4 +412,14 @@ impl Store for SqliteStore {
         let _turn = self.writer.take().await?;
         sqlite_saga::unclaim(&mut *self.conn().await?, ids).await
     }
+
+    async fn dead_letter_timeout(&self, endpoint: &str, id: &str, reason: &str, now: DateTime<Utc>) -> Result<bool> {
+        let _turn = self.writer.take().await?;
+        sqlite_saga::dead_letter(&mut *self.conn().await?, endpoint, id, reason, now).await
+    }
+
+    async fn postpone_timeout_reclaim(&self, endpoint: &str, id: &str, until: DateTime<Utc>) -> Result<()> {
+        let _turn = self.writer.take().await?;
+        sqlite_saga::postpone_reclaim(&mut *self.conn().await?, endpoint, id, until).await
+    }
 }

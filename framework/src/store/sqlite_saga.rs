@@ -138,8 +138,8 @@ pub(crate) async fn add_timeouts(
         let (json, body) = StoredEnvelope::split(t.envelope)?;
         sqlx::query(
             "INSERT INTO courier_saga_timeout \
-             (id, endpoint, saga_type, correlation, due_at, envelope, body, created_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+             (id, endpoint, saga_type, correlation, due_at, envelope, body, created_at, timeout_key) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
         )
         .bind(&t.id)
         .bind(endpoint)
@@ -149,6 +149,7 @@ pub(crate) async fn add_timeouts(
         .bind(json)
         .bind(body.as_ref())
         .bind(micros(now))
+        .bind(&t.key)
         .execute(&mut *conn)
         .await
         .map_err(|e| db_error("cannot store a saga timeout", e))?;
@@ -166,6 +167,29 @@ pub(crate) async fn cancel_timeouts(conn: &mut SqliteConnection, ids: &[String])
         .execute(conn)
         .await
         .map_err(|e| db_error("cannot cancel saga timeouts", e))?;
+    Ok(())
+}
+
+pub(crate) async fn cancel_timeout_keys(
+    conn: &mut SqliteConnection,
+    saga_type: &str,
+    correlation: &str,
+    keys: &[String],
+) -> Result<()> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let list = serde_json::to_string(keys).unwrap_or_else(|_| "[]".to_owned());
+    sqlx::query(
+        "DELETE FROM courier_saga_timeout WHERE saga_type = ?1 AND correlation = ?2 \
+         AND timeout_key IN (SELECT value FROM json_each(?3)) AND dead_lettered_at IS NULL",
+    )
+    .bind(saga_type)
+    .bind(correlation)
+    .bind(list)
+    .execute(conn)
+    .await
+    .map_err(|e| db_error("cannot cancel saga timeouts by key", e))?;
     Ok(())
 }
 
@@ -191,7 +215,8 @@ pub(crate) async fn claim_due(
                WHERE endpoint = ?1 AND dispatched_at IS NULL AND due_at <= ?5 \
              UNION ALL \
              SELECT id, due_at FROM courier_saga_timeout \
-               WHERE endpoint = ?1 AND dispatched_at IS NOT NULL AND dispatched_at < ?3) \
+               WHERE endpoint = ?1 AND dispatched_at IS NOT NULL AND dead_lettered_at IS NULL \
+                 AND dispatched_at < ?3) \
            ORDER BY due_at LIMIT ?4) \
          RETURNING envelope, body, due_at",
     )
@@ -236,6 +261,50 @@ pub(crate) async fn unclaim(conn: &mut SqliteConnection, ids: &[String]) -> Resu
         .execute(conn)
         .await
         .map_err(|e| db_error("cannot release saga timeouts", e))?;
+    Ok(())
+}
+
+/// Marks a timeout whose message was dead-lettered (see
+/// [`Store::dead_letter_timeout`](crate::store::Store::dead_letter_timeout)).
+pub(crate) async fn dead_letter(
+    conn: &mut SqliteConnection,
+    endpoint: &str,
+    id: &str,
+    reason: &str,
+    now: DateTime<Utc>,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE courier_saga_timeout SET dead_lettered_at = ?3, dead_letter_reason = ?4 \
+         WHERE id = ?1 AND endpoint = ?2",
+    )
+    .bind(id)
+    .bind(endpoint)
+    .bind(micros(now))
+    .bind(reason)
+    .execute(conn)
+    .await
+    .map_err(|e| db_error("cannot mark a saga timeout dead-lettered", e))?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Moves a claimed timeout's claim time to `until` (see
+/// [`Store::postpone_timeout_reclaim`](crate::store::Store::postpone_timeout_reclaim)).
+pub(crate) async fn postpone_reclaim(
+    conn: &mut SqliteConnection,
+    endpoint: &str,
+    id: &str,
+    until: DateTime<Utc>,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE courier_saga_timeout SET dispatched_at = MAX(dispatched_at, ?3) \
+         WHERE id = ?1 AND endpoint = ?2 AND dispatched_at IS NOT NULL AND dead_lettered_at IS NULL",
+    )
+    .bind(id)
+    .bind(endpoint)
+    .bind(micros(until))
+    .execute(conn)
+    .await
+    .map_err(|e| db_error("cannot postpone a saga timeout's reclaim", e))?;
     Ok(())
 }
 

@@ -48,8 +48,9 @@ impl SignUp {
             self.confirmed = true;
         }
         if let Some(reminder) = self.reminder.take() {
-            ctx.cancel_timeout(&reminder);
+            ctx.cancel_timeout_handle(&reminder);
         }
+        ctx.cancel_timeout::<ConfirmationExpired>();
         ctx.complete();
         Ok(())
     }
