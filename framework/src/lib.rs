@@ -30,6 +30,29 @@
 #[allow(unused_extern_crates)]
 extern crate self as courier;
 
+/// The project's pages: every Rust snippet of `README.md` and `docs/` is compiled (and
+/// run, unless it is marked `no_run` because it needs a server or runs until Ctrl-C) as a
+/// doc test, so a page cannot show code that does not build.
+#[cfg(all(doctest, feature = "postgres", feature = "amqp"))]
+mod pages {
+    #[doc = include_str!("../../README.md")]
+    struct Readme;
+    #[doc = include_str!("../../docs/endpoints.md")]
+    struct Endpoints;
+    #[doc = include_str!("../../docs/sagas.md")]
+    struct Sagas;
+    #[doc = include_str!("../../docs/stores.md")]
+    struct Stores;
+    #[doc = include_str!("../../docs/testing.md")]
+    struct Testing;
+    #[doc = include_str!("../../docs/rabbitmq.md")]
+    struct Rabbitmq;
+    #[doc = include_str!("../../docs/embedded-broker.md")]
+    struct EmbeddedBroker;
+    #[doc = include_str!("../../docs/architecture.md")]
+    struct Architecture;
+}
+
 mod clock;
 mod codec;
 mod endpoint;
@@ -62,12 +85,18 @@ pub use endpoint::routing::{Routes, default_topic_name};
 pub use endpoint::trace::{TRACEPARENT, TRACESTATE, TraceContext};
 pub use endpoint::{
     DEFAULT_CONCURRENCY, DEFAULT_GROUP_COMMIT, DEFAULT_MAX_LOCK_RENEWAL, DEFAULT_RECEIVE_WAIT,
-    DEFAULT_SHUTDOWN_TIMEOUT, Endpoint, EndpointBuilder, EndpointStats, RunningEndpoint, ShutdownReport,
+    DEFAULT_SHUTDOWN_TIMEOUT, Endpoint, EndpointBuilder, EndpointStats, IntoStore, IntoTransport, RunningEndpoint,
+    ShutdownReport,
 };
 pub use entity::{
     EntityCounts, EntityPath, MAX_LOCK_DURATION, MAX_NAME_LEN, MAX_TIME_TO_LIVE, QueueOptions, SubQueue,
     SubscriptionOptions, TopicOptions, validate_name,
 };
+/// The `sqlx` Courier is built with: [`Context::transaction`] takes its database types
+/// (`courier::sqlx::Postgres`, `courier::sqlx::Sqlite`), so use this one rather than a
+/// version of your own that may differ.
+#[doc(no_inline)]
+pub use sqlx;
 
 /// What the endpoint writes on messages it retries or dead-letters: the dead-letter
 /// reasons and the failure headers. (The broker's own reasons are in [`reasons`].)

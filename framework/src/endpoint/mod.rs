@@ -5,6 +5,7 @@ pub(crate) mod bus;
 pub(crate) mod context;
 pub(crate) mod handler;
 pub(crate) mod observe;
+mod parts;
 pub(crate) mod recoverability;
 pub(crate) mod routing;
 pub(crate) mod trace;
@@ -25,6 +26,7 @@ use crate::entity::{QueueOptions, validate_name};
 use crate::error::{Error, ErrorKind, Result};
 use crate::transport::Transport;
 
+pub use parts::{IntoStore, IntoTransport};
 use recoverability::reasons;
 pub use runtime::{EndpointStats, RunningEndpoint, ShutdownReport};
 
@@ -328,9 +330,10 @@ impl EndpointBuilder {
         &self.routes
     }
 
-    /// The broker (required).
-    pub fn transport(mut self, transport: Arc<dyn Transport>) -> Self {
-        self.transport = Some(transport);
+    /// The broker (required): the broker itself (`.transport(broker.clone())`), an `Arc`
+    /// of it, or an `Arc<dyn Transport>` shared with other endpoints.
+    pub fn transport(mut self, transport: impl IntoTransport) -> Self {
+        self.transport = Some(transport.into_transport());
         self
     }
 
@@ -461,8 +464,10 @@ impl EndpointBuilder {
     /// transaction as its handlers' writes ([`Context::transaction`](crate::Context::transaction))
     /// and the messages they send, so a redelivered message is recognised and its effects
     /// happen once. Migrate the store first ([`Store::migrate`](crate::Store::migrate)).
-    pub fn store(mut self, store: Arc<dyn crate::store::Store>) -> Self {
-        self.store = Some(store);
+    /// Takes the store itself (`.store(broker.store())`), an `Arc` of it, or an
+    /// `Arc<dyn Store>`.
+    pub fn store(mut self, store: impl IntoStore) -> Self {
+        self.store = Some(store.into_store());
         self
     }
 

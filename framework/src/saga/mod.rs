@@ -74,7 +74,7 @@ pub const MAX_TIMEOUT_KEY: usize = 256;
 /// Dead-letter reasons of sagas.
 pub mod reasons {
     /// A message found no saga instance and does not start one (with
-    /// [`NotFound::DeadLetter`]).
+    /// [`NotFound::DeadLetter`](super::NotFound::DeadLetter)).
     pub const SAGA_NOT_FOUND: &str = "courier.SagaNotFound";
 }
 
