@@ -78,6 +78,9 @@ fn check(function: &ItemFn) -> syn::Result<Model<'_>> {
             FnArg::Typed(t) => typed.push(t),
         }
     }
+    if let Some(error) = swapped_arguments(&typed, "(message: T, ctx: &mut courier::Context)") {
+        return Err(error);
+    }
     let message_ty = match typed.first().map(|arg| &*arg.ty) {
         Some(Type::Reference(r)) => {
             errors.push(syn::Error::new_spanned(
@@ -164,6 +167,20 @@ fn check(function: &ItemFn) -> syn::Result<Model<'_>> {
         // Unreachable: a missing part always comes with an error above.
         _ => Err(syn::Error::new_spanned(&function.sig, "not a handler")),
     }
+}
+
+/// One error for a context written before the message (`(ctx: &mut Context, msg: T)`),
+/// rather than one for each argument in the wrong place. `shape` is the right order.
+pub(crate) fn swapped_arguments(typed: &[&syn::PatType], shape: &str) -> Option<syn::Error> {
+    let (first, second) = (typed.first()?, typed.get(1)?);
+    let first_is_context = matches!(&*first.ty, Type::Reference(r) if r.mutability.is_some());
+    let second_is_message = !matches!(&*second.ty, Type::Reference(_) | Type::ImplTrait(_));
+    (first_is_context && second_is_message).then(|| {
+        syn::Error::new_spanned(
+            quote!(#first, #second),
+            format!("the message and the context are swapped: the message comes first, `{shape}`"),
+        )
+    })
 }
 
 /// The spans of the first and the last token of `tokens`.

@@ -18,7 +18,7 @@ use syn::{
     Attribute, Expr, ExprLit, FnArg, ImplItem, ImplItemFn, Index, Item, ItemImpl, Lit, LitStr, Member, Meta, Type,
 };
 
-use crate::handler::{combine, first_and_last_spans, name_and_arguments, result_parts};
+use crate::handler::{combine, first_and_last_spans, name_and_arguments, result_parts, swapped_arguments};
 use crate::message::{distance, string_literal};
 
 /// What a handler does with its saga.
@@ -27,6 +27,7 @@ enum Role {
     Start,
     Handle,
     Timeout,
+    NotFound,
 }
 
 impl Role {
@@ -39,6 +40,8 @@ impl Role {
             Some(Self::Handle)
         } else if path.is_ident("timeout") {
             Some(Self::Timeout)
+        } else if path.is_ident("not_found") {
+            Some(Self::NotFound)
         } else {
             None
         }
@@ -51,8 +54,37 @@ impl Role {
             Self::Start => "start",
             Self::Handle => "handle",
             Self::Timeout => "timeout",
+            Self::NotFound => "not_found",
         }
     }
+
+    /// Whether it takes no arguments (it finds no instance by a correlation).
+    fn bare(self) -> bool {
+        matches!(self, Self::Timeout | Self::NotFound)
+    }
+}
+
+/// The roles, for suggestions when an attribute is misspelt.
+const ROLES: [&str; 4] = ["start", "handle", "timeout", "not_found"];
+
+/// Attributes of Rust and of common crates that are not misspelt roles, however close.
+const NOT_ROLES: [&str; 6] = ["cfg", "doc", "allow", "inline", "instrument", "deprecated"];
+
+/// A method attribute that looks like a misspelt role (`#[starts]`), with the role.
+fn misspelt_role(attr: &Attribute) -> Option<&'static str> {
+    let ident = attr.path().get_ident()?.to_string();
+    if NOT_ROLES.contains(&ident.as_str()) || ROLES.contains(&ident.as_str()) {
+        return None;
+    }
+    let plain = ident.to_lowercase().replace('_', "");
+    ROLES
+        .iter()
+        .find(|r| {
+            let role = r.replace('_', "");
+            plain == role || plain.trim_end_matches('s') == role || plain.trim_end_matches("ed") == role
+        })
+        .copied()
+        .or_else(|| did_you_mean(&ident.to_lowercase(), &ROLES))
 }
 
 /// A field of the message, maybe nested: `by = order.id`.
@@ -75,6 +107,9 @@ struct HandlerModel<'i> {
     role: Role,
     /// `None` for a timeout, which finds its instance by itself.
     correlation: Option<Correlation>,
+    /// `property = "name"`: the correlation value finds the instance through this
+    /// correlation property (`#[handle]` only).
+    property: Option<LitStr>,
     message_ty: Type,
     /// `T` of a context argument `&mut T` (the compiler checks that it is `SagaContext`).
     context_ty: Option<Type>,
@@ -84,7 +119,7 @@ struct HandlerModel<'i> {
 /// The arguments of `#[saga(...)]`.
 const SAGA_ARGUMENTS: [&str; 1] = ["name"];
 /// The arguments of `#[start(...)]` and `#[handle(...)]`.
-const CORRELATIONS: [&str; 2] = ["by", "header"];
+const CORRELATIONS: [&str; 3] = ["by", "header", "property"];
 
 /// The known word closest to `given`, if it is close enough to be a typo of it.
 fn did_you_mean(given: &str, known: &[&'static str]) -> Option<&'static str> {
@@ -180,38 +215,69 @@ fn field_path(expr: &Expr, out: &mut Vec<Member>) -> bool {
 /// Reads the correlation of a `#[start]`, `#[handle]` or `#[timeout]` attribute. Problems
 /// go to `errors`; a start or a continuation with no correlation is reported by the caller,
 /// unless the attribute had errors of its own.
-fn parse_role(attr: &Attribute, role: Role, errors: &mut Vec<syn::Error>) -> Option<Correlation> {
+fn parse_role(attr: &Attribute, role: Role, errors: &mut Vec<syn::Error>) -> (Option<Correlation>, Option<LitStr>) {
     let list = match &attr.meta {
-        Meta::Path(_) => return None,
+        Meta::Path(_) => return (None, None),
         Meta::NameValue(nv) => {
             errors.push(syn::Error::new_spanned(
                 nv,
                 match role {
-                    Role::Timeout => "`#[timeout]` takes no value".to_owned(),
+                    r if r.bare() => format!("`#[{}]` takes no value", r.name()),
                     r => format!(
                         "write the correlation in parentheses: `#[{0}(by = field)]` or `#[{0}(header = \"name\")]`",
                         r.name()
                     ),
                 },
             ));
-            return None;
+            return (None, None);
         }
         Meta::List(list) => list,
     };
     let mut correlation: Option<Correlation> = None;
+    let mut property: Option<LitStr> = None;
     let mut problems = Vec::new();
     let result = list.parse_nested_meta(|meta| {
         let is_by = meta.path.is_ident("by");
+        if role == Role::NotFound {
+            return Err(meta.error(
+                "`#[not_found]` takes no arguments: it handles the messages of its type that found no instance",
+            ));
+        }
+        if meta.path.is_ident("property") && role != Role::Timeout {
+            let lit = string_literal(&meta, "property = \"payment_id\"")?;
+            if role != Role::Handle {
+                problems.push(syn::Error::new_spanned(
+                    &meta.path,
+                    "only `#[handle]` finds its instance by a correlation property: a start message creates the \
+                     instance under its correlation",
+                ));
+            } else if lit.value().is_empty() {
+                problems.push(syn::Error::new(lit.span(), "a property name cannot be empty"));
+            } else if property.is_some() {
+                problems.push(syn::Error::new_spanned(&meta.path, "`property` is given twice"));
+            } else {
+                property = Some(lit);
+            }
+            return Ok(());
+        }
         if !is_by && !meta.path.is_ident("header") {
             return Err(match role {
                 Role::Timeout => meta.error(
                     "`#[timeout]` takes no arguments: a timeout finds its instance by itself (it was requested \
                      with `SagaContext::request_timeout`)",
                 ),
+                Role::Handle => unknown_argument(
+                    &meta,
+                    "handle",
+                    &CORRELATIONS,
+                    "expected `by = field` (a field of the message) or `header = \"name\"` (a header of the \
+                     message), and maybe `property = \"name\"` (a correlation property the value finds the \
+                     instance by)",
+                ),
                 r => unknown_argument(
                     &meta,
                     r.name(),
-                    &CORRELATIONS,
+                    &CORRELATIONS[..2],
                     "expected `by = field` (a field of the message) or `header = \"name\"` (a header of the message)",
                 ),
             });
@@ -264,15 +330,22 @@ fn parse_role(attr: &Attribute, role: Role, errors: &mut Vec<syn::Error>) -> Opt
     if let Err(e) = result {
         errors.push(e);
     }
+    if property.is_some() && correlation.is_none() {
+        problems.push(syn::Error::new_spanned(
+            list,
+            "`property` names the instance's property; say where the message's value is: \
+             `#[handle(by = field, property = \"name\")]`",
+        ));
+    }
     errors.extend(problems);
-    correlation
+    (correlation, property)
 }
 
 /// The syntactic checks of a handler method's signature, in the manner of `#[handler]`.
 fn check_method<'i>(
     method: &'i ImplItemFn,
     role: Role,
-    correlation: Option<Correlation>,
+    (correlation, property): (Option<Correlation>, Option<LitStr>),
     errors: &mut Vec<syn::Error>,
 ) -> Option<HandlerModel<'i>> {
     let before = errors.len();
@@ -316,7 +389,22 @@ fn check_method<'i>(
             FnArg::Typed(t) => typed.push(t),
         }
     }
+    let shape = if role == Role::NotFound {
+        "(message: T, ctx: &mut courier::Context)"
+    } else {
+        "(&mut self, message: T, ctx: &mut SagaContext<'_>)"
+    };
+    if let Some(e) = swapped_arguments(&typed, shape) {
+        errors.push(e);
+        return None;
+    }
     match receiver {
+        Some(r) if role == Role::NotFound => errors.push(syn::Error::new_spanned(
+            r,
+            "a not-found handler has no instance, so no state: drop `self`, \
+             `async fn f(message: T, ctx: &mut courier::Context)`",
+        )),
+        None if role == Role::NotFound => {}
         Some(r) => {
             let mutable_ref = matches!(&*r.ty, Type::Reference(t) if t.mutability.is_some());
             if !mutable_ref {
@@ -354,7 +442,7 @@ fn check_method<'i>(
         }
         Some(ty) => Some(ty.clone()),
         None => {
-            if receiver.is_some() {
+            if receiver.is_some() || role == Role::NotFound {
                 errors.push(syn::Error::new(
                     sig.paren_token.span.join(),
                     "a saga handler takes the message after `&mut self`: `(&mut self, message: T, ctx: &mut SagaContext<'_>)`",
@@ -418,6 +506,7 @@ fn check_method<'i>(
         method,
         role,
         correlation,
+        property,
         message_ty: message_ty?,
         context_ty,
         return_ty: return_ty?,
@@ -446,7 +535,7 @@ fn without_roles(item: &ItemImpl) -> ItemImpl {
             ImplItem::Macro(m) => &mut m.attrs,
             _ => continue,
         };
-        attrs.retain(|a| Role::of(a).is_none());
+        attrs.retain(|a| Role::of(a).is_none() && misspelt_role(a).is_none());
     }
     item
 }
@@ -466,6 +555,17 @@ fn handlers<'i>(item: &'i ItemImpl, errors: &mut Vec<syn::Error>) -> (Vec<Handle
             }
             continue;
         };
+        for attr in &method.attrs {
+            if let Some(role) = misspelt_role(attr) {
+                // The start is there, misspelt: "a saga needs a start" would only repeat it.
+                has_start |= role == "start";
+                let given = attr.path().to_token_stream().to_string();
+                errors.push(syn::Error::new_spanned(
+                    attr.path(),
+                    format!("unknown saga attribute `#[{given}]`: did you mean `#[{role}]`?"),
+                ));
+            }
+        }
         let mut roles = method.attrs.iter().filter_map(|a| Role::of(a).map(|r| (a, r)));
         let Some((attr, role)) = roles.next() else { continue };
         for (again, other) in roles {
@@ -483,7 +583,7 @@ fn handlers<'i>(item: &'i ItemImpl, errors: &mut Vec<syn::Error>) -> (Vec<Handle
         has_start |= role == Role::Start;
         let before = errors.len();
         let correlation = parse_role(attr, role, errors);
-        let uncorrelated = correlation.is_none() && role != Role::Timeout;
+        let uncorrelated = correlation.0.is_none() && !role.bare();
         if uncorrelated && errors.len() == before {
             errors.push(syn::Error::new_spanned(
                 attr,
@@ -504,7 +604,11 @@ fn handlers<'i>(item: &'i ItemImpl, errors: &mut Vec<syn::Error>) -> (Vec<Handle
         // One handler per message type: the endpoint finds the handler by the type, and two
         // correlations for one message could find two different instances.
         let key = handler.message_ty.to_token_stream().to_string();
-        if let Some(first) = out.iter().find(|h| h.message_ty.to_token_stream().to_string() == key) {
+        let not_found = handler.role == Role::NotFound;
+        if let Some(first) = out
+            .iter()
+            .find(|h| (h.role == Role::NotFound) == not_found && h.message_ty.to_token_stream().to_string() == key)
+        {
             errors.push(syn::Error::new_spanned(
                 &handler.message_ty,
                 format!(
@@ -517,6 +621,26 @@ fn handlers<'i>(item: &'i ItemImpl, errors: &mut Vec<syn::Error>) -> (Vec<Handle
             continue;
         }
         out.push(handler);
+    }
+    // A not-found handler goes with the `#[handle]` of its message type: only a
+    // continuing message can find no instance.
+    let types = |h: &HandlerModel<'_>| h.message_ty.to_token_stream().to_string();
+    for nf in out.iter().filter(|h| h.role == Role::NotFound) {
+        let key = types(nf);
+        let partner = out.iter().find(|h| h.role != Role::NotFound && types(h) == key);
+        let problem = match partner.map(|h| h.role) {
+            Some(Role::Handle) => continue,
+            Some(Role::Start) => "it starts an instance when none is found, so it never finds none",
+            Some(_) => "it is a timeout, discarded when its instance is gone",
+            None => "no `#[handle]` of this saga takes it: add the handler that continues the saga with it",
+        };
+        errors.push(syn::Error::new_spanned(
+            &nf.message_ty,
+            format!(
+                "`#[not_found]` runs for a `{}` that finds no instance, but {problem}",
+                key.replace(' ', "")
+            ),
+        ));
     }
     (out, has_start)
 }
@@ -576,14 +700,20 @@ fn registration(self_ty: &Type, h: &HandlerModel<'_>) -> TokenStream {
     let message_ty = &h.message_ty;
     let return_ty = &h.return_ty;
     let cfgs = cfgs(h.method);
+    let not_found = h.role == Role::NotFound;
     // The explicit type arguments below are the user's tokens: a failed bound is reported
     // on them (the context's type, the return type or its parts, the message type).
-    let (ctx_param, call) = match &h.context_ty {
-        Some(ty) => (
+    let (ctx_param, call) = match (&h.context_ty, not_found) {
+        (Some(ty), false) => (
             quote!(ctx),
             quote!(<#self_ty>::#method(state, message, ::courier::__private::saga_context_arg::<#ty>(ctx))),
         ),
-        None => (quote!(_), quote!(<#self_ty>::#method(state, message))),
+        (None, false) => (quote!(_), quote!(<#self_ty>::#method(state, message))),
+        (Some(ty), true) => (
+            quote!(ctx),
+            quote!(<#self_ty>::#method(message, ::courier::__private::context_arg::<#ty>(ctx))),
+        ),
+        (None, true) => (quote!(_), quote!(<#self_ty>::#method(message))),
     };
     let result = match result_parts(return_ty) {
         Some((ok, err)) => quote!(::courier::__private::into_handler_result::<#ok, #err>(#call.await)),
@@ -602,8 +732,12 @@ fn registration(self_ty: &Type, h: &HandlerModel<'_>) -> TokenStream {
         ::std::boxed::Box::pin(async move { #result })
     };
     // Located at the message type: the call's bound on it is reported there alone.
-    let role = format_ident!("saga_{}", h.role.name());
+    let role = match (&h.property, h.role) {
+        (Some(_), _) => format_ident!("saga_handle_by_property"),
+        (None, role) => format_ident!("saga_{}", role.name()),
+    };
     let register = relocated(&quote!(::courier::__private::#role), first_and_last_spans(message_ty).0);
+    let property = h.property.as_ref().map(|p| quote!(#p,));
     let correlate = match &h.correlation {
         None => None,
         Some(Correlation::Header(lit)) => Some(quote!(::courier::__private::Correlate::header(#lit))),
@@ -620,6 +754,19 @@ fn registration(self_ty: &Type, h: &HandlerModel<'_>) -> TokenStream {
         }
     };
     let correlate = correlate.map(|c| quote!(#c,));
+    if not_found {
+        return quote! {
+            #(#cfgs)*
+            fn #wrapper<'a>(
+                message: #message_ty,
+                #ctx_param: &'a mut ::courier::Context,
+            ) -> ::courier::BoxFuture<'a, ::core::result::Result<(), ::courier::HandlerError>> {
+                #boxed
+            }
+            #(#cfgs)*
+            #register::<_, #message_ty>(handlers, #name, #wrapper);
+        };
+    }
     quote! {
         #(#cfgs)*
         fn #wrapper<'a, 'b>(
@@ -630,14 +777,16 @@ fn registration(self_ty: &Type, h: &HandlerModel<'_>) -> TokenStream {
             #boxed
         }
         #(#cfgs)*
-        #register::<_, #message_ty>(handlers, #name, #correlate #wrapper);
+        #register::<_, #message_ty>(handlers, #name, #property #correlate #wrapper);
     }
 }
 
 /// The check that every `by` field has the type of the first one, reported on the later.
 fn same_correlations(handlers: &[HandlerModel<'_>]) -> TokenStream {
+    // A field read as a correlation property's value is of the property's type, not the
+    // correlation's.
     let mut by = handlers.iter().filter_map(|h| match &h.correlation {
-        Some(Correlation::By(path)) => Some((h, path)),
+        Some(Correlation::By(path)) if h.property.is_none() => Some((h, path)),
         _ => None,
     });
     let Some((first, first_path)) = by.next() else {

@@ -845,6 +845,8 @@ macro_rules! on_every_store {
     };
 }
 
+mod order;
+
 on_every_store!(
     confirmation_in_time_cancels_the_timeout,
     no_confirmation_fires_the_timeout_once,

@@ -359,6 +359,27 @@ pub mod __private {
         handlers.handle(name, correlate, f);
     }
 
+    /// [`SagaHandlers::handle_by_property`], with the message type checked by
+    /// [`SagaMessage`].
+    pub fn saga_handle_by_property<S: Saga, M: SagaMessage>(
+        handlers: &mut SagaHandlers<S>,
+        name: &'static str,
+        property: &'static str,
+        correlate: Correlate<M>,
+        f: SagaFn<S, M>,
+    ) {
+        handlers.handle_by_property(name, property, correlate, f);
+    }
+
+    /// [`SagaHandlers::not_found`], with the message type checked by [`SagaMessage`].
+    pub fn saga_not_found<S: Saga, M: SagaMessage>(
+        handlers: &mut SagaHandlers<S>,
+        name: &'static str,
+        f: crate::saga::NotFoundFn<M>,
+    ) {
+        handlers.not_found(name, f);
+    }
+
     /// [`SagaHandlers::timeout`], with the message type checked by [`SagaMessage`].
     pub fn saga_timeout<S: Saga, M: SagaMessage>(handlers: &mut SagaHandlers<S>, name: &'static str, f: SagaFn<S, M>) {
         handlers.timeout(name, f);

@@ -70,6 +70,10 @@ pub mod headers {
 
 /// The longest timeout key, in bytes.
 pub const MAX_TIMEOUT_KEY: usize = 256;
+/// The longest correlation property name, in bytes.
+pub const MAX_PROPERTY_NAME: usize = 64;
+/// The longest correlation property value, in bytes.
+pub const MAX_PROPERTY_VALUE: usize = 512;
 
 /// Dead-letter reasons of sagas.
 pub mod reasons {
@@ -129,9 +133,15 @@ pub(crate) enum Role {
     Timeout,
 }
 
+/// A handler of a message that found no saga instance: it gets the message and the
+/// endpoint's context (no state: there is none), in the message's transaction. See
+/// [`SagaHandlers::not_found`].
+pub type NotFoundFn<M> = for<'a> fn(M, &'a mut Context) -> BoxFuture<'a, std::result::Result<(), HandlerError>>;
+
 /// The handlers of a saga, as [`Saga::register`] lists them.
 pub struct SagaHandlers<S> {
     pub(crate) entries: Vec<runtime::Entry<S>>,
+    pub(crate) not_found: Vec<runtime::NotFoundEntry>,
 }
 
 impl<S> std::fmt::Debug for SagaHandlers<S> {
@@ -144,14 +154,17 @@ impl<S> std::fmt::Debug for SagaHandlers<S> {
 
 impl<S: Saga> SagaHandlers<S> {
     pub(crate) fn new() -> Self {
-        Self { entries: Vec::new() }
+        Self {
+            entries: Vec::new(),
+            not_found: Vec::new(),
+        }
     }
 
     /// A message that starts an instance when none correlates (and continues it when one
     /// does).
     pub fn start<M: Message>(&mut self, name: &'static str, correlate: Correlate<M>, f: SagaFn<S, M>) -> &mut Self {
         self.entries
-            .push(runtime::Entry::new(name, Role::Start, Some(correlate), f));
+            .push(runtime::Entry::new(name, Role::Start, Some(correlate), None, f));
         self
     }
 
@@ -159,7 +172,41 @@ impl<S: Saga> SagaHandlers<S> {
     /// saga's [`NotFound`] policy.
     pub fn handle<M: Message>(&mut self, name: &'static str, correlate: Correlate<M>, f: SagaFn<S, M>) -> &mut Self {
         self.entries
-            .push(runtime::Entry::new(name, Role::Continue, Some(correlate), f));
+            .push(runtime::Entry::new(name, Role::Continue, Some(correlate), None, f));
+        self
+    }
+
+    /// A message that continues an existing instance found by one of its **correlation
+    /// properties** rather than by its correlation: `correlate` reads the value from the
+    /// message, and the instance is the one whose handler set `property` to that value
+    /// with [`SagaContext::correlate_by`] (a payment provider's event that carries only
+    /// a payment id, say). One that finds none goes to the saga's [`NotFound`] policy.
+    pub fn handle_by_property<M: Message>(
+        &mut self,
+        name: &'static str,
+        property: &'static str,
+        correlate: Correlate<M>,
+        f: SagaFn<S, M>,
+    ) -> &mut Self {
+        self.entries.push(runtime::Entry::new(
+            name,
+            Role::Continue,
+            Some(correlate),
+            Some(property),
+            f,
+        ));
+        self
+    }
+
+    /// What to do with an `M` that finds no instance, instead of the saga's [`NotFound`]
+    /// policy: `f` runs with the message and the endpoint's context, in the message's
+    /// transaction (what it sends and writes commits with the inbox record), as
+    /// NServiceBus's `IHandleSagaNotFound` does. A payment captured after its order was
+    /// cancelled can trigger a refund instead of being quietly completed. `M` must be a
+    /// message the saga continues with (a [`handle`](Self::handle)); an error of `f` is
+    /// retried as any handler's.
+    pub fn not_found<M: Message>(&mut self, name: &'static str, f: NotFoundFn<M>) -> &mut Self {
+        self.not_found.push(runtime::NotFoundEntry::new(name, f));
         self
     }
 
@@ -167,7 +214,8 @@ impl<S: Saga> SagaHandlers<S> {
     /// instance by itself, and is discarded (never handled) if it was cancelled or the
     /// saga completed before it fired.
     pub fn timeout<M: Message>(&mut self, name: &'static str, f: SagaFn<S, M>) -> &mut Self {
-        self.entries.push(runtime::Entry::new(name, Role::Timeout, None, f));
+        self.entries
+            .push(runtime::Entry::new(name, Role::Timeout, None, None, f));
         self
     }
 }
@@ -258,6 +306,8 @@ pub(crate) struct Frame {
     pub(crate) cancelled: Vec<String>,
     /// Keys whose stored pending timeout is cancelled (or replaced by one in `timeouts`).
     pub(crate) cancelled_keys: Vec<String>,
+    /// Correlation properties set: (name, value).
+    pub(crate) properties: Vec<(String, String)>,
 }
 
 /// A saga handler's context: everything of [`Context`] (it derefs to it: `send`,
@@ -442,6 +492,33 @@ impl<'a> SagaContext<'a> {
         } else {
             self.frame.cancelled.push(handle.0.clone());
         }
+    }
+
+    /// Sets a **correlation property** of this instance: messages handled with
+    /// [`SagaHandlers::handle_by_property`] (`#[handle(by = field, property = "name")]`)
+    /// find it by `value`. Stored and indexed with the state, in this transaction; one
+    /// value per name per instance (setting it again replaces it), and a value belongs to
+    /// one instance of the saga type at a time: a value another instance holds fails the
+    /// handling permanently (dead-lettered with the reason). Removed at completion.
+    ///
+    /// # Errors
+    /// A name that is empty or over [`MAX_PROPERTY_NAME`] bytes, or a value over
+    /// [`MAX_PROPERTY_VALUE`] bytes.
+    pub fn correlate_by(&mut self, name: &str, value: impl std::fmt::Display) -> Result<()> {
+        let value = value.to_string();
+        if name.is_empty() || name.len() > MAX_PROPERTY_NAME || value.len() > MAX_PROPERTY_VALUE {
+            return Err(Error::new(ErrorKind::InvalidOptions {
+                reason: format!(
+                    "a correlation property has a name of 1 to {MAX_PROPERTY_NAME} bytes and a value of at most \
+                     {MAX_PROPERTY_VALUE}: {name:?} ({} bytes) = {} bytes",
+                    name.len(),
+                    value.len()
+                ),
+            }));
+        }
+        self.frame.properties.retain(|(n, _)| n != name);
+        self.frame.properties.push((name.to_owned(), value));
+        Ok(())
     }
 
     /// Ends the saga when this handling commits: the instance is deleted (or archived)

@@ -1,7 +1,7 @@
 //! How an endpoint runs a saga: one erased handler per message type, which finds the
 //! instance, runs the saga's handler on it and saves it in the message's transaction.
 
-use std::any::TypeId;
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -10,7 +10,8 @@ use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 
 use super::{
-    Completion, Correlate, Frame, NotFound, Role, Saga, SagaContext, SagaFn, SagaHandlers, SagaOptions, headers,
+    Completion, Correlate, Frame, NotFound, NotFoundFn, Role, Saga, SagaContext, SagaFn, SagaHandlers, SagaOptions,
+    headers,
 };
 use crate::endpoint::context::Context;
 use crate::endpoint::handler::{BoxFuture, HandlerError, Message};
@@ -224,7 +225,10 @@ pub(crate) struct SagaShared {
     stats: Arc<SagaStats>,
 }
 
-type Build = Box<dyn FnOnce(Arc<SagaShared>) -> Registered + Send>;
+/// A not-found handler, its `NotFoundFn<M>` erased until the handler of `M` takes it.
+type ErasedNotFound = Box<dyn Any + Send>;
+
+type Build = Box<dyn FnOnce(Arc<SagaShared>, Option<ErasedNotFound>) -> Registered + Send>;
 
 /// One handler of a saga, before the endpoint builds it.
 pub(crate) struct Entry<S> {
@@ -233,6 +237,23 @@ pub(crate) struct Entry<S> {
     message: (TypeId, &'static str),
     build: Build,
     saga: std::marker::PhantomData<fn() -> S>,
+}
+
+/// A not-found handler of a saga, before the handler of its message type takes it.
+pub(crate) struct NotFoundEntry {
+    name: &'static str,
+    message: (TypeId, &'static str),
+    f: ErasedNotFound,
+}
+
+impl NotFoundEntry {
+    pub(crate) fn new<M: Message>(name: &'static str, f: NotFoundFn<M>) -> Self {
+        Self {
+            name,
+            message: (TypeId::of::<M>(), M::NAME),
+            f: Box::new((name, f)),
+        }
+    }
 }
 
 /// A saga handler made ready for the endpoint's registry.
@@ -249,13 +270,14 @@ impl<S: Saga> Entry<S> {
         name: &'static str,
         role: Role,
         correlate: Option<Correlate<M>>,
+        property: Option<&'static str>,
         f: SagaFn<S, M>,
     ) -> Self {
         Self {
             name,
             role,
             message: (TypeId::of::<M>(), M::NAME),
-            build: Box::new(move |shared| Registered {
+            build: Box::new(move |shared, not_found: Option<ErasedNotFound>| Registered {
                 type_id: TypeId::of::<M>(),
                 type_name: std::any::type_name::<M>(),
                 name: M::NAME,
@@ -264,6 +286,10 @@ impl<S: Saga> Entry<S> {
                     name,
                     role,
                     correlate,
+                    property,
+                    not_found: not_found
+                        .and_then(|b| b.downcast::<(&'static str, NotFoundFn<M>)>().ok())
+                        .map(|b| *b),
                     f,
                     shared,
                 }),
@@ -296,6 +322,39 @@ pub(crate) fn register<S: Saga>(options: SagaOptions, stats: Arc<SagaStats>) -> 
             dup.name
         ));
     }
+    let mut not_found: HashMap<TypeId, ErasedNotFound> = HashMap::new();
+    for nf in handlers.not_found {
+        let Some(entry) = handlers.entries.iter().find(|e| e.message.0 == nf.message.0) else {
+            return Err(format!(
+                "saga {} has a not-found handler {} for {}, a message it does not handle: add the handler that \
+                 continues the saga with it (#[handle])",
+                S::NAME,
+                nf.name,
+                nf.message.1
+            ));
+        };
+        if entry.role != Role::Continue {
+            return Err(format!(
+                "saga {}: {} ({}) {}, so it never finds no instance; the not-found handler {} would never run",
+                S::NAME,
+                nf.message.1,
+                entry.name,
+                if entry.role == Role::Start {
+                    "starts an instance when none correlates"
+                } else {
+                    "is a timeout, discarded when its instance is gone"
+                },
+                nf.name
+            ));
+        }
+        if not_found.insert(nf.message.0, nf.f).is_some() {
+            return Err(format!(
+                "saga {} has two not-found handlers for {}",
+                S::NAME,
+                nf.message.1
+            ));
+        }
+    }
     let shared = Arc::new(SagaShared {
         options,
         locks: Arc::default(),
@@ -304,7 +363,10 @@ pub(crate) fn register<S: Saga>(options: SagaOptions, stats: Arc<SagaStats>) -> 
     Ok(handlers
         .entries
         .into_iter()
-        .map(|e| (e.build)(shared.clone()))
+        .map(|e| {
+            let nf = not_found.remove(&e.message.0);
+            (e.build)(shared.clone(), nf)
+        })
         .collect())
 }
 
@@ -312,6 +374,10 @@ struct SagaHandler<S, M> {
     name: &'static str,
     role: Role,
     correlate: Option<Correlate<M>>,
+    /// The correlation property the correlation value is looked up by, if any.
+    property: Option<&'static str>,
+    /// The not-found handler of `M`: its name and function.
+    not_found: Option<(&'static str, NotFoundFn<M>)>,
     f: SagaFn<S, M>,
     shared: Arc<SagaShared>,
 }
@@ -325,6 +391,37 @@ fn text_header(ctx: &Context, name: &str) -> Option<String> {
 }
 
 impl<S: Saga, M: Message> SagaHandler<S, M> {
+    fn no_store(&self, endpoint: &str) -> Failure {
+        self.permanent(format!(
+            "saga {} runs on endpoint {endpoint}, which has no store: add EndpointBuilder::store",
+            S::NAME
+        ))
+    }
+
+    /// No instance for the message: its not-found handler, or the saga's policy.
+    /// `correlation` says what was looked for.
+    async fn instance_not_found(&self, message: M, correlation: String, ctx: &mut Context) -> Result<(), Failure> {
+        self.shared.stats.not_found.fetch_add(1, Ordering::Relaxed);
+        if let Some((handler, f)) = self.not_found {
+            tracing::info!(saga = S::NAME, correlation = %correlation, message_type = M::NAME, handler,
+                "no saga instance for the message; running its not-found handler");
+            return f(message, ctx)
+                .await
+                .map_err(|error| Failure::Handler { handler, error });
+        }
+        match self.shared.options.not_found {
+            NotFound::Complete => {
+                tracing::info!(saga = S::NAME, correlation = %correlation, message_type = M::NAME,
+                    "no saga instance for the message; completing it");
+                Ok(())
+            }
+            NotFound::DeadLetter => Err(Failure::SagaNotFound {
+                saga: S::NAME,
+                correlation,
+            }),
+        }
+    }
+
     fn permanent(&self, text: String) -> Failure {
         Failure::Handler {
             handler: self.name,
@@ -377,6 +474,27 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
             }
             Failure::Store(e)
         };
+        // Found by a correlation property: the value names the instance through the store.
+        let correlation = match self.property {
+            None => correlation,
+            Some(property) => {
+                let endpoint = ctx.endpoint().to_owned();
+                let Some(work) = ctx.unit_of_work_mut() else {
+                    return Err(self.no_store(&endpoint));
+                };
+                match work
+                    .find_saga_by_property(S::NAME, property, &correlation)
+                    .await
+                    .map_err(store_error)?
+                {
+                    Some(found) => found,
+                    None => {
+                        let missing = format!("{property} = {correlation:?}");
+                        return self.instance_not_found(message, missing, ctx).await;
+                    }
+                }
+            }
+        };
         // One message of an instance at a time in this process, until its transaction
         // ends: conflicts only come from other processes.
         let instance = self
@@ -388,10 +506,7 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
         ctx.hold_until_commit(Box::new(instance));
         let endpoint = ctx.endpoint().to_owned();
         let Some(work) = ctx.unit_of_work_mut() else {
-            return Err(self.permanent(format!(
-                "saga {} runs on endpoint {endpoint}, which has no store: add EndpointBuilder::store",
-                S::NAME
-            )));
+            return Err(self.no_store(&endpoint));
         };
         if let Some(id) = &timeout_id
             && !work.take_timeout(id).await.map_err(store_error)?
@@ -419,20 +534,7 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
                 (state, Some(stored.version))
             }
             None if self.role == Role::Start => (S::default(), None),
-            None => {
-                self.shared.stats.not_found.fetch_add(1, Ordering::Relaxed);
-                return match self.shared.options.not_found {
-                    NotFound::Complete => {
-                        tracing::info!(saga = S::NAME, correlation = %correlation, message_type = M::NAME,
-                            "no saga instance for the message; completing it");
-                        Ok(())
-                    }
-                    NotFound::DeadLetter => Err(Failure::SagaNotFound {
-                        saga: S::NAME,
-                        correlation,
-                    }),
-                };
-            }
+            None => return self.instance_not_found(message, correlation, ctx).await,
         };
         let mut frame = Frame {
             saga_type: S::NAME,
@@ -474,6 +576,25 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
         let Some(work) = ctx.unit_of_work_mut() else {
             return Err(self.permanent("the saga's transaction went away".into()));
         };
+        if !frame.completed
+            && !frame.properties.is_empty()
+            && let Some((property, holder)) = work
+                .set_saga_properties(S::NAME, &correlation, &frame.properties)
+                .await
+                .map_err(store_error)?
+        {
+            let value = frame
+                .properties
+                .iter()
+                .find(|(n, _)| *n == property)
+                .map(|(_, v)| v.as_str())
+                .unwrap_or_default();
+            return Err(self.permanent(format!(
+                "saga {} instance {correlation:?} set its correlation property {property} = {value:?}, which \
+                 instance {holder:?} holds: a value finds one instance",
+                S::NAME
+            )));
+        }
         if frame.completed {
             let archive = self.shared.options.completion == Completion::Archive;
             work.complete_saga(S::NAME, &correlation, &json, version, archive, now)

@@ -71,6 +71,24 @@ macro_rules! unit_of_work_with_sagas {
         ) -> $crate::error::Result<()> {
             $($saga)::+::cancel_timeout_keys(self.$conn()?, saga_type, correlation, keys).await
         }
+
+        async fn find_saga_by_property(
+            &mut self,
+            saga_type: &str,
+            name: &str,
+            value: &str,
+        ) -> $crate::error::Result<Option<String>> {
+            $($saga)::+::find_by_property(self.$conn()?, saga_type, name, value).await
+        }
+
+        async fn set_saga_properties(
+            &mut self,
+            saga_type: &str,
+            correlation: &str,
+            properties: &[(String, String)],
+        ) -> $crate::error::Result<Option<(String, String)>> {
+            $($saga)::+::set_properties(self.$conn()?, saga_type, correlation, properties).await
+        }
         }
     };
 }
@@ -307,6 +325,26 @@ pub trait UnitOfWork: Send {
     /// Deletes the instance's pending (not dead-lettered) timeouts stored under `keys`.
     async fn cancel_timeout_keys(&mut self, saga_type: &str, correlation: &str, keys: &[String]) -> Result<()> {
         let _ = (saga_type, correlation, keys);
+        saga_unsupported()
+    }
+
+    /// The correlation of the instance whose correlation property `name` is `value`.
+    async fn find_saga_by_property(&mut self, saga_type: &str, name: &str, value: &str) -> Result<Option<String>> {
+        let _ = (saga_type, name, value);
+        saga_unsupported()
+    }
+
+    /// Sets correlation properties `(name, value)` of an instance (replacing its earlier
+    /// value of each name). A value another instance holds is not taken: the first such
+    /// is returned as `(name, that instance's correlation)`, and the caller fails the
+    /// handling (which rolls back whatever this call did).
+    async fn set_saga_properties(
+        &mut self,
+        saga_type: &str,
+        correlation: &str,
+        properties: &[(String, String)],
+    ) -> Result<Option<(String, String)>> {
+        let _ = (saga_type, correlation, properties);
         saga_unsupported()
     }
 }

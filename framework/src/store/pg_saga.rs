@@ -110,7 +110,67 @@ pub(crate) async fn complete(
         .execute(&mut *conn)
         .await
         .map_err(|e| db_error("cannot delete a completed saga's timeouts", e))?;
+    sqlx::query("DELETE FROM courier.saga_property WHERE saga_type = $1 AND correlation = $2")
+        .bind(saga_type)
+        .bind(correlation)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot delete a completed saga's correlation properties", e))?;
     Ok(())
+}
+
+pub(crate) async fn find_by_property(
+    conn: &mut PgConnection,
+    saga_type: &str,
+    name: &str,
+    value: &str,
+) -> Result<Option<String>> {
+    sqlx::query_scalar(
+        "SELECT correlation FROM courier.saga_property WHERE saga_type = $1 AND name = $2 AND value = $3",
+    )
+    .bind(saga_type)
+    .bind(name)
+    .bind(value)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(|e| db_error("cannot find a saga instance by a correlation property", e))
+}
+
+pub(crate) async fn set_properties(
+    conn: &mut PgConnection,
+    saga_type: &str,
+    correlation: &str,
+    properties: &[(String, String)],
+) -> Result<Option<(String, String)>> {
+    for (name, value) in properties {
+        // The instance's earlier value of the name goes; a value another instance holds
+        // stays its (the insert does nothing, and the check below reports it).
+        sqlx::query("DELETE FROM courier.saga_property WHERE saga_type = $1 AND correlation = $2 AND name = $3")
+            .bind(saga_type)
+            .bind(correlation)
+            .bind(name)
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| db_error("cannot replace a saga correlation property", e))?;
+        let holder: String = sqlx::query_scalar(
+            "WITH ins AS (INSERT INTO courier.saga_property (saga_type, name, value, correlation) \
+             VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING RETURNING correlation) \
+             SELECT correlation FROM ins UNION ALL \
+             SELECT correlation FROM courier.saga_property WHERE saga_type = $1 AND name = $2 AND value = $3 \
+             LIMIT 1",
+        )
+        .bind(saga_type)
+        .bind(name)
+        .bind(value)
+        .bind(correlation)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot set a saga correlation property", e))?;
+        if holder != correlation {
+            return Ok(Some((name.clone(), holder)));
+        }
+    }
+    Ok(None)
 }
 
 pub(crate) async fn add_timeouts(

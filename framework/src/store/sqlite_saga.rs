@@ -120,10 +120,68 @@ pub(crate) async fn complete(
     sqlx::query("DELETE FROM courier_saga_timeout WHERE saga_type = ?1 AND correlation = ?2")
         .bind(saga_type)
         .bind(correlation)
-        .execute(conn)
+        .execute(&mut *conn)
         .await
         .map_err(|e| db_error("cannot delete a completed saga's timeouts", e))?;
+    sqlx::query("DELETE FROM courier_saga_property WHERE saga_type = ?1 AND correlation = ?2")
+        .bind(saga_type)
+        .bind(correlation)
+        .execute(conn)
+        .await
+        .map_err(|e| db_error("cannot delete a completed saga's correlation properties", e))?;
     Ok(())
+}
+
+pub(crate) async fn find_by_property(
+    conn: &mut SqliteConnection,
+    saga_type: &str,
+    name: &str,
+    value: &str,
+) -> Result<Option<String>> {
+    sqlx::query_scalar(
+        "SELECT correlation FROM courier_saga_property WHERE saga_type = ?1 AND name = ?2 AND value = ?3",
+    )
+    .bind(saga_type)
+    .bind(name)
+    .bind(value)
+    .fetch_optional(conn)
+    .await
+    .map_err(|e| db_error("cannot find a saga instance by a correlation property", e))
+}
+
+pub(crate) async fn set_properties(
+    conn: &mut SqliteConnection,
+    saga_type: &str,
+    correlation: &str,
+    properties: &[(String, String)],
+) -> Result<Option<(String, String)>> {
+    for (name, value) in properties {
+        sqlx::query("DELETE FROM courier_saga_property WHERE saga_type = ?1 AND correlation = ?2 AND name = ?3")
+            .bind(saga_type)
+            .bind(correlation)
+            .bind(name)
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| db_error("cannot replace a saga correlation property", e))?;
+        sqlx::query(
+            "INSERT INTO courier_saga_property (saga_type, name, value, correlation) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(saga_type)
+        .bind(name)
+        .bind(value)
+        .bind(correlation)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot set a saga correlation property", e))?;
+        let holder = find_by_property(&mut *conn, saga_type, name, value).await?;
+        if let Some(holder) = holder
+            && holder != correlation
+        {
+            return Ok(Some((name.clone(), holder)));
+        }
+    }
+    Ok(None)
 }
 
 pub(crate) async fn add_timeouts(

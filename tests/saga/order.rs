@@ -1,0 +1,301 @@
+//! The order-fulfilment saga a user wrote from the docs (issue 13), with what it needed:
+//! a payment provider's events carry only the payment id, so the saga finds its instance
+//! by a correlation property (`correlate_by`, `#[handle(by = .., property = "..")]`); and
+//! a payment captured after its order was cancelled triggers a refund (`#[not_found]`)
+//! instead of being quietly completed. On the three stores.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use courier::saga::SagaContext;
+use courier::{Clock, Context, Endpoint, EntityPath, HandlerError, QueueOptions, Routes, RunningEndpoint};
+use courier_tests::eventually;
+use courier_tests::stores::{StoreEnv, StoreKind};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Serialize, Deserialize, courier::Message)]
+#[message(name = "shop.OrderPlaced")]
+struct OrderPlaced {
+    order_id: String,
+    cents: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, courier::Message)]
+#[message(name = "shop.PaymentStarted")]
+struct PaymentStarted {
+    order_id: String,
+    payment_id: String,
+}
+
+/// From the payment provider: it knows nothing of orders.
+#[derive(Debug, Clone, Serialize, Deserialize, courier::Message)]
+#[message(name = "payments.PaymentCaptured")]
+struct PaymentCaptured {
+    payment_id: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, courier::Message)]
+#[message(name = "shop.PaymentTimedOut")]
+struct PaymentTimedOut;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, courier::Message)]
+#[message(name = "shop.ShipOrder")]
+struct ShipOrder {
+    order_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, courier::Message)]
+#[message(name = "shop.CancelOrder")]
+struct CancelOrder {
+    order_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, courier::Message)]
+#[message(name = "payments.RefundPayment")]
+struct RefundPayment {
+    payment_id: String,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Order {
+    order_id: String,
+    cents: u64,
+    paid: bool,
+}
+
+#[courier::saga(name = "shop.Order")]
+impl Order {
+    #[start(by = order_id)]
+    async fn placed(&mut self, msg: OrderPlaced, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+        self.order_id = msg.order_id;
+        self.cents = msg.cents;
+        ctx.request_timeout(Duration::from_secs(15 * 60), &PaymentTimedOut)?;
+        Ok(())
+    }
+
+    #[handle(by = order_id)]
+    async fn payment_started(&mut self, msg: PaymentStarted, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+        ctx.correlate_by("payment_id", &msg.payment_id)?;
+        Ok(())
+    }
+
+    #[handle(by = payment_id, property = "payment_id")]
+    async fn captured(&mut self, _msg: PaymentCaptured, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+        self.paid = true;
+        ctx.cancel_timeout::<PaymentTimedOut>();
+        ctx.send(&ShipOrder {
+            order_id: self.order_id.clone(),
+        })?;
+        ctx.complete();
+        Ok(())
+    }
+
+    #[timeout]
+    async fn timed_out(&mut self, _t: PaymentTimedOut, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+        ctx.send(&CancelOrder {
+            order_id: self.order_id.clone(),
+        })?;
+        ctx.complete();
+        Ok(())
+    }
+
+    /// A capture for no order (it was cancelled meanwhile): give the money back.
+    #[not_found]
+    async fn captured_too_late(msg: PaymentCaptured, ctx: &mut Context) -> Result<(), HandlerError> {
+        ctx.send(&RefundPayment {
+            payment_id: msg.payment_id,
+        })?;
+        Ok(())
+    }
+}
+
+struct Shop {
+    env: StoreEnv,
+    orders: RunningEndpoint,
+}
+
+impl Shop {
+    async fn open(kind: StoreKind) -> Self {
+        let env = StoreEnv::new(kind).await;
+        for queue in ["shipping", "payments"] {
+            env.fx
+                .transport
+                .create_queue(queue, &QueueOptions::default())
+                .await
+                .unwrap();
+        }
+        let routes = Routes::new()
+            .send::<OrderPlaced>("orders")
+            .send::<PaymentStarted>("orders")
+            .send::<PaymentCaptured>("orders")
+            .send::<ShipOrder>("shipping")
+            .send::<CancelOrder>("shipping")
+            .send::<RefundPayment>("payments");
+        let clock: Arc<dyn Clock> = Arc::new(env.fx.clock.clone());
+        let orders = Endpoint::builder("orders")
+            .transport(env.fx.transport.clone())
+            .clock(clock)
+            .routes(routes)
+            .store(env.store.clone())
+            .recoverability(courier::RetryPolicy::none())
+            .saga::<Order>()
+            .start()
+            .await
+            .unwrap();
+        Self { env, orders }
+    }
+
+    async fn handle<M: courier::Message>(&self, message: &M) {
+        let before = self.orders.stats();
+        self.orders.bus().send(message).await.unwrap();
+        eventually("the message handled", || async {
+            let now = self.orders.stats();
+            now.completed + now.dead_lettered > before.completed + before.dead_lettered && now.running == 0
+        })
+        .await;
+    }
+
+    /// The types of the messages in `queue`, in order.
+    async fn queued(&self, queue: &str) -> Vec<String> {
+        self.env
+            .fx
+            .transport
+            .peek(&EntityPath::queue(queue), 0, 100)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter_map(|m| m.envelope.message_type)
+            .collect()
+    }
+
+    async fn rows(&self, table: &str) -> i64 {
+        self.env
+            .count(&format!("SELECT COUNT(*) FROM {}", self.env.kind.table(table)))
+            .await
+    }
+
+    async fn finish(self) {
+        self.orders.shutdown().await.unwrap();
+        self.env.finish().await;
+    }
+}
+
+fn placed(order_id: &str) -> OrderPlaced {
+    OrderPlaced {
+        order_id: order_id.into(),
+        cents: 1999,
+    }
+}
+
+fn started(order_id: &str, payment_id: &str) -> PaymentStarted {
+    PaymentStarted {
+        order_id: order_id.into(),
+        payment_id: payment_id.into(),
+    }
+}
+
+/// The provider's event carries only the payment id: it finds the order by its
+/// correlation property, ships it, and the payment timeout never fires.
+async fn a_payment_finds_its_order_by_the_payment_id(kind: StoreKind) {
+    let shop = Shop::open(kind).await;
+    shop.handle(&placed("o-1")).await;
+    shop.handle(&started("o-1", "pay-1")).await;
+    assert_eq!(shop.rows("saga_property").await, 1);
+    shop.handle(&PaymentCaptured {
+        payment_id: "pay-1".into(),
+    })
+    .await;
+    assert_eq!(shop.queued("shipping").await, vec!["shop.ShipOrder"]);
+    assert_eq!(shop.rows("saga").await, 0, "completed");
+    assert_eq!(shop.rows("saga_property").await, 0, "its properties went with it");
+    assert_eq!(shop.rows("saga_timeout").await, 0);
+    assert_eq!(shop.orders.stats().dead_lettered, 0);
+    shop.finish().await;
+}
+
+/// The payment times out and the order is cancelled; the capture that arrives later
+/// finds no order and runs the not-found handler: a refund, in the same transaction as
+/// the inbox record.
+async fn a_late_capture_is_refunded(kind: StoreKind) {
+    let shop = Shop::open(kind).await;
+    shop.handle(&placed("o-2")).await;
+    shop.handle(&started("o-2", "pay-2")).await;
+    shop.env.fx.clock.advance(Duration::from_secs(15 * 60 + 1));
+    eventually("the order cancelled", || async {
+        shop.queued("shipping").await == vec!["shop.CancelOrder".to_owned()]
+    })
+    .await;
+    eventually("the saga completed", || async { shop.rows("saga").await == 0 }).await;
+    shop.handle(&PaymentCaptured {
+        payment_id: "pay-2".into(),
+    })
+    .await;
+    assert_eq!(shop.queued("payments").await, vec!["payments.RefundPayment"]);
+    assert_eq!(shop.orders.stats().sagas_not_found, 1);
+    assert_eq!(shop.orders.stats().dead_lettered, 0);
+    shop.finish().await;
+}
+
+/// A payment id finds one order: a second order that claims it fails permanently and
+/// is dead-lettered with a reason naming both; the first keeps it.
+async fn a_property_value_belongs_to_one_instance(kind: StoreKind) {
+    let shop = Shop::open(kind).await;
+    shop.handle(&placed("o-3")).await;
+    shop.handle(&placed("o-4")).await;
+    shop.handle(&started("o-3", "pay-3")).await;
+    shop.handle(&started("o-4", "pay-3")).await;
+    assert_eq!(shop.orders.stats().dead_lettered, 1);
+    let dead = shop
+        .env
+        .fx
+        .transport
+        .peek(&EntityPath::queue("orders").dead_letter(), 0, 10)
+        .await
+        .unwrap();
+    let description = dead[0].broker.dead_letter_description.clone().unwrap_or_default();
+    assert!(
+        description.contains("payment_id") && description.contains("o-3") && description.contains("o-4"),
+        "{description}"
+    );
+    assert_eq!(
+        dead[0].broker.dead_letter_reason.as_deref(),
+        Some(courier::recoverability::reasons::PERMANENT_FAILURE)
+    );
+    shop.handle(&PaymentCaptured {
+        payment_id: "pay-3".into(),
+    })
+    .await;
+    assert_eq!(shop.queued("shipping").await, vec!["shop.ShipOrder"], "o-3 was found");
+    shop.finish().await;
+}
+
+/// A new payment replaces the instance's earlier payment id: the old one finds nothing.
+async fn setting_a_property_again_replaces_it(kind: StoreKind) {
+    let shop = Shop::open(kind).await;
+    shop.handle(&placed("o-5")).await;
+    shop.handle(&started("o-5", "pay-5a")).await;
+    shop.handle(&started("o-5", "pay-5b")).await;
+    assert_eq!(shop.rows("saga_property").await, 1);
+    shop.handle(&PaymentCaptured {
+        payment_id: "pay-5a".into(),
+    })
+    .await;
+    assert_eq!(
+        shop.queued("payments").await,
+        vec!["payments.RefundPayment"],
+        "the old id finds no order"
+    );
+    shop.handle(&PaymentCaptured {
+        payment_id: "pay-5b".into(),
+    })
+    .await;
+    assert_eq!(shop.queued("shipping").await, vec!["shop.ShipOrder"]);
+    shop.finish().await;
+}
+
+on_every_store!(
+    a_payment_finds_its_order_by_the_payment_id,
+    a_late_capture_is_refunded,
+    a_property_value_belongs_to_one_instance,
+    setting_a_property_again_replaces_it,
+);
