@@ -55,6 +55,13 @@ pub(crate) enum Failure {
     Unfinished { deliveries: u32 },
     /// No saga instance for the message, under the dead-letter policy.
     SagaNotFound { saga: &'static str, correlation: String },
+    /// A handler failed with the error the transport gave when it sent a message that can
+    /// never leave (`description` names that message).
+    Refused {
+        handler: &'static str,
+        description: String,
+        error: handler::HandlerError,
+    },
 }
 
 impl Failure {
@@ -64,6 +71,8 @@ impl Failure {
             Failure::Decode { .. } => Some(reasons::DESERIALIZATION_FAILED),
             Failure::SagaNotFound { .. } => Some(crate::saga::reasons::SAGA_NOT_FOUND),
             Failure::Handler { error, .. } if error.is_permanent() => Some(reasons::PERMANENT_FAILURE),
+            Failure::Refused { .. } => Some(reasons::INVALID_OUTGOING_MESSAGE),
+            Failure::Dispatch(e) if bus::refused_for_good(e) => Some(reasons::INVALID_OUTGOING_MESSAGE),
             Failure::Handler { .. }
             | Failure::Panic { .. }
             | Failure::Dispatch(_)
@@ -83,7 +92,9 @@ impl Failure {
 
     pub(crate) fn handler(&self) -> Option<&'static str> {
         match self {
-            Failure::Handler { handler, .. } | Failure::Panic { handler, .. } => Some(handler),
+            Failure::Handler { handler, .. } | Failure::Panic { handler, .. } | Failure::Refused { handler, .. } => {
+                Some(handler)
+            }
             Failure::Decode { .. }
             | Failure::Dispatch(_)
             | Failure::Undispatched { .. }
@@ -117,6 +128,17 @@ impl Failure {
                 v
             }
             Failure::Handler { error, .. } => error.chain(),
+            Failure::Refused {
+                handler,
+                description,
+                error,
+            } => {
+                let mut v = vec![format!(
+                    "handler {handler} sent a message that can never leave: {description}"
+                )];
+                v.extend(error.chain());
+                v
+            }
             Failure::Panic { text, .. } => vec![format!("handler panicked: {text}")],
             Failure::Dispatch(e) => {
                 let mut v = vec!["could not send the handler's messages".to_owned()];
@@ -143,6 +165,25 @@ impl Failure {
             Failure::SagaNotFound { saga, correlation } => vec![format!(
                 "no instance of saga {saga} correlates to {correlation:?}, and the message does not start one"
             )],
+        }
+    }
+}
+
+impl Failure {
+    /// A handler's failure whose error is the one `ctx.send` (or `publish`, ...) returned
+    /// for a message the transport refused, or is caused by it, becomes
+    /// [`Failure::Refused`]: no retry can help.
+    pub(crate) fn with_refusals(self, ctx: &context::Context) -> Failure {
+        match self {
+            Failure::Handler { handler, error } => match ctx.refusal_of(&error) {
+                Some(description) => Failure::Refused {
+                    handler,
+                    description: description.to_owned(),
+                    error,
+                },
+                None => Failure::Handler { handler, error },
+            },
+            other => other,
         }
     }
 }
