@@ -110,6 +110,12 @@ impl Delivery {
         &self.message
     }
 
+    /// The message, to change before it is handled (an endpoint gives a message that
+    /// arrived without an id a fresh one).
+    pub(crate) fn message_mut(&mut self) -> &mut ReceivedMessage {
+        &mut self.message
+    }
+
     /// The message, giving up the ability to settle it here.
     pub fn into_message(self) -> ReceivedMessage {
         self.message

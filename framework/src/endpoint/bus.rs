@@ -196,14 +196,18 @@ pub(crate) fn prepare<M: Message>(
 
 /// Whether a send that failed with `e` will fail the same way every time, whatever
 /// happens at the broker meanwhile: the error is not transient, and it is about the
-/// message (its size, fields, schedule, or a capability the transport lacks), not about
-/// the broker's state. A destination that does not exist (yet), a closed transport and
-/// a broker whose storage cannot be read are retried.
+/// message (its size, fields, schedule, destination name, or a capability the transport
+/// lacks), not about the broker's state. A destination that does not exist (yet), a
+/// closed transport and a failing broker storage are retried.
 pub(crate) fn refused_for_good(e: &Error) -> bool {
     !e.is_transient()
-        && !matches!(
+        && matches!(
             e.kind(),
-            ErrorKind::EntityNotFound { .. } | ErrorKind::Closed | ErrorKind::Corrupt { .. }
+            ErrorKind::MessageTooLarge { .. }
+                | ErrorKind::InvalidMessage { .. }
+                | ErrorKind::InvalidScheduleTime { .. }
+                | ErrorKind::InvalidEntityName { .. }
+                | ErrorKind::Unsupported { .. }
         )
 }
 

@@ -318,6 +318,7 @@ pub struct EndpointBuilder {
     /// Mistakes found while adding sagas, reported by `start`.
     errors: Vec<String>,
     observer: Option<Arc<dyn observe::Observer>>,
+    accept_messages_without_id: bool,
 }
 
 impl std::fmt::Debug for EndpointBuilder {
@@ -355,6 +356,7 @@ impl EndpointBuilder {
             saga_stats: Arc::default(),
             errors: Vec::new(),
             observer: None,
+            accept_messages_without_id: false,
         }
     }
 
@@ -517,6 +519,24 @@ impl EndpointBuilder {
         self
     }
 
+    /// Whether an endpoint with a [`store`](Self::store) handles messages that arrived
+    /// without a message id (default `false`).
+    ///
+    /// The inbox recognises a redelivered message by its id, so by default such a message
+    /// is dead-lettered at once with the reason
+    /// [`MISSING_MESSAGE_ID`](crate::recoverability::reasons::MISSING_MESSAGE_ID) and a
+    /// description saying what the producer must set. With `true` it gets a fresh id at
+    /// each delivery and is handled **at least once**: a redelivery (a lost connection, a
+    /// failed acknowledgement) is handled again, its writes and sent messages included.
+    /// Messages with an id keep their exactly-once effects. Only a producer outside
+    /// Courier can send a message without an id (RabbitMQ's `message_id` left unset);
+    /// every Courier sender refuses one. An endpoint without a store always handles them,
+    /// with a fresh id at each delivery, as it handles everything: at least once.
+    pub fn accept_messages_without_id(mut self, yes: bool) -> Self {
+        self.accept_messages_without_id = yes;
+        self
+    }
+
     /// A value every handler can read with [`Context::state`](crate::Context::state).
     pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> Self {
         self.extensions.insert(value);
@@ -638,6 +658,7 @@ impl EndpointBuilder {
             saga_stats: self.saga_stats,
             observer: self.observer,
             group_size: self.group_commit,
+            accept_messages_without_id: self.accept_messages_without_id,
         };
         runtime::start(config).await
     }

@@ -54,6 +54,7 @@ pub(crate) struct Config {
     pub(crate) saga_stats: Arc<SagaStats>,
     pub(crate) observer: Option<Arc<dyn Observer>>,
     pub(crate) group_size: usize,
+    pub(crate) accept_messages_without_id: bool,
 }
 
 /// Counters of what an endpoint did.
@@ -159,6 +160,8 @@ struct Shared {
     /// Set when a graceful shutdown begins: handlers finishing from then on are counted
     /// in the shutdown report.
     stopping: std::sync::atomic::AtomicBool,
+    /// Handle messages without a message id even with a store (at least once).
+    accept_messages_without_id: bool,
 }
 
 /// What a graceful shutdown did.
@@ -243,6 +246,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
         observer: config.observer,
         group_size,
         stopping: std::sync::atomic::AtomicBool::new(false),
+        accept_messages_without_id: config.accept_messages_without_id,
     });
     // Make the sender of the input queue now, so delayed retries never wait for it.
     bus.sender(&config.name, false).await?;
@@ -605,11 +609,13 @@ fn start_group(
     want: usize,
     buffered: &mut std::collections::VecDeque<Delivery>,
 ) {
+    // A message without an id is never grouped: it is refused, or gets an id, alone.
+    let alone = first.message().envelope.message_id.is_empty();
     let mut members = vec![first];
-    while members.len() < want {
+    while !alone && members.len() < want {
         let Some(next) = buffered.front() else { break };
         let id = &next.message().envelope.message_id;
-        if members.iter().any(|d| &d.message().envelope.message_id == id) {
+        if id.is_empty() || members.iter().any(|d| &d.message().envelope.message_id == id) {
             break;
         }
         members.extend(buffered.pop_front());
@@ -643,6 +649,17 @@ fn start_group(
     }
 }
 
+/// Why a message without an id is refused by an endpoint with an inbox, and what to do.
+fn missing_id_description(endpoint: &str) -> String {
+    format!(
+        "the message has no message id: endpoint {endpoint} keeps an inbox, which recognises a \
+         redelivered message by its id, so it cannot promise to handle this one once; the producer \
+         must set a unique message id on every message (on RabbitMQ the message_id property) and \
+         keep it when it sends the same message again; or build the endpoint with \
+         EndpointBuilder::accept_messages_without_id(true) to handle such messages at least once"
+    )
+}
+
 /// Abandons prefetched messages that were not started, so another instance gets them at
 /// once.
 async fn hand_back(buffered: std::collections::VecDeque<Delivery>) -> usize {
@@ -666,8 +683,25 @@ fn int_property(properties: &Properties, key: &str) -> u32 {
     }
 }
 
-async fn process(shared: Arc<Shared>, delivery: Delivery, _permit: OwnedSemaphorePermit, seat: Option<GroupSeat>) {
+async fn process(shared: Arc<Shared>, mut delivery: Delivery, _permit: OwnedSemaphorePermit, seat: Option<GroupSeat>) {
     let _running = Running::new(&shared.stats.running);
+    if delivery.message().envelope.message_id.is_empty() {
+        if shared.store.is_some() && !shared.accept_messages_without_id {
+            drop(seat);
+            let description = missing_id_description(&shared.name);
+            dead_letter(
+                &shared,
+                delivery,
+                reasons::MISSING_MESSAGE_ID,
+                description,
+                Properties::new(),
+            )
+            .await;
+            return;
+        }
+        // At least once: a fresh id at each delivery (see accept_messages_without_id).
+        delivery.message_mut().envelope.message_id = uuid::Uuid::now_v7().to_string();
+    }
     let message = delivery.message();
     let delayed = int_property(&message.envelope.properties, headers::DELAYED_RETRIES);
     let delivery_count = message.broker.delivery_count;
@@ -819,7 +853,15 @@ async fn handle(
                         .map_err(Failure::Store)?;
                     let committed = work.commit().await;
                     ctx.release_held();
-                    let committed = committed.map_err(Failure::Store)?;
+                    // A store that sends at its commit (the embedded broker's own file)
+                    // fails the commit with the transport's refusal of a message.
+                    let committed = committed.map_err(|e| {
+                        if crate::endpoint::bus::refused_for_good(&e) {
+                            Failure::Dispatch(e)
+                        } else {
+                            Failure::Store(e)
+                        }
+                    })?;
                     if let Some(due) = ctx.take_timeout_due() {
                         shared.timeouts.stored(due);
                     }
