@@ -168,7 +168,17 @@ async fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off"));
     tracing_subscriber::fmt().with_env_filter(filter).init();
-    match run().await {
+    // Ctrl-C (SIGINT) stops the story; its own handler, because a program started as a
+    // script's background job inherits SIGINT ignored. The broker lives in memory: the
+    // endpoints stop with it and nothing is left to keep.
+    let outcome = tokio::select! {
+        outcome = run() => outcome,
+        _ = tokio::signal::ctrl_c() => {
+            println!("endpoints: interrupted by Ctrl-C; stopped (the broker lived in memory, nothing to keep)");
+            return ExitCode::from(130);
+        }
+    };
+    match outcome {
         Ok(()) => {
             println!("ok: the order was charged once, after 3 attempts; the poison message was dead-lettered");
             ExitCode::SUCCESS

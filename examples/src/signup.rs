@@ -107,6 +107,8 @@ const SCENARIO_LENGTH: Duration = Duration::from_secs(75 * 60);
 const GRACE: Duration = Duration::from_secs(20);
 /// How long an audit may take.
 const AUDIT_WAIT: Duration = Duration::from_secs(10);
+/// How long a shutdown waits for running handlers (they take milliseconds).
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 /// The queue where the scenario is parked (nothing receives from it).
 const SCENARIO_QUEUE: &str = "signup-scenario";
 /// The broker's file when `--db` is not given.
@@ -1143,8 +1145,12 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(&options).await {
+    match run(&options, listen_for_ctrl_c()).await {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.is::<Interrupted>() => {
+            println!("signup: {e}");
+            ExitCode::from(130)
+        }
         Err(e) => {
             eprintln!("signup: FAILED: {e}");
             ExitCode::FAILURE
@@ -1152,9 +1158,44 @@ async fn main() -> ExitCode {
     }
 }
 
+/// Ctrl-C (SIGINT) was pressed: the endpoints were shut down gracefully.
+#[derive(Debug)]
+struct Interrupted;
+
+impl fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("interrupted by Ctrl-C; the endpoints stopped gracefully (run it again to continue)")
+    }
+}
+
+impl Error for Interrupted {}
+
+/// Listens for Ctrl-C (SIGINT) from the start. Installing the handler matters: a program
+/// started as a background job of a shell script inherits SIGINT *ignored*, and without
+/// a handler of its own it would not stop at all.
+fn listen_for_ctrl_c() -> tokio::sync::watch::Receiver<bool> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            let _ = tx.send(true);
+        }
+    });
+    rx
+}
+
+/// Resolves once Ctrl-C was pressed (never, if the handler could not be installed).
+async fn ctrl_c_pressed(ctrl_c: &mut tokio::sync::watch::Receiver<bool>) {
+    if ctrl_c.wait_for(|pressed| *pressed).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 /// The whole program; an error says what went wrong.
-async fn run(options: &Options) -> Result<(), Box<dyn Error>> {
-    let (transport, store, store_kind, store_text, broker_text) = open(options).await?;
+async fn run(options: &Options, mut ctrl_c: tokio::sync::watch::Receiver<bool>) -> Result<(), Box<dyn Error>> {
+    let (transport, store, store_kind, store_text, broker_text) = tokio::select! {
+        opened = open(options) => opened?,
+        () = ctrl_c_pressed(&mut ctrl_c) => return Err(Interrupted.into()),
+    };
     let parked = find_scenario(&transport).await?;
     if let Some(s) = &parked
         && s.store != store_kind
@@ -1185,6 +1226,7 @@ async fn run(options: &Options) -> Result<(), Box<dyn Error>> {
             .routes(routes())
             .state(newsroom.clone())
             .state(timing)
+            .shutdown_timeout(SHUTDOWN_TIMEOUT)
     };
     let users = endpoint("users").saga::<Persona>().handler(audit_done).start().await?;
     let mailer = endpoint("mailer")
@@ -1199,84 +1241,92 @@ async fn run(options: &Options) -> Result<(), Box<dyn Error>> {
         .start()
         .await?;
 
-    println!("sign-up example: broker {broker_text}");
-    println!("  sagas, inbox and timeouts: {store_text}");
-    if timing.scale == 1 {
-        println!("  real time: the story lasts about 1 h 10 min");
-    } else {
-        println!(
-            "  time runs {}x faster: 1 h of the story lasts {:.1} s (--real-time for real durations)",
-            timing.scale,
-            timing.wall(Duration::from_secs(3600)).as_secs_f64()
-        );
-    }
-    let resumed = parked.is_some();
-    let scenario = match parked {
-        Some(s) => {
-            let ago = Utc::now() - s.started_at;
+    // The story, until it ends or Ctrl-C: either way the endpoints shut down gracefully.
+    let story = async {
+        println!("sign-up example: broker {broker_text}");
+        println!("  sagas, inbox and timeouts: {store_text}");
+        if timing.scale == 1 {
+            println!("  real time: the story lasts about 1 h 10 min");
+        } else {
             println!(
-                "resuming scenario {} (started {} ago, story time {}); --fresh starts a new one",
-                s.id,
-                length_text(ago.to_std().unwrap_or_default()),
-                clock_text(timing.story(ago))
+                "  time runs {}x faster: 1 h of the story lasts {:.1} s (--real-time for real durations)",
+                timing.scale,
+                timing.wall(Duration::from_secs(3600)).as_secs_f64()
             );
-            if options.scale.is_some_and(|n| n != timing.scale) {
+        }
+        let resumed = parked.is_some();
+        let scenario = match parked {
+            Some(s) => {
+                let ago = Utc::now() - s.started_at;
                 println!(
-                    "  (its time factor {} is kept; --scale applies to new scenarios)",
-                    timing.scale
+                    "resuming scenario {} (started {} ago, story time {}); --fresh starts a new one",
+                    s.id,
+                    length_text(ago.to_std().unwrap_or_default()),
+                    clock_text(timing.story(ago))
                 );
+                if options.scale.is_some_and(|n| n != timing.scale) {
+                    println!(
+                        "  (its time factor {} is kept; --scale applies to new scenarios)",
+                        timing.scale
+                    );
+                }
+                s
             }
-            s
-        }
-        None => {
-            let now = Utc::now();
-            let s = Scenario {
-                id: format!("{:08x}", now.timestamp_millis().rem_euclid(1 << 32)),
-                started_at: now,
-                timing,
-                store: store_kind.to_owned(),
-            };
-            let park = SendOptions::new().to(SCENARIO_QUEUE).message_id("scenario");
-            users.bus().send_with(&s, park).await?;
-            println!("new scenario {} with {} users", s.id, CAST.len());
-            s
-        }
-    };
-
-    // The users arrive: one message each, with a fixed id. On a resumed run they are sent
-    // again and the inbox drops those handled before.
-    for member in CAST {
-        let arrive = Arrive {
-            user_id: scenario.user_id(member.name),
-            name: member.name.to_owned(),
+            None => {
+                let now = Utc::now();
+                let s = Scenario {
+                    id: format!("{:08x}", now.timestamp_millis().rem_euclid(1 << 32)),
+                    started_at: now,
+                    timing,
+                    store: store_kind.to_owned(),
+                };
+                let park = SendOptions::new().to(SCENARIO_QUEUE).message_id("scenario");
+                users.bus().send_with(&s, park).await?;
+                println!("new scenario {} with {} users", s.id, CAST.len());
+                s
+            }
         };
-        let once = SendOptions::new()
-            .message_id(format!("{}-{}-arrive", scenario.id, member.name))
-            .deliver_at(timing.after(scenario.started_at, member.arrives));
-        users.bus().send_with(&arrive, once).await?;
-    }
 
-    let mut watch = Watch::new(&scenario);
-    if resumed {
-        watch.audit(&[&users], &mut news).await?;
-        println!("where the users stand:");
-        for w in &watch.users {
-            let outcome = w.persona.as_ref().map_or(Outcome::Pending, |p| p.outcome);
-            println!("  {:<5}  {outcome}", w.member.name);
+        // The users arrive: one message each, with a fixed id. On a resumed run they are sent
+        // again and the inbox drops those handled before.
+        for member in CAST {
+            let arrive = Arrive {
+                user_id: scenario.user_id(member.name),
+                name: member.name.to_owned(),
+            };
+            let once = SendOptions::new()
+                .message_id(format!("{}-{}-arrive", scenario.id, member.name))
+                .deliver_at(timing.after(scenario.started_at, member.arrives));
+            users.bus().send_with(&arrive, once).await?;
         }
-    }
-    println!();
 
-    // Wait until every user's script has played out.
-    let end = scenario.started_at + TimeDelta::from_std(timing.wall(SCENARIO_LENGTH)).unwrap_or(TimeDelta::MAX);
-    let deadline = Instant::now() + (end - Utc::now()).to_std().unwrap_or_default() + GRACE;
-    watch
-        .until(&mut news, deadline, |w| w.all_settled())
-        .await
-        .map_err(|waited| format!("not every user's story ended in time: {waited}"))?;
+        let mut watch = Watch::new(&scenario);
+        if resumed {
+            watch.audit(&[&users], &mut news).await?;
+            println!("where the users stand:");
+            for w in &watch.users {
+                let outcome = w.persona.as_ref().map_or(Outcome::Pending, |p| p.outcome);
+                println!("  {:<5}  {outcome}", w.member.name);
+            }
+        }
+        println!();
 
-    // Ask the sagas for their state, then stop.
-    watch.audit(&[&users, &accounts], &mut news).await?;
+        // Wait until every user's script has played out.
+        let end = scenario.started_at + TimeDelta::from_std(timing.wall(SCENARIO_LENGTH)).unwrap_or(TimeDelta::MAX);
+        let deadline = Instant::now() + (end - Utc::now()).to_std().unwrap_or_default() + GRACE;
+        watch
+            .until(&mut news, deadline, |w| w.all_settled())
+            .await
+            .map_err(|waited| format!("not every user's story ended in time: {waited}"))?;
+
+        // Ask the sagas for their state, then stop.
+        watch.audit(&[&users, &accounts], &mut news).await?;
+        Ok::<_, Box<dyn Error>>((watch, resumed))
+    };
+    let story = tokio::select! {
+        played = story => Some(played),
+        () = ctrl_c_pressed(&mut ctrl_c) => None,
+    };
     let mut reports = Vec::new();
     for e in [accounts, mailer, users] {
         let stats = e.stats();
@@ -1284,6 +1334,13 @@ async fn run(options: &Options) -> Result<(), Box<dyn Error>> {
         reports.push((name, stats, e.shutdown().await?));
     }
     transport.close().await;
+    let Some(played) = story else {
+        for (name, stats, report) in &reports {
+            print_stats(name, stats, report);
+        }
+        return Err(Interrupted.into());
+    };
+    let (mut watch, resumed) = played?;
     while let Ok(n) = news.try_recv() {
         watch.take(n);
     }

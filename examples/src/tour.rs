@@ -33,6 +33,19 @@ async fn main() -> Result<(), Box<dyn Error>> {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .init();
+    // Ctrl-C (SIGINT) stops the tour between two broker calls; its own handler, because a
+    // program started as a script's background job inherits SIGINT ignored.
+    tokio::select! {
+        toured = tour() => toured,
+        _ = tokio::signal::ctrl_c() => {
+            println!("tour: interrupted by Ctrl-C; stopped (the broker's file closes with the process)");
+            std::process::exit(130);
+        }
+    }
+}
+
+/// The tour, step by step; an error says which step misbehaved.
+async fn tour() -> Result<(), Box<dyn Error>> {
     let given = std::env::args().nth(1).map(std::path::PathBuf::from);
     let dir = tempfile_dir()?;
     let path = given.clone().unwrap_or_else(|| dir.join("courier-tour.db"));

@@ -127,8 +127,8 @@ pub use store::PostgresStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
 pub use store::{
-    Begin, CommitGroup, Committed, DEFAULT_INBOX_RETENTION, DueTimeouts, OutboxMessage, Store, StoredSaga, Timeout,
-    TimeoutClaim, UnitOfWork,
+    Begin, CommitGroup, Committed, DEFAULT_INBOX_RETENTION, DueTimeouts, OutboxDeadLetter, OutboxMessage, Store,
+    StoredSaga, Timeout, TimeoutClaim, UnitOfWork,
 };
 
 /// The names most programs need: `use courier::prelude::*;`.

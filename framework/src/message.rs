@@ -94,7 +94,9 @@ impl PropertyValue {
 /// `Debug` shows the body's length, never its content.
 #[derive(Clone, PartialEq)]
 pub struct Envelope {
-    /// Sender-chosen id, at most 128 characters; kept on every delivery.
+    /// Sender-chosen id, at most 128 characters; kept on every delivery. Every transport
+    /// refuses to send a message without one; a received message has an empty id when a
+    /// producer outside Courier sent it without one (RabbitMQ's `message_id` unset).
     pub message_id: String,
     /// Id shared by the messages of one conversation or workflow.
     pub correlation_id: Option<String>,

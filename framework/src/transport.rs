@@ -110,6 +110,12 @@ impl Delivery {
         &self.message
     }
 
+    /// The message, to change before it is handled (an endpoint gives a message that
+    /// arrived without an id a fresh one).
+    pub(crate) fn message_mut(&mut self) -> &mut ReceivedMessage {
+        &mut self.message
+    }
+
     /// The message, giving up the ability to settle it here.
     pub fn into_message(self) -> ReceivedMessage {
         self.message
@@ -436,6 +442,24 @@ pub trait Transport: Send + Sync + 'static {
 
     /// The rules this transport bends.
     fn capabilities(&self) -> Capabilities;
+
+    /// Checks, without I/O, what a send of `message` would refuse whatever its
+    /// destination: its size against this transport's limit, its ids and field lengths,
+    /// the property names the transport reserves, its time-to-live and scheduled time,
+    /// and a schedule the transport cannot keep. An endpoint calls it when a handler
+    /// sends (`Context::send`, `publish`, ...), so that a message that can never leave
+    /// fails the handler at once, permanently, instead of after its outbox row was
+    /// committed. What depends on the destination (whether it exists, whether it needs
+    /// sessions) is checked by the send. The default checks nothing.
+    ///
+    /// # Errors
+    /// The error the send would fail with ([`ErrorKind::MessageTooLarge`],
+    /// [`ErrorKind::InvalidMessage`], [`ErrorKind::InvalidScheduleTime`],
+    /// [`ErrorKind::Unsupported`]); none of them is transient.
+    fn check_message(&self, message: &Envelope) -> Result<()> {
+        let _ = message;
+        Ok(())
+    }
 
     /// Creates a queue if it does not exist (an existing queue keeps its settings).
     ///

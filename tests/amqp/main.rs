@@ -12,6 +12,7 @@
     unreachable_pub
 )]
 
+mod foreign;
 mod support;
 mod tls;
 

@@ -11,6 +11,7 @@
 )]
 
 mod crash;
+mod refused;
 mod support;
 mod tracing_capture;
 

@@ -13,6 +13,7 @@
 
 mod crash;
 mod group;
+mod refused;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -25,6 +26,10 @@ use courier::{
 use courier_tests::eventually;
 use courier_tests::pg::TestDatabase;
 use courier_tests::stores::StoreEnv;
+use refused::{
+    a_message_refused_at_dispatch_is_never_retried_forever,
+    a_message_too_large_to_send_dead_letters_the_handled_message, a_refused_row_left_behind_does_not_block_the_sweeper,
+};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 
@@ -449,6 +454,9 @@ on_every_store!(
     outbox_left_behind_is_swept,
     retention_runs_by_itself,
     dispatch_that_keeps_failing_says_so,
+    a_message_too_large_to_send_dead_letters_the_handled_message,
+    a_message_refused_at_dispatch_is_never_retried_forever,
+    a_refused_row_left_behind_does_not_block_the_sweeper,
 );
 
 /// Courier's Postgres tables live in the schema `courier`, with their migrations table;

@@ -38,7 +38,7 @@ use crate::entity::{
     EntityCounts, EntityPath, QueueOptions, SubQueue, SubscriptionOptions, TopicOptions, validate_name,
 };
 use crate::error::{Error, ErrorKind, Result};
-use crate::message::{ReceivedMessage, SequenceNumber};
+use crate::message::{Envelope, ReceivedMessage, SequenceNumber};
 use crate::transport::{
     BentRule, Capabilities, Receiver, Sender, SenderOptions, SessionReceiver, SessionSelector, Transport,
 };
@@ -535,6 +535,18 @@ impl Transport for AmqpTransport {
         Capabilities {
             bent_rules: bent_rules(),
         }
+    }
+
+    /// The sender's checks (size against `max_message_size`, ids, time-to-live,
+    /// schedule range), a future schedule without a schedule store, and what AMQP cannot
+    /// carry (reserved `x-` property names, fields over 255 bytes).
+    fn check_message(&self, message: &Envelope) -> Result<()> {
+        let now = self.inner.clock.now();
+        crate::embedded::check_envelope(self.inner.max_message_size, message, "", false, now)?;
+        if self.inner.schedules.is_none() && message.scheduled_enqueue_time.is_some_and(|at| at > now) {
+            return Err(schedule::no_store("scheduled messages"));
+        }
+        wire::properties(message, now, 0).map(|_| ())
     }
 
     async fn create_queue(&self, name: &str, options: &QueueOptions) -> Result<()> {

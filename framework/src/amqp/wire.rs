@@ -6,7 +6,6 @@ use std::time::Duration;
 use chrono::{DateTime, TimeZone, Utc};
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use uuid::Uuid;
 
 use crate::entity::{EntityPath, SubQueue};
 use crate::error::{Error, ErrorKind, Result};
@@ -210,8 +209,9 @@ pub(crate) struct Decoded {
 }
 
 /// Decodes what RabbitMQ delivered. Missing Courier headers (a producer in another
-/// language) fall back: no message id gets a fresh one (such a message cannot be
-/// deduplicated), no enqueued time takes the AMQP timestamp, then `now`.
+/// language) fall back: no message id leaves the envelope's id empty (the endpoint
+/// decides: see `EndpointBuilder::accept_messages_without_id`), no enqueued time takes
+/// the AMQP timestamp, then `now`.
 pub(crate) fn decode(
     p: &BasicProperties,
     body: Vec<u8>,
@@ -268,7 +268,7 @@ pub(crate) fn decode(
         message_id: p
             .message_id()
             .as_ref()
-            .map_or_else(|| Uuid::now_v7().to_string(), |id| id.as_str().to_owned()),
+            .map_or_else(String::new, |id| id.as_str().to_owned()),
         correlation_id: p.correlation_id().as_ref().map(|s| s.as_str().to_owned()),
         causation_id: get(H_CAUSATION_ID).and_then(text),
         message_type: p.kind().as_ref().map(|s| s.as_str().to_owned()),
@@ -332,7 +332,7 @@ mod tests {
     fn a_foreign_message_gets_defaults_and_a_long_id_is_refused() {
         let now = Utc::now();
         let d = decode(&BasicProperties::default(), Vec::new(), false, None, now);
-        assert!(!d.envelope.message_id.is_empty());
+        assert_eq!(d.envelope.message_id, "", "a missing id is not made up");
         assert_eq!(d.broker.enqueued_time, now);
         let long = Envelope::new("x").with_correlation_id("c".repeat(300));
         let e = properties(&long, now, 1).err().map(|e| e.kind().clone());

@@ -466,6 +466,18 @@ impl Transport for Embedded {
         Capabilities::default()
     }
 
+    /// The checks of every send (size, ids, time-to-live, schedule range), with this
+    /// broker's `max_message_size`; a queue's session requirement is checked by the send.
+    fn check_message(&self, message: &Envelope) -> Result<()> {
+        check_envelope(
+            self.shared.max_message_size,
+            message,
+            "",
+            false,
+            self.shared.clock.now(),
+        )
+    }
+
     async fn create_queue(&self, name: &str, options: &QueueOptions) -> Result<()> {
         crate::entity::validate_name(name)?;
         options.validate()?;

@@ -11,9 +11,13 @@ use super::Embedded;
 use super::engine::{Command, Finish, Lease, read_token};
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Envelope, LockToken};
-use crate::store::sqlite::{delete_inbox, delete_outbox, insert_outbox, left_over, outbox_older_than, record_inbox};
+use crate::store::sqlite::{
+    dead_letter_outbox_row, delete_inbox, delete_outbox, insert_outbox, left_over, outbox_dead_letters,
+    outbox_older_than, record_inbox,
+};
 use crate::store::{
-    Begin, Committed, DueTimeouts, OutboxMessage, Store, StoredSaga, TimeoutClaim, db_error, sqlite_saga,
+    Begin, Committed, DueTimeouts, OutboxDeadLetter, OutboxMessage, Store, StoredSaga, TimeoutClaim, db_error,
+    sqlite_saga,
 };
 
 /// An endpoint store in the embedded broker's database: `Embedded::store()`.
@@ -234,5 +238,25 @@ impl Store for EmbeddedStore {
     async fn postpone_timeout_reclaim(&self, endpoint: &str, id: &str, until: DateTime<Utc>) -> Result<()> {
         let mut lease = self.lease().await?;
         sqlite_saga::postpone_reclaim(conn(&mut lease)?, endpoint, id, until).await
+    }
+
+    async fn dead_letter_outbox(&self, id: i64, reason: &str, description: &str, now: DateTime<Utc>) -> Result<bool> {
+        let mut lease = self.lease().await?;
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(conn(&mut lease)?)
+            .await
+            .map_err(|e| db_error("cannot begin moving an outbox message to the dead letters", e))?;
+        // Dropping the lease before the COMMIT rolls the transaction back.
+        let moved = dead_letter_outbox_row(conn(&mut lease)?, id, reason, description, now).await?;
+        sqlx::query("COMMIT")
+            .execute(conn(&mut lease)?)
+            .await
+            .map_err(|e| db_error("cannot move an outbox message to the dead letters", e))?;
+        Ok(moved)
+    }
+
+    async fn dead_lettered_outbox(&self, endpoint: &str, limit: i64) -> Result<Vec<OutboxDeadLetter>> {
+        let mut lease = self.lease().await?;
+        outbox_dead_letters(conn(&mut lease)?, endpoint, limit).await
     }
 }

@@ -168,7 +168,21 @@ pub(crate) fn prepare<M: Message>(
         .insert(TRACEPARENT.to_owned(), PropertyValue::String(trace.to_string()));
     envelope.scheduled_enqueue_time = match (options.deliver_at, options.deliver_after) {
         (Some(at), _) => Some(at),
-        (None, Some(delay)) => Some(clock.now() + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX)),
+        (None, Some(delay)) => {
+            let now = clock.now();
+            let at = chrono::Duration::from_std(delay)
+                .ok()
+                .and_then(|d| now.checked_add_signed(d));
+            match at {
+                Some(at) => Some(at),
+                None => {
+                    return Err(Error::new(ErrorKind::InvalidScheduleTime {
+                        time: format!("{now} + {delay:?}"),
+                        reason: "it cannot be represented",
+                    }));
+                }
+            }
+        }
         (None, None) => None,
     };
     envelope.session_id = options.session_id;
@@ -178,6 +192,35 @@ pub(crate) fn prepare<M: Message>(
         is_topic,
         envelope,
     })
+}
+
+/// Whether a send that failed with `e` will fail the same way every time, whatever
+/// happens at the broker meanwhile: the error is not transient, and it is about the
+/// message (its size, fields, schedule, destination name, or a capability the transport
+/// lacks), not about the broker's state. A destination that does not exist (yet), a
+/// closed transport and a failing broker storage are retried.
+pub(crate) fn refused_for_good(e: &Error) -> bool {
+    !e.is_transient()
+        && matches!(
+            e.kind(),
+            ErrorKind::MessageTooLarge { .. }
+                | ErrorKind::InvalidMessage { .. }
+                | ErrorKind::InvalidScheduleTime { .. }
+                | ErrorKind::InvalidEntityName { .. }
+                | ErrorKind::Unsupported { .. }
+        )
+}
+
+/// What an operator reads about a refused outgoing message: its type, id and
+/// destination, and the transport's reason.
+pub(crate) fn describe_refusal(destination: &str, is_topic: bool, envelope: &Envelope, error: &Error) -> String {
+    format!(
+        "outgoing message {} (message id {}) to {} {destination} cannot be sent: {}",
+        envelope.message_type.as_deref().unwrap_or("(no type)"),
+        envelope.message_id,
+        if is_topic { "topic" } else { "queue" },
+        error.kind()
+    )
 }
 
 /// Sends and publishes typed messages from outside a handler (a web request, a
@@ -275,6 +318,7 @@ impl Bus {
 
     async fn emit<M: Message>(&self, intent: Intent, message: &M, options: SendOptions) -> Result<String> {
         let out = prepare(&self.inner.routes, &*self.inner.clock, intent, message, options, None)?;
+        self.check(&out)?;
         let id = out.envelope.message_id.clone();
         self.dispatch(vec![out]).await?;
         Ok(id)
@@ -287,6 +331,12 @@ impl Bus {
     pub async fn send_envelope(&self, destination: &str, envelope: Envelope) -> Result<()> {
         let sender = self.sender(destination, false).await?;
         sender.send(envelope).await.map_err(Error::from)
+    }
+
+    /// Checks an outgoing message as the transport would refuse it whatever its
+    /// destination ([`Transport::check_message`]), before it is stored or sent.
+    pub(crate) fn check(&self, out: &Outgoing) -> Result<()> {
+        self.inner.transport.check_message(&out.envelope)
     }
 
     /// Sends what a handler collected: one batch per destination, in the order given.

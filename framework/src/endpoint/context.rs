@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
-use crate::endpoint::bus::{Bus, Intent, Outgoing, Parent, SendOptions, prepare};
+use crate::endpoint::bus::{Bus, Intent, Outgoing, Parent, SendOptions, describe_refusal, prepare};
 use crate::endpoint::handler::{HandlerError, Message};
 use crate::endpoint::trace::TraceContext;
 use crate::error::{Error, ErrorKind, Result};
@@ -59,6 +59,9 @@ pub struct Context {
     observed: Option<Vec<crate::endpoint::observe::SagaEffects>>,
     /// Who holds the saga instance locks this handling takes.
     lock_owner: crate::saga::LockOwner,
+    /// Outgoing messages the transport refused when they were sent: the tracking id of
+    /// the error returned, and the description of the refused message.
+    refused: Vec<(uuid::Uuid, String)>,
 }
 
 impl std::fmt::Debug for Context {
@@ -107,7 +110,27 @@ impl Context {
             held: Vec::new(),
             observed: parts.observing.then(Vec::new),
             lock_owner: parts.lock_owner,
+            refused: Vec::new(),
         }
+    }
+
+    /// The description of the refused outgoing message whose error `error` is, or has
+    /// among its causes (a handler that returned what `send` gave it, with `?` or
+    /// wrapped in its own error type).
+    pub(crate) fn refusal_of(&self, error: &HandlerError) -> Option<&str> {
+        if self.refused.is_empty() {
+            return None;
+        }
+        let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error.source());
+        while let Some(e) = next {
+            if let Some(courier) = e.downcast_ref::<Error>()
+                && let Some((_, description)) = self.refused.iter().find(|(id, _)| *id == courier.tracking_id())
+            {
+                return Some(description);
+            }
+            next = e.source();
+        }
+        None
     }
 
     /// Who holds the saga instance locks this handling takes.
@@ -332,14 +355,31 @@ impl Context {
             trace: self.trace,
         };
         let out = prepare(self.bus.routes(), &*self.clock, intent, message, options, Some(&parent))?;
+        if let Err(e) = self.bus.check(&out) {
+            let description = describe_refusal(&out.destination, out.is_topic, &out.envelope, &e);
+            tracing::warn!(error = %e, "{description}");
+            self.refused.push((e.tracking_id(), description));
+            return Err(e);
+        }
         self.outgoing.push(out);
         Ok(())
     }
 
     /// Sends a command to its routed queue when the handler succeeds.
     ///
+    /// The message is checked at once against what the transport refuses whatever the
+    /// destination (size, ids and fields, reserved headers, time-to-live, scheduled time:
+    /// [`Transport::check_message`](crate::Transport::check_message)). A handler that
+    /// returns that error (with `?`, or as the cause of its own) fails permanently: the
+    /// handled message is dead-lettered at once with the reason
+    /// [`INVALID_OUTGOING_MESSAGE`](crate::recoverability::reasons::INVALID_OUTGOING_MESSAGE)
+    /// and a description naming the outgoing message, and nothing of the attempt is
+    /// committed or sent. A handler may also handle the error and send something else.
+    ///
     /// # Errors
-    /// [`ErrorKind::NoRoute`] or an encoding error ([`ErrorKind::InvalidMessage`]).
+    /// [`ErrorKind::NoRoute`] or an encoding error ([`ErrorKind::InvalidMessage`]); the
+    /// transport's refusal ([`ErrorKind::MessageTooLarge`], [`ErrorKind::InvalidMessage`],
+    /// [`ErrorKind::InvalidScheduleTime`], [`ErrorKind::Unsupported`]).
     pub fn send<M: Message>(&mut self, message: &M) -> Result<()> {
         self.push(Intent::Send, message, SendOptions::default())
     }

@@ -57,6 +57,13 @@ pub(crate) enum Failure {
     Unfinished { deliveries: u32 },
     /// No saga instance for the message, under the dead-letter policy.
     SagaNotFound { saga: &'static str, correlation: String },
+    /// A handler failed with the error the transport gave when it sent a message that can
+    /// never leave (`description` names that message).
+    Refused {
+        handler: &'static str,
+        description: String,
+        error: handler::HandlerError,
+    },
 }
 
 impl Failure {
@@ -66,6 +73,8 @@ impl Failure {
             Failure::Decode { .. } => Some(reasons::DESERIALIZATION_FAILED),
             Failure::SagaNotFound { .. } => Some(crate::saga::reasons::SAGA_NOT_FOUND),
             Failure::Handler { error, .. } if error.is_permanent() => Some(reasons::PERMANENT_FAILURE),
+            Failure::Refused { .. } => Some(reasons::INVALID_OUTGOING_MESSAGE),
+            Failure::Dispatch(e) if bus::refused_for_good(e) => Some(reasons::INVALID_OUTGOING_MESSAGE),
             Failure::Handler { .. }
             | Failure::Panic { .. }
             | Failure::Dispatch(_)
@@ -85,7 +94,9 @@ impl Failure {
 
     pub(crate) fn handler(&self) -> Option<&'static str> {
         match self {
-            Failure::Handler { handler, .. } | Failure::Panic { handler, .. } => Some(handler),
+            Failure::Handler { handler, .. } | Failure::Panic { handler, .. } | Failure::Refused { handler, .. } => {
+                Some(handler)
+            }
             Failure::Decode { .. }
             | Failure::Dispatch(_)
             | Failure::Undispatched { .. }
@@ -119,6 +130,17 @@ impl Failure {
                 v
             }
             Failure::Handler { error, .. } => error.chain(),
+            Failure::Refused {
+                handler,
+                description,
+                error,
+            } => {
+                let mut v = vec![format!(
+                    "handler {handler} sent a message that can never leave: {description}"
+                )];
+                v.extend(error.chain());
+                v
+            }
             Failure::Panic { text, .. } => vec![format!("handler panicked: {text}")],
             Failure::Dispatch(e) => {
                 let mut v = vec!["could not send the handler's messages".to_owned()];
@@ -145,6 +167,25 @@ impl Failure {
             Failure::SagaNotFound { saga, correlation } => vec![format!(
                 "no instance of saga {saga} correlates to {correlation:?}, and the message does not start one"
             )],
+        }
+    }
+}
+
+impl Failure {
+    /// A handler's failure whose error is the one `ctx.send` (or `publish`, ...) returned
+    /// for a message the transport refused, or is caused by it, becomes
+    /// [`Failure::Refused`]: no retry can help.
+    pub(crate) fn with_refusals(self, ctx: &context::Context) -> Failure {
+        match self {
+            Failure::Handler { handler, error } => match ctx.refusal_of(&error) {
+                Some(description) => Failure::Refused {
+                    handler,
+                    description: description.to_owned(),
+                    error,
+                },
+                None => Failure::Handler { handler, error },
+            },
+            other => other,
         }
     }
 }
@@ -279,6 +320,7 @@ pub struct EndpointBuilder {
     /// Mistakes found while adding sagas, reported by `start`.
     errors: Vec<String>,
     observer: Option<Arc<dyn observe::Observer>>,
+    accept_messages_without_id: bool,
 }
 
 impl std::fmt::Debug for EndpointBuilder {
@@ -316,6 +358,7 @@ impl EndpointBuilder {
             saga_stats: Arc::default(),
             errors: Vec::new(),
             observer: None,
+            accept_messages_without_id: false,
         }
     }
 
@@ -481,6 +524,24 @@ impl EndpointBuilder {
         self
     }
 
+    /// Whether an endpoint with a [`store`](Self::store) handles messages that arrived
+    /// without a message id (default `false`).
+    ///
+    /// The inbox recognises a redelivered message by its id, so by default such a message
+    /// is dead-lettered at once with the reason
+    /// [`MISSING_MESSAGE_ID`](crate::recoverability::reasons::MISSING_MESSAGE_ID) and a
+    /// description saying what the producer must set. With `true` it gets a fresh id at
+    /// each delivery and is handled **at least once**: a redelivery (a lost connection, a
+    /// failed acknowledgement) is handled again, its writes and sent messages included.
+    /// Messages with an id keep their exactly-once effects. Only a producer outside
+    /// Courier can send a message without an id (RabbitMQ's `message_id` left unset);
+    /// every Courier sender refuses one. An endpoint without a store always handles them,
+    /// with a fresh id at each delivery, as it handles everything: at least once.
+    pub fn accept_messages_without_id(mut self, yes: bool) -> Self {
+        self.accept_messages_without_id = yes;
+        self
+    }
+
     /// A value every handler can read with [`Context::state`](crate::Context::state).
     pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> Self {
         self.extensions.insert(value);
@@ -602,6 +663,7 @@ impl EndpointBuilder {
             saga_stats: self.saga_stats,
             observer: self.observer,
             group_size: self.group_commit,
+            accept_messages_without_id: self.accept_messages_without_id,
         };
         runtime::start(config).await
     }

@@ -19,6 +19,19 @@ pub mod reasons {
     /// its handlers sent could not be dispatched through every retry. They stay in the
     /// outbox, and the endpoint's outbox sweeper keeps sending them.
     pub const DISPATCH_FAILED: &str = "courier.DispatchFailed";
+    /// A handler sent a message the transport can never accept (over its size limit, a
+    /// reserved header, an id, field or scheduled time out of range): the handling failed
+    /// when it sent, before anything was committed. The description names the outgoing
+    /// message (type, id, destination) and why it was refused.
+    pub const INVALID_OUTGOING_MESSAGE: &str = "courier.InvalidOutgoingMessage";
+    /// The message has no message id, and the endpoint keeps an inbox: it could not
+    /// recognise a redelivery, so it refuses the message unless it was built with
+    /// [`EndpointBuilder::accept_messages_without_id`](crate::EndpointBuilder::accept_messages_without_id).
+    pub const MISSING_MESSAGE_ID: &str = "courier.MissingMessageId";
+    /// An outbox message that the transport refused for good when it was dispatched (see
+    /// [`Store::dead_letter_outbox`](crate::Store::dead_letter_outbox)): it was moved to the
+    /// outbox's dead letters with this reason instead of being retried forever.
+    pub const DISPATCH_REFUSED: &str = "courier.DispatchRefused";
 }
 
 /// The headers (application properties) the endpoint writes on a retried or

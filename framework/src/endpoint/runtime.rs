@@ -31,6 +31,9 @@ use crate::saga::{LockOwner, SagaStats, TimeoutSignal, settle};
 use crate::store::{Begin, CommitGroup, Committed, OutboxMessage, Store, TimeoutClaim};
 use crate::transport::{Delivery, Receiver, Settlement, Transport};
 
+mod outbox;
+use outbox::{dispatch_stored, flush_dispatched, outbox_cleaner, outbox_sweeper};
+
 pub(crate) struct Config {
     pub(crate) name: Arc<str>,
     pub(crate) transport: Arc<dyn Transport>,
@@ -51,6 +54,7 @@ pub(crate) struct Config {
     pub(crate) saga_stats: Arc<SagaStats>,
     pub(crate) observer: Option<Arc<dyn Observer>>,
     pub(crate) group_size: usize,
+    pub(crate) accept_messages_without_id: bool,
 }
 
 /// Counters of what an endpoint did.
@@ -67,6 +71,7 @@ struct Stats {
     completed: AtomicU64,
     retried: AtomicU64,
     dead_lettered: AtomicU64,
+    outbox_dead_lettered: AtomicU64,
 }
 
 /// What an endpoint is doing and has done, as of the call.
@@ -97,6 +102,9 @@ pub struct EndpointStats {
     pub timeouts_dead_lettered: u64,
     /// Saga saves that found the instance changed by another process (retried).
     pub saga_conflicts: u64,
+    /// Outbox messages the transport refused for good at dispatch, moved to the store's
+    /// outbox dead letters ([`Store::dead_letter_outbox`](crate::Store::dead_letter_outbox)).
+    pub outbox_dead_lettered: u64,
 }
 
 impl Stats {
@@ -113,6 +121,7 @@ impl Stats {
             timeouts_dispatched: self.timeouts_dispatched.load(Ordering::Relaxed),
             timeouts_dead_lettered: self.timeouts_dead_lettered.load(Ordering::Relaxed),
             saga_conflicts: 0,
+            outbox_dead_lettered: self.outbox_dead_lettered.load(Ordering::Relaxed),
         }
     }
 }
@@ -156,6 +165,8 @@ struct Shared {
     /// Set when a graceful shutdown begins: handlers finishing from then on are counted
     /// in the shutdown report.
     stopping: std::sync::atomic::AtomicBool,
+    /// Handle messages without a message id even with a store (at least once).
+    accept_messages_without_id: bool,
 }
 
 /// What a graceful shutdown did.
@@ -240,6 +251,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
         observer: config.observer,
         group_size,
         stopping: std::sync::atomic::AtomicBool::new(false),
+        accept_messages_without_id: config.accept_messages_without_id,
     });
     // Make the sender of the input queue now, so delayed retries never wait for it.
     bus.sender(&config.name, false).await?;
@@ -453,51 +465,6 @@ async fn receive_loop(l: ReceiveLoop) -> usize {
     }
 }
 
-/// How often the outbox sweeper looks for messages left behind, and how old they must be
-/// (by the endpoint's clock) before it takes them: far older than a dispatch takes.
-const OUTBOX_SWEEP_EVERY: Duration = Duration::from_secs(10);
-const OUTBOX_LEFT_AFTER: Duration = Duration::from_secs(30);
-
-/// Dispatches outbox messages the normal path left behind: a process that died between
-/// its commit and its dispatch, whose received message was then dead-lettered or expired
-/// instead of coming back. They keep their ids, so a copy is recognised by receivers.
-/// Returns 0 (it hands nothing back at shutdown).
-async fn outbox_sweeper(shared: Arc<Shared>, stop: CancellationToken) -> usize {
-    let Some(store) = shared.store.clone() else { return 0 };
-    loop {
-        let now = shared.clock.now();
-        let next = now + chrono::Duration::from_std(OUTBOX_SWEEP_EVERY).unwrap_or(chrono::Duration::MAX);
-        let older_than = now - chrono::Duration::from_std(OUTBOX_LEFT_AFTER).unwrap_or(chrono::Duration::zero());
-        match store.undispatched(&shared.name, older_than, 100).await {
-            Ok(mut left) if !left.is_empty() => {
-                {
-                    let sent = shared
-                        .dispatched
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    left.retain(|m| !sent.contains(&m.id));
-                }
-                let n = left.len();
-                match dispatch_stored(&shared, left).await {
-                    Ok(()) => {
-                        tracing::warn!(dispatched = n, "dispatched outbox messages left behind");
-                        if n == 100 {
-                            continue;
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, "could not dispatch outbox messages left behind"),
-                }
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "could not read the outbox"),
-        }
-        tokio::select! {
-            () = stop.cancelled() => return 0,
-            () = shared.clock.sleep_until(next) => {}
-        }
-    }
-}
-
 /// How often the timeout dispatcher looks for due timeouts that no signal announced
 /// (stored by another process, or reclaimed).
 const TIMEOUT_POLL: Duration = Duration::from_secs(1);
@@ -647,11 +614,13 @@ fn start_group(
     want: usize,
     buffered: &mut std::collections::VecDeque<Delivery>,
 ) {
+    // A message without an id is never grouped: it is refused, or gets an id, alone.
+    let alone = first.message().envelope.message_id.is_empty();
     let mut members = vec![first];
-    while members.len() < want {
+    while !alone && members.len() < want {
         let Some(next) = buffered.front() else { break };
         let id = &next.message().envelope.message_id;
-        if members.iter().any(|d| &d.message().envelope.message_id == id) {
+        if id.is_empty() || members.iter().any(|d| &d.message().envelope.message_id == id) {
             break;
         }
         members.extend(buffered.pop_front());
@@ -685,6 +654,17 @@ fn start_group(
     }
 }
 
+/// Why a message without an id is refused by an endpoint with an inbox, and what to do.
+fn missing_id_description(endpoint: &str) -> String {
+    format!(
+        "the message has no message id: endpoint {endpoint} keeps an inbox, which recognises a \
+         redelivered message by its id, so it cannot promise to handle this one once; the producer \
+         must set a unique message id on every message (on RabbitMQ the message_id property) and \
+         keep it when it sends the same message again; or build the endpoint with \
+         EndpointBuilder::accept_messages_without_id(true) to handle such messages at least once"
+    )
+}
+
 /// Abandons prefetched messages that were not started, so another instance gets them at
 /// once.
 async fn hand_back(buffered: std::collections::VecDeque<Delivery>) -> usize {
@@ -708,8 +688,25 @@ fn int_property(properties: &Properties, key: &str) -> u32 {
     }
 }
 
-async fn process(shared: Arc<Shared>, delivery: Delivery, _permit: OwnedSemaphorePermit, seat: Option<GroupSeat>) {
+async fn process(shared: Arc<Shared>, mut delivery: Delivery, _permit: OwnedSemaphorePermit, seat: Option<GroupSeat>) {
     let _running = Running::new(&shared.stats.running);
+    if delivery.message().envelope.message_id.is_empty() {
+        if shared.store.is_some() && !shared.accept_messages_without_id {
+            drop(seat);
+            let description = missing_id_description(&shared.name);
+            dead_letter(
+                &shared,
+                delivery,
+                reasons::MISSING_MESSAGE_ID,
+                description,
+                Properties::new(),
+            )
+            .await;
+            return;
+        }
+        // At least once: a fresh id at each delivery (see accept_messages_without_id).
+        delivery.message_mut().envelope.message_id = uuid::Uuid::now_v7().to_string();
+    }
     let message = delivery.message();
     let delayed = int_property(&message.envelope.properties, headers::DELAYED_RETRIES);
     let delivery_count = message.broker.delivery_count;
@@ -837,7 +834,7 @@ async fn handle(
             for h in handlers.iter() {
                 match CatchUnwind(h.call(&mut ctx)).await {
                     Ok(Ok(())) => {}
-                    Ok(Err(f)) => return Err(f),
+                    Ok(Err(f)) => return Err(f.with_refusals(&ctx)),
                     Err(payload) => {
                         return Err(Failure::Panic {
                             handler: h.name(),
@@ -861,7 +858,15 @@ async fn handle(
                         .map_err(Failure::Store)?;
                     let committed = work.commit().await;
                     ctx.release_held();
-                    let committed = committed.map_err(Failure::Store)?;
+                    // A store that sends at its commit (the embedded broker's own file)
+                    // fails the commit with the transport's refusal of a message.
+                    let committed = committed.map_err(|e| {
+                        if crate::endpoint::bus::refused_for_good(&e) {
+                            Failure::Dispatch(e)
+                        } else {
+                            Failure::Store(e)
+                        }
+                    })?;
                     if let Some(due) = ctx.take_timeout_due() {
                         shared.timeouts.stored(due);
                     }
@@ -969,90 +974,6 @@ enum Done {
     Duplicate(Vec<OutboxMessage>),
     /// The store's transaction also sent the messages and completed the received one.
     Settled,
-}
-
-/// Dispatches outbox messages (keeping their ids), then removes them from the outbox. A
-/// failure to remove them only means they may be dispatched again later, with the same
-/// ids, which receivers recognise.
-async fn dispatch_stored(shared: &Shared, stored: Vec<OutboxMessage>) -> Result<()> {
-    if stored.is_empty() {
-        return Ok(());
-    }
-    let ids: Vec<i64> = stored.iter().map(|m| m.id).collect();
-    let outgoing = stored
-        .into_iter()
-        .map(|m| Outgoing {
-            destination: m.destination,
-            is_topic: m.is_topic,
-            envelope: m.envelope,
-        })
-        .collect();
-    shared.bus.dispatch(outgoing).await?;
-    let many = {
-        let mut d = shared
-            .dispatched
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        d.extend(ids);
-        d.len() >= OUTBOX_DELETE_BATCH
-    };
-    if many {
-        shared.dispatched_added.notify_one();
-    }
-    Ok(())
-}
-
-/// The most dispatched outbox rows deleted in one statement.
-const OUTBOX_DELETE_BATCH: usize = 256;
-/// How long dispatched outbox rows wait at most to be deleted with others.
-const OUTBOX_DELETE_EVERY: Duration = Duration::from_millis(20);
-
-/// Deletes dispatched outbox rows in batches (one statement for many messages instead of
-/// one transaction each). A row whose deletion is lost (the process dies first) is sent
-/// again by the sweeper with the same id, which receivers' inboxes drop.
-async fn outbox_cleaner(shared: Arc<Shared>, stop: CancellationToken) -> usize {
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => {
-                flush_dispatched(&shared).await;
-                return 0;
-            }
-            () = shared.dispatched_added.notified() => {}
-            () = tokio::time::sleep(OUTBOX_DELETE_EVERY) => {}
-        }
-        flush_dispatched(&shared).await;
-    }
-}
-
-async fn flush_dispatched(shared: &Shared) {
-    let Some(store) = &shared.store else { return };
-    loop {
-        // The ids stay in the set until their rows are gone, so that neither a redelivery
-        // nor the sweeper sends them again meanwhile.
-        let batch: Vec<i64> = {
-            let d = shared
-                .dispatched
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            d.iter().take(OUTBOX_DELETE_BATCH).copied().collect()
-        };
-        if batch.is_empty() {
-            return;
-        }
-        let deleted = store.mark_dispatched(&batch).await;
-        {
-            let mut d = shared
-                .dispatched
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let done: std::collections::HashSet<i64> = batch.iter().copied().collect();
-            d.retain(|id| !done.contains(id));
-        }
-        if let Err(e) = deleted {
-            tracing::warn!(error = %e, rows = batch.len(), "dispatched messages stay in the outbox; they may be sent again");
-            return;
-        }
-    }
 }
 
 async fn complete(shared: &Shared, delivery: Delivery) {

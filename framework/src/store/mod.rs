@@ -441,6 +441,49 @@ pub trait Store: Send + Sync + 'static {
         let _ = (endpoint, id, until);
         saga_unsupported()
     }
+
+    /// Moves the outbox row `id` to the outbox's dead letters, with why (an endpoint does
+    /// this when the transport refuses the message for good, so that it is not retried
+    /// forever and the rows behind it go on): one transaction takes it out of the outbox
+    /// and keeps it, with `reason`, `description` and `now`, where
+    /// [`dead_lettered_outbox`](Self::dead_lettered_outbox) shows it. Returns whether the
+    /// row was there (`false`: dispatched or moved already). The default refuses
+    /// (`Unsupported`): the row then stays in the outbox.
+    async fn dead_letter_outbox(&self, id: i64, reason: &str, description: &str, now: DateTime<Utc>) -> Result<bool> {
+        let _ = (id, reason, description, now);
+        Err(Error::new(ErrorKind::Unsupported {
+            transport: "store",
+            capability: "outbox dead letters",
+            rule: "S2.5",
+            reason: "this store keeps no outbox dead letters; use PostgresStore, SqliteStore or Embedded::store",
+        }))
+    }
+
+    /// `endpoint`'s outbox dead letters, oldest first, at most `limit` of them: what an
+    /// operator looks at (on Postgres the table `courier.outbox_dead_letters`, on SQLite
+    /// `courier_outbox_dead_letters`; see `docs/stores.md`).
+    async fn dead_lettered_outbox(&self, endpoint: &str, limit: i64) -> Result<Vec<OutboxDeadLetter>> {
+        let _ = (endpoint, limit);
+        Ok(Vec::new())
+    }
+}
+
+/// An outbox message that could never be dispatched, moved aside with why
+/// ([`Store::dead_letter_outbox`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct OutboxDeadLetter {
+    /// The message as it was in the outbox (`id` is its outbox row's id).
+    pub message: OutboxMessage,
+    /// The id of the handled message whose transaction stored it.
+    pub source_id: String,
+    /// Why it was moved (for example
+    /// [`DISPATCH_REFUSED`](crate::recoverability::reasons::DISPATCH_REFUSED)).
+    pub reason: String,
+    /// What was wrong with it, naming the message and the transport's error.
+    pub description: String,
+    /// When it was moved, by the endpoint's clock.
+    pub dead_lettered_at: DateTime<Utc>,
 }
 
 /// The envelope's fields other than the body, as the outbox stores them.

@@ -13,7 +13,8 @@ use crate::message::LockToken;
 use crate::store::pg_group::PgGroup;
 use crate::store::pg_saga::pg_unit_of_work;
 use crate::store::{
-    Begin, CommitGroup, Committed, DueTimeouts, OutboxMessage, Store, StoredEnvelope, TimeoutClaim, db_error,
+    Begin, CommitGroup, Committed, DueTimeouts, OutboxDeadLetter, OutboxMessage, Store, StoredEnvelope, TimeoutClaim,
+    db_error,
 };
 
 /// The inbox and outbox in Postgres, in the schema `courier`, through a sqlx pool.
@@ -417,5 +418,57 @@ impl Store for PostgresStore {
         .await
         .map_err(|e| db_error("cannot postpone a saga timeout's reclaim", e))?;
         Ok(())
+    }
+
+    async fn dead_letter_outbox(&self, id: i64, reason: &str, description: &str, now: DateTime<Utc>) -> Result<bool> {
+        // One statement: the row leaves the outbox and lands in the dead letters together.
+        let moved = sqlx::query(
+            "WITH moved AS (DELETE FROM courier.outbox WHERE id = $1 \
+               RETURNING id, endpoint, source_id, destination, is_topic, envelope, body, created_at) \
+             INSERT INTO courier.outbox_dead_letters \
+               (id, endpoint, source_id, destination, is_topic, envelope, body, created_at, \
+                dead_lettered_at, reason, description) \
+             SELECT id, endpoint, source_id, destination, is_topic, envelope, body, created_at, $2, $3, $4 \
+             FROM moved ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(id)
+        .bind(now)
+        .bind(reason)
+        .bind(description)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| db_error("cannot move an outbox message to the dead letters", e))?;
+        Ok(moved.rows_affected() > 0)
+    }
+
+    async fn dead_lettered_outbox(&self, endpoint: &str, limit: i64) -> Result<Vec<OutboxDeadLetter>> {
+        let rows = sqlx::query(
+            "SELECT id, destination, is_topic, envelope::text, body, source_id, reason, description, \
+             dead_lettered_at FROM courier.outbox_dead_letters WHERE endpoint = $1 ORDER BY id LIMIT $2",
+        )
+        .bind(endpoint)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| db_error("cannot read the outbox dead letters", e))?;
+        rows.into_iter()
+            .map(|r| {
+                let get = |e| db_error("cannot read an outbox dead letter", e);
+                let json: String = r.try_get(3).map_err(get)?;
+                let body: Vec<u8> = r.try_get(4).map_err(get)?;
+                Ok(OutboxDeadLetter {
+                    message: OutboxMessage {
+                        id: r.try_get(0).map_err(get)?,
+                        destination: r.try_get(1).map_err(get)?,
+                        is_topic: r.try_get(2).map_err(get)?,
+                        envelope: StoredEnvelope::join(&json, body)?,
+                    },
+                    source_id: r.try_get(5).map_err(get)?,
+                    reason: r.try_get(6).map_err(get)?,
+                    description: r.try_get(7).map_err(get)?,
+                    dead_lettered_at: r.try_get(8).map_err(get)?,
+                })
+            })
+            .collect()
     }
 }

@@ -14,7 +14,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::message::Envelope;
 use crate::message::LockToken;
 use crate::store::{
-    Begin, Committed, DueTimeouts, OutboxMessage, Store, StoredEnvelope, TimeoutClaim, db_error, sqlite_saga,
+    Begin, Committed, DueTimeouts, OutboxDeadLetter, OutboxMessage, Store, StoredEnvelope, TimeoutClaim, db_error,
+    sqlite_saga,
 };
 
 fn micros(t: DateTime<Utc>) -> i64 {
@@ -304,6 +305,75 @@ pub(crate) async fn delete_inbox(
     Ok(done.rows_affected())
 }
 
+/// Moves the outbox row `id` to the outbox dead letters; the caller holds a write
+/// transaction, so the two statements take effect together. Returns whether the row was
+/// there.
+pub(crate) async fn dead_letter_outbox_row(
+    conn: &mut SqliteConnection,
+    id: i64,
+    reason: &str,
+    description: &str,
+    now: DateTime<Utc>,
+) -> Result<bool> {
+    let moved = sqlx::query(
+        "INSERT OR IGNORE INTO courier_outbox_dead_letters \
+           (id, endpoint, source_id, destination, is_topic, envelope, body, created_at, \
+            dead_lettered_at, reason, description) \
+         SELECT id, endpoint, source_id, destination, is_topic, envelope, body, created_at, ?2, ?3, ?4 \
+         FROM courier_outbox WHERE id = ?1",
+    )
+    .bind(id)
+    .bind(micros(now))
+    .bind(reason)
+    .bind(description)
+    .execute(&mut *conn)
+    .await
+    .map_err(|e| db_error("cannot move an outbox message to the dead letters", e))?;
+    sqlx::query("DELETE FROM courier_outbox WHERE id = ?1")
+        .bind(id)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot move an outbox message to the dead letters", e))?;
+    Ok(moved.rows_affected() > 0)
+}
+
+/// `endpoint`'s outbox dead letters, oldest first.
+pub(crate) async fn outbox_dead_letters(
+    conn: &mut SqliteConnection,
+    endpoint: &str,
+    limit: i64,
+) -> Result<Vec<OutboxDeadLetter>> {
+    let rows = sqlx::query(
+        "SELECT id, destination, is_topic, envelope, body, source_id, reason, description, dead_lettered_at \
+         FROM courier_outbox_dead_letters WHERE endpoint = ?1 ORDER BY id LIMIT ?2",
+    )
+    .bind(endpoint)
+    .bind(limit)
+    .fetch_all(conn)
+    .await
+    .map_err(|e| db_error("cannot read the outbox dead letters", e))?;
+    rows.into_iter()
+        .map(|r| {
+            let get = |e| db_error("cannot read an outbox dead letter", e);
+            let json: String = r.try_get(3).map_err(get)?;
+            let body: Vec<u8> = r.try_get(4).map_err(get)?;
+            let at: i64 = r.try_get(8).map_err(get)?;
+            Ok(OutboxDeadLetter {
+                message: OutboxMessage {
+                    id: r.try_get(0).map_err(get)?,
+                    destination: r.try_get(1).map_err(get)?,
+                    is_topic: r.try_get(2).map_err(get)?,
+                    envelope: StoredEnvelope::join(&json, body)?,
+                },
+                source_id: r.try_get(5).map_err(get)?,
+                reason: r.try_get(6).map_err(get)?,
+                description: r.try_get(7).map_err(get)?,
+                dead_lettered_at: DateTime::<Utc>::from_timestamp_micros(at).unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
 fn outbox_rows(rows: Vec<sqlx::sqlite::SqliteRow>) -> Result<Vec<OutboxMessage>> {
     rows.into_iter()
         .map(|r| {
@@ -421,5 +491,23 @@ impl Store for SqliteStore {
     async fn postpone_timeout_reclaim(&self, endpoint: &str, id: &str, until: DateTime<Utc>) -> Result<()> {
         let _turn = self.writer.take().await?;
         sqlite_saga::postpone_reclaim(&mut *self.conn().await?, endpoint, id, until).await
+    }
+
+    async fn dead_letter_outbox(&self, id: i64, reason: &str, description: &str, now: DateTime<Utc>) -> Result<bool> {
+        let _turn = self.writer.take().await?;
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(|e| db_error("cannot begin moving an outbox message to the dead letters", e))?;
+        let moved = dead_letter_outbox_row(&mut tx, id, reason, description, now).await?;
+        tx.commit()
+            .await
+            .map_err(|e| db_error("cannot move an outbox message to the dead letters", e))?;
+        Ok(moved)
+    }
+
+    async fn dead_lettered_outbox(&self, endpoint: &str, limit: i64) -> Result<Vec<OutboxDeadLetter>> {
+        outbox_dead_letters(&mut *self.conn().await?, endpoint, limit).await
     }
 }
