@@ -88,7 +88,7 @@ pub use transport::{
 };
 
 #[cfg(feature = "amqp")]
-pub use amqp::{AmqpBuilder, AmqpTransport, DEFAULT_CONNECT_TIMEOUT, ScheduleStore};
+pub use amqp::{AmqpBuilder, AmqpTransport, DEFAULT_CONNECT_TIMEOUT, ScheduleStore, WireStats};
 #[cfg(feature = "sqlite")]
 pub use embedded::{
     DEFAULT_MAX_MESSAGE_SIZE, Durability, Embedded, EmbeddedBuilder, EmbeddedStore, MAX_MESSAGE_ID_LEN,

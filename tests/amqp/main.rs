@@ -12,6 +12,7 @@
     unreachable_pub
 )]
 
+mod malformed;
 mod support;
 mod tls;
 
