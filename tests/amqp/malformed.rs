@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use courier::{AmqpTransport, Context, Endpoint, EntityPath, HandlerError, QueueOptions, Routes, Transport};
 use courier_tests::rabbit::amqp_url;
-use courier_tests::raw_amqp::{Confirm, Field, RawProperties, RawPublisher};
+use courier_tests::raw_amqp::{Confirm, Field, RawProperties, RawPublisher, nested_tables};
 use serde::{Deserialize, Serialize};
 
 use super::support::unique;
@@ -128,10 +128,15 @@ fn odd_but_handled() -> Vec<(RawProperties, Vec<u8>)> {
         (b"x-courier-causation-id".to_vec(), Field::I64(7)),
         (b"x-courier-enqueued-tme".to_vec(), Field::I64(7)),
     ]);
+    // A header nested 15000 tables deep: parsed recursively, it overflowed the stack of
+    // lapin's thread and aborted the process.
+    let (mut deep, deep_body) = valid(54);
+    deep.headers = Some(vec![(b"deep".to_vec(), nested_tables(15_000))]);
     vec![
         (nested, nested_body),
         (enqueued, enqueued_body),
         (causation, causation_body),
+        (deep, deep_body),
     ]
 }
 
@@ -170,16 +175,54 @@ async fn malformed_messages_are_dead_lettered_at_once_and_the_valid_ones_around_
     }
     for (p, body) in odd_but_handled() {
         assert_eq!(raw.publish("", name.as_bytes(), &p, &body).await.unwrap(), Confirm::Ack);
-        valid_ns.push(serde_json::from_slice::<serde_json::Value>(&body).unwrap()["n"].as_u64().unwrap() as u32);
+        valid_ns.push(
+            serde_json::from_slice::<serde_json::Value>(&body).unwrap()["n"]
+                .as_u64()
+                .unwrap() as u32,
+        );
         publish_valid(&mut raw, &mut valid_ns).await;
     }
+    // A routing key that is not UTF-8, through a fanout exchange bound to the queue (the
+    // key means nothing to it): the message is valid.
+    let fanout = format!("{name}-fanout");
+    let lapin_conn = lapin::Connection::connect(&url, lapin::ConnectionProperties::default())
+        .await
+        .unwrap();
+    let channel = lapin_conn.create_channel().await.unwrap();
+    channel
+        .exchange_declare(
+            fanout.as_str().into(),
+            lapin::ExchangeKind::Fanout,
+            lapin::options::ExchangeDeclareOptions::default(),
+            lapin::types::FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    channel
+        .queue_bind(
+            name.as_str().into(),
+            fanout.as_str().into(),
+            "".into(),
+            lapin::options::QueueBindOptions::default(),
+            lapin::types::FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let (p, body) = valid(55);
+    assert_eq!(
+        raw.publish(&fanout, b"\xff\xfe", &p, &body).await.unwrap(),
+        Confirm::Ack
+    );
+    valid_ns.push(55);
     // And one malformed message straight into the dead-letter queue: Courier reads it too.
     let (mut in_dlq, in_dlq_body) = valid(200);
     in_dlq.message_id = Some(b"\xff".to_vec());
     in_dlq.headers = Some(vec![(b"\xfe".to_vec(), Field::Bool(true))]);
     let dlq_queue = format!("{name}::dlq");
     assert_eq!(
-        raw.publish("", dlq_queue.as_bytes(), &in_dlq, &in_dlq_body).await.unwrap(),
+        raw.publish("", dlq_queue.as_bytes(), &in_dlq, &in_dlq_body)
+            .await
+            .unwrap(),
         Confirm::Ack
     );
 
@@ -196,7 +239,10 @@ async fn malformed_messages_are_dead_lettered_at_once_and_the_valid_ones_around_
 
     // A hang guard, not a timing claim: each malformed message once stalled the queue
     // for about 23 s, and the valid ones behind it were redelivered.
-    let dlq = transport.receiver(&EntityPath::queue(&name).dead_letter()).await.unwrap();
+    let dlq = transport
+        .receiver(&EntityPath::queue(&name).dead_letter())
+        .await
+        .unwrap();
     let mut dead = Vec::new();
     let guard = tokio::time::Instant::now() + Duration::from_secs(60);
     while dead.len() < bad.len() + 1 || seen.0.lock().unwrap().len() < valid_ns.len() {
@@ -228,7 +274,12 @@ async fn malformed_messages_are_dead_lettered_at_once_and_the_valid_ones_around_
             .iter()
             .find(|m| m.body() == b.body.as_slice())
             .unwrap_or_else(|| panic!("message {} is in the dead-letter queue with its body", b.n));
-        assert_eq!(m.broker.dead_letter_reason.as_deref(), Some(b.reason), "message {}", b.n);
+        assert_eq!(
+            m.broker.dead_letter_reason.as_deref(),
+            Some(b.reason),
+            "message {}",
+            b.n
+        );
         let description = m.broker.dead_letter_description.as_deref().unwrap_or_default();
         assert!(description.contains(b.names), "message {}: {description}", b.n);
         assert_eq!(m.broker.dead_letter_source.as_deref(), Some(name.as_str()));
@@ -248,4 +299,102 @@ async fn malformed_messages_are_dead_lettered_at_once_and_the_valid_ones_around_
     // unknown x-courier-* name.
     assert_eq!(stats.ignored_headers, 3);
     transport.delete(&EntityPath::queue(&name)).await.unwrap();
+    let _ = tokio::time::timeout(
+        Duration::from_secs(5),
+        channel.exchange_delete(fanout.as_str().into(), Default::default()),
+    )
+    .await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), lapin_conn.close(200, "done".into())).await;
+}
+
+/// Where the log of the test below goes.
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Log {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+// One thread, so the receiver's events reach this test's subscriber.
+#[tokio::test(flavor = "current_thread")]
+async fn a_refused_delivery_is_logged_with_its_queue_and_delivery_tag_also_when_received_and_deleted() {
+    let log = Log::default();
+    let writer = log.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let url = amqp_url().await;
+    let name = unique("refused");
+    let transport = AmqpTransport::connect(url.clone()).await.unwrap();
+    transport.create_queue(&name, &QueueOptions::default()).await.unwrap();
+    let mut raw = RawPublisher::connect(&url).await.unwrap();
+    let (mut bad, body) = valid(1);
+    bad.message_id = Some(b"\xc3\x28".to_vec());
+    let path = EntityPath::queue(&name);
+    let receiver = transport.receiver(&path).await.unwrap();
+    let guard = tokio::time::Instant::now() + Duration::from_secs(60);
+    // Settled on receipt (basic.get): the refused one goes to the dead-letter queue all the
+    // same.
+    for p in [&bad, &valid(2).0] {
+        assert_eq!(raw.publish("", name.as_bytes(), p, &body).await.unwrap(), Confirm::Ack);
+    }
+    let mut taken = Vec::new();
+    while taken.is_empty() {
+        assert!(
+            tokio::time::Instant::now() < guard,
+            "the first valid message was not received"
+        );
+        taken = receiver
+            .receive_and_delete(2, Duration::from_millis(500))
+            .await
+            .unwrap();
+    }
+    assert_eq!(taken.len(), 1, "the refused one is not handed out");
+    assert_eq!(taken[0].envelope.message_id, "ok-2");
+    // PeekLock, on a consumer.
+    for p in [&bad, &valid(3).0] {
+        assert_eq!(raw.publish("", name.as_bytes(), p, &body).await.unwrap(), Confirm::Ack);
+    }
+    let mut got = Vec::new();
+    while got.is_empty() {
+        assert!(
+            tokio::time::Instant::now() < guard,
+            "the second valid message was not received"
+        );
+        got = receiver.receive(2, Duration::from_millis(500)).await.unwrap();
+    }
+    assert_eq!(got.len(), 1, "the refused one is not handed out");
+    assert_eq!(got[0].message().envelope.message_id, "ok-3");
+    assert_eq!(got[0].message().broker.delivery_count, 1);
+    got.pop().unwrap().complete().await.unwrap();
+    assert_eq!(transport.wire_stats().invalid, 2);
+
+    let text = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("breaks the wire format")).collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    for line in lines {
+        assert!(line.contains(&format!("queue={name}")), "{line}");
+        assert!(line.contains("delivery_tag="), "{line}");
+        assert!(line.contains("reason=\"courier.InvalidWireFormat\""), "{line}");
+        assert!(line.contains("message_id is not UTF-8 (hex c328)"), "{line}");
+    }
+    let dlq = transport.receiver(&path.clone().dead_letter()).await.unwrap();
+    let mut dead = 0;
+    while dead < 2 {
+        assert!(tokio::time::Instant::now() < guard, "{dead} of 2 dead letters");
+        for d in dlq.receive(2, Duration::from_millis(500)).await.unwrap() {
+            assert_eq!(d.message().envelope.message_id, "\u{FFFD}(");
+            d.complete().await.unwrap();
+            dead += 1;
+        }
+    }
+    transport.delete(&path).await.unwrap();
 }

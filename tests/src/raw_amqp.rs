@@ -25,6 +25,23 @@ pub enum Field {
     Bool(bool),
     /// `F`: a nested table.
     Table(Vec<(Vec<u8>, Field)>),
+    /// A value already encoded: its type tag, then `bytes` as they go on the wire.
+    Encoded(u8, Vec<u8>),
+}
+
+/// A table holding a table holding ... `levels` tables (`{"k": {"k": ... {}}}`), built
+/// without recursion: a producer can nest as deep as RabbitMQ's frame size allows (about
+/// 18000 levels).
+pub fn nested_tables(levels: usize) -> Field {
+    // Level n takes 7 n - 3 bytes: its length, then the entry "k" => F and level n - 1.
+    let mut bytes = Vec::with_capacity(7 * levels);
+    for n in (2..=levels).rev() {
+        let len = u32::try_from(7 * (n - 1)).unwrap_or(u32::MAX);
+        bytes.extend(len.to_be_bytes());
+        bytes.extend([1, b'k', b'F']);
+    }
+    bytes.extend([0, 0, 0, 0]);
+    Field::Encoded(b'F', bytes)
 }
 
 /// The basic properties of a raw publish; every text is raw bytes. Unset ones are left out.
@@ -97,6 +114,10 @@ fn table(out: &mut Vec<u8>, entries: &[(Vec<u8>, Field)]) -> io::Result<()> {
                 t.push(b'F');
                 table(&mut t, inner)?;
             }
+            Field::Encoded(tag, bytes) => {
+                t.push(*tag);
+                t.extend_from_slice(bytes);
+            }
         }
     }
     long(out, &t)
@@ -117,7 +138,9 @@ fn percent_decode(s: &str) -> io::Result<Vec<u8>> {
     let mut i = 0;
     while i < bytes.len() {
         if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3).ok_or_else(|| invalid("a bad %-escape in the URL"))?;
+            let hex = s
+                .get(i + 1..i + 3)
+                .ok_or_else(|| invalid("a bad %-escape in the URL"))?;
             out.push(u8::from_str_radix(hex, 16).map_err(|_| invalid("a bad %-escape in the URL"))?);
             i += 3;
         } else {
@@ -135,11 +158,17 @@ impl RawPublisher {
     /// # Errors
     /// When the URL is not of that form, the broker cannot be reached or refuses.
     pub async fn connect(url: &str) -> io::Result<Self> {
-        let rest = url.strip_prefix("amqp://").ok_or_else(|| invalid("not an amqp:// URL"))?;
+        let rest = url
+            .strip_prefix("amqp://")
+            .ok_or_else(|| invalid("not an amqp:// URL"))?;
         let (credentials, rest) = rest.split_once('@').ok_or_else(|| invalid("no user in the URL"))?;
         let (user, password) = credentials.split_once(':').unwrap_or((credentials, ""));
         let (address, vhost) = rest.split_once('/').unwrap_or((rest, ""));
-        let vhost = if vhost.is_empty() { b"/".to_vec() } else { percent_decode(vhost)? };
+        let vhost = if vhost.is_empty() {
+            b"/".to_vec()
+        } else {
+            percent_decode(vhost)?
+        };
         let stream = TcpStream::connect(address).await?;
         let mut c = Self {
             stream,
@@ -216,7 +245,10 @@ impl RawPublisher {
             let mut chunk = [0_u8; 8192];
             let n = self.stream.read(&mut chunk).await?;
             if n == 0 {
-                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the broker closed the socket"));
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the broker closed the socket",
+                ));
             }
             self.buf.extend_from_slice(&chunk[..n]);
         }
@@ -313,8 +345,10 @@ impl RawPublisher {
                 (60, 80) => return Ok(Confirm::Ack),
                 (60, 120) => return Ok(Confirm::Nack),
                 (10, 50) | (20, 40) => {
+                    // reply-code, reply-text (a short string), class-id, method-id
                     let code = args.get(0..2).map_or(0, |c| u16::from_be_bytes([c[0], c[1]]));
-                    let text = args.get(3..).map(String::from_utf8_lossy).unwrap_or_default();
+                    let len = args.get(2).map_or(0, |l| usize::from(*l));
+                    let text = args.get(3..3 + len).map(String::from_utf8_lossy).unwrap_or_default();
                     return Ok(Confirm::Closed(code, text.into_owned()));
                 }
                 _ => {} // basic.return and its content: the confirm follows

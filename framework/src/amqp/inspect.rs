@@ -241,14 +241,24 @@ mod tests {
 
     #[test]
     fn text_that_is_not_utf8_is_refused_naming_the_property_and_its_bytes() {
-        let p = valid().with_message_id(received(b"id\xff")).with_type(received(b"t\xfe"));
+        let p = valid()
+            .with_message_id(received(b"id\xff"))
+            .with_type(received(b"t\xfe"));
         let r = check(&p).refusal.unwrap_or_else(|| Refusal {
             reason: "",
             description: String::new(),
         });
         assert_eq!(r.reason, INVALID_WIRE_FORMAT);
-        assert!(r.description.contains("message_id is not UTF-8 (hex 6964ff)"), "{}", r.description);
-        assert!(r.description.contains("type is not UTF-8 (hex 74fe)"), "{}", r.description);
+        assert!(
+            r.description.contains("message_id is not UTF-8 (hex 6964ff)"),
+            "{}",
+            r.description
+        );
+        assert!(
+            r.description.contains("type is not UTF-8 (hex 74fe)"),
+            "{}",
+            r.description
+        );
 
         let mut headers = FieldTable::default();
         headers.insert(received(b"k\xff"), AMQPValue::Boolean(true));
@@ -256,7 +266,10 @@ mod tests {
         assert_eq!(r.as_deref(), Some("a header name is not UTF-8 (hex 6bff)"));
 
         let mut headers = FieldTable::default();
-        headers.insert(H_CAUSATION_ID.into(), AMQPValue::LongString(LongString::from(&b"\xff"[..])));
+        headers.insert(
+            H_CAUSATION_ID.into(),
+            AMQPValue::LongString(LongString::from(&b"\xff"[..])),
+        );
         let r = check(&valid().with_headers(headers)).refusal.map(|r| r.description);
         assert_eq!(r.as_deref(), Some("x-courier-causation-id is not UTF-8 (hex ff)"));
     }

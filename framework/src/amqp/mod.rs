@@ -45,10 +45,10 @@ use crate::transport::{
 };
 
 use conn::{Connector, Declaration, connection_error, declare, reply_code};
+use inspect::WireCounters;
+pub use inspect::WireStats;
 use publish::{ConfirmChannel, Target, finish};
 use receiver::AmqpReceiver;
-pub use inspect::WireStats;
-use inspect::WireCounters;
 pub use schedule::ScheduleStore;
 use schedule::{Due, Publish};
 use sender::AmqpSender;

@@ -131,8 +131,40 @@ pub fn parse_raw_value<I: ParsableInput>(
 
 /// Parse an [AMQPValue](../type.AMQPValue.html)
 pub fn parse_value<I: ParsableInput>(i: I) -> ParserResult<I, AMQPValue> {
-    context("parse_value", flat_map(parse_type, parse_raw_value)).parse(i)
+    parse_value_at(i, 0)
 }
+
+// COURIER PATCH (see PATCH.md): begin
+/// How deep tables and arrays are parsed. A table or array nested deeper is kept as an
+/// [AMQPValue::ByteArray] of its encoded entries instead of being parsed: a producer could
+/// otherwise publish a header nested deeply enough (RabbitMQ passes some 18000 levels) to
+/// overflow the parsing thread's stack and abort the consuming process.
+pub const MAX_NESTING: usize = 64;
+
+/// A value inside `depth` enclosing tables and arrays.
+fn parse_value_at<I: ParsableInput>(i: I, depth: usize) -> ParserResult<I, AMQPValue> {
+    context("parse_value", move |i| {
+        let (i, amqp_type) = parse_type(i)?;
+        match amqp_type {
+            AMQPType::FieldTable | AMQPType::FieldArray if depth >= MAX_NESTING => {
+                map(parse_byte_array, AMQPValue::ByteArray).parse(i)
+            }
+            AMQPType::FieldTable => map(
+                move |i| parse_field_table_at(i, depth + 1),
+                AMQPValue::FieldTable,
+            )
+            .parse(i),
+            AMQPType::FieldArray => map(
+                move |i| parse_field_array_at(i, depth + 1),
+                AMQPValue::FieldArray,
+            )
+            .parse(i),
+            other => parse_raw_value(other).parse(i),
+        }
+    })
+    .parse(i)
+}
+// COURIER PATCH: end
 
 /// Parse an [AMQPType](../type.AMQPType.html)
 pub fn parse_type<I: ParsableInput>(i: I) -> ParserResult<I, AMQPType> {
@@ -241,12 +273,20 @@ pub fn parse_long_string<I: ParsableInput>(i: I) -> ParserResult<I, LongString> 
 
 /// Parse a [FieldArray](../type.FieldArray.html)
 pub fn parse_field_array<I: ParsableInput>(i: I) -> ParserResult<I, FieldArray> {
+    parse_field_array_at(i, 1)
+}
+
+// COURIER PATCH (see PATCH.md): an array at `depth` (itself included).
+fn parse_field_array_at<I: ParsableInput>(i: I, depth: usize) -> ParserResult<I, FieldArray> {
     context(
         "parse_field_array",
         map_parser(
             flat_map(parse_long_uint, take),
             all_consuming(fold_many0(
-                context("parse_field_array_entry", complete(parse_value)),
+                context(
+                    "parse_field_array_entry",
+                    complete(move |i| parse_value_at(i, depth)),
+                ),
                 FieldArray::default,
                 |mut acc, elem| {
                     acc.push(elem);
@@ -265,6 +305,11 @@ pub fn parse_timestamp<I: ParsableInput>(i: I) -> ParserResult<I, Timestamp> {
 
 /// Parse a [FieldTable](../type.FieldTable.html)
 pub fn parse_field_table<I: ParsableInput>(i: I) -> ParserResult<I, FieldTable> {
+    parse_field_table_at(i, 1)
+}
+
+// COURIER PATCH (see PATCH.md): a table at `depth` (itself included).
+fn parse_field_table_at<I: ParsableInput>(i: I, depth: usize) -> ParserResult<I, FieldTable> {
     context(
         "parse_field_table",
         map_parser(
@@ -272,7 +317,7 @@ pub fn parse_field_table<I: ParsableInput>(i: I) -> ParserResult<I, FieldTable> 
             all_consuming(fold_many0(
                 context(
                     "parse_field_table_entry",
-                    complete(pair(parse_short_string, parse_value)),
+                    complete(pair(parse_short_string, move |i| parse_value_at(i, depth))),
                 ),
                 FieldTable::default,
                 |mut acc, (key, value)| {
@@ -484,6 +529,59 @@ mod test {
     }
 
     // COURIER PATCH (see PATCH.md)
+    #[test]
+    fn test_parse_deeply_nested_tables() {
+        // A table holding a table holding ... `levels` tables: {"k": {"k": ... {}}}.
+        // Level n takes 7 n - 3 bytes: its length, then the entry "k" => F and level n - 1.
+        fn nested(levels: usize) -> Vec<u8> {
+            let mut t = Vec::with_capacity(7 * levels);
+            for n in (2..=levels).rev() {
+                t.extend((7 * (n as u32 - 1)).to_be_bytes());
+                t.extend([1, b'k', b'F']);
+            }
+            t.extend([0, 0, 0, 0]);
+            t
+        }
+        fn depth(t: &FieldTable) -> usize {
+            match t.inner().get("k") {
+                Some(AMQPValue::FieldTable(inner)) => 1 + depth(inner),
+                _ => 1,
+            }
+        }
+        let (_, t) = parse_field_table(&nested(MAX_NESTING)[..]).unwrap();
+        assert_eq!(depth(&t), MAX_NESTING);
+        // Deeper: parsed down to the limit, the rest kept as bytes. (The stack of a test
+        // thread would not survive 100000 levels parsed recursively.)
+        let deep = nested(100_000);
+        let (rest, t) = parse_field_table(&deep[..]).unwrap();
+        assert_eq!(rest, EMPTY);
+        assert_eq!(depth(&t), MAX_NESTING);
+        let mut inner = &t;
+        for _ in 1..MAX_NESTING {
+            let Some(AMQPValue::FieldTable(next)) = inner.inner().get("k") else {
+                unreachable!()
+            };
+            inner = next;
+        }
+        assert!(matches!(inner.inner().get("k"), Some(AMQPValue::ByteArray(_))));
+        // Arrays too: [[[...]]] 100000 levels deep.
+        let mut a = Vec::new();
+        for n in (2..=100_000_u32).rev() {
+            a.extend((5 * (n - 1)).to_be_bytes());
+            a.push(b'A');
+        }
+        a.extend([0, 0, 0, 0]);
+        let (rest, mut array) = parse_field_array(&a[..]).unwrap();
+        assert_eq!(rest, EMPTY);
+        for _ in 1..MAX_NESTING {
+            let Some(AMQPValue::FieldArray(next)) = array.as_slice().first().cloned() else {
+                unreachable!()
+            };
+            array = next;
+        }
+        assert!(matches!(array.as_slice().first(), Some(AMQPValue::ByteArray(_))));
+    }
+
     #[test]
     fn test_parse_short_string_not_utf8() {
         let (rest, s) = parse_short_string(&[3, b'a', 0xff, b'b', 1][..]).unwrap();
