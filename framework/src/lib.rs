@@ -2,7 +2,7 @@
 //!
 //! This crate holds the message model ([`Envelope`], [`ReceivedMessage`]), the transport
 //! contract ([`Transport`], [`Sender`], [`Receiver`], [`Delivery`]) that every broker
-//! implements rule by rule (see `SEMANTICS.md`), time ([`Clock`]), and the embedded
+//! implements rule by rule (see `docs/semantics.md`), time ([`Clock`]), and the embedded
 //! broker ([`Embedded`]), an in-process broker kept in SQLite that needs no server.
 //!
 //! # Examples

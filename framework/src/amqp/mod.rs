@@ -1,4 +1,4 @@
-//! The RabbitMQ transport: the contract of SEMANTICS.md over AMQP 0-9-1 (lapin).
+//! The RabbitMQ transport: the contract of docs/semantics.md over AMQP 0-9-1 (lapin).
 //!
 //! | contract | on RabbitMQ |
 //! |---|---|
