@@ -290,6 +290,10 @@ async fn malformed_messages_are_dead_lettered_at_once_and_the_valid_ones_around_
         .find(|m| m.body() == in_dlq_body.as_slice())
         .expect("the malformed message published into the DLQ was read");
     assert_eq!(raw_dead.envelope.message_id, "\u{FFFD}");
+    assert!(
+        raw_dead.envelope.properties.is_empty(),
+        "a header name that is not UTF-8 is no property"
+    );
     // Drained: nothing is left.
     assert!(dlq.receive(1, Duration::from_millis(300)).await.unwrap().is_empty());
 

@@ -77,8 +77,8 @@ pub(crate) struct Refusal {
 pub(crate) struct Findings {
     /// Set when the delivery must not be handed out.
     pub(crate) refusal: Option<Refusal>,
-    /// `x-courier-*` headers ignored, each with what was wrong (for a warning).
-    pub(crate) ignored: Vec<String>,
+    /// `x-courier-*` headers ignored: the name and what was wrong (for a warning).
+    pub(crate) ignored: Vec<(String, String)>,
 }
 
 /// Bytes as lowercase hex, for descriptions and logs.
@@ -116,7 +116,7 @@ fn integer(v: &AMQPValue) -> Option<i64> {
 /// Checks one `x-courier-*` header: `Err(problem)` refuses the delivery, `Ok(Some(why))`
 /// ignores the header.
 fn courier_header(name: &str, v: &AMQPValue) -> Result<Option<String>, String> {
-    let ignored = |why: String| Ok(Some(format!("{name}: {why}; the header is ignored")));
+    let ignored = |why: String| Ok(Some(why));
     match name {
         H_ENQUEUED_TIME | H_SEQUENCE_NUMBER | H_TIME_TO_LIVE => match integer(v) {
             None => ignored(format!("a {}, not an integer", type_name(v))),
@@ -178,7 +178,7 @@ pub(crate) fn inspect(p: &BasicProperties, envelope: &Envelope, max_message_size
             } else if name.as_str().starts_with(COURIER_PREFIX) {
                 match courier_header(name.as_str(), value) {
                     Err(problem) => problems.push(problem),
-                    Ok(Some(why)) => ignored.push(why),
+                    Ok(Some(why)) => ignored.push((name.as_str().to_owned(), why)),
                     Ok(None) => {}
                 }
             }
@@ -290,6 +290,20 @@ mod tests {
     }
 
     #[test]
+    fn whatever_a_message_holds_it_decodes() {
+        let mut headers = FieldTable::default();
+        headers.insert(received(b"k\xff"), AMQPValue::Boolean(true));
+        headers.insert("bytes".into(), AMQPValue::LongString(LongString::from(&b"\xff"[..])));
+        headers.insert("text".into(), AMQPValue::LongString("ok".into()));
+        let p = valid().with_message_id(received(b"\xff\xfe")).with_headers(headers);
+        let d = super::super::wire::decode(&p, b"{}".to_vec(), true, None, chrono::Utc::now());
+        assert_eq!(d.envelope.message_id, "\u{FFFD}\u{FFFD}");
+        // The name that is not UTF-8 and the value that is not are no properties.
+        let names: Vec<&String> = d.envelope.properties.keys().collect();
+        assert_eq!(names, ["text"]);
+    }
+
+    #[test]
     fn wrong_typed_or_unknown_courier_headers_are_ignored_with_a_reason() {
         let mut headers = FieldTable::default();
         headers.insert(H_ENQUEUED_TIME.into(), AMQPValue::LongString("yesterday".into()));
@@ -303,7 +317,7 @@ mod tests {
         assert!(
             f.ignored
                 .iter()
-                .any(|w| w == "x-courier-enqueued-time: a LongString, not an integer; the header is ignored"),
+                .any(|(h, why)| h == H_ENQUEUED_TIME && why == "a LongString, not an integer"),
             "{:?}",
             f.ignored
         );

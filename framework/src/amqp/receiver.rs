@@ -122,8 +122,16 @@ impl AmqpReceiver {
         self.dead_letter_queue.as_ref()?;
         let findings = inspect::inspect(p, &m.envelope, self.inner.max_message_size);
         self.inner.wire.ignored(findings.ignored.len());
-        for why in &findings.ignored {
-            tracing::warn!(queue = %self.queue, delivery_tag, message_id = %m.envelope.message_id, "{why}");
+        // Text from the producer is logged with Debug (escaped): no forged log lines.
+        for (header, problem) in &findings.ignored {
+            tracing::warn!(
+                queue = %self.queue,
+                delivery_tag,
+                message_id = ?m.envelope.message_id,
+                header = ?header,
+                problem = %problem,
+                "an x-courier header is ignored"
+            );
         }
         findings.refusal
     }
@@ -137,7 +145,7 @@ impl AmqpReceiver {
         tracing::warn!(
             queue = %self.queue,
             delivery_tag,
-            message_id = %m.envelope.message_id,
+            message_id = ?m.envelope.message_id,
             reason = refusal.reason,
             problem = %refusal.description,
             "a message breaks the wire format; it is moved to the dead-letter queue"
