@@ -276,7 +276,7 @@ impl Receiver for AmqpReceiver {
                 Some(Err(e)) => {
                     *slot = None;
                     if out.is_empty() {
-                        return Err(connection_error("the consumer failed", &e));
+                        return Err(connection_error(&format!("the consumer of {} failed", self.queue), &e));
                     }
                 }
                 None => {
