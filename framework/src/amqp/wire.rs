@@ -178,6 +178,7 @@ fn property(v: &AMQPValue) -> Option<PropertyValue> {
         AMQPValue::Float(f) => Some(PropertyValue::Float(f64::from(*f))),
         AMQPValue::Double(f) => Some(PropertyValue::Float(*f)),
         AMQPValue::LongString(s) => String::from_utf8(s.as_bytes().to_vec()).ok().map(PropertyValue::String),
+        AMQPValue::ShortString(s) if s.invalid_utf8().is_none() => Some(PropertyValue::String(s.as_str().to_owned())),
         other => int(other).map(PropertyValue::Int),
     }
 }
