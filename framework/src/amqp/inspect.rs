@@ -281,6 +281,13 @@ mod tests {
         assert_eq!(r.map(|r| r.reason), Some(INVALID_WIRE_FORMAT));
         let ok = "i".repeat(MAX_MESSAGE_ID_LEN);
         assert_eq!(check(&valid().with_message_id(ok.as_str().into())).refusal, None);
+        let mut headers = FieldTable::default();
+        headers.insert(H_SESSION_ID.into(), AMQPValue::LongString(long.as_str().into()));
+        let r = check(&valid().with_headers(headers)).refusal.map(|r| r.description);
+        assert_eq!(
+            r.as_deref(),
+            Some("x-courier-session-id has 129 bytes; Courier's session ids have 1 to 128")
+        );
 
         let p = valid();
         let big = super::super::wire::decode(&p, vec![b' '; 2000], false, None, chrono::Utc::now()).envelope;
