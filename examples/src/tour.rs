@@ -202,7 +202,7 @@ async fn tour() -> Result<(), Box<dyn Error>> {
     if given.is_none() {
         std::fs::remove_dir_all(&dir)?;
     }
-    println!("tour finished: every step behaved as SEMANTICS.md says");
+    println!("tour finished: every step behaved as docs/semantics.md says");
     Ok(())
 }
 

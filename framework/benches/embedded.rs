@@ -2,7 +2,7 @@
 //! (WAL, synchronous=NORMAL), next to the raw SQLite baseline measured in the same run.
 //!
 //! Run: `cargo bench -p courier --bench embedded` (add `-- --quick` for a short run).
-//! The baseline is `../shared/baselines/sqlite-handler-baseline.py` (python3); when it
+//! The baseline is `scripts/baselines/sqlite-handler-baseline.py` (python3); when it
 //! cannot be found or run, the ratios are left out and the reason printed.
 
 #![allow(
@@ -233,7 +233,7 @@ async fn schedule_lateness(n: usize, secs: f64) -> (Duration, Duration, Duration
 /// synchronous=NORMAL and handler 1 msg/tx at synchronous=FULL.
 fn baseline() -> Result<(f64, f64, f64), String> {
     let script =
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/baselines/sqlite-handler-baseline.py");
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/baselines/sqlite-handler-baseline.py");
     if !script.exists() {
         return Err(format!("{} not found", script.display()));
     }

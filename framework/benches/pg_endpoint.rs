@@ -1,5 +1,5 @@
 //! Handler throughput of an endpoint with a Postgres store, next to the raw-SQL handler
-//! baseline (`../shared/baselines/pg-handler-baseline.sh`), measured in the same run on the
+//! baseline (`scripts/baselines/pg-handler-baseline.sh`), measured in the same run on the
 //! same server, as ratios.
 //!
 //! Run: `cargo bench -p courier --features postgres --bench pg_endpoint`. Options after
@@ -291,9 +291,9 @@ async fn xacts(conn: &mut sqlx::PgConnection, name: &str) -> i64 {
         .unwrap()
 }
 
-/// The baseline script, from the workspace root: `../shared/baselines/`.
+/// The baseline script, from the workspace root: `scripts/baselines/`.
 fn baseline_script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/baselines/pg-handler-baseline.sh")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/baselines/pg-handler-baseline.sh")
 }
 
 /// The baseline's two figures: one and ten messages per transaction, 8 clients; on

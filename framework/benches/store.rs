@@ -7,7 +7,7 @@
 //! Courier: messages received from the embedded broker (a file), the inbox insert, one
 //! user row written through `ctx.transaction()`, one 1 KB message sent through the outbox
 //! (to a queue nobody drains), the outbox row deleted after dispatch, the message
-//! completed. The denominator: `../shared/baselines/pg-handler-baseline.sh`, the same
+//! completed. The denominator: `scripts/baselines/pg-handler-baseline.sh`, the same
 //! work as one hand-written SQL statement per message (and per ten messages), 8 clients.
 
 #![allow(
@@ -156,7 +156,7 @@ async fn courier_rate(n: u64, concurrency: usize) -> f64 {
 
 /// The baseline's two figures: one and ten messages per transaction.
 fn baseline(secs: u32) -> (f64, f64) {
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/baselines/pg-handler-baseline.sh");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/baselines/pg-handler-baseline.sh");
     let out = std::process::Command::new("bash")
         .arg(&script)
         .arg(database_url())

@@ -1,4 +1,4 @@
-//! Errors of the transport contract (SEMANTICS.md S1.2, S2.7).
+//! Errors of the transport contract (docs/semantics.md S1.2, S2.7).
 
 use std::fmt;
 
@@ -160,7 +160,7 @@ pub enum ErrorKind {
         transport: &'static str,
         /// The operation.
         capability: &'static str,
-        /// The rule of SEMANTICS.md it bends.
+        /// The rule of docs/semantics.md it bends.
         rule: &'static str,
         /// Why, and what to use instead.
         reason: &'static str,

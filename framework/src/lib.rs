@@ -2,7 +2,7 @@
 //!
 //! This crate holds the message model ([`Envelope`], [`ReceivedMessage`]), the transport
 //! contract ([`Transport`], [`Sender`], [`Receiver`], [`Delivery`]) that every broker
-//! implements rule by rule (see `SEMANTICS.md`), time ([`Clock`]), and the embedded
+//! implements rule by rule (see `docs/semantics.md`), time ([`Clock`]), and the embedded
 //! broker ([`Embedded`]), an in-process broker kept in SQLite that needs no server.
 //!
 //! # Examples
@@ -117,7 +117,7 @@ pub use transport::{
 };
 
 #[cfg(feature = "amqp")]
-pub use amqp::{AmqpBuilder, AmqpTransport, DEFAULT_CONNECT_TIMEOUT, ScheduleStore};
+pub use amqp::{AmqpBuilder, AmqpTransport, DEFAULT_CONNECT_TIMEOUT, ScheduleStore, WireStats};
 #[cfg(feature = "sqlite")]
 pub use embedded::{
     DEFAULT_MAX_MESSAGE_SIZE, Durability, Embedded, EmbeddedBuilder, EmbeddedStore, MAX_MESSAGE_ID_LEN,

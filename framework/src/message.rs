@@ -375,4 +375,11 @@ pub mod reasons {
     pub const MAX_DELIVERY_COUNT_EXCEEDED: &str = "MaxDeliveryCountExceeded";
     /// The message's time-to-live ran out before it was received.
     pub const TTL_EXPIRED: &str = "TTLExpiredException";
+    /// A receiver refused the message: it breaks the transport's wire format (on RabbitMQ,
+    /// a text property or header name that is not UTF-8, a message id of more than 128
+    /// bytes, ...). The description names each property and gives the bytes received.
+    pub const INVALID_WIRE_FORMAT: &str = "courier.InvalidWireFormat";
+    /// A receiver refused the message: it is larger than the transport's maximum message
+    /// size, counted as a send counts it (`Envelope::size`).
+    pub const MESSAGE_TOO_LARGE: &str = "courier.MessageTooLarge";
 }

@@ -1,4 +1,4 @@
-//! The transport conformance suite: one test per rule of `SEMANTICS.md` (S1-S6), written
+//! The transport conformance suite: one test per rule of `docs/semantics.md` (S1-S6), written
 //! once and run against every transport.
 //!
 //! A transport crate instantiates it with a factory that returns a fresh [`Fixture`]:

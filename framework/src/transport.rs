@@ -1,4 +1,4 @@
-//! The transport contract: the rules S1-S6 of SEMANTICS.md as traits.
+//! The transport contract: the rules S1-S6 of docs/semantics.md as traits.
 //!
 //! A [`Transport`] makes [`Sender`]s and [`Receiver`]s. A receiver yields [`Delivery`]s;
 //! settling a delivery consumes it ([`Delivery::complete`] takes `self`), so a message
@@ -19,7 +19,7 @@ use crate::entity::{EntityCounts, EntityPath, QueueOptions, SubscriptionOptions,
 use crate::error::{Error, ErrorKind, Result, SendError};
 use crate::message::{Envelope, LockToken, Properties, ReceivedMessage, SequenceNumber};
 
-/// A rule of SEMANTICS.md that a transport cannot honour, with the reason and what it
+/// A rule of docs/semantics.md that a transport cannot honour, with the reason and what it
 /// does instead. The conformance suite reports these and checks that the transport
 /// refuses the operation with [`ErrorKind::Unsupported`].
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,6 +13,7 @@
 )]
 
 mod foreign;
+mod malformed;
 mod support;
 mod tls;
 

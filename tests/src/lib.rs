@@ -26,6 +26,7 @@ pub mod crash;
 pub mod crash_saga;
 pub mod pg;
 pub mod rabbit;
+pub mod raw_amqp;
 pub mod stores;
 
 /// The job the crash tests hand to a child process's endpoint.

@@ -6,7 +6,7 @@
 mod embedded_durability;
 mod embedded_engine;
 
-/// The conformance suite (SEMANTICS.md S1-S6) on the embedded broker.
+/// The conformance suite (docs/semantics.md S1-S6) on the embedded broker.
 mod embedded_conformance {
     courier::conformance_suite!(courier_tests::embedded_fixture);
 }

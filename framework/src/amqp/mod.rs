@@ -1,4 +1,4 @@
-//! The RabbitMQ transport: the contract of SEMANTICS.md over AMQP 0-9-1 (lapin).
+//! The RabbitMQ transport: the contract of docs/semantics.md over AMQP 0-9-1 (lapin).
 //!
 //! | contract | on RabbitMQ |
 //! |---|---|
@@ -15,6 +15,7 @@
 //! substitute; `docs/rabbitmq.md` has the whole mapping and the wire format.
 
 mod conn;
+mod inspect;
 mod publish;
 mod receiver;
 mod schedule;
@@ -44,6 +45,8 @@ use crate::transport::{
 };
 
 use conn::{Connector, Declaration, connection_error, declare, reply_code};
+use inspect::WireCounters;
+pub use inspect::WireStats;
 use publish::{ConfirmChannel, Target, finish};
 use receiver::AmqpReceiver;
 pub use schedule::ScheduleStore;
@@ -134,6 +137,8 @@ pub(crate) struct Inner {
     /// The confirm channel for dead-letter copies and due scheduled messages.
     internal: ConfirmChannel,
     stop: CancellationToken,
+    /// What the receivers refused or ignored in received messages.
+    wire: WireCounters,
 }
 
 impl Inner {
@@ -421,6 +426,7 @@ impl AmqpBuilder {
             wake: Notify::new(),
             internal: ConfirmChannel::default(),
             stop: CancellationToken::new(),
+            wire: WireCounters::default(),
         });
         inner.conn.connection().await?;
         if let Some(store) = self.schedules {
@@ -482,6 +488,14 @@ impl AmqpTransport {
     /// How many connections were made so far: more than 1 after a reconnect.
     pub fn connections_made(&self) -> u64 {
         self.inner.conn.generation()
+    }
+
+    /// What this transport's receivers found wrong in the messages they received: the
+    /// deliveries refused (moved to their dead-letter queue with
+    /// `courier.InvalidWireFormat` or `courier.MessageTooLarge`) and the `x-courier-*`
+    /// headers ignored. See docs/rabbitmq.md, "What a receiver refuses".
+    pub fn wire_stats(&self) -> WireStats {
+        self.inner.wire.snapshot()
     }
 
     /// Drops the connection as a network failure would: unsettled messages go back to

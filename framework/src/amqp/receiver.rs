@@ -13,7 +13,7 @@ use futures_lite::StreamExt;
 use lapin::Acker;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicNackOptions, BasicQosOptions};
 use lapin::types::FieldTable;
-use lapin::{Channel, Consumer};
+use lapin::{BasicProperties, Channel, Consumer};
 use tokio::sync::Mutex;
 use uuid::Uuid;
 
@@ -23,6 +23,7 @@ use crate::message::{LockToken, ReceivedMessage, SequenceNumber, reasons};
 use crate::transport::{Delivery, Receiver, Settlement, Settler};
 
 use super::conn::connection_error;
+use super::inspect::{self, Refusal};
 use super::publish::Target;
 use super::{Inner, unsupported, wire};
 
@@ -114,6 +115,49 @@ impl AmqpReceiver {
         self.inner.dead_letter(dlq, &copy).await
     }
 
+    /// Checks a delivery of a main queue against the wire format (a dead-letter queue is
+    /// read as it is): warns about and counts the `x-courier-*` headers ignored, and
+    /// returns why the delivery is refused, if it is.
+    fn inspect(&self, p: &BasicProperties, m: &ReceivedMessage, delivery_tag: u64) -> Option<Refusal> {
+        self.dead_letter_queue.as_ref()?;
+        let findings = inspect::inspect(p, &m.envelope, self.inner.max_message_size);
+        self.inner.wire.ignored(findings.ignored.len());
+        // Text from the producer is logged with Debug (escaped): no forged log lines.
+        for (header, problem) in &findings.ignored {
+            tracing::warn!(
+                queue = %self.queue,
+                delivery_tag,
+                message_id = ?m.envelope.message_id,
+                header = ?header,
+                problem = %problem,
+                "an x-courier header is ignored"
+            );
+        }
+        findings.refusal
+    }
+
+    /// Moves a refused delivery to the dead-letter queue at once: a confirmed copy with
+    /// the reason, the description and the source queue. The caller acks the original.
+    async fn refuse(&self, m: &ReceivedMessage, refusal: &Refusal, delivery_tag: u64) -> Result<()> {
+        let Some(dlq) = &self.dead_letter_queue else {
+            return Ok(());
+        };
+        tracing::warn!(
+            queue = %self.queue,
+            delivery_tag,
+            message_id = ?m.envelope.message_id,
+            reason = refusal.reason,
+            problem = %refusal.description,
+            "a message breaks the wire format; it is moved to the dead-letter queue"
+        );
+        let mut copy = m.envelope.clone();
+        copy.time_to_live = None;
+        wire::dead_letter_headers(&mut copy, refusal.reason, &refusal.description, &self.queue);
+        self.inner.dead_letter(dlq, &copy).await?;
+        self.inner.wire.refused();
+        Ok(())
+    }
+
     fn is_expired(&self, m: &ReceivedMessage, now: DateTime<Utc>) -> bool {
         self.dead_letter_queue.is_some() && m.broker.expires_at.is_some_and(|at| at <= now)
     }
@@ -134,6 +178,28 @@ impl AmqpReceiver {
             envelope: decoded.envelope,
             broker: decoded.broker,
         };
+        if let Some(refusal) = self.inspect(&d.properties, &message, d.delivery_tag) {
+            // Settled here, alone: the deliveries received with it are not touched.
+            match self.refuse(&message, &refusal, d.delivery_tag).await {
+                Ok(()) => {
+                    let _ = d.acker.ack(BasicAckOptions::default()).await;
+                }
+                Err(e) => {
+                    tracing::error!(
+                        queue = %self.queue,
+                        delivery_tag = d.delivery_tag,
+                        error = %e,
+                        "cannot move a refused message to the dead-letter queue; it is requeued"
+                    );
+                    let requeue = BasicNackOptions {
+                        requeue: true,
+                        ..BasicNackOptions::default()
+                    };
+                    let _ = d.acker.nack(requeue).await;
+                }
+            }
+            return Ok(None);
+        }
         if self.is_expired(&message, now) {
             self.expire(&message).await?;
             let _ = d.acker.ack(BasicAckOptions::default()).await;
@@ -210,7 +276,7 @@ impl Receiver for AmqpReceiver {
                 Some(Err(e)) => {
                     *slot = None;
                     if out.is_empty() {
-                        return Err(connection_error("the consumer failed", &e));
+                        return Err(connection_error(&format!("the consumer of {} failed", self.queue), &e));
                     }
                 }
                 None => {
@@ -259,7 +325,12 @@ impl Receiver for AmqpReceiver {
                         envelope: decoded.envelope,
                         broker: decoded.broker,
                     };
-                    if self.is_expired(&message, now) {
+                    // The message left RabbitMQ when it was taken: a refused one is in
+                    // the dead-letter queue only if the copy is confirmed, else the
+                    // receive fails with the error (at most once, S2.1).
+                    if let Some(refusal) = self.inspect(&d.properties, &message, d.delivery_tag) {
+                        self.refuse(&message, &refusal, d.delivery_tag).await?;
+                    } else if self.is_expired(&message, now) {
                         self.expire(&message).await?;
                     } else {
                         out.push(message);

@@ -169,14 +169,16 @@ fn int(v: &AMQPValue) -> Option<i64> {
     }
 }
 
+/// An application property; a long string that is not UTF-8 is bytes, and ignored as a
+/// byte array is.
 fn property(v: &AMQPValue) -> Option<PropertyValue> {
     match v {
         AMQPValue::Boolean(b) => Some(PropertyValue::Bool(*b)),
         AMQPValue::Float(f) => Some(PropertyValue::Float(f64::from(*f))),
         AMQPValue::Double(f) => Some(PropertyValue::Float(*f)),
-        other => int(other)
-            .map(PropertyValue::Int)
-            .or_else(|| text(other).map(PropertyValue::String)),
+        AMQPValue::LongString(s) => String::from_utf8(s.as_bytes().to_vec()).ok().map(PropertyValue::String),
+        AMQPValue::ShortString(s) if s.invalid_utf8().is_none() => Some(PropertyValue::String(s.as_str().to_owned())),
+        other => int(other).map(PropertyValue::Int),
     }
 }
 
@@ -224,7 +226,9 @@ pub(crate) fn decode(
     let get = |k: &str| headers.inner().get(k);
     let mut properties = Properties::new();
     for (k, v) in headers {
-        if k.as_str().starts_with("x-") {
+        // A name that is not UTF-8 (kept by the patched parser) is no property: a main
+        // queue's receiver refuses the message (`inspect`), a DLQ's reads the rest.
+        if k.as_str().starts_with("x-") || k.invalid_utf8().is_some() {
             continue;
         }
         if let Some(v) = property(v) {
