@@ -79,6 +79,9 @@
 
 #![allow(clippy::print_stdout)]
 
+#[path = "signup/audit.rs"]
+mod audit;
+
 use std::collections::HashSet;
 use std::error::Error;
 use std::fmt;
@@ -87,6 +90,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use audit::{AuditId, Audits};
 use chrono::{DateTime, TimeDelta, Utc};
 use courier::prelude::*;
 use courier::saga::{SagaContext, TimeoutHandle};
@@ -440,10 +444,13 @@ struct Arrive {
 /// Asks the sagas of a user to tell `main` their state (sent by `main` to `accounts` and
 /// to `users`). Each saga that has an instance answers; the plain handler
 /// [`audit_done`], added after the sagas, then says the audit of that endpoint is over,
-/// so an instance that stayed silent does not exist.
+/// so an instance that stayed silent does not exist. Every reply names the audit: `main`
+/// ignores the replies to another one (a killed run's `Audit` messages stay queued).
 #[derive(Debug, Serialize, Deserialize, courier::Message)]
 #[message(name = "signup.Audit")]
 struct Audit {
+    /// Which audit this is.
+    audit: AuditId,
     /// The user (`SignUp` and `Persona` instances).
     user_id: String,
     /// The user's login (`Login` instance).
@@ -561,10 +568,19 @@ enum News {
         /// What happened.
         event: Event,
     },
-    /// A Persona's state (after each change, and when audited).
+    /// A Persona's state (after each change).
     Persona(PersonaView),
+    /// A Persona's state, in reply to an audit.
+    PersonaAudited {
+        /// The audit answered.
+        audit: AuditId,
+        /// The state.
+        view: PersonaView,
+    },
     /// An audited saga instance exists.
     Found {
+        /// The audit answered.
+        audit: AuditId,
         /// The user.
         user_id: String,
         /// `SignUp` or `Login`.
@@ -574,6 +590,8 @@ enum News {
     },
     /// An endpoint finished an audit.
     AuditDone {
+        /// The audit answered.
+        audit: AuditId,
         /// `accounts` or `users`.
         endpoint: String,
         /// The user.
@@ -746,6 +764,7 @@ impl SignUp {
         tell(
             ctx,
             News::Found {
+                audit: q.audit,
                 user_id: q.user_id,
                 saga: "SignUp",
                 phase: "awaiting confirmation",
@@ -846,6 +865,7 @@ impl Login {
         tell(
             ctx,
             News::Found {
+                audit: q.audit,
                 user_id: q.user_id,
                 saga: "Login",
                 phase,
@@ -860,6 +880,7 @@ async fn audit_done(q: Audit, ctx: &mut Context) -> Result<(), HandlerError> {
     tell(
         ctx,
         News::AuditDone {
+            audit: q.audit,
             endpoint: ctx.endpoint().to_owned(),
             user_id: q.user_id,
         },
@@ -1077,8 +1098,9 @@ impl Persona {
     }
 
     #[handle(by = user_id)]
-    async fn audit(&mut self, _q: Audit, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
-        tell(ctx, News::Persona(self.view()))
+    async fn audit(&mut self, q: Audit, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+        let view = self.view();
+        tell(ctx, News::PersonaAudited { audit: q.audit, view })
     }
 }
 
@@ -1276,6 +1298,9 @@ async fn run(options: &Options) -> Result<(), Box<dyn Error>> {
         .map_err(|waited| format!("not every user's story ended in time: {waited}"))?;
 
     // Ask the sagas for their state, then stop.
+    if watch.lines > 0 {
+        println!();
+    }
     watch.audit(&[&users, &accounts], &mut news).await?;
     let mut reports = Vec::new();
     for e in [accounts, mailer, users] {
@@ -1288,11 +1313,11 @@ async fn run(options: &Options) -> Result<(), Box<dyn Error>> {
         watch.take(n);
     }
 
-    if watch.lines > 0 {
-        println!();
-    }
     for (name, stats, report) in &reports {
         print_stats(name, stats, report);
+    }
+    if let Some(ignored) = watch.audits.report() {
+        println!("{ignored}");
     }
     watch.verdict(!resumed)
 }
@@ -1446,6 +1471,8 @@ struct Watch {
     users: Vec<Watched>,
     /// Story lines printed.
     lines: usize,
+    /// The audits: which one the replies must answer, how many answered another.
+    audits: Audits,
 }
 
 impl Watch {
@@ -1454,6 +1481,7 @@ impl Watch {
             started_at: scenario.started_at,
             timing: scenario.timing,
             lines: 0,
+            audits: Audits::new(Utc::now().timestamp_millis()),
             users: CAST
                 .iter()
                 .map(|member| Watched {
@@ -1501,23 +1529,45 @@ impl Watch {
                     event.text(timing)
                 );
             }
-            News::Persona(view) => {
-                if let Some(w) = self.user(&view.user_id)
-                    && w.persona.as_ref().is_none_or(|p| p.version <= view.version)
+            News::Persona(view) => self.persona(view),
+            News::PersonaAudited { audit, view } => {
+                if self.audits.answers_current(&audit) {
+                    self.persona(view);
+                }
+            }
+            News::Found {
+                audit,
+                user_id,
+                saga,
+                phase,
+            } => {
+                if self.audits.answers_current(&audit)
+                    && let Some(w) = self.user(&user_id)
+                    && !w.found.contains(&(saga, phase))
                 {
-                    w.persona = Some(view);
+                    w.found.push((saga, phase)); // (once: a retried handling answers again)
                 }
             }
-            News::Found { user_id, saga, phase } => {
-                if let Some(w) = self.user(&user_id) {
-                    w.found.push((saga, phase));
-                }
-            }
-            News::AuditDone { endpoint, user_id } => {
-                if let Some(w) = self.user(&user_id) {
+            News::AuditDone {
+                audit,
+                endpoint,
+                user_id,
+            } => {
+                if self.audits.answers_current(&audit)
+                    && let Some(w) = self.user(&user_id)
+                {
                     w.audited.insert(endpoint);
                 }
             }
+        }
+    }
+
+    /// Takes in a Persona's state, unless a later one is known.
+    fn persona(&mut self, view: PersonaView) {
+        if let Some(w) = self.user(&view.user_id)
+            && w.persona.as_ref().is_none_or(|p| p.version <= view.version)
+        {
+            w.persona = Some(view);
         }
     }
 
@@ -1556,17 +1606,19 @@ impl Watch {
         each.join(", ")
     }
 
-    /// Audits every user on `endpoints` and waits for the answers.
+    /// Audits every user on `endpoints` and waits for the answers to this audit.
     async fn audit(
         &mut self,
         endpoints: &[&RunningEndpoint],
         news: &mut mpsc::UnboundedReceiver<News>,
     ) -> Result<(), Box<dyn Error>> {
+        let id = self.audits.begin();
         for w in &mut self.users {
             w.found.clear();
             w.audited.clear();
             for endpoint in endpoints {
                 let audit = Audit {
+                    audit: id.clone(),
                     user_id: w.user_id.clone(),
                     login_id: login_id_of(&w.user_id),
                 };
@@ -1576,6 +1628,11 @@ impl Watch {
                     .await?;
             }
         }
+        let names: Vec<&str> = endpoints.iter().map(|e| e.name()).collect();
+        println!(
+            "audit {id}: asked {} where each user's sagas stand",
+            names.join(" and ")
+        );
         let wanted = endpoints.len();
         self.until(news, Instant::now() + AUDIT_WAIT, |w| {
             w.users.iter().all(|u| u.audited.len() == wanted)
