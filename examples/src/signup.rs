@@ -81,6 +81,8 @@
 
 #[path = "signup/audit.rs"]
 mod audit;
+#[path = "signup/startup.rs"]
+mod startup;
 
 use std::collections::HashSet;
 use std::error::Error;
@@ -96,8 +98,10 @@ use courier::prelude::*;
 use courier::saga::{SagaContext, TimeoutHandle};
 use courier::{AmqpTransport, EndpointStats, PostgresStore, RunningEndpoint, ShutdownReport, Store};
 use serde::{Deserialize, Serialize};
+use startup::{Startup, Warnings};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tracing_subscriber::prelude::*;
 
 /// How long a new user has to confirm the e-mail address.
 const CONFIRMATION_WINDOW: Duration = Duration::from_secs(3600);
@@ -1153,7 +1157,11 @@ impl Options {
 async fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off"));
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    let warnings = Warnings::default(); // told when a step of the start waits long
+    tracing_subscriber::registry()
+        .with(tracing_subscriber::fmt::layer().with_filter(filter))
+        .with(warnings.clone().with_filter(tracing::level_filters::LevelFilter::WARN))
+        .init();
     let options = match Options::parse(std::env::args().skip(1)) {
         Ok(Some(options)) => options,
         Ok(None) => {
@@ -1165,7 +1173,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(&options).await {
+    match run(&options, &Startup::new(warnings)).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("signup: FAILED: {e}");
@@ -1175,9 +1183,11 @@ async fn main() -> ExitCode {
 }
 
 /// The whole program; an error says what went wrong.
-async fn run(options: &Options) -> Result<(), Box<dyn Error>> {
-    let (transport, store, store_kind, store_text, broker_text) = open(options).await?;
-    let parked = find_scenario(&transport).await?;
+async fn run(options: &Options, start: &Startup) -> Result<(), Box<dyn Error>> {
+    let (transport, store, store_kind, store_text, broker_text) = open(options, start).await?;
+    let parked = start
+        .step(startup::SCENARIO, find_scenario(&transport, options.fresh))
+        .await?;
     if let Some(s) = &parked
         && s.store != store_kind
     {
@@ -1208,18 +1218,22 @@ async fn run(options: &Options) -> Result<(), Box<dyn Error>> {
             .state(newsroom.clone())
             .state(timing)
     };
-    let users = endpoint("users").saga::<Persona>().handler(audit_done).start().await?;
-    let mailer = endpoint("mailer")
-        .handler(send_confirmation_mail)
-        .handler(send_login_code)
-        .start()
-        .await?;
-    let accounts = endpoint("accounts")
-        .saga::<SignUp>()
-        .saga::<Login>()
-        .handler(audit_done)
-        .start()
-        .await?;
+    let endpoints = async {
+        let users = endpoint("users").saga::<Persona>().handler(audit_done).start().await?;
+        let mailer = endpoint("mailer")
+            .handler(send_confirmation_mail)
+            .handler(send_login_code)
+            .start()
+            .await?;
+        let accounts = endpoint("accounts")
+            .saga::<SignUp>()
+            .saga::<Login>()
+            .handler(audit_done)
+            .start()
+            .await?;
+        Ok::<_, courier::Error>((users, mailer, accounts))
+    };
+    let (users, mailer, accounts) = start.step(startup::ENDPOINTS, endpoints).await?;
 
     println!("sign-up example: broker {broker_text}");
     println!("  sagas, inbox and timeouts: {store_text}");
@@ -1325,6 +1339,7 @@ async fn run(options: &Options) -> Result<(), Box<dyn Error>> {
 /// The broker and the store, as the options say.
 async fn open(
     options: &Options,
+    start: &Startup,
 ) -> Result<(Arc<dyn Transport>, Arc<dyn Store>, &'static str, String, String), Box<dyn Error>> {
     if let Some(url) = &options.rabbitmq {
         let Some(pg) = &options.postgres else {
@@ -1332,13 +1347,13 @@ async fn open(
                         set DATABASE_URL or --postgres"
                 .into());
         };
-        let store = PostgresStore::connect(pg).await?;
-        store.migrate().await?;
+        let store = start.step(startup::POSTGRES, PostgresStore::connect(pg)).await?;
+        start.step(startup::MIGRATIONS, store.migrate()).await?;
         let rabbit = AmqpTransport::builder(url.clone())
             .schedules(&store)
             .connection_name("signup")
-            .open()
-            .await?;
+            .open();
+        let rabbit = start.step(startup::RABBITMQ, rabbit).await?;
         let text = format!("RabbitMQ ({rabbit:?}), scheduled messages in Postgres");
         let transport: Arc<dyn Transport> = Arc::new(rabbit);
         if options.fresh {
@@ -1356,12 +1371,12 @@ async fn open(
     if options.fresh {
         delete_database(&options.db)?;
     }
-    let broker = Embedded::open(&options.db).await?;
+    let broker = start.step(startup::BROKER_FILE, Embedded::open(&options.db)).await?;
     let broker_text = format!("{} (embedded, SQLite)", options.db.display());
     let (store, store_kind, store_text): (Arc<dyn Store>, &str, String) = match &options.postgres {
         Some(url) => {
-            let store = PostgresStore::connect(url).await?;
-            store.migrate().await?;
+            let store = start.step(startup::POSTGRES, PostgresStore::connect(url)).await?;
+            start.step(startup::MIGRATIONS, store.migrate()).await?;
             (Arc::new(store), "postgres", "Postgres (schema courier)".to_owned())
         }
         None => (
@@ -1404,11 +1419,15 @@ fn delete_database(db: &Path) -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-/// The scenario parked in the broker by an earlier run, if any.
-async fn find_scenario(transport: &Arc<dyn Transport>) -> Result<Option<Scenario>, Box<dyn Error>> {
+/// The scenario parked in the broker by an earlier run, if any (none after `--fresh`,
+/// which deleted it: RabbitMQ would wait a second for it).
+async fn find_scenario(transport: &Arc<dyn Transport>, fresh: bool) -> Result<Option<Scenario>, Box<dyn Error>> {
     // Read many times over the runs, never handled: a high max delivery count.
     let options = QueueOptions::default().max_delivery_count(10_000);
     transport.create_queue(SCENARIO_QUEUE, &options).await?;
+    if fresh {
+        return Ok(None);
+    }
     let path = EntityPath::queue(SCENARIO_QUEUE);
     if transport.capabilities().bends("S6.1").is_none() {
         let parked = transport.peek(&path, 0, 1).await?;

@@ -7,6 +7,7 @@
 //! server URLs removed from its environment.
 
 #![cfg(unix)]
+#![allow(clippy::expect_used, clippy::print_stdout)] // a test program: a failed step fails the test
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
