@@ -61,6 +61,12 @@
 //!   workflows still in flight, then checks everything as a full run does. Running it
 //!   again after the scenario finished finds every user settled and checks the result
 //!   again; `--fresh` starts a new scenario.
+//! - Each audit (the `Audit` messages that ask the sagas for their state) has an id that
+//!   every reply carries. A run killed during its audit leaves `Audit` messages queued;
+//!   the next run handles them too, ignores their replies and counts them in its output
+//!   (`signup/audit.rs`).
+//! - A step of the start that waits longer than a second says what it waits for
+//!   (`signup/startup.rs`).
 //!
 //! How a late code is refused: the `Login` saga judges a code by when it was typed
 //! (`CodeEntered::entered_at`, stamped by the user's side) against the expiry it stored,
