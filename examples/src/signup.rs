@@ -459,7 +459,8 @@ struct Arrive {
 #[derive(Debug, Serialize, Deserialize, courier::Message)]
 #[message(name = "signup.Audit")]
 struct Audit {
-    /// Which audit this is.
+    /// Which audit this is (none in the messages of versions before audits had ids).
+    #[serde(default)]
     audit: AuditId,
     /// The user (`SignUp` and `Persona` instances).
     user_id: String,
