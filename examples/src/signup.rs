@@ -61,6 +61,12 @@
 //!   workflows still in flight, then checks everything as a full run does. Running it
 //!   again after the scenario finished finds every user settled and checks the result
 //!   again; `--fresh` starts a new scenario.
+//! - Each audit (the `Audit` messages that ask the sagas for their state) has an id that
+//!   every reply carries. A run killed during its audit leaves `Audit` messages queued;
+//!   the next run handles them too, ignores their replies and counts them in its output
+//!   (`signup/audit.rs`).
+//! - A step of the start that waits longer than a second says what it waits for
+//!   (`signup/startup.rs`).
 //!
 //! How a late code is refused: the `Login` saga judges a code by when it was typed
 //! (`CodeEntered::entered_at`, stamped by the user's side) against the expiry it stored,
@@ -79,6 +85,11 @@
 
 #![allow(clippy::print_stdout)]
 
+#[path = "signup/audit.rs"]
+mod audit;
+#[path = "signup/startup.rs"]
+mod startup;
+
 use std::collections::HashSet;
 use std::error::Error;
 use std::fmt;
@@ -87,13 +98,16 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use audit::{AuditId, Audits};
 use chrono::{DateTime, TimeDelta, Utc};
 use courier::prelude::*;
 use courier::saga::{SagaContext, TimeoutHandle};
 use courier::{AmqpTransport, EndpointStats, PostgresStore, RunningEndpoint, ShutdownReport, Store};
 use serde::{Deserialize, Serialize};
+use startup::{Startup, Warnings};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
+use tracing_subscriber::prelude::*;
 
 /// How long a new user has to confirm the e-mail address.
 const CONFIRMATION_WINDOW: Duration = Duration::from_secs(3600);
@@ -442,10 +456,14 @@ struct Arrive {
 /// Asks the sagas of a user to tell `main` their state (sent by `main` to `accounts` and
 /// to `users`). Each saga that has an instance answers; the plain handler
 /// [`audit_done`], added after the sagas, then says the audit of that endpoint is over,
-/// so an instance that stayed silent does not exist.
+/// so an instance that stayed silent does not exist. Every reply names the audit: `main`
+/// ignores the replies to another one (a killed run's `Audit` messages stay queued).
 #[derive(Debug, Serialize, Deserialize, courier::Message)]
 #[message(name = "signup.Audit")]
 struct Audit {
+    /// Which audit this is (none in the messages of versions before audits had ids).
+    #[serde(default)]
+    audit: AuditId,
     /// The user (`SignUp` and `Persona` instances).
     user_id: String,
     /// The user's login (`Login` instance).
@@ -563,10 +581,19 @@ enum News {
         /// What happened.
         event: Event,
     },
-    /// A Persona's state (after each change, and when audited).
+    /// A Persona's state (after each change).
     Persona(PersonaView),
+    /// A Persona's state, in reply to an audit.
+    PersonaAudited {
+        /// The audit answered.
+        audit: AuditId,
+        /// The state.
+        view: PersonaView,
+    },
     /// An audited saga instance exists.
     Found {
+        /// The audit answered.
+        audit: AuditId,
         /// The user.
         user_id: String,
         /// `SignUp` or `Login`.
@@ -576,6 +603,8 @@ enum News {
     },
     /// An endpoint finished an audit.
     AuditDone {
+        /// The audit answered.
+        audit: AuditId,
         /// `accounts` or `users`.
         endpoint: String,
         /// The user.
@@ -748,6 +777,7 @@ impl SignUp {
         tell(
             ctx,
             News::Found {
+                audit: q.audit,
                 user_id: q.user_id,
                 saga: "SignUp",
                 phase: "awaiting confirmation",
@@ -848,6 +878,7 @@ impl Login {
         tell(
             ctx,
             News::Found {
+                audit: q.audit,
                 user_id: q.user_id,
                 saga: "Login",
                 phase,
@@ -862,6 +893,7 @@ async fn audit_done(q: Audit, ctx: &mut Context) -> Result<(), HandlerError> {
     tell(
         ctx,
         News::AuditDone {
+            audit: q.audit,
             endpoint: ctx.endpoint().to_owned(),
             user_id: q.user_id,
         },
@@ -1079,8 +1111,9 @@ impl Persona {
     }
 
     #[handle(by = user_id)]
-    async fn audit(&mut self, _q: Audit, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
-        tell(ctx, News::Persona(self.view()))
+    async fn audit(&mut self, q: Audit, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+        let view = self.view();
+        tell(ctx, News::PersonaAudited { audit: q.audit, view })
     }
 }
 
@@ -1133,7 +1166,11 @@ impl Options {
 async fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off"));
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    let warnings = Warnings::default(); // told when a step of the start waits long
+    tracing_subscriber::registry()
+        .with(tracing_subscriber::fmt::layer().with_filter(filter))
+        .with(warnings.clone().with_filter(tracing::level_filters::LevelFilter::WARN))
+        .init();
     let options = match Options::parse(std::env::args().skip(1)) {
         Ok(Some(options)) => options,
         Ok(None) => {
@@ -1145,7 +1182,7 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(&options, listen_for_ctrl_c()).await {
+    match run(&options, &Startup::new(warnings), listen_for_ctrl_c()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.is::<Interrupted>() => {
             println!("signup: {e}");
@@ -1191,12 +1228,18 @@ async fn ctrl_c_pressed(ctrl_c: &mut tokio::sync::watch::Receiver<bool>) {
 }
 
 /// The whole program; an error says what went wrong.
-async fn run(options: &Options, mut ctrl_c: tokio::sync::watch::Receiver<bool>) -> Result<(), Box<dyn Error>> {
+async fn run(
+    options: &Options,
+    start: &Startup,
+    mut ctrl_c: tokio::sync::watch::Receiver<bool>,
+) -> Result<(), Box<dyn Error>> {
     let (transport, store, store_kind, store_text, broker_text) = tokio::select! {
-        opened = open(options) => opened?,
+        opened = open(options, start) => opened?,
         () = ctrl_c_pressed(&mut ctrl_c) => return Err(Interrupted.into()),
     };
-    let parked = find_scenario(&transport).await?;
+    let parked = start
+        .step(startup::SCENARIO, find_scenario(&transport, options.fresh))
+        .await?;
     if let Some(s) = &parked
         && s.store != store_kind
     {
@@ -1228,18 +1271,22 @@ async fn run(options: &Options, mut ctrl_c: tokio::sync::watch::Receiver<bool>) 
             .state(timing)
             .shutdown_timeout(SHUTDOWN_TIMEOUT)
     };
-    let users = endpoint("users").saga::<Persona>().handler(audit_done).start().await?;
-    let mailer = endpoint("mailer")
-        .handler(send_confirmation_mail)
-        .handler(send_login_code)
-        .start()
-        .await?;
-    let accounts = endpoint("accounts")
-        .saga::<SignUp>()
-        .saga::<Login>()
-        .handler(audit_done)
-        .start()
-        .await?;
+    let endpoints = async {
+        let users = endpoint("users").saga::<Persona>().handler(audit_done).start().await?;
+        let mailer = endpoint("mailer")
+            .handler(send_confirmation_mail)
+            .handler(send_login_code)
+            .start()
+            .await?;
+        let accounts = endpoint("accounts")
+            .saga::<SignUp>()
+            .saga::<Login>()
+            .handler(audit_done)
+            .start()
+            .await?;
+        Ok::<_, courier::Error>((users, mailer, accounts))
+    };
+    let (users, mailer, accounts) = start.step(startup::ENDPOINTS, endpoints).await?;
 
     // The story, until it ends or Ctrl-C: either way the endpoints shut down gracefully.
     let story = async {
@@ -1320,6 +1367,9 @@ async fn run(options: &Options, mut ctrl_c: tokio::sync::watch::Receiver<bool>) 
             .map_err(|waited| format!("not every user's story ended in time: {waited}"))?;
 
         // Ask the sagas for their state, then stop.
+        if watch.lines > 0 {
+            println!();
+        }
         watch.audit(&[&users, &accounts], &mut news).await?;
         Ok::<_, Box<dyn Error>>((watch, resumed))
     };
@@ -1345,11 +1395,11 @@ async fn run(options: &Options, mut ctrl_c: tokio::sync::watch::Receiver<bool>) 
         watch.take(n);
     }
 
-    if watch.lines > 0 {
-        println!();
-    }
     for (name, stats, report) in &reports {
         print_stats(name, stats, report);
+    }
+    if let Some(ignored) = watch.audits.report() {
+        println!("{ignored}");
     }
     watch.verdict(!resumed)
 }
@@ -1357,6 +1407,7 @@ async fn run(options: &Options, mut ctrl_c: tokio::sync::watch::Receiver<bool>) 
 /// The broker and the store, as the options say.
 async fn open(
     options: &Options,
+    start: &Startup,
 ) -> Result<(Arc<dyn Transport>, Arc<dyn Store>, &'static str, String, String), Box<dyn Error>> {
     if let Some(url) = &options.rabbitmq {
         let Some(pg) = &options.postgres else {
@@ -1364,13 +1415,13 @@ async fn open(
                         set DATABASE_URL or --postgres"
                 .into());
         };
-        let store = PostgresStore::connect(pg).await?;
-        store.migrate().await?;
+        let store = start.step(startup::POSTGRES, PostgresStore::connect(pg)).await?;
+        start.step(startup::MIGRATIONS, store.migrate()).await?;
         let rabbit = AmqpTransport::builder(url.clone())
             .schedules(&store)
             .connection_name("signup")
-            .open()
-            .await?;
+            .open();
+        let rabbit = start.step(startup::RABBITMQ, rabbit).await?;
         let text = format!("RabbitMQ ({rabbit:?}), scheduled messages in Postgres");
         let transport: Arc<dyn Transport> = Arc::new(rabbit);
         if options.fresh {
@@ -1388,12 +1439,12 @@ async fn open(
     if options.fresh {
         delete_database(&options.db)?;
     }
-    let broker = Embedded::open(&options.db).await?;
+    let broker = start.step(startup::BROKER_FILE, Embedded::open(&options.db)).await?;
     let broker_text = format!("{} (embedded, SQLite)", options.db.display());
     let (store, store_kind, store_text): (Arc<dyn Store>, &str, String) = match &options.postgres {
         Some(url) => {
-            let store = PostgresStore::connect(url).await?;
-            store.migrate().await?;
+            let store = start.step(startup::POSTGRES, PostgresStore::connect(url)).await?;
+            start.step(startup::MIGRATIONS, store.migrate()).await?;
             (Arc::new(store), "postgres", "Postgres (schema courier)".to_owned())
         }
         None => (
@@ -1436,11 +1487,15 @@ fn delete_database(db: &Path) -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-/// The scenario parked in the broker by an earlier run, if any.
-async fn find_scenario(transport: &Arc<dyn Transport>) -> Result<Option<Scenario>, Box<dyn Error>> {
+/// The scenario parked in the broker by an earlier run, if any (none after `--fresh`,
+/// which deleted it: RabbitMQ would wait a second for it).
+async fn find_scenario(transport: &Arc<dyn Transport>, fresh: bool) -> Result<Option<Scenario>, Box<dyn Error>> {
     // Read many times over the runs, never handled: a high max delivery count.
     let options = QueueOptions::default().max_delivery_count(10_000);
     transport.create_queue(SCENARIO_QUEUE, &options).await?;
+    if fresh {
+        return Ok(None);
+    }
     let path = EntityPath::queue(SCENARIO_QUEUE);
     if transport.capabilities().bends("S6.1").is_none() {
         let parked = transport.peek(&path, 0, 1).await?;
@@ -1503,6 +1558,8 @@ struct Watch {
     users: Vec<Watched>,
     /// Story lines printed.
     lines: usize,
+    /// The audits: which one the replies must answer, how many answered another.
+    audits: Audits,
 }
 
 impl Watch {
@@ -1511,6 +1568,7 @@ impl Watch {
             started_at: scenario.started_at,
             timing: scenario.timing,
             lines: 0,
+            audits: Audits::new(Utc::now().timestamp_millis()),
             users: CAST
                 .iter()
                 .map(|member| Watched {
@@ -1558,23 +1616,45 @@ impl Watch {
                     event.text(timing)
                 );
             }
-            News::Persona(view) => {
-                if let Some(w) = self.user(&view.user_id)
-                    && w.persona.as_ref().is_none_or(|p| p.version <= view.version)
+            News::Persona(view) => self.persona(view),
+            News::PersonaAudited { audit, view } => {
+                if self.audits.answers_current(&audit) {
+                    self.persona(view);
+                }
+            }
+            News::Found {
+                audit,
+                user_id,
+                saga,
+                phase,
+            } => {
+                if self.audits.answers_current(&audit)
+                    && let Some(w) = self.user(&user_id)
+                    && !w.found.contains(&(saga, phase))
                 {
-                    w.persona = Some(view);
+                    w.found.push((saga, phase)); // (once: a retried handling answers again)
                 }
             }
-            News::Found { user_id, saga, phase } => {
-                if let Some(w) = self.user(&user_id) {
-                    w.found.push((saga, phase));
-                }
-            }
-            News::AuditDone { endpoint, user_id } => {
-                if let Some(w) = self.user(&user_id) {
+            News::AuditDone {
+                audit,
+                endpoint,
+                user_id,
+            } => {
+                if self.audits.answers_current(&audit)
+                    && let Some(w) = self.user(&user_id)
+                {
                     w.audited.insert(endpoint);
                 }
             }
+        }
+    }
+
+    /// Takes in a Persona's state, unless a later one is known.
+    fn persona(&mut self, view: PersonaView) {
+        if let Some(w) = self.user(&view.user_id)
+            && w.persona.as_ref().is_none_or(|p| p.version <= view.version)
+        {
+            w.persona = Some(view);
         }
     }
 
@@ -1613,17 +1693,19 @@ impl Watch {
         each.join(", ")
     }
 
-    /// Audits every user on `endpoints` and waits for the answers.
+    /// Audits every user on `endpoints` and waits for the answers to this audit.
     async fn audit(
         &mut self,
         endpoints: &[&RunningEndpoint],
         news: &mut mpsc::UnboundedReceiver<News>,
     ) -> Result<(), Box<dyn Error>> {
+        let id = self.audits.begin();
         for w in &mut self.users {
             w.found.clear();
             w.audited.clear();
             for endpoint in endpoints {
                 let audit = Audit {
+                    audit: id.clone(),
                     user_id: w.user_id.clone(),
                     login_id: login_id_of(&w.user_id),
                 };
@@ -1633,6 +1715,11 @@ impl Watch {
                     .await?;
             }
         }
+        let names: Vec<&str> = endpoints.iter().map(|e| e.name()).collect();
+        println!(
+            "audit {id}: asked {} where each user's sagas stand",
+            names.join(" and ")
+        );
         let wanted = endpoints.len();
         self.until(news, Instant::now() + AUDIT_WAIT, |w| {
             w.users.iter().all(|u| u.audited.len() == wanted)
