@@ -12,12 +12,20 @@
 //! loss may lose the last transactions. [`Durability::Full`] (`synchronous=FULL`) also
 //! survives those, at a cost in throughput.
 //!
-//! The database file is held in SQLite's exclusive locking mode: one process at a time
-//! opens it; a second gets [`ErrorKind::Storage`] saying it is in use. Locks are volatile
+//! One broker at a time opens a file (it holds the lock file `<file>.lock`); a second
+//! gets [`ErrorKind::Storage`] saying it is in use. Locks are volatile
 //! (S2.7): when a broker opens a file, every message lock left by a previous process is
 //! released at once and those messages are delivered again (their delivery count kept).
+//!
+//! # The application's tables
+//!
+//! With [`Embedded::store`] the application keeps its own tables in the broker's file and
+//! writes them in handlers, in the transaction of the message. Its migrations are applied
+//! when the broker opens ([`EmbeddedBuilder::migrations`]); [`Embedded::read_pool`] reads
+//! them from outside handlers without taking the engine's single write connection.
 
 mod engine;
+mod reads;
 mod store;
 
 use std::path::{Path, PathBuf};
@@ -29,6 +37,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
+use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteSynchronous};
 use sqlx::{ConnectOptions, Connection};
 use tokio::sync::{Semaphore, mpsc, oneshot};
@@ -37,6 +46,7 @@ use tokio::time::Instant;
 use self::engine::{
     AcceptRequest, Command, Engine, EntityInfo, Kind, LockRef, ReceiveMode, ReceiveRequest, SessionKey, SessionOp,
 };
+pub use self::reads::DEFAULT_READ_CONNECTIONS;
 pub use self::store::EmbeddedStore;
 use crate::clock::{Clock, SystemClock};
 use crate::entity::{EntityCounts, EntityPath, QueueOptions, SubQueue, SubscriptionOptions, TopicOptions};
@@ -72,6 +82,8 @@ pub struct EmbeddedBuilder {
     clock: Arc<dyn Clock>,
     durability: Durability,
     max_message_size: usize,
+    migrations: Option<Migrator>,
+    read_connections: u32,
 }
 
 impl Default for EmbeddedBuilder {
@@ -81,6 +93,8 @@ impl Default for EmbeddedBuilder {
             clock: Arc::new(SystemClock),
             durability: Durability::Normal,
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+            migrations: None,
+            read_connections: DEFAULT_READ_CONNECTIONS,
         }
     }
 }
@@ -116,17 +130,53 @@ impl EmbeddedBuilder {
         self
     }
 
-    /// Opens the broker: creates or migrates its schema, releases the locks a previous
-    /// process left, and starts its engine on the current tokio runtime.
+    /// Applies the application's own migrations when the broker opens, after Courier's
+    /// and before anything else runs: `.migrations(sqlx::migrate!("./migrations"))`. The
+    /// tables they create live in the broker's file, where handlers write them in the
+    /// message's transaction ([`Embedded::store`]) and [`Embedded::read_pool`] reads them.
+    ///
+    /// Applied migrations are recorded in the migrator's own table (sqlx's default
+    /// `_sqlx_migrations`), never in Courier's `courier_migrations`; reopening the file
+    /// applies only the new ones. Name your tables anything but `courier_*`. A second
+    /// call replaces the first.
+    ///
+    /// `sqlx::migrate!` expands to paths under `::sqlx`: it needs `sqlx` among your
+    /// crate's dependencies (the version of [`courier::sqlx`](crate::sqlx), with its
+    /// `migrate` and `macros` features).
+    pub fn migrations(mut self, migrator: Migrator) -> Self {
+        self.migrations = Some(migrator);
+        self
+    }
+
+    /// Sets how many connections [`Embedded::read_pool`] opens at most (default
+    /// [`DEFAULT_READ_CONNECTIONS`]; at least 1).
+    pub fn read_connections(mut self, connections: u32) -> Self {
+        self.read_connections = connections;
+        self
+    }
+
+    /// Opens the broker: creates or migrates its schema (and applies the application's
+    /// [`migrations`](Self::migrations)), releases the locks a previous process left, and
+    /// starts its engine on the current tokio runtime.
     ///
     /// # Errors
     /// [`ErrorKind::Storage`] if the file cannot be opened (for example it is in use by
-    /// another process) or migrated.
+    /// another process) or migrated; for the application's migrations, the error names
+    /// the one that failed. [`ErrorKind::InvalidOptions`] for a setting out of range or
+    /// an application migrations table named `courier_*`.
     pub async fn open(self) -> Result<Embedded> {
         if self.max_message_size == 0 {
             return Err(Error::new(ErrorKind::InvalidOptions {
                 reason: "max_message_size must be at least 1 byte".into(),
             }));
+        }
+        if self.read_connections == 0 {
+            return Err(Error::new(ErrorKind::InvalidOptions {
+                reason: "read_connections must be at least 1".into(),
+            }));
+        }
+        if let Some(migrator) = &self.migrations {
+            crate::store::app_schema::check(migrator)?;
         }
         // One broker per file: the lock is held as long as the engine runs.
         let owner = self.path.as_deref().map(own_file).transpose()?;
@@ -169,6 +219,14 @@ impl EmbeddedBuilder {
                 e,
             )
         })?;
+        if let Some(migrator) = &self.migrations {
+            let place = self.path.as_ref().map_or_else(
+                || "the in-memory broker".to_owned(),
+                |p| format!("the broker's file {}", p.display()),
+            );
+            crate::store::app_schema::apply(migrator, &mut conn, &place).await?;
+        }
+        let read_pool = reads::pool(self.path.as_deref(), &options, self.read_connections);
         let epoch = u32::from_be_bytes(uuid::Uuid::new_v4().as_bytes()[..4].try_into().unwrap_or([0, 0, 0, 1]));
         let mut engine = Engine::start(conn, self.clock.clone(), epoch).await?;
         if let Some(owner) = owner {
@@ -189,6 +247,7 @@ impl EmbeddedBuilder {
                 epoch,
                 max_message_size: self.max_message_size,
                 closed: AtomicBool::new(false),
+                read_pool,
             }),
         })
     }
@@ -283,6 +342,8 @@ struct Shared {
     epoch: u32,
     max_message_size: usize,
     closed: AtomicBool,
+    /// Query-only connections to the same database ([`Embedded::read_pool`]).
+    read_pool: sqlx::SqlitePool,
 }
 
 impl Shared {
