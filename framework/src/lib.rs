@@ -120,7 +120,8 @@ pub use transport::{
 pub use amqp::{AmqpBuilder, AmqpTransport, DEFAULT_CONNECT_TIMEOUT, ScheduleStore, WireStats};
 #[cfg(feature = "sqlite")]
 pub use embedded::{
-    DEFAULT_MAX_MESSAGE_SIZE, Durability, Embedded, EmbeddedBuilder, EmbeddedStore, MAX_MESSAGE_ID_LEN,
+    DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_READ_CONNECTIONS, Durability, Embedded, EmbeddedBuilder, EmbeddedStore,
+    MAX_MESSAGE_ID_LEN,
 };
 #[cfg(feature = "postgres")]
 pub use store::PostgresStore;

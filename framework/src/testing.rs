@@ -16,7 +16,25 @@
 //! and published ([`published`](TestEndpoint::published)), the saga timeouts requested,
 //! fired, cancelled and discarded ([`timeouts`](TestEndpoint::timeouts)); the broker is
 //! asked for what was dead-lettered ([`dead_lettered`](TestEndpoint::dead_lettered)) and
-//! the store for saga state ([`saga`](TestEndpoint::saga)).
+//! the store for saga state ([`saga`](TestEndpoint::saga)). The application's own tables
+//! (created by its migrations, [`TestEndpointBuilder::migrations`]) are read through
+//! [`read_pool`](TestEndpoint::read_pool).
+//!
+//! # Queries
+//!
+//! One rule: **every query is an `async fn` that returns [`courier::Result`](crate::Result)**,
+//! so each reads `t.query().await?` (or `.await.unwrap()` in a test). A query asks what
+//! the endpoint did or holds: [`messages`](TestEndpoint::messages),
+//! [`sent`](TestEndpoint::sent), [`published`](TestEndpoint::published),
+//! [`handled`](TestEndpoint::handled), [`timeouts`](TestEndpoint::timeouts),
+//! [`pending_timeouts`](TestEndpoint::pending_timeouts),
+//! [`dead_lettered`](TestEndpoint::dead_lettered), [`saga`](TestEndpoint::saga),
+//! [`stats`](TestEndpoint::stats). Some answer from memory today; they have the same
+//! shape anyway, so that none changes when it comes to ask the broker or the store, and
+//! none has to be remembered apart. The harness's parts are plain accessors, neither
+//! async nor fallible: [`broker`](TestEndpoint::broker),
+//! [`endpoint`](TestEndpoint::endpoint), [`read_pool`](TestEndpoint::read_pool),
+//! [`clock`](TestEndpoint::clock), [`now`](TestEndpoint::now).
 //!
 //! # Examples
 //!
@@ -70,35 +88,39 @@
 //!
 //! t.send(&Registered { user: "ann".into() }).await?;
 //! assert!(t.saga::<SignUp>("ann").await?.is_some());
-//! assert_eq!(t.timeouts()[0].status, TimeoutStatus::Pending);
+//! assert_eq!(t.timeouts().await?[0].status, TimeoutStatus::Pending);
 //!
 //! t.advance(Duration::from_secs(59 * 60)).await?;          // not yet
-//! assert!(t.sent::<RemoveUser>()?.is_empty());
+//! assert!(t.sent::<RemoveUser>().await?.is_empty());
 //! t.advance(Duration::from_secs(60)).await?;               // the hour is up
-//! assert_eq!(t.sent::<RemoveUser>()?, vec![RemoveUser { user: "ann".into() }]);
-//! assert_eq!(t.timeouts()[0].status, TimeoutStatus::Fired);
+//! assert_eq!(t.sent::<RemoveUser>().await?, vec![RemoveUser { user: "ann".into() }]);
+//! assert_eq!(t.timeouts().await?[0].status, TimeoutStatus::Fired);
 //! assert!(t.saga::<SignUp>("ann").await?.is_none());
 //! t.shutdown().await?;
 //! # Ok(())
 //! # }
 //! ```
 
-use std::sync::{Arc, Mutex, PoisonError};
+mod record;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use sqlx::SqlitePool;
+use sqlx::migrate::Migrator;
 
+use self::record::Recorder;
+pub use self::record::{DeadLetter, RecordedTimeout, SentMessage, TimeoutStatus};
 use crate::clock::{Clock, VirtualClock};
-use crate::codec::CodecError;
 use crate::embedded::{Embedded, EmbeddedStore};
 use crate::endpoint::bus::SendOptions;
 use crate::endpoint::handler::Message;
-use crate::endpoint::observe::{Handled, Observer};
 use crate::endpoint::{Endpoint, EndpointBuilder, EndpointStats, RunningEndpoint, ShutdownReport};
 use crate::entity::{EntityPath, QueueOptions, TopicOptions};
 use crate::error::{Error, ErrorKind, Result};
-use crate::message::{Envelope, MessageState, SequenceNumber};
-use crate::saga::{Saga, TimeoutHandle};
+use crate::message::{MessageState, SequenceNumber};
+use crate::saga::Saga;
 use crate::store::Store;
 use crate::transport::Transport;
 
@@ -115,7 +137,7 @@ pub struct TestEndpoint {
     broker: Embedded,
     store: EmbeddedStore,
     clock: VirtualClock,
-    endpoint: Option<RunningEndpoint>,
+    endpoint: RunningEndpoint,
     record: Arc<Recorder>,
 }
 
@@ -128,142 +150,51 @@ impl std::fmt::Debug for TestEndpoint {
     }
 }
 
-/// A message a handler sent or published, from a handling that committed.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct SentMessage {
-    /// The queue or topic.
-    pub destination: String,
-    /// Whether it was published to a topic (an event) rather than sent to a queue.
-    pub is_topic: bool,
-    /// The message.
-    pub envelope: Envelope,
-    /// The wire name of the message whose handling sent it.
-    pub sent_by: Option<String>,
+/// Options of a [`TestEndpoint`] beyond its handlers: `TestEndpoint::builder(name)`.
+#[derive(Debug)]
+#[must_use]
+pub struct TestEndpointBuilder {
+    name: String,
+    start: Option<DateTime<Utc>>,
+    migrations: Option<Migrator>,
 }
 
-impl SentMessage {
-    /// Decodes the body as `M`.
+impl TestEndpointBuilder {
+    /// Stands the virtual clock at `start` (by default, the current time).
+    pub fn start_at(mut self, start: DateTime<Utc>) -> Self {
+        self.start = Some(start);
+        self
+    }
+
+    /// Applies the application's own migrations to the broker's database before the
+    /// endpoint starts, as [`EmbeddedBuilder::migrations`](crate::EmbeddedBuilder::migrations)
+    /// does in production: `.migrations(sqlx::migrate!("./migrations"))`. Handlers write
+    /// those tables with `ctx.transaction::<courier::sqlx::Sqlite>()`, the test reads them
+    /// through [`TestEndpoint::read_pool`].
+    pub fn migrations(mut self, migrator: Migrator) -> Self {
+        self.migrations = Some(migrator);
+        self
+    }
+
+    /// Starts the endpoint. `configure` adds the routes, handlers, sagas and options; the
+    /// harness sets the transport, store and clock (its own, whatever `configure` sets).
+    /// The queues and topics of the routes are created, so handlers can send to endpoints
+    /// that are not running.
     ///
     /// # Errors
-    /// The codec's error if the body is not an `M`.
-    pub fn decode<M: Message>(&self) -> std::result::Result<M, CodecError> {
-        M::from_envelope(&self.envelope)
-    }
-}
-
-/// Where a requested saga timeout stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum TimeoutStatus {
-    /// Stored, not yet handled.
-    Pending,
-    /// Handled by the saga's timeout handler.
-    Fired,
-    /// Cancelled (`cancel_timeout`, `cancel_timeout_keyed`, `cancel_timeout_handle`) or
-    /// dropped with its completed saga: it will never be handled.
-    Cancelled,
-    /// Replaced by a timeout requested later under the same key (by default, of the same
-    /// message type): it will never be handled.
-    Replaced,
-}
-
-/// A timeout a saga requested, from a handling that committed.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct RecordedTimeout {
-    /// The handle the saga got.
-    pub handle: TimeoutHandle,
-    /// The key it was requested under (by default its message's wire name).
-    pub key: Option<String>,
-    /// The saga type's name.
-    pub saga: &'static str,
-    /// The instance's correlation value.
-    pub correlation: String,
-    /// When it is (or was) due.
-    pub due: DateTime<Utc>,
-    /// Where it stands.
-    pub status: TimeoutStatus,
-    /// Its message arrived after it was cancelled and was discarded, never handled.
-    pub discarded: bool,
-    /// The timeout's message.
-    pub envelope: Envelope,
-}
-
-impl RecordedTimeout {
-    /// The wire name of the timeout's message.
-    pub fn message_type(&self) -> Option<&str> {
-        self.envelope.message_type.as_deref()
-    }
-
-    /// Decodes the timeout's message as `M`.
-    ///
-    /// # Errors
-    /// The codec's error if it is not an `M`.
-    pub fn decode<M: Message>(&self) -> std::result::Result<M, CodecError> {
-        M::from_envelope(&self.envelope)
-    }
-}
-
-/// A message in the dead-letter queue of one of the endpoint's sources.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct DeadLetter {
-    /// The dead-letter queue it is in.
-    pub path: EntityPath,
-    /// The message.
-    pub envelope: Envelope,
-    /// Why it was dead-lettered (`courier.RetriesExhausted`, ...).
-    pub reason: Option<String>,
-    /// The failure, in words.
-    pub description: Option<String>,
-}
-
-#[derive(Default)]
-struct Recorder {
-    handled: Mutex<Vec<Handled>>,
-}
-
-impl Observer for Recorder {
-    fn handled(&self, handled: Handled) {
-        self.handled
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(handled);
-    }
-}
-
-impl TestEndpoint {
-    /// Starts endpoint `name` with the clock at the current time. `configure` adds the
-    /// routes, handlers, sagas and options; the harness sets the transport, store and
-    /// clock (its own, whatever `configure` sets). The queues and topics of the routes
-    /// are created, so handlers can send to endpoints that are not running.
-    ///
-    /// # Errors
-    /// As [`EndpointBuilder::start`].
-    pub async fn start(name: &str, configure: impl FnOnce(EndpointBuilder) -> EndpointBuilder) -> Result<Self> {
-        Self::start_at(name, VirtualClock::starting_now().now(), configure).await
-    }
-
-    /// As [`start`](Self::start), with the clock standing at `start`.
-    ///
-    /// # Errors
-    /// As [`EndpointBuilder::start`].
-    pub async fn start_at(
-        name: &str,
-        start: DateTime<Utc>,
-        configure: impl FnOnce(EndpointBuilder) -> EndpointBuilder,
-    ) -> Result<Self> {
-        let clock = VirtualClock::new(start);
+    /// As [`EmbeddedBuilder::open`](crate::EmbeddedBuilder::open) (a migration that
+    /// failed) and [`EndpointBuilder::start`].
+    pub async fn start(self, configure: impl FnOnce(EndpointBuilder) -> EndpointBuilder) -> Result<TestEndpoint> {
+        let clock = VirtualClock::new(self.start.unwrap_or_else(|| VirtualClock::starting_now().now()));
         let shared_clock: Arc<dyn Clock> = Arc::new(clock.clone());
-        let broker = Embedded::builder()
-            .in_memory()
-            .clock(shared_clock.clone())
-            .open()
-            .await?;
+        let mut broker = Embedded::builder().in_memory().clock(shared_clock.clone());
+        if let Some(migrator) = self.migrations {
+            broker = broker.migrations(migrator);
+        }
+        let broker = broker.open().await?;
         let store = broker.store();
         let record = Arc::new(Recorder::default());
-        let builder = configure(Endpoint::builder(name));
+        let builder = configure(Endpoint::builder(&self.name));
         for (_, queue) in builder.routes_ref().commands() {
             broker.create_queue(queue, &QueueOptions::default()).await?;
         }
@@ -277,37 +208,65 @@ impl TestEndpoint {
             .observer(record.clone())
             .start()
             .await?;
-        let harness = Self {
+        let harness = TestEndpoint {
             broker,
             store,
             clock,
-            endpoint: Some(endpoint),
+            endpoint,
             record,
         };
         harness.settle().await?;
         Ok(harness)
     }
+}
 
-    fn running(&self) -> Result<&RunningEndpoint> {
-        self.endpoint.as_ref().ok_or_else(|| Error::new(ErrorKind::Closed))
+impl TestEndpoint {
+    /// A builder for a harness with options (the clock's start, the application's
+    /// migrations); [`start`](Self::start) is `builder(name).start(configure)`.
+    pub fn builder(name: &str) -> TestEndpointBuilder {
+        TestEndpointBuilder {
+            name: name.to_owned(),
+            start: None,
+            migrations: None,
+        }
+    }
+
+    /// Starts endpoint `name` with the clock at the current time (see
+    /// [`TestEndpointBuilder::start`]).
+    ///
+    /// # Errors
+    /// As [`EndpointBuilder::start`].
+    pub async fn start(name: &str, configure: impl FnOnce(EndpointBuilder) -> EndpointBuilder) -> Result<Self> {
+        Self::builder(name).start(configure).await
+    }
+
+    /// As [`start`](Self::start), with the clock standing at `start`.
+    ///
+    /// # Errors
+    /// As [`EndpointBuilder::start`].
+    pub async fn start_at(
+        name: &str,
+        start: DateTime<Utc>,
+        configure: impl FnOnce(EndpointBuilder) -> EndpointBuilder,
+    ) -> Result<Self> {
+        Self::builder(name).start_at(start).start(configure).await
     }
 
     /// The endpoint.
-    ///
-    /// # Errors
-    /// [`ErrorKind::Closed`] after [`shutdown`](Self::shutdown).
-    pub fn endpoint(&self) -> Result<&RunningEndpoint> {
-        self.running()
-    }
-
-    /// The endpoint's counters.
-    pub fn stats(&self) -> EndpointStats {
-        self.endpoint.as_ref().map(RunningEndpoint::stats).unwrap_or_default()
+    pub fn endpoint(&self) -> &RunningEndpoint {
+        &self.endpoint
     }
 
     /// The broker (to create more queues, peek, or send as another endpoint would).
     pub fn broker(&self) -> &Embedded {
         &self.broker
+    }
+
+    /// Query-only connections to the broker's database: read the application's own
+    /// tables (created by the [migrations](TestEndpointBuilder::migrations)) as the
+    /// handlers left them. See [`Embedded::read_pool`]; a write through it fails.
+    pub fn read_pool(&self) -> &SqlitePool {
+        self.broker.read_pool()
     }
 
     /// The virtual clock the broker and the endpoint read.
@@ -336,7 +295,7 @@ impl TestEndpoint {
     /// # Errors
     /// As [`send`](Self::send).
     pub async fn send_with<M: Message>(&self, message: &M, options: SendOptions) -> Result<()> {
-        let endpoint = self.running()?;
+        let endpoint = &self.endpoint;
         let options = if options.destination.is_some() {
             options
         } else {
@@ -352,7 +311,7 @@ impl TestEndpoint {
     /// # Errors
     /// As [`send`](Self::send).
     pub async fn publish<M: Message>(&self, event: &M) -> Result<()> {
-        self.running()?.bus().publish(event).await?;
+        self.endpoint.bus().publish(event).await?;
         self.settle().await
     }
 
@@ -423,7 +382,7 @@ impl TestEndpoint {
 
     /// What the endpoint still has to do now, if anything.
     async fn busy(&self) -> Result<Option<String>> {
-        let endpoint = self.running()?;
+        let endpoint = &self.endpoint;
         let running = endpoint.stats().running;
         if running > 0 {
             return Ok(Some(format!("{running} handler(s) running")));
@@ -448,7 +407,7 @@ impl TestEndpoint {
 
     /// The earliest unclaimed saga timeout of the endpoint (none if it has no saga).
     async fn timeout_due(&self) -> Result<Option<DateTime<Utc>>> {
-        let name = self.running()?.name();
+        let name = self.endpoint.name();
         match self.store.next_timeout_due(name).await {
             Ok(at) => Ok(at),
             Err(e) if matches!(e.kind(), ErrorKind::Unsupported { .. }) => Ok(None),
@@ -484,7 +443,7 @@ impl TestEndpoint {
     /// The next time something becomes due: a saga timeout or a scheduled message.
     async fn next_due(&self) -> Result<Option<DateTime<Utc>>> {
         let mut next = self.timeout_due().await?;
-        for path in self.running()?.sources() {
+        for path in self.endpoint.sources() {
             if let (_, Some(at)) = self.scan(path).await? {
                 next = Some(next.map_or(at, |n| n.min(at)));
             }
@@ -492,37 +451,34 @@ impl TestEndpoint {
         Ok(next)
     }
 
-    fn handlings(&self) -> Vec<Handled> {
-        self.record
-            .handled
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
     /// Every message the endpoint's handlers sent or published, in order.
-    pub fn messages(&self) -> Vec<SentMessage> {
-        self.handlings()
-            .into_iter()
-            .flat_map(|h| {
-                let sent_by = h.message.message_type.clone();
-                h.outgoing
-                    .into_iter()
-                    .map(move |(destination, is_topic, envelope)| SentMessage {
-                        destination,
-                        is_topic,
-                        envelope,
-                        sent_by: sent_by.clone(),
-                    })
-            })
-            .collect()
+    ///
+    /// # Errors
+    /// None today; a `Result` as every query of the harness (see the [module
+    /// documentation](self#queries)).
+    pub async fn messages(&self) -> Result<Vec<SentMessage>> {
+        Ok(record::messages(self.record.handlings()))
     }
 
-    fn decoded<M: Message>(&self, topic: bool) -> std::result::Result<Vec<M>, CodecError> {
-        self.messages()
+    fn decoded<M: Message>(&self, topic: bool) -> Result<Vec<M>> {
+        record::messages(self.record.handlings())
             .iter()
             .filter(|m| m.is_topic == topic && m.envelope.message_type.as_deref() == Some(M::NAME))
-            .map(SentMessage::decode::<M>)
+            .map(|m| {
+                m.decode::<M>().map_err(|e| {
+                    Error::with_source(
+                        ErrorKind::Corrupt {
+                            detail: format!(
+                                "a message the endpoint sent to {} with wire name {} does not decode as {}: {e}",
+                                m.destination,
+                                M::NAME,
+                                std::any::type_name::<M>()
+                            ),
+                        },
+                        e,
+                    )
+                })
+            })
             .collect()
     }
 
@@ -530,8 +486,9 @@ impl TestEndpoint {
     /// timeouts, see [`timeouts`](Self::timeouts)), in order.
     ///
     /// # Errors
-    /// A message with `M`'s wire name whose body does not decode as `M`.
-    pub fn sent<M: Message>(&self) -> std::result::Result<Vec<M>, CodecError> {
+    /// [`ErrorKind::Corrupt`] for a message with `M`'s wire name whose body does not
+    /// decode as `M`.
+    pub async fn sent<M: Message>(&self) -> Result<Vec<M>> {
         self.decoded(false)
     }
 
@@ -539,80 +496,42 @@ impl TestEndpoint {
     ///
     /// # Errors
     /// As [`sent`](Self::sent).
-    pub fn published<M: Message>(&self) -> std::result::Result<Vec<M>, CodecError> {
+    pub async fn published<M: Message>(&self) -> Result<Vec<M>> {
         self.decoded(true)
     }
 
     /// How many handlings committed.
-    pub fn handled(&self) -> usize {
-        self.record.handled.lock().unwrap_or_else(PoisonError::into_inner).len()
+    ///
+    /// # Errors
+    /// None today (see [`messages`](Self::messages)).
+    pub async fn handled(&self) -> Result<usize> {
+        Ok(self.record.handlings().len())
     }
 
     /// Every saga timeout requested, in the order requested, with where it stands.
-    pub fn timeouts(&self) -> Vec<RecordedTimeout> {
-        let mut timeouts: Vec<RecordedTimeout> = Vec::new();
-        for handled in self.handlings() {
-            for e in handled.sagas {
-                if let Some(id) = &e.fired
-                    && let Some(t) = timeouts.iter_mut().find(|t| t.handle.as_str() == id)
-                {
-                    t.status = TimeoutStatus::Fired;
-                }
-                if let Some(id) = &e.discarded
-                    && let Some(t) = timeouts.iter_mut().find(|t| t.handle.as_str() == id)
-                {
-                    t.discarded = true;
-                }
-                for key in &e.cancelled_keys {
-                    let replaced = e.requested.iter().any(|r| r.key.as_ref() == Some(key));
-                    timeouts
-                        .iter_mut()
-                        .filter(|t| {
-                            t.saga == e.saga_type && t.correlation == e.correlation && t.key.as_ref() == Some(key)
-                        })
-                        .for_each(|t| {
-                            if t.status == TimeoutStatus::Pending {
-                                t.status = if replaced {
-                                    TimeoutStatus::Replaced
-                                } else {
-                                    TimeoutStatus::Cancelled
-                                };
-                            }
-                        });
-                }
-                for r in e.requested {
-                    timeouts.push(RecordedTimeout {
-                        handle: TimeoutHandle::from_id(r.id),
-                        key: r.key,
-                        saga: e.saga_type,
-                        correlation: e.correlation.clone(),
-                        due: r.due,
-                        status: TimeoutStatus::Pending,
-                        discarded: false,
-                        envelope: r.envelope,
-                    });
-                }
-                for id in &e.cancelled {
-                    if let Some(t) = timeouts.iter_mut().find(|t| t.handle.as_str() == id) {
-                        cancel(t);
-                    }
-                }
-                if e.completed {
-                    timeouts
-                        .iter_mut()
-                        .filter(|t| t.saga == e.saga_type && t.correlation == e.correlation)
-                        .for_each(cancel);
-                }
-            }
-        }
-        timeouts
+    ///
+    /// # Errors
+    /// None today (see [`messages`](Self::messages)).
+    pub async fn timeouts(&self) -> Result<Vec<RecordedTimeout>> {
+        Ok(record::timeouts(self.record.handlings()))
     }
 
     /// The timeouts still pending.
-    pub fn pending_timeouts(&self) -> Vec<RecordedTimeout> {
-        let mut t = self.timeouts();
+    ///
+    /// # Errors
+    /// None today (see [`messages`](Self::messages)).
+    pub async fn pending_timeouts(&self) -> Result<Vec<RecordedTimeout>> {
+        let mut t = record::timeouts(self.record.handlings());
         t.retain(|t| t.status == TimeoutStatus::Pending);
-        t
+        Ok(t)
+    }
+
+    /// The endpoint's counters.
+    ///
+    /// # Errors
+    /// None today (see [`messages`](Self::messages)).
+    pub async fn stats(&self) -> Result<EndpointStats> {
+        Ok(self.endpoint.stats())
     }
 
     /// The messages in the dead-letter queues of the endpoint's sources.
@@ -621,7 +540,7 @@ impl TestEndpoint {
     /// The broker's errors.
     pub async fn dead_lettered(&self) -> Result<Vec<DeadLetter>> {
         let mut dead = Vec::new();
-        for source in self.running()?.sources() {
+        for source in self.endpoint.sources() {
             let path = source.clone().dead_letter();
             let mut from: SequenceNumber = 0;
             loop {
@@ -667,16 +586,7 @@ impl TestEndpoint {
     ///
     /// # Errors
     /// As [`RunningEndpoint::shutdown`].
-    pub async fn shutdown(mut self) -> Result<ShutdownReport> {
-        match self.endpoint.take() {
-            Some(endpoint) => endpoint.shutdown().await,
-            None => Ok(ShutdownReport::default()),
-        }
-    }
-}
-
-fn cancel(t: &mut RecordedTimeout) {
-    if t.status == TimeoutStatus::Pending {
-        t.status = TimeoutStatus::Cancelled;
+    pub async fn shutdown(self) -> Result<ShutdownReport> {
+        self.endpoint.shutdown().await
     }
 }

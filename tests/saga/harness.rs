@@ -7,7 +7,7 @@ use std::time::Duration;
 use courier::recoverability::reasons as failure_reasons;
 use courier::saga::{SagaContext, TimeoutHandle};
 use courier::testing::{TestEndpoint, TimeoutStatus};
-use courier::{HandlerError, Routes, SendOptions};
+use courier::{Context, HandlerError, RetryPolicy, Routes, SendOptions};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Serialize, Deserialize, courier::Message)]
@@ -172,18 +172,25 @@ async fn confirmation_in_time_cancels_the_expiry() {
     t.send(&registered("ann", 0)).await.unwrap();
     let state = t.saga::<SignUp>("ann").await.unwrap().expect("an instance");
     assert_eq!(state.user, "ann");
-    assert_eq!(t.pending_timeouts().len(), 1);
+    assert_eq!(t.pending_timeouts().await.unwrap().len(), 1);
     t.advance(Duration::from_secs(59 * 60)).await.unwrap();
     t.send(&Confirmed { user: "ann".into() }).await.unwrap();
     assert_eq!(
-        t.published::<UserActivated>().unwrap(),
+        t.published::<UserActivated>().await.unwrap(),
         vec![UserActivated { user: "ann".into() }]
     );
-    assert_eq!(t.timeouts()[0].status, TimeoutStatus::Cancelled);
+    assert_eq!(t.timeouts().await.unwrap()[0].status, TimeoutStatus::Cancelled);
     t.advance(Duration::from_secs(7200)).await.unwrap();
-    assert!(t.sent::<UserRemoved>().unwrap().is_empty(), "the expiry never fired");
+    assert!(
+        t.sent::<UserRemoved>().await.unwrap().is_empty(),
+        "the expiry never fired"
+    );
     assert!(t.saga::<SignUp>("ann").await.unwrap().is_none(), "completed");
-    assert_eq!(t.stats().timeouts_discarded, 0, "cancelled rows are never even sent");
+    assert_eq!(
+        t.stats().await.unwrap().timeouts_discarded,
+        0,
+        "cancelled rows are never even sent"
+    );
     t.shutdown().await.unwrap();
 }
 
@@ -193,18 +200,19 @@ async fn no_confirmation_fires_the_expiry_once_at_its_time() {
     let start = t.now();
     t.send(&registered("bob", 0)).await.unwrap();
     t.advance(Duration::from_secs(3599)).await.unwrap();
-    assert!(t.sent::<UserRemoved>().unwrap().is_empty(), "not before its time");
+    assert!(t.sent::<UserRemoved>().await.unwrap().is_empty(), "not before its time");
     t.advance(Duration::from_secs(1)).await.unwrap();
     assert_eq!(
-        t.sent::<UserRemoved>().unwrap(),
+        t.sent::<UserRemoved>().await.unwrap(),
         vec![UserRemoved { user: "bob".into() }]
     );
-    let expiry = &t.timeouts()[0];
+    let timeouts = t.timeouts().await.unwrap();
+    let expiry = &timeouts[0];
     assert_eq!(expiry.status, TimeoutStatus::Fired);
     assert_eq!(expiry.due, start + chrono::Duration::seconds(3600));
     assert_eq!(expiry.message_type(), Some("harness.Expired"));
     t.advance(Duration::from_secs(24 * 3600)).await.unwrap();
-    assert_eq!(t.sent::<UserRemoved>().unwrap().len(), 1, "once");
+    assert_eq!(t.sent::<UserRemoved>().await.unwrap().len(), 1, "once");
     t.shutdown().await.unwrap();
 }
 
@@ -216,14 +224,14 @@ async fn one_advance_fires_each_timeout_at_its_own_time() {
     let start = t.now();
     t.send(&registered("cid", 3)).await.unwrap();
     t.advance(Duration::from_secs(2 * 3600)).await.unwrap();
-    let mails = t.sent::<SendMail>().unwrap();
+    let mails = t.sent::<SendMail>().await.unwrap();
     assert_eq!(mails.iter().map(|m| m.reminder).collect::<Vec<_>>(), vec![1, 2, 3]);
     let expected: Vec<_> = [600, 1200, 1800]
         .iter()
         .map(|s| start + chrono::Duration::seconds(*s))
         .collect();
     let due = {
-        let probe = t.timeouts();
+        let probe = t.timeouts().await.unwrap();
         let fired: Vec<_> = probe
             .iter()
             .filter(|x| x.message_type() == Some("harness.Remind"))
@@ -234,7 +242,7 @@ async fn one_advance_fires_each_timeout_at_its_own_time() {
         fired.into_iter().map(|(_, due)| due).collect::<Vec<_>>()
     };
     assert_eq!(due, expected);
-    assert_eq!(t.sent::<UserRemoved>().unwrap().len(), 1, "then the expiry");
+    assert_eq!(t.sent::<UserRemoved>().await.unwrap().len(), 1, "then the expiry");
     assert_eq!(t.now(), start + chrono::Duration::seconds(7200));
     t.shutdown().await.unwrap();
 }
@@ -271,10 +279,16 @@ async fn a_timeout_after_completion_is_discarded() {
     let t = sign_up().await;
     t.send(&registered("eve", 0)).await.unwrap();
     t.send(&Hurry { user: "eve".into() }).await.unwrap();
-    assert_eq!(t.pending_timeouts().len(), 3);
+    assert_eq!(t.pending_timeouts().await.unwrap().len(), 3);
     t.advance(Duration::from_secs(60)).await.unwrap();
-    assert_eq!(t.sent::<UserRemoved>().unwrap().len(), 1, "removed once");
-    let statuses: Vec<_> = t.timeouts().iter().map(|x| (x.status, x.discarded)).collect();
+    assert_eq!(t.sent::<UserRemoved>().await.unwrap().len(), 1, "removed once");
+    let statuses: Vec<_> = t
+        .timeouts()
+        .await
+        .unwrap()
+        .iter()
+        .map(|x| (x.status, x.discarded))
+        .collect();
     // The hour-long expiry was cancelled by the completion; of the two hurried ones, one
     // fired and the other was cancelled with the completion and, already sent, discarded.
     assert_eq!(statuses[0], (TimeoutStatus::Cancelled, false));
@@ -284,7 +298,7 @@ async fn a_timeout_after_completion_is_discarded() {
         hurried,
         vec![(TimeoutStatus::Fired, false), (TimeoutStatus::Cancelled, true)]
     );
-    assert_eq!(t.stats().timeouts_discarded, 1);
+    assert_eq!(t.stats().await.unwrap().timeouts_discarded, 1);
     t.shutdown().await.unwrap();
 }
 
@@ -309,7 +323,7 @@ async fn retries_run_in_virtual_time_and_end_in_the_dead_letter_queue() {
         dead[0].description
     );
     assert_eq!(dead[0].envelope.message_type.as_deref(), Some("harness.Flaky"));
-    assert_eq!(t.handled(), 0, "a failed handling records nothing");
+    assert_eq!(t.handled().await.unwrap(), 0, "a failed handling records nothing");
     t.shutdown().await.unwrap();
 }
 
@@ -321,7 +335,7 @@ async fn sent_messages_say_where_they_went() {
         .await
         .unwrap();
     t.advance(Duration::from_secs(600)).await.unwrap();
-    let all = t.messages();
+    let all = t.messages().await.unwrap();
     assert_eq!(all.len(), 1);
     assert_eq!(all[0].destination, "mailer");
     assert!(!all[0].is_topic);
@@ -346,15 +360,90 @@ async fn a_start_that_arrives_twice_leaves_no_orphaned_timeout() {
     let t = sign_up().await;
     t.send(&registered("gil", 0)).await.unwrap();
     t.send(&registered("gil", 0)).await.unwrap();
-    let statuses: Vec<_> = t.timeouts().iter().map(|x| x.status).collect();
+    let statuses: Vec<_> = t.timeouts().await.unwrap().iter().map(|x| x.status).collect();
     assert_eq!(statuses, vec![TimeoutStatus::Replaced, TimeoutStatus::Pending]);
-    assert_eq!(t.pending_timeouts().len(), 1);
+    assert_eq!(t.pending_timeouts().await.unwrap().len(), 1);
     t.send(&Confirmed { user: "gil".into() }).await.unwrap();
     t.advance(Duration::from_secs(2 * 3600)).await.unwrap();
     assert!(
-        t.sent::<UserRemoved>().unwrap().is_empty(),
+        t.sent::<UserRemoved>().await.unwrap().is_empty(),
         "no orphaned timeout removed a confirmed user"
     );
-    assert_eq!(t.stats().timeouts_discarded, 0, "the replaced timeout was never sent");
+    assert_eq!(
+        t.stats().await.unwrap().timeouts_discarded,
+        0,
+        "the replaced timeout was never sent"
+    );
+    t.shutdown().await.unwrap();
+}
+
+#[derive(Debug, Serialize, Deserialize, courier::Message)]
+#[message(name = "harness.PlaceOrder")]
+struct PlaceOrder {
+    id: String,
+    total_cents: i64,
+}
+
+/// Writes the order into the application's own table (created by its migration), in the
+/// message's transaction; refuses a negative total after writing.
+#[courier::handler]
+async fn place_order(order: PlaceOrder, ctx: &mut Context) -> Result<(), HandlerError> {
+    let tx = ctx.transaction::<sqlx::Sqlite>()?;
+    sqlx::query("INSERT INTO orders (id, total_cents) VALUES (?1, ?2)")
+        .bind(&order.id)
+        .bind(order.total_cents)
+        .execute(&mut *tx)
+        .await?;
+    if order.total_cents < 0 {
+        return Err(HandlerError::msg("a negative total"));
+    }
+    Ok(())
+}
+
+async fn order_count(t: &TestEndpoint, id: &str) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM orders WHERE id = ?1")
+        .bind(id)
+        .fetch_one(t.read_pool())
+        .await
+        .unwrap()
+}
+
+/// Issue 13, point 10: the application's migrations are applied to the harness's broker
+/// and its tables are read through `read_pool`, as the handlers left them; a failed
+/// handling left no row; the pool does not write.
+#[tokio::test]
+async fn reads_the_applications_own_tables() {
+    let t = TestEndpoint::builder("orders")
+        .migrations(sqlx::migrate!("../examples/migrations"))
+        .start(|e| e.handler(place_order).recoverability(RetryPolicy::none()))
+        .await
+        .unwrap();
+    t.send(&PlaceOrder {
+        id: "o-1".into(),
+        total_cents: 1250,
+    })
+    .await
+    .unwrap();
+    let total: i64 = sqlx::query_scalar("SELECT total_cents FROM orders WHERE id = ?1")
+        .bind("o-1")
+        .fetch_one(t.read_pool())
+        .await
+        .unwrap();
+    assert_eq!(total, 1250);
+
+    t.send(&PlaceOrder {
+        id: "o-2".into(),
+        total_cents: -1,
+    })
+    .await
+    .unwrap();
+    assert_eq!(t.dead_lettered().await.unwrap().len(), 1, "the failed order");
+    assert_eq!(order_count(&t, "o-2").await, 0, "its row was rolled back");
+    assert_eq!(t.handled().await.unwrap(), 1);
+
+    let refused = sqlx::query("DELETE FROM orders").execute(t.read_pool()).await;
+    let error = refused.expect_err("the read pool does not write").to_string();
+    assert!(error.contains("readonly"), "{error}");
+    assert_eq!(order_count(&t, "o-1").await, 1);
     t.shutdown().await.unwrap();
 }

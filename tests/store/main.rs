@@ -11,6 +11,7 @@
     unreachable_pub
 )]
 
+mod app_data;
 mod crash;
 mod group;
 mod refused;

@@ -34,6 +34,12 @@ use crate::store::{
 /// broker serves nothing else (sends, receives, lock renewals of other messages wait), so
 /// handlers on this store should be short. With another transport the store works like
 /// [`SqliteStore`](crate::SqliteStore): the outbox is dispatched after the commit.
+///
+/// The application's own tables can live in the same file: their migrations are applied
+/// when the broker opens ([`EmbeddedBuilder::migrations`](crate::EmbeddedBuilder::migrations)),
+/// handlers write them through `ctx.transaction::<courier::sqlx::Sqlite>()`, and
+/// [`Embedded::read_pool`] reads them from outside handlers. Writes go through handlers
+/// only: the engine is the file's single writer.
 #[derive(Debug, Clone)]
 pub struct EmbeddedStore {
     broker: Embedded,

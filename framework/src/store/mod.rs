@@ -95,6 +95,8 @@ macro_rules! unit_of_work_with_sagas {
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) use unit_of_work_with_sagas;
 
+#[cfg(feature = "sqlite")]
+pub(crate) mod app_schema;
 #[cfg(feature = "postgres")]
 mod pg_group;
 #[cfg(feature = "postgres")]
