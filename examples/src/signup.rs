@@ -101,7 +101,7 @@ use std::time::Duration;
 use audit::{AuditId, Audits};
 use chrono::{DateTime, TimeDelta, Utc};
 use courier::prelude::*;
-use courier::saga::{SagaContext, TimeoutHandle};
+use courier::saga::SagaContext;
 use courier::{AmqpTransport, EndpointStats, PostgresStore, RunningEndpoint, ShutdownReport, Store};
 use serde::{Deserialize, Serialize};
 use startup::{Startup, Warnings};
@@ -729,8 +729,6 @@ fn story(ctx: &Context, user_id: &str, event: Event) -> Result<(), HandlerError>
 struct SignUp {
     /// Where the confirmation mail went.
     email: String,
-    /// The 1-hour timeout, to cancel it.
-    expiry: Option<TimeoutHandle>,
 }
 
 #[courier::saga(name = "accounts.SignUp")]
@@ -745,20 +743,18 @@ impl SignUp {
             user_id: msg.user_id.clone(),
             email: msg.email.clone(),
         })?;
-        self.expiry = Some(ctx.request_timeout(timing.wall(CONFIRMATION_WINDOW), &ConfirmationExpired)?);
+        // Keyed by its type: requested again, it would replace this one, not add a second.
+        ctx.request_timeout(timing.wall(CONFIRMATION_WINDOW), &ConfirmationExpired)?;
         self.email = msg.email;
         story(ctx, &msg.user_id, Event::SignUpStarted)
     }
 
     #[handle(by = user_id)]
     async fn confirmed(&mut self, msg: EmailConfirmed, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
-        if let Some(expiry) = self.expiry.take() {
-            ctx.cancel_timeout_handle(&expiry);
-        }
         ctx.publish(&UserActivated {
             user_id: msg.user_id.clone(),
         })?;
-        ctx.complete();
+        ctx.complete(); // deletes the instance and cancels its timeout
         story(ctx, &msg.user_id, Event::Activated)
     }
 
@@ -797,8 +793,6 @@ struct Login {
     issued_at: DateTime<Utc>,
     /// Until when it is valid.
     expires_at: DateTime<Utc>,
-    /// The 5-minute timeout, to cancel it.
-    expiry: Option<TimeoutHandle>,
     /// The code expired: every code is refused from now on.
     expired: bool,
 }
@@ -815,7 +809,7 @@ impl Login {
         self.code = two_factor_code(&msg.login_id);
         self.issued_at = ctx.clock().now();
         self.expires_at = self.issued_at + TimeDelta::from_std(validity).unwrap_or(TimeDelta::MAX);
-        self.expiry = Some(ctx.request_timeout(validity, &CodeExpiry)?);
+        ctx.request_timeout(validity, &CodeExpiry)?;
         ctx.send(&SendLoginCode {
             user_id: self.user_id.clone(),
             email: msg.email,
@@ -839,10 +833,8 @@ impl Login {
         if refusal == Some(Refusal::CodeExpired) {
             self.expired = true;
         }
-        if refusal != Some(Refusal::WrongCode)
-            && let Some(expiry) = self.expiry.take()
-        {
-            ctx.cancel_timeout_handle(&expiry);
+        if refusal != Some(Refusal::WrongCode) {
+            ctx.cancel_timeout::<CodeExpiry>(); // by its type: no handle kept in the state
         }
         match refusal {
             None => {
@@ -868,7 +860,6 @@ impl Login {
     #[timeout]
     async fn expired(&mut self, _t: CodeExpiry, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
         self.expired = true;
-        self.expiry = None;
         story(ctx, &self.user_id, Event::CodeExpired)
     }
 
