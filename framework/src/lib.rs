@@ -79,7 +79,7 @@ pub use codec::{Codec, CodecError, JsonCodec};
 pub use courier_macros::{Message, handler, saga};
 pub use endpoint::bus::{Bus, SendOptions};
 pub use endpoint::context::Context;
-pub use endpoint::handler::{__private, BoxFuture, Handler, HandlerError, Message, ResultExt};
+pub use endpoint::handler::{__private, BoxFuture, Declared, Handler, HandlerError, Message, ResultExt};
 pub use endpoint::recoverability::RetryPolicy;
 pub use endpoint::routing::{Routes, default_topic_name};
 pub use endpoint::trace::{TRACEPARENT, TRACESTATE, TraceContext};

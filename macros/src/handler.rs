@@ -12,6 +12,8 @@ use quote::{ToTokens, format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{FnArg, GenericArgument, ItemFn, PathArguments, ReturnType, Signature, Type};
 
+use crate::declared::Declared;
+
 /// The checked shape of a handler function.
 struct Model<'f> {
     function: &'f ItemFn,
@@ -256,12 +258,19 @@ fn recovery(errors: Option<syn::Error>, function: &ItemFn) -> TokenStream {
 }
 
 pub(crate) fn expand(args: &TokenStream, input: &TokenStream) -> TokenStream {
-    let args_error = (!args.is_empty()).then(|| {
-        syn::Error::new_spanned(
-            args,
-            "`#[handler]` takes no arguments: the message type is the type of the first argument",
-        )
+    let mut declared = Declared::default();
+    let parser = syn::meta::parser(|meta| {
+        if declared.parse(&meta)? {
+            Ok(())
+        } else {
+            Err(meta.error(
+                "unknown argument of `#[handler]`: it takes `sends(T, ..)` and `publishes(T, ..)`, the message \
+                 types it sends (checked against the endpoint's routes at start); the message type it handles is \
+                 the type of its first argument",
+            ))
+        }
     });
+    let args_error = syn::parse::Parser::parse2(parser, args.clone()).err();
     let function: ItemFn = match syn::parse2(input.clone()) {
         Ok(f) => f,
         Err(e) => {
@@ -280,11 +289,11 @@ pub(crate) fn expand(args: &TokenStream, input: &TokenStream) -> TokenStream {
     };
     // Arguments are an error of their own: the handler is still generated and checked.
     let args_error = args_error.map(|e| e.to_compile_error());
-    let generated = generate(&model);
+    let generated = generate(&model, &declared);
     quote!(#args_error #generated)
 }
 
-fn generate(model: &Model<'_>) -> TokenStream {
+fn generate(model: &Model<'_>, declared: &Declared) -> TokenStream {
     let name = &model.function.sig.ident;
     let vis = &model.function.vis;
     let docs: Vec<_> = model
@@ -336,6 +345,13 @@ fn generate(model: &Model<'_>) -> TokenStream {
     let boxed = quote_spanned! {name.span()=>
         ::std::boxed::Box::pin(async move { #result })
     };
+    let declared_fn = declared.tokens().map(|d| {
+        quote! {
+            fn declared(&self) -> ::courier::Declared {
+                #d
+            }
+        }
+    });
     quote! {
         #(#docs)*
         #[allow(non_camel_case_types)]
@@ -351,6 +367,8 @@ fn generate(model: &Model<'_>) -> TokenStream {
                 fn name(&self) -> &'static str {
                     ::core::concat!(::core::module_path!(), "::", ::core::stringify!(#name))
                 }
+
+                #declared_fn
 
                 fn handle<'a>(
                     &'a self,

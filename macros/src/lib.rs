@@ -4,6 +4,7 @@
 //! `courier` crate, which re-exports these macros. Each macro parses its input into a
 //! model, checks it (collecting every error with its span), then generates code.
 
+mod declared;
 mod handler;
 mod message;
 mod saga;

@@ -18,6 +18,7 @@ use syn::{
     Attribute, Expr, ExprLit, FnArg, ImplItem, ImplItemFn, Index, Item, ItemImpl, Lit, LitStr, Member, Meta, Type,
 };
 
+use crate::declared::Declared;
 use crate::handler::{combine, first_and_last_spans, name_and_arguments, result_parts, swapped_arguments};
 use crate::message::{distance, string_literal};
 
@@ -117,7 +118,7 @@ struct HandlerModel<'i> {
 }
 
 /// The arguments of `#[saga(...)]`.
-const SAGA_ARGUMENTS: [&str; 1] = ["name"];
+const SAGA_ARGUMENTS: [&str; 3] = ["name", "sends", "publishes"];
 /// The arguments of `#[start(...)]` and `#[handle(...)]`.
 const CORRELATIONS: [&str; 3] = ["by", "header", "property"];
 
@@ -142,10 +143,13 @@ fn unknown_argument(meta: &ParseNestedMeta<'_>, attribute: &str, known: &[&'stat
 }
 
 /// Reads `#[saga(name = "...")]`: the pinned saga name, if any.
-fn parse_arguments(args: &TokenStream, errors: &mut Vec<syn::Error>) -> Option<LitStr> {
+fn parse_arguments(args: &TokenStream, errors: &mut Vec<syn::Error>, declared: &mut Declared) -> Option<LitStr> {
     let mut name: Option<LitStr> = None;
     let mut problems = Vec::new();
     let parser = syn::meta::parser(|meta| {
+        if declared.parse(&meta)? {
+            return Ok(());
+        }
         if meta.path.is_ident("name") {
             let lit = string_literal(&meta, "name = \"accounts.SignUp\"")?;
             if name.is_some() {
@@ -171,7 +175,8 @@ fn parse_arguments(args: &TokenStream, errors: &mut Vec<syn::Error>) -> Option<L
                 &meta,
                 "saga",
                 &SAGA_ARGUMENTS,
-                "the only one is `name = \"accounts.SignUp\"`, the saga's stored name",
+                "it takes `name = \"accounts.SignUp\"` (the saga's stored name), `sends(T, ..)` and \
+                 `publishes(T, ..)` (the message types its handlers send, checked against the routes at start)",
             ))
         }
     });
@@ -820,7 +825,7 @@ fn same_correlations(handlers: &[HandlerModel<'_>]) -> TokenStream {
     quote!(#(#checks)*)
 }
 
-fn generate(item: &ItemImpl, name: Option<&LitStr>, handlers: &[HandlerModel<'_>]) -> TokenStream {
+fn generate(item: &ItemImpl, name: Option<&LitStr>, handlers: &[HandlerModel<'_>], declared: &Declared) -> TokenStream {
     let self_ty = &item.self_ty;
     let name = match name {
         Some(lit) => quote!(#lit),
@@ -832,6 +837,13 @@ fn generate(item: &ItemImpl, name: Option<&LitStr>, handlers: &[HandlerModel<'_>
     let cfgs: Vec<_> = item.attrs.iter().filter(|a| a.path().is_ident("cfg")).collect();
     let registrations = handlers.iter().map(|h| registration(self_ty, h));
     let checks = same_correlations(handlers);
+    let declared_fn = declared.tokens().map(|d| {
+        quote! {
+            fn declared() -> ::courier::Declared {
+                #d
+            }
+        }
+    });
     quote! {
         #(#cfgs)*
         const _: () = {
@@ -843,6 +855,8 @@ fn generate(item: &ItemImpl, name: Option<&LitStr>, handlers: &[HandlerModel<'_>
                     #checks
                     #(#registrations)*
                 }
+
+                #declared_fn
             }
         };
     }
@@ -870,7 +884,8 @@ fn item_start(item: &Item) -> TokenStream {
 
 pub(crate) fn expand(args: &TokenStream, input: &TokenStream) -> TokenStream {
     let mut errors = Vec::new();
-    let name = parse_arguments(args, &mut errors);
+    let mut declared = Declared::default();
+    let name = parse_arguments(args, &mut errors, &mut declared);
     let item = match syn::parse2::<Item>(input.clone()) {
         Ok(Item::Impl(item)) => item,
         Ok(other) => {
@@ -919,7 +934,7 @@ pub(crate) fn expand(args: &TokenStream, input: &TokenStream) -> TokenStream {
     // With errors, the impl is still generated from the handlers that passed the checks,
     // so that their type errors are reported too and the uses of the saga add none.
     let errors = combine(errors).map(|e| e.to_compile_error());
-    let generated = generate(&item, name.as_ref(), &handlers);
+    let generated = generate(&item, name.as_ref(), &handlers, &declared);
     quote! {
         #errors
         #cleaned

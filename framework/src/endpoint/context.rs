@@ -354,7 +354,19 @@ impl Context {
             correlation_id: self.message.envelope.correlation_id.clone(),
             trace: self.trace,
         };
-        let out = prepare(self.bus.routes(), &*self.clock, intent, message, options, Some(&parent))?;
+        let out = match prepare(self.bus.routes(), &*self.clock, intent, message, options, Some(&parent)) {
+            Ok(out) => out,
+            Err(e) => {
+                // No route (or no encoding) will not change on a retry: a handler that
+                // returns this error fails for good, as for a refused message.
+                if matches!(e.kind(), ErrorKind::NoRoute { .. } | ErrorKind::InvalidMessage { .. }) {
+                    let description = format!("outgoing message {} cannot be sent: {}", M::NAME, e.kind());
+                    tracing::warn!(error = %e, "{description}");
+                    self.refused.push((e.tracking_id(), description));
+                }
+                return Err(e);
+            }
+        };
         if let Err(e) = self.bus.check(&out) {
             let description = describe_refusal(&out.destination, out.is_topic, &out.envelope, &e);
             tracing::warn!(error = %e, "{description}");

@@ -72,6 +72,43 @@ pub trait Handler: Send + Sync + 'static {
 
     /// Handles one message.
     fn handle<'a>(&'a self, message: Self::Message, ctx: &'a mut Context) -> BoxFuture<'a, Result<(), HandlerError>>;
+
+    /// The message types the handler sends and publishes, as it declares them
+    /// (`#[handler(sends(T, ..), publishes(U, ..))]`): the endpoint checks at `start()`
+    /// that each has a route. The default declares nothing (a missing route is then
+    /// found at the first send).
+    fn declared(&self) -> Declared {
+        Declared::default()
+    }
+}
+
+/// The message types a handler or saga says it sends and publishes. An endpoint whose
+/// routes miss one of them refuses to start, with the list of what is missing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Declared {
+    pub(crate) sends: Vec<&'static str>,
+    pub(crate) publishes: Vec<&'static str>,
+}
+
+impl Declared {
+    /// Nothing declared.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Declares that `M` is sent (a command: it needs `Routes::send::<M>(queue)`).
+    #[must_use]
+    pub fn send<M: Message>(mut self) -> Self {
+        self.sends.push(M::NAME);
+        self
+    }
+
+    /// Declares that `M` is published (an event: it needs `Routes::event::<M>()`).
+    #[must_use]
+    pub fn publish<M: Message>(mut self) -> Self {
+        self.publishes.push(M::NAME);
+        self
+    }
 }
 
 /// Why a handler failed, and whether retrying can help.

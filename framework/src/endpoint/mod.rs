@@ -321,6 +321,8 @@ pub struct EndpointBuilder {
     errors: Vec<String>,
     observer: Option<Arc<dyn observe::Observer>>,
     accept_messages_without_id: bool,
+    /// What each handler and saga declared it sends: (its name, the types).
+    declared: Vec<(&'static str, handler::Declared)>,
 }
 
 impl std::fmt::Debug for EndpointBuilder {
@@ -359,6 +361,7 @@ impl EndpointBuilder {
             errors: Vec::new(),
             observer: None,
             accept_messages_without_id: false,
+            declared: Vec::new(),
         }
     }
 
@@ -389,6 +392,7 @@ impl EndpointBuilder {
     /// Adds a handler. Several handlers of one message type all run, in the order they
     /// were added; one failing fails the message (and all run again on a retry).
     pub fn handler<H: Handler>(mut self, handler: H) -> Self {
+        self.declared.push((handler.name(), handler.declared()));
         self.registrations.push(Registration {
             type_id: TypeId::of::<H::Message>(),
             type_name: std::any::type_name::<H::Message>(),
@@ -414,6 +418,7 @@ impl EndpointBuilder {
             return self;
         }
         self.sagas.push(S::NAME);
+        self.declared.push((S::NAME, S::declared()));
         match crate::saga::register::<S>(options, self.saga_stats.clone()) {
             Ok(handlers) => self.registrations.extend(handlers.into_iter().map(|r| Registration {
                 type_id: r.type_id,
@@ -620,6 +625,9 @@ impl EndpointBuilder {
         }
         if self.registrations.is_empty() {
             return invalid("an endpoint needs at least one handler");
+        }
+        if let Some(missing) = routing::missing_routes(&self.name, &self.routes, &self.declared) {
+            return Err(Error::new(ErrorKind::InvalidOptions { reason: missing }));
         }
         if !self.sagas.is_empty() && self.store.is_none() {
             return invalid("an endpoint with sagas needs a store: call EndpointBuilder::store");

@@ -138,3 +138,35 @@ mod tests {
         }
     }
 }
+
+/// What the routes of endpoint `endpoint` miss of what its handlers and sagas declared
+/// they send (`declared`: each one's name and types), as one text that names every
+/// missing route and how to add it; `None` when nothing is missing.
+pub(crate) fn missing_routes(
+    endpoint: &str,
+    routes: &Routes,
+    declared: &[(&'static str, crate::endpoint::handler::Declared)],
+) -> Option<String> {
+    let mut missing: Vec<String> = Vec::new();
+    for (owner, d) in declared {
+        for name in &d.sends {
+            if routes.queue_of(name).is_none() {
+                missing.push(format!("{owner} sends {name}: add Routes::send::<T>(queue) for it"));
+            }
+        }
+        for name in &d.publishes {
+            if routes.topic_of(name).is_none() {
+                missing.push(format!("{owner} publishes {name}: add Routes::event::<T>() for it"));
+            }
+        }
+    }
+    missing.sort();
+    missing.dedup();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "endpoint {endpoint} cannot start: {} message type(s) its handlers declare have no route: {}",
+            missing.len(),
+            missing.join("; ")
+        )
+    })
+}

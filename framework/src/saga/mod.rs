@@ -90,6 +90,13 @@ pub trait Saga: Serialize + DeserializeOwned + Default + Send + Sync + 'static {
 
     /// Lists the saga's handlers.
     fn register(handlers: &mut SagaHandlers<Self>);
+
+    /// The message types the saga's handlers send and publish, as it declares them
+    /// (`#[saga(sends(T, ..), publishes(U, ..))]`): checked against the endpoint's
+    /// routes at `start()`. The default declares nothing.
+    fn declared() -> crate::endpoint::handler::Declared {
+        crate::endpoint::handler::Declared::default()
+    }
 }
 
 /// A saga handler: the state, the message and the saga's context.
