@@ -120,25 +120,6 @@ pub fn default_topic_name(message_type: &str) -> String {
     name
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn default_topic_names_are_valid_entity_names() {
-        assert_eq!(default_topic_name("shop::OrderPlaced"), "shop.OrderPlaced");
-        assert_eq!(default_topic_name("billing.InvoicePaid"), "billing.InvoicePaid");
-        assert_eq!(default_topic_name("a::b<c::D>"), "a.b-c.D-");
-        assert_eq!(default_topic_name("::x"), "x");
-        assert_eq!(default_topic_name("ü"), "events");
-        let long = "a".repeat(300);
-        assert_eq!(default_topic_name(&long).len(), MAX_NAME_LEN);
-        for n in ["shop::OrderPlaced", "a::b<c::D>", "::x"] {
-            assert!(validate_name(&default_topic_name(n)).is_ok(), "{n}");
-        }
-    }
-}
-
 /// What the routes of endpoint `endpoint` miss of what its handlers and sagas declared
 /// they send (`declared`: each one's name and types), as one text that names every
 /// missing route and how to add it; `None` when nothing is missing.
@@ -169,4 +150,23 @@ pub(crate) fn missing_routes(
             missing.join("; ")
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_topic_names_are_valid_entity_names() {
+        assert_eq!(default_topic_name("shop::OrderPlaced"), "shop.OrderPlaced");
+        assert_eq!(default_topic_name("billing.InvoicePaid"), "billing.InvoicePaid");
+        assert_eq!(default_topic_name("a::b<c::D>"), "a.b-c.D-");
+        assert_eq!(default_topic_name("::x"), "x");
+        assert_eq!(default_topic_name("ü"), "events");
+        let long = "a".repeat(300);
+        assert_eq!(default_topic_name(&long).len(), MAX_NAME_LEN);
+        for n in ["shop::OrderPlaced", "a::b<c::D>", "::x"] {
+            assert!(validate_name(&default_topic_name(n)).is_ok(), "{n}");
+        }
+    }
 }
