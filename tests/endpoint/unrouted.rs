@@ -61,8 +61,7 @@ async fn declared_sends_without_a_route_stop_the_start_with_the_list() {
         .handler(charge)
         .start()
         .await
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     let text = err.to_string();
     assert!(matches!(err.kind(), ErrorKind::InvalidOptions { .. }), "{text}");
     assert!(text.contains("2 message type(s)"), "{text}");
@@ -97,8 +96,7 @@ async fn a_sagas_declared_sends_are_checked_too() {
         .saga::<Billing>()
         .start()
         .await
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     let text = err.to_string();
     assert!(text.contains("unrouted.Billing sends unrouted.Refund"), "{text}");
 }
