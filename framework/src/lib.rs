@@ -51,6 +51,8 @@ mod pages {
     struct EmbeddedBroker;
     #[doc = include_str!("../../docs/architecture.md")]
     struct Architecture;
+    #[doc = include_str!("../../docs/semantics.md")]
+    struct Semantics;
 }
 
 mod clock;
