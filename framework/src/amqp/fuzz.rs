@@ -27,7 +27,7 @@ fn cases() -> u32 {
 /// A short string as the patched parser makes it from received bytes (at most 255).
 fn short_string() -> impl Strategy<Value = ShortString> {
     prop_oneof![
-        "[ -~]{0,40}".prop_map(|s| ShortString::from(s)),
+        "[ -~]{0,40}".prop_map(ShortString::from),
         proptest::collection::vec(any::<u8>(), 0..255).prop_map(ShortString::from_received_bytes),
     ]
 }
