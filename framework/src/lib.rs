@@ -62,6 +62,7 @@ mod message;
 pub mod saga;
 mod store;
 mod transport;
+pub mod version;
 
 #[cfg(feature = "amqp")]
 mod amqp;
@@ -97,6 +98,10 @@ pub use entity::{
 /// version of your own that may differ.
 #[doc(no_inline)]
 pub use sqlx;
+/// The `serde_json` Courier is built with: upcasters ([`Message::upcast`]) and saga state
+/// migrations ([`saga::Saga::migrate`]) take and return its `Value`.
+#[doc(no_inline)]
+pub use serde_json;
 
 /// What the endpoint writes on messages it retries or dead-letters: the dead-letter
 /// reasons and the failure headers. (The broker's own reasons are in [`reasons`].)
@@ -104,6 +109,7 @@ pub mod recoverability {
     pub use crate::endpoint::recoverability::{RetryPolicy, headers, reasons};
 }
 pub use error::{BoxError, Error, ErrorKind, Result, SendError};
+pub use version::UpcastError;
 pub use message::{
     BrokerProperties, Envelope, LockToken, MessageState, Properties, PropertyValue, ReceivedMessage, SequenceNumber,
     reasons,
