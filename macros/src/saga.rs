@@ -20,6 +20,7 @@ use syn::{
 
 use crate::handler::{combine, first_and_last_spans, name_and_arguments, result_parts, swapped_arguments};
 use crate::message::{distance, string_literal};
+use crate::version::Versioning;
 
 /// What a handler does with its saga.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,7 +118,7 @@ struct HandlerModel<'i> {
 }
 
 /// The arguments of `#[saga(...)]`.
-const SAGA_ARGUMENTS: [&str; 1] = ["name"];
+const SAGA_ARGUMENTS: [&str; 3] = ["name", "version", "migrate"];
 /// The arguments of `#[start(...)]` and `#[handle(...)]`.
 const CORRELATIONS: [&str; 3] = ["by", "header", "property"];
 
@@ -141,9 +142,19 @@ fn unknown_argument(meta: &ParseNestedMeta<'_>, attribute: &str, known: &[&'stat
     }
 }
 
-/// Reads `#[saga(name = "...")]`: the pinned saga name, if any.
-fn parse_arguments(args: &TokenStream, errors: &mut Vec<syn::Error>) -> Option<LitStr> {
+/// What `#[saga(...)]` says.
+#[derive(Default)]
+struct SagaArguments {
+    /// The pinned saga name, if any.
+    name: Option<LitStr>,
+    /// `version = N` and `migrate = path`.
+    versioning: Versioning,
+}
+
+/// Reads `#[saga(name = "...", version = N, migrate = path)]`.
+fn parse_arguments(args: &TokenStream, errors: &mut Vec<syn::Error>) -> SagaArguments {
     let mut name: Option<LitStr> = None;
+    let mut versioning = Versioning::default();
     let mut problems = Vec::new();
     let parser = syn::meta::parser(|meta| {
         if meta.path.is_ident("name") {
@@ -166,12 +177,17 @@ fn parse_arguments(args: &TokenStream, errors: &mut Vec<syn::Error>) -> Option<L
                 None => name = Some(lit),
             }
             Ok(())
+        } else if meta.path.is_ident("version") {
+            versioning.parse_version(&meta, "saga state")
+        } else if meta.path.is_ident("migrate") {
+            versioning.parse_step(&meta, "migrate = Self::migrate")
         } else {
             Err(unknown_argument(
                 &meta,
                 "saga",
                 &SAGA_ARGUMENTS,
-                "the only one is `name = \"accounts.SignUp\"`, the saga's stored name",
+                "expected `name = \"accounts.SignUp\"` (the saga's stored name), `version = 2` (the version of its \
+                 state's shape) or `migrate = Self::migrate` (what brings an older state to it)",
             ))
         }
     });
@@ -179,7 +195,8 @@ fn parse_arguments(args: &TokenStream, errors: &mut Vec<syn::Error>) -> Option<L
         errors.push(e);
     }
     errors.extend(problems);
-    name
+    versioning.check("migrate", "saga state", errors);
+    SagaArguments { name, versioning }
 }
 
 /// `by = user_id`, `by = order.id`, `by = 0`: pushes the members of a field path to `out`;
@@ -820,9 +837,10 @@ fn same_correlations(handlers: &[HandlerModel<'_>]) -> TokenStream {
     quote!(#(#checks)*)
 }
 
-fn generate(item: &ItemImpl, name: Option<&LitStr>, handlers: &[HandlerModel<'_>]) -> TokenStream {
+fn generate(item: &ItemImpl, arguments: &SagaArguments, handlers: &[HandlerModel<'_>]) -> TokenStream {
     let self_ty = &item.self_ty;
-    let name = match name {
+    let versioning = arguments.versioning.generate("migrate");
+    let name = match &arguments.name {
         Some(lit) => quote!(#lit),
         None => {
             let type_name = type_name(self_ty);
@@ -838,6 +856,7 @@ fn generate(item: &ItemImpl, name: Option<&LitStr>, handlers: &[HandlerModel<'_>
             #[automatically_derived]
             impl ::courier::__private::Saga for #self_ty {
                 const NAME: &'static str = #name;
+                #versioning
 
                 fn register(handlers: &mut ::courier::__private::SagaHandlers<Self>) {
                     #checks
@@ -870,7 +889,7 @@ fn item_start(item: &Item) -> TokenStream {
 
 pub(crate) fn expand(args: &TokenStream, input: &TokenStream) -> TokenStream {
     let mut errors = Vec::new();
-    let name = parse_arguments(args, &mut errors);
+    let arguments = parse_arguments(args, &mut errors);
     let item = match syn::parse2::<Item>(input.clone()) {
         Ok(Item::Impl(item)) => item,
         Ok(other) => {
@@ -919,7 +938,7 @@ pub(crate) fn expand(args: &TokenStream, input: &TokenStream) -> TokenStream {
     // With errors, the impl is still generated from the handlers that passed the checks,
     // so that their type errors are reported too and the uses of the saga add none.
     let errors = combine(errors).map(|e| e.to_compile_error());
-    let generated = generate(&item, name.as_ref(), &handlers);
+    let generated = generate(&item, &arguments, &handlers);
     quote! {
         #errors
         #cleaned
