@@ -93,15 +93,15 @@ pub use entity::{
     EntityCounts, EntityPath, MAX_LOCK_DURATION, MAX_NAME_LEN, MAX_TIME_TO_LIVE, QueueOptions, SubQueue,
     SubscriptionOptions, TopicOptions, validate_name,
 };
+/// The `serde_json` Courier is built with: upcasters ([`Message::upcast`]) and saga state
+/// migrations ([`saga::Saga::migrate`]) take and return its `Value`.
+#[doc(no_inline)]
+pub use serde_json;
 /// The `sqlx` Courier is built with: [`Context::transaction`] takes its database types
 /// (`courier::sqlx::Postgres`, `courier::sqlx::Sqlite`), so use this one rather than a
 /// version of your own that may differ.
 #[doc(no_inline)]
 pub use sqlx;
-/// The `serde_json` Courier is built with: upcasters ([`Message::upcast`]) and saga state
-/// migrations ([`saga::Saga::migrate`]) take and return its `Value`.
-#[doc(no_inline)]
-pub use serde_json;
 
 /// What the endpoint writes on messages it retries or dead-letters: the dead-letter
 /// reasons and the failure headers. (The broker's own reasons are in [`reasons`].)
@@ -109,7 +109,6 @@ pub mod recoverability {
     pub use crate::endpoint::recoverability::{RetryPolicy, headers, reasons};
 }
 pub use error::{BoxError, Error, ErrorKind, Result, SendError};
-pub use version::UpcastError;
 pub use message::{
     BrokerProperties, Envelope, LockToken, MessageState, Properties, PropertyValue, ReceivedMessage, SequenceNumber,
     reasons,
@@ -121,6 +120,7 @@ pub use transport::{
     BentRule, Capabilities, DEFAULT_MAX_IN_FLIGHT, Delivery, Receiver, SenderOptions, SessionReceiver, SessionSelector,
     Settlement, Settler, Transport,
 };
+pub use version::UpcastError;
 
 #[cfg(feature = "amqp")]
 pub use amqp::{AmqpBuilder, AmqpTransport, DEFAULT_CONNECT_TIMEOUT, ScheduleStore, WireStats};

@@ -122,8 +122,8 @@ pub(crate) fn decode_message<M: Message>(envelope: &Envelope) -> Result<M, Failu
         handler: None,
         chain: vec![text],
     };
-    let found = message_version(envelope)
-        .map_err(|why| unsupported(format!("a {} message cannot be read: {why}", M::NAME)))?;
+    let found =
+        message_version(envelope).map_err(|why| unsupported(format!("a {} message cannot be read: {why}", M::NAME)))?;
     if found == M::VERSION {
         return M::from_envelope(envelope).map_err(decode_failure);
     }
@@ -216,7 +216,10 @@ mod tests {
                 Ok(v)
             }
             2 => {
-                v["steps"].as_array_mut().ok_or_else(|| UpcastError::invalid("no steps"))?.push(2.into());
+                v["steps"]
+                    .as_array_mut()
+                    .ok_or_else(|| UpcastError::invalid("no steps"))?
+                    .push(2.into());
                 Ok(v)
             }
             _ => Err(UpcastError::unsupported(from)),
@@ -231,6 +234,9 @@ mod tests {
         assert!(matches!(err, (2, UpcastError::Invalid(_))));
         let err = upcast_chain(serde_json::json!({}), 0, 3, step).expect_err("no step from 0");
         assert!(matches!(err, (0, UpcastError::Unsupported { from: 0 })));
-        assert_eq!(upcast_chain(serde_json::json!(7), 3, 3, step).unwrap(), serde_json::json!(7));
+        assert_eq!(
+            upcast_chain(serde_json::json!(7), 3, 3, step).unwrap(),
+            serde_json::json!(7)
+        );
     }
 }

@@ -150,10 +150,16 @@ fn a_version_above_one_is_stamped_and_its_upcaster_generated() {
     assert_eq!(<Versioned as Message>::VERSION, 3);
     assert_eq!(<Defaulted as Message>::VERSION, 1, "the default");
     let envelope = Versioned { n: 4 }.to_envelope().unwrap();
-    assert_eq!(envelope.properties.get(MESSAGE_VERSION), Some(&courier::PropertyValue::Int(3)));
+    assert_eq!(
+        envelope.properties.get(MESSAGE_VERSION),
+        Some(&courier::PropertyValue::Int(3))
+    );
     assert_eq!(&envelope.body[..], br#"marked:{"n":4}"#, "the codec's own encoding");
     let unversioned = Defaulted { n: 1 }.to_envelope().unwrap();
-    assert!(!unversioned.properties.contains_key(MESSAGE_VERSION), "version 1 is not stamped");
+    assert!(
+        !unversioned.properties.contains_key(MESSAGE_VERSION),
+        "version 1 is not stamped"
+    );
 
     // An older body is read with the message's codec, then upcast.
     let old = Envelope::new(&b"marked:{\"count\":9}"[..]).with_content_type("application/x-marked");
@@ -165,10 +171,13 @@ fn a_version_above_one_is_stamped_and_its_upcaster_generated() {
         Versioned::upcast(1, serde_json::json!({})),
         Err(courier::UpcastError::Unsupported { from: 1 })
     ));
-    assert!(matches!(
-        Defaulted::upcast(1, serde_json::json!({})),
-        Err(courier::UpcastError::Unsupported { from: 1 }),
-    ), "no upcaster: none from any version");
+    assert!(
+        matches!(
+            Defaulted::upcast(1, serde_json::json!({})),
+            Err(courier::UpcastError::Unsupported { from: 1 }),
+        ),
+        "no upcaster: none from any version"
+    );
 }
 
 #[test]

@@ -12,8 +12,8 @@ use courier::saga::reasons as saga_reasons;
 use courier::serde_json::{Value, json};
 use courier::version::headers::MESSAGE_VERSION;
 use courier::{
-    Clock, Endpoint, EntityPath, Envelope, HandlerError, Message as _, PropertyValue, QueueOptions, Routes, RunningEndpoint,
-    SenderOptions, UpcastError,
+    Clock, Endpoint, EntityPath, Envelope, HandlerError, Message as _, PropertyValue, QueueOptions, Routes,
+    RunningEndpoint, SenderOptions, UpcastError,
 };
 use courier_tests::eventually;
 use courier_tests::stores::{StoreEnv, StoreKind};
@@ -50,7 +50,12 @@ impl OrderPlaced {
         match from {
             1 => rename(&mut body, "order", "order_id", "a version-1 OrderPlaced has an `order`")?,
             2 => {
-                rename(&mut body, "total_cents", "cents", "a version-2 OrderPlaced has `total_cents`")?;
+                rename(
+                    &mut body,
+                    "total_cents",
+                    "cents",
+                    "a version-2 OrderPlaced has `total_cents`",
+                )?;
                 body["currency"] = json!("EUR");
             }
             _ => return Err(UpcastError::unsupported(from)),
@@ -109,7 +114,12 @@ impl Order {
         match from {
             1 => {
                 rename(&mut state, "order", "order_id", "a version-1 Order has an `order`")?;
-                rename(&mut state, "total_cents", "cents", "a version-1 Order has `total_cents`")?;
+                rename(
+                    &mut state,
+                    "total_cents",
+                    "cents",
+                    "a version-1 Order has `total_cents`",
+                )?;
                 state["currency"] = json!("EUR");
                 state["paid"] = json!(false);
                 Ok(state)
@@ -221,7 +231,9 @@ impl Shop {
         };
         let text = self
             .env
-            .text(&format!("SELECT {state} FROM {table} WHERE correlation = '{correlation}'"))
+            .text(&format!(
+                "SELECT {state} FROM {table} WHERE correlation = '{correlation}'"
+            ))
             .await
             .expect("the instance");
         let state_version = self
@@ -232,7 +244,9 @@ impl Shop {
             .await;
         let version = self
             .env
-            .count(&format!("SELECT version FROM {table} WHERE correlation = '{correlation}'"))
+            .count(&format!(
+                "SELECT version FROM {table} WHERE correlation = '{correlation}'"
+            ))
             .await;
         (serde_json::from_str(&text).unwrap(), state_version, version)
     }
@@ -302,7 +316,12 @@ async fn old_messages_are_upcast_and_handled(kind: StoreKind) {
     })
     .await;
     assert_eq!(shop.orders.stats().dead_lettered, 0);
-    for (id, cents, currency) in [("o-1", 1250, "EUR"), ("o-2", 990, "EUR"), ("o-3", 5, "EUR"), ("o-4", 100, "USD")] {
+    for (id, cents, currency) in [
+        ("o-1", 1250, "EUR"),
+        ("o-2", 990, "EUR"),
+        ("o-3", 5, "EUR"),
+        ("o-4", 100, "USD"),
+    ] {
         let (state, state_version, _) = shop.row(id).await;
         assert_eq!(
             state,

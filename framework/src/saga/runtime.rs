@@ -9,11 +9,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 
+use super::state::StateError;
 use super::{
     Completion, Correlate, Frame, NotFound, NotFoundFn, Role, Saga, SagaContext, SagaFn, SagaHandlers, SagaOptions,
     headers,
 };
-use super::state::StateError;
 use crate::endpoint::context::Context;
 use crate::endpoint::handler::{BoxFuture, HandlerError, Message};
 use crate::endpoint::observe::{RequestedTimeout, SagaEffects};

@@ -48,10 +48,7 @@ pub(crate) fn decode_state<S: Saga>(stored: &StoredSaga, correlation: &str) -> R
     }
     if found == S::VERSION {
         return serde_json::from_str(&stored.state).map_err(|e| {
-            StateError::Corrupt(vec![format!(
-                "the stored state of {} does not decode: {e}",
-                instance()
-            )])
+            StateError::Corrupt(vec![format!("the stored state of {} does not decode: {e}", instance())])
         });
     }
     let value: serde_json::Value = serde_json::from_str(&stored.state).map_err(|e| {

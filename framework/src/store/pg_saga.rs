@@ -8,12 +8,14 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::store::{StoredEnvelope, StoredSaga, Timeout, db_error};
 
 pub(crate) async fn load(conn: &mut PgConnection, saga_type: &str, correlation: &str) -> Result<Option<StoredSaga>> {
-    let row = sqlx::query("SELECT state::text, version, state_version FROM courier.saga WHERE saga_type = $1 AND correlation = $2")
-        .bind(saga_type)
-        .bind(correlation)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(|e| db_error("cannot load a saga instance", e))?;
+    let row = sqlx::query(
+        "SELECT state::text, version, state_version FROM courier.saga WHERE saga_type = $1 AND correlation = $2",
+    )
+    .bind(saga_type)
+    .bind(correlation)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(|e| db_error("cannot load a saga instance", e))?;
     row.map(|r| {
         let get = |e| db_error("cannot read a saga instance", e);
         Ok(StoredSaga {

@@ -24,12 +24,13 @@ pub(crate) async fn load(
     saga_type: &str,
     correlation: &str,
 ) -> Result<Option<StoredSaga>> {
-    let row = sqlx::query("SELECT state, version, state_version FROM courier_saga WHERE saga_type = ?1 AND correlation = ?2")
-        .bind(saga_type)
-        .bind(correlation)
-        .fetch_optional(conn)
-        .await
-        .map_err(|e| db_error("cannot load a saga instance", e))?;
+    let row =
+        sqlx::query("SELECT state, version, state_version FROM courier_saga WHERE saga_type = ?1 AND correlation = ?2")
+            .bind(saga_type)
+            .bind(correlation)
+            .fetch_optional(conn)
+            .await
+            .map_err(|e| db_error("cannot load a saga instance", e))?;
     row.map(|r| {
         let get = |e| db_error("cannot read a saga instance", e);
         Ok(StoredSaga {
