@@ -14,6 +14,7 @@ mod crash;
 mod refused;
 mod support;
 mod tracing_capture;
+mod versions;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
