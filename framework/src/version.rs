@@ -1,7 +1,7 @@
 //! Versions of message types and of saga states: a message type's current wire version
-//! ([`Message::VERSION`](crate::Message::VERSION)) travels in the header
+//! ([`Message::VERSION`]) travels in the header
 //! [`headers::MESSAGE_VERSION`], and a receiver whose type is newer brings an older body
-//! up to date with the type's upcaster ([`Message::upcast`](crate::Message::upcast)),
+//! up to date with the type's upcaster ([`Message::upcast`]),
 //! one version at a time, before it decodes it. A saga's stored state carries the version
 //! it was written at ([`Saga::VERSION`](crate::saga::Saga::VERSION)) and is migrated the
 //! same way ([`Saga::migrate`](crate::saga::Saga::migrate)) when it is loaded. See
@@ -25,7 +25,7 @@ pub mod headers {
 }
 
 /// Why a body or a state of an older version could not be brought to the next version:
-/// what an upcaster ([`Message::upcast`](crate::Message::upcast)) or a saga's migration
+/// what an upcaster ([`Message::upcast`]) or a saga's migration
 /// ([`Saga::migrate`](crate::saga::Saga::migrate)) returns. Neither is transient: the
 /// same value fails the same way again, so the message goes to the dead-letter queue.
 #[derive(Debug, thiserror::Error)]
