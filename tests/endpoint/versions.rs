@@ -19,11 +19,13 @@ struct Delay {
 }
 
 impl Delay {
-    fn upcast(from: u32, body: Value) -> Result<Value, UpcastError> {
+    fn upcast(from: u32, mut body: Value) -> Result<Value, UpcastError> {
         match from {
             1 => {
-                let seconds = body["seconds"]
-                    .as_u64()
+                let seconds = body
+                    .get_mut("seconds")
+                    .map(Value::take)
+                    .and_then(|s| s.as_u64())
                     .ok_or_else(|| UpcastError::invalid("a version-1 Delay has `seconds`"))?;
                 Ok(json!({ "millis": seconds * 1000 }))
             }
