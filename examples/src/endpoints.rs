@@ -168,17 +168,14 @@ async fn main() -> ExitCode {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off"));
     tracing_subscriber::fmt().with_env_filter(filter).init();
-    // Ctrl-C (SIGINT) stops the story; its own handler, because a program started as a
-    // script's background job inherits SIGINT ignored. The broker lives in memory: the
-    // endpoints stop with it and nothing is left to keep.
-    let outcome = tokio::select! {
-        outcome = run() => outcome,
-        _ = tokio::signal::ctrl_c() => {
-            println!("endpoints: interrupted by Ctrl-C; stopped (the broker lived in memory, nothing to keep)");
-            return ExitCode::from(130);
+    // Ctrl-C (SIGINT) stops the story (`run` listens for it: its own handler, because a
+    // program started as a script's background job inherits SIGINT ignored) and the
+    // endpoints shut down gracefully.
+    match run().await {
+        Err(e) if e.is::<Interrupted>() => {
+            println!("endpoints: {e}");
+            ExitCode::from(130)
         }
-    };
-    match outcome {
         Ok(()) => {
             println!("ok: the order was charged once, after 3 attempts; the poison message was dead-lettered");
             ExitCode::SUCCESS
@@ -190,7 +187,20 @@ async fn main() -> ExitCode {
     }
 }
 
-/// The whole story; an error says what went wrong.
+/// Ctrl-C (SIGINT) was pressed: the endpoints were shut down gracefully.
+#[derive(Debug)]
+struct Interrupted;
+
+impl fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("interrupted by Ctrl-C; the endpoints stopped gracefully (the broker lived in memory)")
+    }
+}
+
+impl Error for Interrupted {}
+
+/// The whole story; an error says what went wrong. Ctrl-C ends it early with
+/// [`Interrupted`], after the endpoints' graceful shutdown.
 async fn run() -> Result<(), Box<dyn Error>> {
     let broker = Embedded::in_memory().await?;
     let transport: Arc<dyn Transport> = Arc::new(broker);
@@ -219,65 +229,78 @@ async fn run() -> Result<(), Box<dyn Error>> {
         .to_owned();
     println!("main: endpoints sales and billing started (billing subscribes to topic {topic})");
 
-    // 2. A command, sent from outside any handler with the endpoint's bus; wait until
-    //    billing has charged the order.
-    let order = PlaceOrder {
-        order_id: 1,
-        amount_cents: 4_200,
-    };
-    println!("main: sending PlaceOrder for order {}", order.order_id);
-    sales.bus().send(&order).await?;
-    let mut heard = Vec::new();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !heard
-        .iter()
-        .any(|n| matches!(n, News::ChargeAttempt { charged: true, .. }))
-    {
-        match tokio::time::timeout_at(deadline, news.recv()).await {
-            Ok(Some(n)) => heard.push(n),
-            Ok(None) => return Err("the handlers' channel closed before the order was charged".into()),
-            Err(_) => {
-                return Err(format!(
-                    "the order was not charged within {WAIT:?} (heard so far: {heard:?}); \
+    // Steps 2 and 3 run until they end or Ctrl-C; either way the endpoints then stop
+    // gracefully (step 4).
+    let story = async {
+        // 2. A command, sent from outside any handler with the endpoint's bus; wait until
+        //    billing has charged the order.
+        let order = PlaceOrder {
+            order_id: 1,
+            amount_cents: 4_200,
+        };
+        println!("main: sending PlaceOrder for order {}", order.order_id);
+        sales.bus().send(&order).await?;
+        let mut heard = Vec::new();
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while !heard
+            .iter()
+            .any(|n| matches!(n, News::ChargeAttempt { charged: true, .. }))
+        {
+            match tokio::time::timeout_at(deadline, news.recv()).await {
+                Ok(Some(n)) => heard.push(n),
+                Ok(None) => return Err("the handlers' channel closed before the order was charged".into()),
+                Err(_) => {
+                    return Err(format!(
+                        "the order was not charged within {WAIT:?} (heard so far: {heard:?}); \
                      run with RUST_LOG=courier=info to see why"
-                )
-                .into());
+                    )
+                    .into());
+                }
             }
         }
-    }
 
-    // 3. A poison message: typed as PlaceOrder, but its body is not JSON. No retry can
-    //    decode it, so the endpoint dead-letters it at once.
-    let poison = Envelope::new("{oops")
-        .with_message_type(PlaceOrder::NAME)
-        .with_content_type("application/json");
-    let poison_id = poison.message_id.clone();
-    println!("main: sending a poison PlaceOrder whose body is `{{oops` (message id {poison_id})");
-    sales.bus().send_envelope("sales", poison).await?;
+        // 3. A poison message: typed as PlaceOrder, but its body is not JSON. No retry can
+        //    decode it, so the endpoint dead-letters it at once.
+        let poison = Envelope::new("{oops")
+            .with_message_type(PlaceOrder::NAME)
+            .with_content_type("application/json");
+        let poison_id = poison.message_id.clone();
+        println!("main: sending a poison PlaceOrder whose body is `{{oops` (message id {poison_id})");
+        sales.bus().send_envelope("sales", poison).await?;
 
-    // Nothing in the endpoint announces a dead letter, so wait for it the way an
-    // operator's tool would: a receiver on the dead-letter sub-queue waits inside the
-    // broker until a message arrives. Only looking: hand it back untouched.
-    let dead_letter_queue = EntityPath::queue("sales").dead_letter();
-    let watcher = transport.receiver(&dead_letter_queue).await?;
-    let arrived = watcher.receive(1, WAIT).await?;
-    if arrived.is_empty() {
-        return Err(format!("nothing reached {dead_letter_queue} within {WAIT:?}").into());
-    }
-    for delivery in arrived {
-        delivery.abandon().await?;
-    }
-    let dead = transport.peek(&dead_letter_queue, 0, 10).await?;
-    println!("main: {dead_letter_queue} holds {} message(s):", dead.len());
-    for message in &dead {
-        print_dead_letter(message);
-    }
+        // Nothing in the endpoint announces a dead letter, so wait for it the way an
+        // operator's tool would: a receiver on the dead-letter sub-queue waits inside the
+        // broker until a message arrives. Only looking: hand it back untouched.
+        let dead_letter_queue = EntityPath::queue("sales").dead_letter();
+        let watcher = transport.receiver(&dead_letter_queue).await?;
+        let arrived = watcher.receive(1, WAIT).await?;
+        if arrived.is_empty() {
+            return Err(format!("nothing reached {dead_letter_queue} within {WAIT:?}").into());
+        }
+        for delivery in arrived {
+            delivery.abandon().await?;
+        }
+        let dead = transport.peek(&dead_letter_queue, 0, 10).await?;
+        println!("main: {dead_letter_queue} holds {} message(s):", dead.len());
+        for message in &dead {
+            print_dead_letter(message);
+        }
+        Ok::<_, Box<dyn Error>>((heard, dead, poison_id))
+    };
+    let told = tokio::select! {
+        told = story => Some(told),
+        _ = tokio::signal::ctrl_c() => None,
+    };
 
     // 4. Graceful shutdown: stop receiving, let running handlers finish.
     let billing_report = billing.shutdown().await?;
     let sales_report = sales.shutdown().await?;
     print_report("sales", &sales_report);
     print_report("billing", &billing_report);
+    let Some(told) = told else {
+        return Err(Interrupted.into());
+    };
+    let (mut heard, dead, poison_id) = told?;
     // The endpoints are stopped: whatever the handlers still said is in the channel.
     while let Ok(n) = news.try_recv() {
         heard.push(n);

@@ -216,31 +216,56 @@ async fn run() -> Result<Vec<String>, Box<dyn Error>> {
         .handler(refund)
         .start()
         .await?;
-    for (order_id, capture_after_ms) in [("o-1", 100), ("o-2", 1_500)] {
-        let order = PlaceOrder {
-            order_id: order_id.to_owned(),
-            cents: 1999,
-            capture_after_ms,
-        };
-        orders.bus().send(&order).await?;
-        println!("placed {order_id}: its payment is captured after {capture_after_ms} ms");
-    }
-    let mut seen = Vec::new();
-    while seen.len() < 3 {
-        match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
-            Ok(Some(line)) => {
-                println!("  {line}");
-                seen.push(line);
-            }
-            _ => return Err(format!("the story stopped after {seen:?}").into()),
+    // The story runs until it ends or Ctrl-C; either way the endpoints then stop
+    // gracefully.
+    let story = async {
+        for (order_id, capture_after_ms) in [("o-1", 100), ("o-2", 1_500)] {
+            let order = PlaceOrder {
+                order_id: order_id.to_owned(),
+                cents: 1999,
+                capture_after_ms,
+            };
+            orders.bus().send(&order).await?;
+            println!("placed {order_id}: its payment is captured after {capture_after_ms} ms");
         }
-    }
+        let mut seen = Vec::new();
+        while seen.len() < 3 {
+            match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
+                Ok(Some(line)) => {
+                    println!("  {line}");
+                    seen.push(line);
+                }
+                _ => return Err(format!("the story stopped after {seen:?}").into()),
+            }
+        }
+        Ok::<_, Box<dyn Error>>(seen)
+    };
+    let told = tokio::select! {
+        told = story => Some(told),
+        _ = tokio::signal::ctrl_c() => None,
+    };
     for endpoint in [orders, payments, shipping] {
         endpoint.shutdown().await?;
     }
+    let Some(told) = told else {
+        return Err(Interrupted.into());
+    };
+    let mut seen = told?;
     seen.sort();
     Ok(seen)
 }
+
+/// Ctrl-C (SIGINT) was pressed: the endpoints were shut down gracefully.
+#[derive(Debug)]
+struct Interrupted;
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("interrupted by Ctrl-C; the endpoints stopped gracefully (the broker lived in memory)")
+    }
+}
+
+impl Error for Interrupted {}
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -249,14 +274,11 @@ async fn main() -> ExitCode {
         "o-2 cancelled: not paid in time",
         "pay-o-2 refunded: captured after its order was cancelled",
     ];
-    let outcome = tokio::select! {
-        outcome = run() => outcome,
-        _ = tokio::signal::ctrl_c() => {
-            println!("orders: interrupted by Ctrl-C (the broker lived in memory, nothing to keep)");
-            return ExitCode::from(130);
+    match run().await {
+        Err(e) if e.is::<Interrupted>() => {
+            println!("orders: {e}");
+            ExitCode::from(130)
         }
-    };
-    match outcome {
         Ok(seen) if seen == expected => {
             println!("ok: o-1 shipped; o-2 cancelled when its time was up, and its late payment refunded");
             ExitCode::SUCCESS
