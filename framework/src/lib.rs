@@ -105,6 +105,11 @@ pub use sqlx;
 pub mod recoverability {
     pub use crate::endpoint::recoverability::{RetryPolicy, headers, reasons};
 }
+/// The metrics endpoints emit through the [`metrics`](::metrics) facade: their names and
+/// label keys (see docs/observability.md). Install a recorder before starting endpoints.
+pub mod observability {
+    pub use crate::endpoint::metrics::{UNKNOWN_TYPE, labels, names};
+}
 pub use error::{BoxError, Error, ErrorKind, Result, SendError};
 pub use message::{
     BrokerProperties, Envelope, LockToken, MessageState, Properties, PropertyValue, ReceivedMessage, SequenceNumber,

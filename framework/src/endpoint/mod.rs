@@ -4,6 +4,7 @@
 pub(crate) mod bus;
 pub(crate) mod context;
 pub(crate) mod handler;
+pub(crate) mod metrics;
 pub(crate) mod observe;
 mod parts;
 pub(crate) mod recoverability;
@@ -321,6 +322,7 @@ pub struct EndpointBuilder {
     errors: Vec<String>,
     observer: Option<Arc<dyn observe::Observer>>,
     accept_messages_without_id: bool,
+    metrics_sampling: Option<Duration>,
     /// What each handler and saga declared it sends: (its name, the types).
     declared: Vec<(&'static str, handler::Declared)>,
 }
@@ -361,6 +363,7 @@ impl EndpointBuilder {
             errors: Vec::new(),
             observer: None,
             accept_messages_without_id: false,
+            metrics_sampling: None,
             declared: Vec::new(),
         }
     }
@@ -547,6 +550,15 @@ impl EndpointBuilder {
         self
     }
 
+    /// Samples the depth of the input queue (active, scheduled and dead-lettered
+    /// messages) every `every`, by the endpoint's clock, into the gauges
+    /// `courier.queue.depth`, `courier.queue.scheduled` and `courier.queue.dead_lettered`
+    /// (see docs/observability.md). Off by default: each sample costs the broker a count.
+    pub fn sample_queue_metrics(mut self, every: Duration) -> Self {
+        self.metrics_sampling = Some(every);
+        self
+    }
+
     /// A value every handler can read with [`Context::state`](crate::Context::state).
     pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> Self {
         self.extensions.insert(value);
@@ -672,6 +684,7 @@ impl EndpointBuilder {
             observer: self.observer,
             group_size: self.group_commit,
             accept_messages_without_id: self.accept_messages_without_id,
+            metrics_sampling: self.metrics_sampling,
         };
         runtime::start(config).await
     }
