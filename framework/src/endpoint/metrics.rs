@@ -200,6 +200,7 @@ impl TypeMetrics {
 
 /// An endpoint's metrics.
 pub(crate) struct EndpointMetrics {
+    system: SharedString,
     endpoint: SharedString,
     known: HashMap<String, TypeMetrics>,
     unknown: TypeMetrics,
@@ -231,6 +232,7 @@ impl EndpointMetrics {
             outbox_dead_lettered: counter!(names::OUTBOX_DEAD_LETTERED, endpoint_labels.clone()),
             inbox_purged: counter!(names::INBOX_PURGED, endpoint_labels.clone()),
             timeouts_dead_lettered: counter!(names::TIMEOUTS_DEAD_LETTERED, endpoint_labels),
+            system,
             endpoint,
             known,
             unknown,
@@ -245,6 +247,19 @@ impl EndpointMetrics {
             .as_deref()
             .and_then(|t| self.known.get(t))
             .unwrap_or(&self.unknown)
+    }
+
+    /// The store sent these messages (their destinations) in the handling's transaction,
+    /// not through a sender.
+    pub(crate) fn sent_at_commit(&self, destinations: &[String]) {
+        for d in destinations {
+            let l = [
+                Label::new(labels::SYSTEM, self.system.clone()),
+                Label::new(labels::DESTINATION, d.clone()),
+                Label::new(labels::OPERATION, "send"),
+            ];
+            counter!(names::SENT, l.to_vec()).increment(1);
+        }
     }
 
     /// A timeout's message was dead-lettered.

@@ -870,6 +870,7 @@ async fn handle(
                         .map(|o| (o.destination, o.is_topic, o.envelope))
                         .collect();
                     let observed = shared.observer.as_ref().map(|_| rows.clone());
+                    let destinations: Vec<String> = rows.iter().map(|(d, _, _)| d.clone()).collect();
                     let stored = work
                         .store_outgoing(rows, shared.clock.now())
                         .await
@@ -889,6 +890,9 @@ async fn handle(
                         shared.timeouts.stored(due);
                     }
                     shared.metrics.sagas(&ctx.take_saga_tally());
+                    if matches!(committed, Committed::Settled) {
+                        shared.metrics.sent_at_commit(&destinations);
+                    }
                     if let (Some(observer), Some(outgoing)) = (&shared.observer, observed) {
                         observer.handled(Handled {
                             message: ctx.received().envelope.clone(),
