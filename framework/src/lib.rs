@@ -53,6 +53,8 @@ mod pages {
     struct Architecture;
     #[doc = include_str!("../../docs/semantics.md")]
     struct Semantics;
+    #[doc = include_str!("../../docs/observability.md")]
+    struct Observability;
 }
 
 mod clock;
