@@ -138,7 +138,7 @@ pub use store::PostgresStore;
 pub use store::SqliteStore;
 pub use store::{
     Begin, CommitGroup, Committed, DEFAULT_INBOX_RETENTION, DueTimeouts, OutboxDeadLetter, OutboxMessage, Store,
-    StoredSaga, Timeout, TimeoutClaim, UnitOfWork,
+    StoreBacklog, StoredSaga, Timeout, TimeoutClaim, UnitOfWork,
 };
 
 /// The names most programs need: `use courier::prelude::*;`.

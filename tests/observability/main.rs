@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use courier::observability::{labels, names};
 use courier::{
-    BoxFuture, Clock, Context, Endpoint, Envelope, Handler, HandlerError, Message, ResultExt, Routes,
+    BoxFuture, Clock, Context, Endpoint, Envelope, Handler, HandlerError, Message, ResultExt, Routes, Store,
     recoverability::reasons,
 };
 use courier_tests::{embedded_fixture, eventually};
@@ -293,4 +293,59 @@ async fn queue_depth_is_sampled_only_when_asked() {
     assert_eq!(gauge("obs-depth-off", names::QUEUE_DEPTH), None, "off by default");
     sampled.shutdown().await.unwrap();
     quiet.shutdown().await.unwrap();
+}
+
+/// Samples an endpoint with `store`, after it handled three messages: the inbox holds
+/// their three ids, the outbox is empty.
+async fn backlog_sampled_with(store: Arc<dyn courier::Store>, name: &str) {
+    let fx = embedded_fixture().await;
+    let clock: Arc<dyn Clock> = Arc::new(fx.clock.clone());
+    let sales = Endpoint::builder(name)
+        .transport(fx.transport.clone())
+        .store(store.clone())
+        .clock(clock)
+        .routes(Routes::new().send::<PlaceOrder>(name))
+        .handler(Mixed)
+        .sample_queue_metrics(Duration::from_secs(15))
+        .start()
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        sales.bus().send(&PlaceOrder { id: 1 }).await.unwrap();
+    }
+    eventually("three handled", || async { sales.stats().completed == 3 }).await;
+    let backlog = store.backlog(name).await.unwrap().expect("the store counts");
+    assert_eq!((backlog.outbox, backlog.oldest_outbox, backlog.inbox), (0, None, 3));
+    let gauge = |metric: &str| {
+        series_of(name).iter().find_map(|s| match s {
+            Series::Gauge { name, value, .. } if name == metric => Some(*value),
+            _ => None,
+        })
+    };
+    eventually("a sample after the handlings", || async {
+        fx.clock.advance(Duration::from_secs(15));
+        gauge(names::INBOX_ROWS) == Some(3.0)
+    })
+    .await;
+    assert_eq!(gauge(names::OUTBOX_BACKLOG), Some(0.0));
+    assert_eq!(gauge(names::OUTBOX_OLDEST_AGE), Some(0.0));
+    sales.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_outbox_and_inbox_of_a_sqlite_store_are_sampled() {
+    recorder::install();
+    let dir = tempfile::tempdir().unwrap();
+    let store = courier::SqliteStore::open(dir.path().join("store.db")).await.unwrap();
+    store.migrate().await.unwrap();
+    backlog_sampled_with(Arc::new(store), "obs-backlog-sqlite").await;
+}
+
+#[tokio::test]
+async fn the_outbox_and_inbox_of_a_postgres_store_are_sampled() {
+    recorder::install();
+    let db = courier_tests::pg::TestDatabase::create().await;
+    let store = courier::PostgresStore::from_pool(db.pool().await);
+    store.migrate().await.unwrap();
+    backlog_sampled_with(Arc::new(store), "obs-backlog-pg").await;
 }

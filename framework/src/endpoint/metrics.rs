@@ -77,6 +77,12 @@ pub mod names {
     pub const QUEUE_SCHEDULED: &str = "courier.queue.scheduled";
     /// Messages in the input queue's dead-letter sub-queue, sampled (gauge).
     pub const QUEUE_DEAD_LETTERED: &str = "courier.queue.dead_lettered";
+    /// Outbox rows of the endpoint not yet dispatched, sampled (gauge).
+    pub const OUTBOX_BACKLOG: &str = "courier.outbox.backlog";
+    /// How long the oldest of them has waited, sampled (gauge, seconds; 0 when none).
+    pub const OUTBOX_OLDEST_AGE: &str = "courier.outbox.oldest_age";
+    /// Inbox records of the endpoint, sampled (gauge).
+    pub const INBOX_ROWS: &str = "courier.inbox.rows";
     /// Connections re-established to the broker after a drop (counter).
     pub const RECONNECTS: &str = "courier.transport.reconnects";
 }
@@ -447,16 +453,24 @@ impl Sender for MeteredSender {
     }
 }
 
-/// Samples the depth of the endpoint's input queue and of its dead-letter sub-queue
-/// every `every` (by the endpoint's clock) until `stop`. Returns 0 (it hands nothing back
-/// at shutdown).
-pub(crate) async fn queue_sampler(
-    transport: Arc<dyn Transport>,
-    clock: Arc<dyn crate::clock::Clock>,
-    queue: Arc<str>,
-    every: Duration,
-    stop: tokio_util::sync::CancellationToken,
-) -> usize {
+/// What the sampler reads: the endpoint's input queue on its transport, and its store.
+pub(crate) struct Sampled {
+    pub(crate) transport: Arc<dyn Transport>,
+    pub(crate) store: Option<Arc<dyn crate::store::Store>>,
+    pub(crate) clock: Arc<dyn crate::clock::Clock>,
+    pub(crate) queue: Arc<str>,
+}
+
+/// Samples the depth of the endpoint's input queue and of its dead-letter sub-queue, and
+/// its outbox and inbox in the store, every `every` (by the endpoint's clock) until
+/// `stop`. Returns 0 (it hands nothing back at shutdown).
+pub(crate) async fn sampler(sampled: Sampled, every: Duration, stop: tokio_util::sync::CancellationToken) -> usize {
+    let Sampled {
+        transport,
+        store,
+        clock,
+        queue,
+    } = sampled;
     let l = [
         Label::new(labels::SYSTEM, transport.name()),
         Label::new(labels::DESTINATION, queue.to_string()),
@@ -465,6 +479,11 @@ pub(crate) async fn queue_sampler(
         gauge!(names::QUEUE_DEPTH, l.to_vec()),
         gauge!(names::QUEUE_SCHEDULED, l.to_vec()),
         gauge!(names::QUEUE_DEAD_LETTERED, l.to_vec()),
+    );
+    let (backlog, oldest, inbox): (Gauge, Gauge, Gauge) = (
+        gauge!(names::OUTBOX_BACKLOG, l.to_vec()),
+        gauge!(names::OUTBOX_OLDEST_AGE, l.to_vec()),
+        gauge!(names::INBOX_ROWS, l.to_vec()),
     );
     let path = EntityPath::queue(&*queue);
     let step = chrono::Duration::from_std(every).unwrap_or(chrono::Duration::MAX);
@@ -480,6 +499,20 @@ pub(crate) async fn queue_sampler(
                 }
             }
             Err(e) => tracing::warn!(error = %e, queue = %queue, "could not sample the queue's depth"),
+        }
+        if let Some(store) = &store {
+            match store.backlog(&queue).await {
+                Ok(Some(b)) => {
+                    #[allow(clippy::cast_precision_loss)]
+                    {
+                        backlog.set(b.outbox as f64);
+                        inbox.set(b.inbox as f64);
+                    }
+                    oldest.set(b.oldest_outbox.map_or(0.0, |at| seconds_between(at, clock.now())));
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "could not count the outbox and the inbox"),
+            }
         }
         let next = clock.now().checked_add_signed(step).unwrap_or(DateTime::<Utc>::MAX_UTC);
         tokio::select! {

@@ -551,9 +551,10 @@ impl EndpointBuilder {
     }
 
     /// Samples the depth of the input queue (active, scheduled and dead-lettered
-    /// messages) every `every`, by the endpoint's clock, into the gauges
-    /// `courier.queue.depth`, `courier.queue.scheduled` and `courier.queue.dead_lettered`
-    /// (see docs/observability.md). Off by default: each sample costs the broker a count.
+    /// messages) and, with a store, the endpoint's outbox and inbox rows, every `every` by
+    /// the endpoint's clock, into the gauges `courier.queue.*`, `courier.outbox.backlog`,
+    /// `courier.outbox.oldest_age` and `courier.inbox.rows` (see docs/observability.md).
+    /// Off by default: each sample costs the broker and the store a count.
     pub fn sample_queue_metrics(mut self, every: Duration) -> Self {
         self.metrics_sampling = Some(every);
         self

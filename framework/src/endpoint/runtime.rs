@@ -283,9 +283,13 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
         })));
     }
     if let Some(every) = config.metrics_sampling {
-        let (transport, clock) = (config.transport.clone(), shared.clock.clone());
-        let sampler =
-            crate::endpoint::metrics::queue_sampler(transport, clock, config.name.clone(), every, stop.clone());
+        let sampled = crate::endpoint::metrics::Sampled {
+            transport: config.transport.clone(),
+            store: shared.store.clone(),
+            clock: shared.clock.clone(),
+            queue: config.name.clone(),
+        };
+        let sampler = crate::endpoint::metrics::sampler(sampled, every, stop.clone());
         receive_loops.push(tokio::spawn(sampler));
     }
     if shared.store.is_some() {
