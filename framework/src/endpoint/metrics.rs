@@ -364,6 +364,7 @@ fn error_type(failure: &Failure) -> &'static str {
 }
 
 /// Counts a reconnection of `system` to its broker.
+#[cfg(feature = "amqp")]
 pub(crate) fn reconnected(system: &'static str) {
     counter!(names::RECONNECTS, labels::SYSTEM => system).increment(1);
 }
