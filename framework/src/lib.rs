@@ -107,7 +107,7 @@ pub use sqlx;
 pub mod recoverability {
     pub use crate::endpoint::recoverability::{RetryPolicy, headers, reasons};
 }
-/// The metrics endpoints emit through the [`metrics`](::metrics) facade: their names and
+/// The metrics endpoints emit through the [`metrics`] facade: their names and
 /// label keys (see docs/observability.md). Install a recorder before starting endpoints.
 pub mod observability {
     pub use crate::endpoint::metrics::{UNKNOWN_TYPE, labels, names};

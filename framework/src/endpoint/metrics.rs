@@ -1,4 +1,4 @@
-//! The metrics an endpoint emits through the [`metrics`](::metrics) facade: the
+//! The metrics an endpoint emits through the [`metrics`] facade: the
 //! application installs a recorder (Prometheus, OpenTelemetry, StatsD...) and sees them;
 //! without one every call is a no-op. Names follow OpenTelemetry's messaging semantic
 //! conventions where one exists (`messaging.*`) and are Courier's own (`courier.*`) for
