@@ -87,6 +87,8 @@
 
 #[path = "signup/audit.rs"]
 mod audit;
+#[path = "signup/metrics.rs"]
+mod metrics;
 #[path = "signup/startup.rs"]
 mod startup;
 
@@ -128,7 +130,7 @@ const SCENARIO_QUEUE: &str = "signup-scenario";
 /// The broker's file when `--db` is not given.
 const DEFAULT_DB: &str = "signup.db";
 
-const USAGE: &str = "usage: signup [--fresh] [--db PATH] [--scale N | --real-time] [--postgres URL]
+const USAGE: &str = "usage: signup [--fresh] [--db PATH] [--scale N | --real-time] [--postgres URL] [--metrics ADDR]
   --fresh          delete the database and start a new scenario (default: resume the one in it)
   --db PATH        the embedded broker's SQLite file (default signup.db)
   --scale N        run time N times faster (default 1000: 1 h of the story = 3.6 s)
@@ -136,7 +138,9 @@ const USAGE: &str = "usage: signup [--fresh] [--db PATH] [--scale N | --real-tim
   --rabbitmq URL   run on RabbitMQ instead of the embedded broker (default: $AMQP_URL if set;
                    needs --postgres or $DATABASE_URL)
   --postgres URL   keep sagas, inbox and timeouts in Postgres (default: $DATABASE_URL if set,
-                   else the broker's own file)";
+                   else the broker's own file)
+  --metrics ADDR   serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9000), and
+                   keep serving after the story until Ctrl-C";
 
 // ---------------------------------------------------------------------------------------
 // The cast: who does what, and what should come of it.
@@ -1120,6 +1124,7 @@ struct Options {
     scale: Option<u32>,
     postgres: Option<String>,
     rabbitmq: Option<String>,
+    metrics: Option<std::net::SocketAddr>,
 }
 
 impl Options {
@@ -1131,6 +1136,7 @@ impl Options {
             scale: None,
             postgres: std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()),
             rabbitmq: std::env::var("AMQP_URL").ok().filter(|u| !u.is_empty()),
+            metrics: None,
         };
         while let Some(arg) = args.next() {
             let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
@@ -1145,6 +1151,10 @@ impl Options {
                 "--real-time" => options.scale = Some(1),
                 "--postgres" => options.postgres = Some(value("--postgres")?),
                 "--rabbitmq" => options.rabbitmq = Some(value("--rabbitmq")?),
+                "--metrics" => {
+                    let addr = value("--metrics")?;
+                    options.metrics = Some(addr.parse().map_err(|e| format!("--metrics {addr}: {e}"))?);
+                }
                 "-h" | "--help" => return Ok(None),
                 other => return Err(format!("unknown argument {other}")),
             }
@@ -1173,7 +1183,18 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(addr) = options.metrics
+        && let Err(e) = metrics::serve(addr)
+    {
+        eprintln!("signup: cannot serve metrics on {addr}: {e}");
+        return ExitCode::FAILURE;
+    }
     match run(&options, &Startup::new(warnings), listen_for_ctrl_c()).await {
+        Ok(()) if options.metrics.is_some() => {
+            println!("serving the metrics until Ctrl-C");
+            let _ = tokio::signal::ctrl_c().await;
+            ExitCode::SUCCESS
+        }
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if e.is::<Interrupted>() => {
             println!("signup: {e}");

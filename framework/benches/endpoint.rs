@@ -5,6 +5,10 @@
 //! Run: `cargo bench -p courier --bench endpoint` (add `-- --quick` for a short run).
 //! Each round drains a queue pre-filled with `n` messages, once with the raw API and once
 //! with an endpoint, alternating; the median of the rounds is reported.
+//!
+//! `-- --metrics`: the endpoint without a metrics recorder next to the same endpoint
+//! reporting to a Prometheus recorder (rendered every second, as a scrape would),
+//! alternating in the same run (docs/observability.md).
 
 #![allow(
     clippy::print_stdout,
@@ -128,10 +132,23 @@ async fn endpoint(n: u64, concurrency: usize) -> f64 {
 }
 
 async fn endpoint_with(n: u64, concurrency: usize, prefetch: usize) -> f64 {
+    endpoint_recorded(n, concurrency, prefetch, None).await
+}
+
+/// As [`endpoint_with`], reporting to `recorder` when given: the endpoint registers its
+/// metrics with it as it starts (the recorder is this thread's default meanwhile), and a
+/// task renders the Prometheus text every second while the messages are handled.
+async fn endpoint_recorded(
+    n: u64,
+    concurrency: usize,
+    prefetch: usize,
+    recorder: Option<&metrics_exporter_prometheus::PrometheusRecorder>,
+) -> f64 {
     let b = prefilled(n).await;
     let seen = Arc::new(AtomicU64::new(0));
     let done = Arc::new(Notify::new());
     let start = Instant::now();
+    let guard = recorder.map(|r| metrics::set_default_local_recorder(r));
     let running = Endpoint::builder("work")
         .transport(b.transport.clone())
         .concurrency(concurrency)
@@ -144,7 +161,22 @@ async fn endpoint_with(n: u64, concurrency: usize, prefetch: usize) -> f64 {
         .start()
         .await
         .unwrap();
+    drop(guard);
+    let scrapes = recorder.map(|r| {
+        let handle = r.handle();
+        tokio::spawn(async move {
+            let mut bytes = 0;
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                bytes += handle.render().len();
+                std::hint::black_box(bytes);
+            }
+        })
+    });
     done.notified().await;
+    if let Some(task) = scrapes {
+        task.abort();
+    }
     let report = running.shutdown().await.unwrap();
     let rate = n as f64 / start.elapsed().as_secs_f64();
     assert_eq!(report.completed, n);
@@ -184,6 +216,10 @@ fn main() {
             println!("{what}: {rate:.0} msg/s");
             return;
         }
+        if std::env::args().any(|a| a == "--metrics") {
+            metrics_overhead(n, rounds).await;
+            return;
+        }
         println!("endpoint vs raw embedded broker: file, durability NORMAL, ~1 KiB JSON, {n} messages, median of {rounds}");
         println!("  (raw: the best of 1 and 2 receive loops of that batch size; the endpoint runs that many");
         println!("   handlers at once with its default prefetch of twice as many)");
@@ -206,4 +242,29 @@ fn main() {
             );
         }
     });
+}
+
+/// The endpoint without a recorder and with a Prometheus recorder, alternating.
+async fn metrics_overhead(n: u64, rounds: usize) {
+    let recorder = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .set_buckets(&[0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0])
+        .unwrap()
+        .build_recorder();
+    println!(
+        "endpoint without and with a Prometheus recorder: file, durability NORMAL, ~1 KiB JSON, {n} messages, median of {rounds}"
+    );
+    for parallel in [16, 32] {
+        let (mut off, mut on) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            quiesce().await;
+            off.push(endpoint_recorded(n, parallel, parallel * 2, None).await);
+            quiesce().await;
+            on.push(endpoint_recorded(n, parallel, parallel * 2, Some(&recorder)).await);
+        }
+        let (off, on) = (median(off), median(on));
+        println!(
+            "  {parallel:>2} at once: without {off:>7.0} msg/s | with Prometheus {on:>7.0} msg/s | {:+.1}%",
+            (on / off - 1.0) * 100.0
+        );
+    }
 }

@@ -53,6 +53,8 @@ mod pages {
     struct Architecture;
     #[doc = include_str!("../../docs/semantics.md")]
     struct Semantics;
+    #[doc = include_str!("../../docs/observability.md")]
+    struct Observability;
 }
 
 mod clock;
@@ -110,6 +112,11 @@ pub use sqlx;
 pub mod recoverability {
     pub use crate::endpoint::recoverability::{RetryPolicy, headers, reasons};
 }
+/// The metrics endpoints emit through the [`metrics`] facade: their names and
+/// label keys (see docs/observability.md). Install a recorder before starting endpoints.
+pub mod observability {
+    pub use crate::endpoint::metrics::{UNKNOWN_TYPE, labels, names};
+}
 pub use error::{BoxError, Error, ErrorKind, Result, SendError};
 pub use message::{
     BrokerProperties, Envelope, LockToken, MessageState, Properties, PropertyValue, ReceivedMessage, SequenceNumber,
@@ -137,7 +144,7 @@ pub use store::PostgresStore;
 pub use store::SqliteStore;
 pub use store::{
     Begin, CommitGroup, Committed, DEFAULT_INBOX_RETENTION, DueTimeouts, OutboxDeadLetter, OutboxMessage, Store,
-    StoredSaga, Timeout, TimeoutClaim, UnitOfWork,
+    StoreBacklog, StoredSaga, Timeout, TimeoutClaim, UnitOfWork,
 };
 
 /// The names most programs need: `use courier::prelude::*;`.

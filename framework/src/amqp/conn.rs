@@ -140,6 +140,7 @@ impl Connector {
                         let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
                         if generation > 1 {
                             tracing::info!(broker = %self.display, generation, "reconnected to RabbitMQ");
+                            crate::endpoint::metrics::reconnected("amqp");
                         }
                         *current = Some(connection.clone());
                         return Ok(connection);

@@ -193,6 +193,13 @@ impl Store for EmbeddedStore {
         outbox_older_than(conn(&mut lease)?, endpoint, older_than, limit).await
     }
 
+    async fn backlog(&self, endpoint: &str) -> Result<Option<crate::store::StoreBacklog>> {
+        let mut lease = self.lease().await?;
+        crate::store::sqlite::count_backlog(conn(&mut lease)?, endpoint)
+            .await
+            .map(Some)
+    }
+
     async fn purge_inbox(&self, endpoint: &str, before: DateTime<Utc>, limit: i64) -> Result<u64> {
         let mut lease = self.lease().await?;
         delete_inbox(conn(&mut lease)?, endpoint, before, limit).await

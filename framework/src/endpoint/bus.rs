@@ -380,6 +380,7 @@ impl Bus {
             }
             Err(e) => return Err(e),
         };
+        let sender = crate::endpoint::metrics::MeteredSender::wrap(sender, transport.name());
         if let Ok(mut map) = self.inner.senders.lock() {
             map.insert(destination.to_owned(), sender.clone());
         }

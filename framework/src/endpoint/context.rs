@@ -57,6 +57,8 @@ pub struct Context {
     held: Vec<Box<dyn Any + Send>>,
     /// What saga handlers did, collected only when the endpoint has an observer.
     observed: Option<Vec<crate::endpoint::observe::SagaEffects>>,
+    /// What saga handlers did, for the metrics once the handling commits.
+    saga_tally: Vec<crate::endpoint::metrics::SagaTally>,
     /// Who holds the saga instance locks this handling takes.
     lock_owner: crate::saga::LockOwner,
     /// Outgoing messages the transport refused when they were sent: the tracking id of
@@ -109,6 +111,7 @@ impl Context {
             timeout_due: None,
             held: Vec::new(),
             observed: parts.observing.then(Vec::new),
+            saga_tally: Vec::new(),
             lock_owner: parts.lock_owner,
             refused: Vec::new(),
         }
@@ -147,6 +150,20 @@ impl Context {
 
     pub(crate) fn take_observed(&mut self) -> Vec<crate::endpoint::observe::SagaEffects> {
         self.observed.take().unwrap_or_default()
+    }
+
+    /// Records what a saga handler did, for the metrics.
+    pub(crate) fn tally_saga(&mut self, tally: crate::endpoint::metrics::SagaTally) {
+        self.saga_tally.push(tally);
+    }
+
+    pub(crate) fn take_saga_tally(&mut self) -> Vec<crate::endpoint::metrics::SagaTally> {
+        std::mem::take(&mut self.saga_tally)
+    }
+
+    /// The endpoint's name, shared.
+    pub(crate) fn endpoint_name(&self) -> Arc<str> {
+        self.endpoint.clone()
     }
 
     /// Keeps `guard` until the message's transaction has ended.

@@ -4,6 +4,7 @@
 pub(crate) mod bus;
 pub(crate) mod context;
 pub(crate) mod handler;
+pub(crate) mod metrics;
 pub(crate) mod observe;
 mod parts;
 pub(crate) mod recoverability;
@@ -326,6 +327,7 @@ pub struct EndpointBuilder {
     errors: Vec<String>,
     observer: Option<Arc<dyn observe::Observer>>,
     accept_messages_without_id: bool,
+    metrics_sampling: Option<Duration>,
     /// What each handler and saga declared it sends: (its name, the types).
     declared: Vec<(&'static str, handler::Declared)>,
 }
@@ -366,6 +368,7 @@ impl EndpointBuilder {
             errors: Vec::new(),
             observer: None,
             accept_messages_without_id: false,
+            metrics_sampling: None,
             declared: Vec::new(),
         }
     }
@@ -552,6 +555,16 @@ impl EndpointBuilder {
         self
     }
 
+    /// Samples the depth of the input queue (active, scheduled and dead-lettered
+    /// messages) and, with a store, the endpoint's outbox and inbox rows, every `every` by
+    /// the endpoint's clock, into the gauges `courier.queue.*`, `courier.outbox.backlog`,
+    /// `courier.outbox.oldest_age` and `courier.inbox.rows` (see docs/observability.md).
+    /// Off by default: each sample costs the broker and the store a count.
+    pub fn sample_queue_metrics(mut self, every: Duration) -> Self {
+        self.metrics_sampling = Some(every);
+        self
+    }
+
     /// A value every handler can read with [`Context::state`](crate::Context::state).
     pub fn state<T: Send + Sync + 'static>(mut self, value: T) -> Self {
         self.extensions.insert(value);
@@ -677,6 +690,7 @@ impl EndpointBuilder {
             observer: self.observer,
             group_size: self.group_commit,
             accept_messages_without_id: self.accept_messages_without_id,
+            metrics_sampling: self.metrics_sampling,
         };
         runtime::start(config).await
     }

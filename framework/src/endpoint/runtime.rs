@@ -19,6 +19,7 @@ use tracing::Instrument;
 use crate::clock::Clock;
 use crate::endpoint::bus::{Bus, Outgoing};
 use crate::endpoint::context::{Context, ContextParts, Extensions};
+use crate::endpoint::metrics::EndpointMetrics;
 use crate::endpoint::observe::{Handled, Observer};
 use crate::endpoint::recoverability::{Decision, RetryPolicy, headers, reasons};
 use crate::endpoint::routing::Routes;
@@ -55,6 +56,8 @@ pub(crate) struct Config {
     pub(crate) observer: Option<Arc<dyn Observer>>,
     pub(crate) group_size: usize,
     pub(crate) accept_messages_without_id: bool,
+    /// Sample the input queue's depth this often (off when `None`).
+    pub(crate) metrics_sampling: Option<Duration>,
 }
 
 /// Counters of what an endpoint did.
@@ -159,6 +162,7 @@ struct Shared {
     /// Fired when the shutdown deadline passes: running handlers see it in their context.
     hard_stop: CancellationToken,
     stats: Stats,
+    metrics: EndpointMetrics,
     observer: Option<Arc<dyn Observer>>,
     /// The most messages in one commit group (1: none).
     group_size: usize,
@@ -233,6 +237,11 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
         _ => 1,
     };
     let bus = Bus::with_clock(config.transport.clone(), config.routes, config.clock.clone());
+    let metrics = EndpointMetrics::new(
+        config.transport.name(),
+        &config.name,
+        config.by_name.iter().map(|(wire, entry)| (wire.as_str(), entry.name)),
+    );
     let shared = Arc::new(Shared {
         name: config.name.clone(),
         by_name: config.by_name,
@@ -248,6 +257,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
         dispatched_added: tokio::sync::Notify::new(),
         hard_stop: CancellationToken::new(),
         stats: Stats::default(),
+        metrics,
         observer: config.observer,
         group_size,
         stopping: std::sync::atomic::AtomicBool::new(false),
@@ -271,6 +281,16 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
             prefetch: config.prefetch.max(1),
             receive_wait: config.receive_wait,
         })));
+    }
+    if let Some(every) = config.metrics_sampling {
+        let sampled = crate::endpoint::metrics::Sampled {
+            transport: config.transport.clone(),
+            store: shared.store.clone(),
+            clock: shared.clock.clone(),
+            queue: config.name.clone(),
+        };
+        let sampler = crate::endpoint::metrics::sampler(sampled, every, stop.clone());
+        receive_loops.push(tokio::spawn(sampler));
     }
     if shared.store.is_some() {
         receive_loops.push(tokio::spawn(outbox_sweeper(shared.clone(), stop.clone())));
@@ -582,6 +602,7 @@ async fn inbox_janitor(shared: Arc<Shared>, retention: Duration, stop: Cancellat
                 Ok(n) => {
                     purged += n;
                     shared.stats.purged.fetch_add(n, Ordering::Relaxed);
+                    shared.metrics.inbox_purged(n);
                     if n < INBOX_PURGE_BATCH.unsigned_abs() {
                         break;
                     }
@@ -690,6 +711,7 @@ fn int_property(properties: &Properties, key: &str) -> u32 {
 
 async fn process(shared: Arc<Shared>, mut delivery: Delivery, _permit: OwnedSemaphorePermit, seat: Option<GroupSeat>) {
     let _running = Running::new(&shared.stats.running);
+    shared.metrics.of(delivery.message()).consumed();
     if delivery.message().envelope.message_id.is_empty() {
         if shared.store.is_some() && !shared.accept_messages_without_id {
             drop(seat);
@@ -852,6 +874,7 @@ async fn handle(
                         .map(|o| (o.destination, o.is_topic, o.envelope))
                         .collect();
                     let observed = shared.observer.as_ref().map(|_| rows.clone());
+                    let destinations: Vec<String> = rows.iter().map(|(d, _, _)| d.clone()).collect();
                     let stored = work
                         .store_outgoing(rows, shared.clock.now())
                         .await
@@ -870,6 +893,10 @@ async fn handle(
                     if let Some(due) = ctx.take_timeout_due() {
                         shared.timeouts.stored(due);
                     }
+                    shared.metrics.sagas(&ctx.take_saga_tally());
+                    if matches!(committed, Committed::Settled) {
+                        shared.metrics.sent_at_commit(&destinations);
+                    }
                     if let (Some(observer), Some(outgoing)) = (&shared.observer, observed) {
                         observer.handled(Handled {
                             message: ctx.received().envelope.clone(),
@@ -886,10 +913,14 @@ async fn handle(
                 None => Ok(Done::Handled(outgoing)),
             }
         };
+        let started = std::time::Instant::now();
         let outcome = run_renewing(&mut delivery, &*shared.clock, shared.max_lock_renewal, &cancel, work).await;
+        let metrics = shared.metrics.of(delivery.message());
+        metrics.processed(started.elapsed(), outcome.as_ref().err());
         let dispatched = match outcome {
             Ok(Done::Settled) => {
                 shared.stats.completed.fetch_add(1, Ordering::Relaxed);
+                metrics.handled(delivery.message().broker.enqueued_time, shared.clock.now());
                 tracing::debug!("message handled, its messages sent and itself completed in one transaction");
                 return;
             }
@@ -913,6 +944,7 @@ async fn handle(
                     "message already processed (found in the inbox); completing it without handling"
                 );
                 shared.stats.duplicates.fetch_add(1, Ordering::Relaxed);
+                metrics.deduplicated();
                 let count = left.len();
                 dispatch_stored(shared, left)
                     .await
@@ -977,9 +1009,14 @@ enum Done {
 }
 
 async fn complete(shared: &Shared, delivery: Delivery) {
+    let (metrics, enqueued) = (
+        shared.metrics.of(delivery.message()),
+        delivery.message().broker.enqueued_time,
+    );
     match delivery.complete().await {
         Ok(()) => {
             shared.stats.completed.fetch_add(1, Ordering::Relaxed);
+            metrics.handled(enqueued, shared.clock.now());
             tracing::debug!("message completed");
         }
         Err(e) if e.is_lock_lost() => {
@@ -1025,6 +1062,8 @@ fn failure_properties(shared: &Shared, failure: &Failure, attempt: u32) -> Prope
 async fn on_failure(shared: &Shared, delivery: Delivery, failure: Failure, delayed: u32, attempt: u32) {
     let properties = failure_properties(shared, &failure, attempt);
     let error_text = failure.chain().join(": ");
+    let metrics = shared.metrics.of(delivery.message());
+    metrics.failed(&failure);
     if let Some(reason) = failure.permanent_reason() {
         dead_letter(shared, delivery, reason, error_text, properties).await;
         return;
@@ -1033,6 +1072,7 @@ async fn on_failure(shared: &Shared, delivery: Delivery, failure: Failure, delay
     match shared.policy.decide(delayed, delivery_count) {
         Decision::Immediate => {
             shared.stats.retried.fetch_add(1, Ordering::Relaxed);
+            metrics.retried(false);
             tracing::warn!(error = %error_text, handler = failure.handler(), "handler failed; immediate retry");
             if let Err(e) = delivery.abandon_with(properties).await {
                 tracing::warn!(error = %e, "abandon failed; the lock will expire and the message come back");
@@ -1055,6 +1095,7 @@ async fn on_failure(shared: &Shared, delivery: Delivery, failure: Failure, delay
                         settle::retry_scheduled(&**store, &shared.name, &delivery.message().envelope, at).await;
                     }
                     shared.stats.retried.fetch_add(1, Ordering::Relaxed);
+                    metrics.retried(true);
                     tracing::warn!(
                         error = %error_text,
                         handler = failure.handler(),
@@ -1083,12 +1124,20 @@ async fn on_failure(shared: &Shared, delivery: Delivery, failure: Failure, delay
     }
 }
 
-async fn dead_letter(shared: &Shared, delivery: Delivery, reason: &str, description: String, properties: Properties) {
+async fn dead_letter(
+    shared: &Shared,
+    delivery: Delivery,
+    reason: &'static str,
+    description: String,
+    properties: Properties,
+) {
+    let metrics = shared.metrics.of(delivery.message());
     tracing::error!(reason, description = %description, "message dead-lettered");
     if let Some(store) = &shared.store {
         let envelope = &delivery.message().envelope;
         if settle::dead_lettered(&**store, &shared.name, envelope, reason, shared.clock.now()).await {
             shared.stats.timeouts_dead_lettered.fetch_add(1, Ordering::Relaxed);
+            shared.metrics.timeout_dead_lettered();
         }
     }
     let settlement = Settlement::DeadLetter {
@@ -1099,6 +1148,7 @@ async fn dead_letter(shared: &Shared, delivery: Delivery, reason: &str, descript
     match delivery.settle(settlement).await {
         Ok(()) => {
             shared.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
+            metrics.dead_lettered(reason);
         }
         Err(e) => tracing::warn!(error = %e, "dead-lettering failed; the message will be delivered again"),
     }

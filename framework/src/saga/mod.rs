@@ -67,6 +67,8 @@ pub mod headers {
     pub const CORRELATION: &str = "courier.saga.correlation";
     /// The timeout's key (see [`SagaContext::request_timeout_keyed`](super::SagaContext::request_timeout_keyed)).
     pub const TIMEOUT_KEY: &str = "courier.saga.timeout_key";
+    /// When the timeout is due (RFC 3339, UTC): its lateness is measured from it.
+    pub const TIMEOUT_DUE: &str = "courier.saga.timeout_due";
 }
 
 /// The longest timeout key, in bytes.
@@ -479,6 +481,10 @@ impl<'a> SagaContext<'a> {
             (headers::SAGA_TYPE, self.frame.saga_type.to_owned()),
             (headers::CORRELATION, self.frame.correlation.clone()),
             (headers::TIMEOUT_KEY, key.clone()),
+            (
+                headers::TIMEOUT_DUE,
+                at.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+            ),
         ] {
             envelope
                 .properties

@@ -16,6 +16,7 @@ use super::{
 };
 use crate::endpoint::context::Context;
 use crate::endpoint::handler::{BoxFuture, HandlerError, Message};
+use crate::endpoint::metrics::SagaTally;
 use crate::endpoint::observe::{RequestedTimeout, SagaEffects};
 use crate::endpoint::{ErasedHandler, Failure};
 use crate::error::{Error, ErrorKind};
@@ -403,6 +404,7 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
     /// `correlation` says what was looked for.
     async fn instance_not_found(&self, message: M, correlation: String, ctx: &mut Context) -> Result<(), Failure> {
         self.shared.stats.not_found.fetch_add(1, Ordering::Relaxed);
+        crate::endpoint::metrics::saga_not_found(ctx.endpoint(), S::NAME);
         if let Some((handler, f)) = self.not_found {
             tracing::info!(saga = S::NAME, correlation = %correlation, message_type = M::NAME, handler,
                 "no saga instance for the message; running its not-found handler");
@@ -464,9 +466,11 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
     async fn run(&self, ctx: &mut Context) -> Result<(), Failure> {
         let message = crate::version::decode_message::<M>(&ctx.received().envelope)?;
         let (correlation, timeout_id) = self.correlation(&message, ctx)?;
+        let endpoint_name = ctx.endpoint_name();
         let store_error = |e: Error| {
             if matches!(e.kind(), ErrorKind::Conflict { .. }) {
                 self.shared.stats.conflicts.fetch_add(1, Ordering::Relaxed);
+                crate::endpoint::metrics::saga_conflict(&endpoint_name, S::NAME);
             }
             Failure::Store(e)
         };
@@ -552,6 +556,7 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
         let json = serde_json::to_string(&state)
             .map_err(|e| self.permanent(format!("the state of saga {} does not encode: {e}", S::NAME)))?;
         let now = ctx.clock().now();
+        ctx.tally_saga(tally(S::NAME, &frame, timeout_id.is_some(), ctx.received(), now));
         ctx.observe_saga(|| SagaEffects {
             saga_type: S::NAME,
             correlation: correlation.clone(),
@@ -618,6 +623,41 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
             }
         }
         Ok(())
+    }
+}
+
+/// What a saga handler did to its instance (`frame`), for the metrics; `fired` when the
+/// message was one of its timeouts.
+fn tally(
+    saga: &'static str,
+    frame: &Frame,
+    fired: bool,
+    message: &crate::message::ReceivedMessage,
+    now: DateTime<Utc>,
+) -> SagaTally {
+    let replaced = |key: &String| frame.timeouts.iter().any(|t| t.key.as_ref() == Some(key));
+    let cancelled = frame.cancelled.len() + frame.cancelled_keys.iter().filter(|k| !replaced(k)).count();
+    let fired_late = fired.then(|| {
+        let due = match message.envelope.properties.get(headers::TIMEOUT_DUE) {
+            Some(PropertyValue::String(text)) => DateTime::parse_from_rfc3339(text)
+                .map(|d| d.with_timezone(&Utc))
+                .unwrap_or(message.broker.enqueued_time),
+            _ => message.broker.enqueued_time,
+        };
+        crate::endpoint::metrics::seconds_between(due, now)
+    });
+    SagaTally {
+        saga,
+        started: frame.is_new,
+        completed: frame.completed,
+        // A completed instance's timeouts are dropped with it: never stored.
+        requested: if frame.completed {
+            0
+        } else {
+            frame.timeouts.len() as u64
+        },
+        cancelled: cancelled as u64,
+        fired_late,
     }
 }
 

@@ -476,12 +476,45 @@ pub trait Store: Send + Sync + 'static {
         }))
     }
 
+    /// What `endpoint` has in the store now: its outbox rows not yet dispatched (and when
+    /// the oldest was stored) and its inbox records. One counting query; an endpoint asks
+    /// only when sampling its metrics (`EndpointBuilder::sample_queue_metrics`). `None`:
+    /// the store cannot tell (the default).
+    async fn backlog(&self, endpoint: &str) -> Result<Option<StoreBacklog>> {
+        let _ = endpoint;
+        Ok(None)
+    }
+
     /// `endpoint`'s outbox dead letters, oldest first, at most `limit` of them: what an
     /// operator looks at (on Postgres the table `courier.outbox_dead_letters`, on SQLite
     /// `courier_outbox_dead_letters`; see `docs/stores.md`).
     async fn dead_lettered_outbox(&self, endpoint: &str, limit: i64) -> Result<Vec<OutboxDeadLetter>> {
         let _ = (endpoint, limit);
         Ok(Vec::new())
+    }
+}
+
+/// What an endpoint has in the store ([`Store::backlog`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StoreBacklog {
+    /// Outbox rows stored and not yet dispatched.
+    pub outbox: u64,
+    /// When the oldest of them was stored.
+    pub oldest_outbox: Option<DateTime<Utc>>,
+    /// Inbox records (message ids processed within the retention).
+    pub inbox: u64,
+}
+
+impl StoreBacklog {
+    /// A backlog of `outbox` rows, the oldest stored at `oldest_outbox`, and `inbox`
+    /// records (for stores outside this crate).
+    pub fn new(outbox: u64, oldest_outbox: Option<DateTime<Utc>>, inbox: u64) -> Self {
+        Self {
+            outbox,
+            oldest_outbox,
+            inbox,
+        }
     }
 }
 

@@ -317,6 +317,27 @@ impl Store for PostgresStore {
         outbox_rows(rows)
     }
 
+    async fn backlog(&self, endpoint: &str) -> Result<Option<crate::store::StoreBacklog>> {
+        let row = sqlx::query(
+            "SELECT (SELECT count(*) FROM courier.outbox WHERE endpoint = $1), \
+                    (SELECT min(created_at) FROM courier.outbox WHERE endpoint = $1), \
+                    (SELECT count(*) FROM courier.inbox WHERE endpoint = $1)",
+        )
+        .bind(endpoint)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| db_error("cannot count the outbox and the inbox", e))?;
+        let read = |e| db_error("cannot read the outbox and inbox counts", e);
+        let outbox: i64 = row.try_get(0).map_err(read)?;
+        let oldest_outbox: Option<DateTime<Utc>> = row.try_get(1).map_err(read)?;
+        let inbox: i64 = row.try_get(2).map_err(read)?;
+        Ok(Some(crate::store::StoreBacklog {
+            outbox: u64::try_from(outbox).unwrap_or(0),
+            oldest_outbox,
+            inbox: u64::try_from(inbox).unwrap_or(0),
+        }))
+    }
+
     async fn purge_inbox(&self, endpoint: &str, before: DateTime<Utc>, limit: i64) -> Result<u64> {
         let done = sqlx::query(
             "DELETE FROM courier.inbox WHERE ctid = ANY(ARRAY( \

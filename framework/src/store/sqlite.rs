@@ -14,8 +14,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::message::Envelope;
 use crate::message::LockToken;
 use crate::store::{
-    Begin, Committed, DueTimeouts, OutboxDeadLetter, OutboxMessage, Store, StoredEnvelope, TimeoutClaim, db_error,
-    sqlite_saga,
+    Begin, Committed, DueTimeouts, OutboxDeadLetter, OutboxMessage, Store, StoreBacklog, StoredEnvelope, TimeoutClaim,
+    db_error, sqlite_saga,
 };
 
 fn micros(t: DateTime<Utc>) -> i64 {
@@ -285,6 +285,28 @@ pub(crate) async fn outbox_older_than(
     outbox_rows(rows)
 }
 
+/// What `endpoint` has in the outbox and the inbox.
+pub(crate) async fn count_backlog(conn: &mut SqliteConnection, endpoint: &str) -> Result<StoreBacklog> {
+    let row = sqlx::query(
+        "SELECT (SELECT count(*) FROM courier_outbox WHERE endpoint = ?1), \
+                (SELECT min(created_at) FROM courier_outbox WHERE endpoint = ?1), \
+                (SELECT count(*) FROM courier_inbox WHERE endpoint = ?1)",
+    )
+    .bind(endpoint)
+    .fetch_one(conn)
+    .await
+    .map_err(|e| db_error("cannot count the outbox and the inbox", e))?;
+    let count = |i: usize| row.try_get::<i64, _>(i).map(|n| u64::try_from(n).unwrap_or(0));
+    let oldest: Option<i64> = row
+        .try_get(1)
+        .map_err(|e| db_error("cannot read the outbox count", e))?;
+    Ok(StoreBacklog {
+        outbox: count(0).map_err(|e| db_error("cannot read the outbox count", e))?,
+        oldest_outbox: oldest.and_then(DateTime::from_timestamp_micros),
+        inbox: count(2).map_err(|e| db_error("cannot read the inbox count", e))?,
+    })
+}
+
 /// Deletes at most `limit` inbox records of `endpoint` processed before `before`.
 pub(crate) async fn delete_inbox(
     conn: &mut SqliteConnection,
@@ -458,6 +480,10 @@ impl Store for SqliteStore {
 
     async fn undispatched(&self, endpoint: &str, older_than: DateTime<Utc>, limit: i64) -> Result<Vec<OutboxMessage>> {
         outbox_older_than(&mut *self.conn().await?, endpoint, older_than, limit).await
+    }
+
+    async fn backlog(&self, endpoint: &str) -> Result<Option<StoreBacklog>> {
+        count_backlog(&mut *self.conn().await?, endpoint).await.map(Some)
     }
 
     async fn purge_inbox(&self, endpoint: &str, before: DateTime<Utc>, limit: i64) -> Result<u64> {

@@ -163,6 +163,7 @@ async fn set_aside(shared: &Shared, row: OutboxMessage, error: &Error) -> Result
         .await?;
     if moved {
         shared.stats.outbox_dead_lettered.fetch_add(1, Ordering::Relaxed);
+        shared.metrics.outbox_dead_lettered();
         tracing::error!(
             outbox_id = row.id,
             reason = reasons::DISPATCH_REFUSED,
