@@ -99,26 +99,12 @@ fn type_name(v: &AMQPValue) -> String {
     format!("{:?}", v.get_type())
 }
 
-fn integer(v: &AMQPValue) -> Option<i64> {
-    match v {
-        AMQPValue::ShortShortInt(n) => Some(i64::from(*n)),
-        AMQPValue::ShortShortUInt(n) => Some(i64::from(*n)),
-        AMQPValue::ShortInt(n) => Some(i64::from(*n)),
-        AMQPValue::ShortUInt(n) => Some(i64::from(*n)),
-        AMQPValue::LongInt(n) => Some(i64::from(*n)),
-        AMQPValue::LongUInt(n) => Some(i64::from(*n)),
-        AMQPValue::LongLongInt(n) => Some(*n),
-        AMQPValue::Timestamp(n) => i64::try_from(*n).ok(),
-        _ => None,
-    }
-}
-
 /// Checks one `x-courier-*` header: `Err(problem)` refuses the delivery, `Ok(Some(why))`
 /// ignores the header.
 fn courier_header(name: &str, v: &AMQPValue) -> Result<Option<String>, String> {
     let ignored = |why: String| Ok(Some(why));
     match name {
-        H_ENQUEUED_TIME | H_SEQUENCE_NUMBER | H_TIME_TO_LIVE => match integer(v) {
+        H_ENQUEUED_TIME | H_SEQUENCE_NUMBER | H_TIME_TO_LIVE => match super::wire::int(v) {
             None => ignored(format!("a {}, not an integer", type_name(v))),
             Some(ms) if name == H_ENQUEUED_TIME && from_millis(ms).is_none() => {
                 ignored(format!("{ms} ms is not a time"))

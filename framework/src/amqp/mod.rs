@@ -15,6 +15,8 @@
 //! substitute; `docs/rabbitmq.md` has the whole mapping and the wire format.
 
 mod conn;
+#[cfg(test)]
+mod fuzz;
 mod inspect;
 mod publish;
 mod receiver;

@@ -155,7 +155,8 @@ fn text(v: &AMQPValue) -> Option<String> {
     }
 }
 
-fn int(v: &AMQPValue) -> Option<i64> {
+/// An AMQP integer header value (of any width, or a timestamp) as an `i64`.
+pub(super) fn int(v: &AMQPValue) -> Option<i64> {
     match v {
         AMQPValue::ShortShortInt(n) => Some(i64::from(*n)),
         AMQPValue::ShortShortUInt(n) => Some(i64::from(*n)),
