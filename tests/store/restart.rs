@@ -73,8 +73,9 @@ async fn a_postgres_restart_mid_run_loses_no_job_and_repeats_no_effect() {
         .await
         .unwrap();
 
-    let total = 400;
-    for n in 0..total / 2 {
+    // Queued before the restart, most of them still waiting when it comes.
+    let total = 1000;
+    for n in 0..total {
         running.bus().send(&RestartJob { n }).await.unwrap();
     }
     courier_tests::eventually("some jobs handled", || async {
@@ -95,9 +96,8 @@ async fn a_postgres_restart_mid_run_loses_no_job_and_repeats_no_effect() {
             admin.close().await;
         }
     }
-    for n in total / 2..total {
-        running.bus().send(&RestartJob { n }).await.unwrap();
-    }
+    let after_restart = effects(&store).await.map_or(0, |(_, d)| d);
+    assert!(after_restart < i64::from(total), "the restart came after the last job, not mid-run");
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
@@ -116,7 +116,7 @@ async fn a_postgres_restart_mid_run_loses_no_job_and_repeats_no_effect() {
     }
     let stats = running.stats();
     running.shutdown().await.unwrap();
-    eprintln!("postgres restart: {total} jobs, {stats:?}");
+    eprintln!("postgres restart: {total} jobs, {after_restart} done before the restart; {stats:?}");
     db.drop_now().await;
     if let Restart::Container(server) = restart
         && let Some(container) = server.container
