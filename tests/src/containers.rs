@@ -121,15 +121,14 @@ pub fn remove_orphans() {
             .lines()
             .filter_map(|line| {
                 let (id, pid) = line.split_once(' ')?;
-                let alive = pid.parse::<u32>().is_ok_and(|p| PathBuf::from(format!("/proc/{p}")).exists());
+                let alive = pid
+                    .parse::<u32>()
+                    .is_ok_and(|p| PathBuf::from(format!("/proc/{p}")).exists());
                 (!alive).then(|| id.to_owned())
             })
             .collect();
         if !orphans.is_empty() {
-            let _ = Command::new("docker")
-                .args(["rm", "-f", "-v"])
-                .args(&orphans)
-                .output();
+            let _ = Command::new("docker").args(["rm", "-f", "-v"]).args(&orphans).output();
         }
     });
 }

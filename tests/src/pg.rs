@@ -65,8 +65,12 @@ impl PgServer {
             // The readiness line on stderr is the server's; the one on stdout is the
             // entrypoint's (or, in the official image, the final server's after the
             // temporary one of initialisation): both mean TCP connections are accepted.
-            .with_wait_for(WaitFor::message_on_stderr("database system is ready to accept connections"))
-            .with_wait_for(WaitFor::message_on_stdout("database system is ready to accept connections"))
+            .with_wait_for(WaitFor::message_on_stderr(
+                "database system is ready to accept connections",
+            ))
+            .with_wait_for(WaitFor::message_on_stdout(
+                "database system is ready to accept connections",
+            ))
             .with_env_var("POSTGRES_USER", "postgres")
             .with_env_var("POSTGRES_PASSWORD", "postgres")
             .with_env_var("POSTGRES_DB", "postgres")
@@ -109,7 +113,10 @@ impl PgServer {
         container.start().await.expect("start the Postgres container again");
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
         while self.admin.connect().await.is_err() {
-            assert!(tokio::time::Instant::now() < deadline, "Postgres did not come back within 60 s");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "Postgres did not come back within 60 s"
+            );
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
     }
