@@ -44,7 +44,7 @@ async fn effects(pool: &sqlx::PgPool) -> Option<(i64, i64)> {
 
 /// What the test restarts.
 enum Restart {
-    Container(PgServer),
+    Container(Box<PgServer>),
     Connections,
 }
 
@@ -53,7 +53,7 @@ async fn a_postgres_restart_mid_run_loses_no_job_and_repeats_no_effect() {
     let (restart, db): (Restart, TestDatabase) = if containers::engine_answers() {
         let server = PgServer::container().await;
         let db = server.database().await;
-        (Restart::Container(server), db)
+        (Restart::Container(Box::new(server)), db)
     } else {
         (Restart::Connections, TestDatabase::create().await)
     };
