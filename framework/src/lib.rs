@@ -69,6 +69,8 @@ mod transport;
 mod amqp;
 #[cfg(feature = "sqlite")]
 mod embedded;
+#[cfg(feature = "postgres")]
+pub mod test_servers;
 #[cfg(feature = "sqlite")]
 pub mod testing;
 
