@@ -64,6 +64,7 @@ mod message;
 pub mod saga;
 mod store;
 mod transport;
+pub mod version;
 
 #[cfg(feature = "amqp")]
 mod amqp;
@@ -96,6 +97,10 @@ pub use entity::{
     EntityCounts, EntityPath, MAX_LOCK_DURATION, MAX_NAME_LEN, MAX_TIME_TO_LIVE, QueueOptions, SubQueue,
     SubscriptionOptions, TopicOptions, validate_name,
 };
+/// The `serde_json` Courier is built with: upcasters ([`Message::upcast`]) and saga state
+/// migrations ([`saga::Saga::migrate`]) take and return its `Value`.
+#[doc(no_inline)]
+pub use serde_json;
 /// The `sqlx` Courier is built with: [`Context::transaction`] takes its database types
 /// (`courier::sqlx::Postgres`, `courier::sqlx::Sqlite`), so use this one rather than a
 /// version of your own that may differ.
@@ -119,6 +124,7 @@ pub use transport::{
     BentRule, Capabilities, DEFAULT_MAX_IN_FLIGHT, Delivery, Receiver, SenderOptions, SessionReceiver, SessionSelector,
     Settlement, Settler, Transport,
 };
+pub use version::UpcastError;
 
 #[cfg(feature = "amqp")]
 pub use amqp::{AmqpBuilder, AmqpTransport, DEFAULT_CONNECT_TIMEOUT, ScheduleStore, WireStats};

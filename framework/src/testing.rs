@@ -567,19 +567,19 @@ impl TestEndpoint {
     ///
     /// # Errors
     /// The store's errors; [`ErrorKind::Corrupt`] if the stored state does not decode as
-    /// `S`.
+    /// `S` (after [`Saga::migrate`] when it was stored at an older version).
     pub async fn saga<S: Saga>(&self, correlation: &str) -> Result<Option<S>> {
         let Some(stored) = self.store.saga_state(S::NAME, correlation).await? else {
             return Ok(None);
         };
-        serde_json::from_str(&stored.state).map(Some).map_err(|e| {
-            Error::new(ErrorKind::Corrupt {
-                detail: format!(
-                    "the state of saga {} instance {correlation:?} does not decode: {e}",
-                    S::NAME
-                ),
+        // As a handler would see it: migrated when it was stored at an older version.
+        crate::saga::state::decode_state(&stored, correlation)
+            .map(Some)
+            .map_err(|e| {
+                Error::new(ErrorKind::Corrupt {
+                    detail: e.chain().join(": "),
+                })
             })
-        })
     }
 
     /// Stops the endpoint gracefully.

@@ -8,6 +8,7 @@ mod declared;
 mod handler;
 mod message;
 mod saga;
+mod version;
 
 use proc_macro::TokenStream;
 
@@ -16,7 +17,10 @@ use proc_macro::TokenStream;
 /// Attributes: `#[message(name = "billing.InvoicePaid")]` pins the wire name (default:
 /// the Rust path of the type); `aliases = ["old.Name"]` lists earlier names still
 /// accepted; `codec = MyCodec` picks another `courier::Codec` (it must implement
-/// `Default`).
+/// `Default`); `version = 3` is the current version of the type's wire shape (default 1)
+/// and `upcast = Self::upcast` the function (`fn(u32, serde_json::Value) ->
+/// Result<serde_json::Value, courier::UpcastError>`) that brings a body of an older
+/// version to the next one.
 #[proc_macro_derive(Message, attributes(message))]
 pub fn derive_message(input: TokenStream) -> TokenStream {
     let input = syn::parse_macro_input!(input as syn::DeriveInput);
@@ -55,7 +59,11 @@ pub fn handler(args: TokenStream, input: TokenStream) -> TokenStream {
 ///
 /// The state type is `Default + Serialize + DeserializeOwned + Send + Sync + 'static`. The
 /// saga's name is pinned with `name` (default: the module path of the impl block and the
-/// type's name); each handler is registered under its method's name. A handler takes
+/// type's name); `version = 2` is the current version of the state's shape (default 1,
+/// stored with each instance) and `migrate = Self::migrate` the function
+/// (`fn(u32, serde_json::Value) -> Result<serde_json::Value, courier::UpcastError>`)
+/// that brings a state stored at an older version to the next one. Each handler is
+/// registered under its method's name. A handler takes
 /// `&mut self`, a `courier::Message` by value and, optionally, `&mut SagaContext<'_>`, and
 /// returns `Result<(), E>` where `E` converts into `courier::HandlerError`. Every `by`
 /// field of a saga has one type (its `Display` text is the instance's correlation value);

@@ -5,15 +5,19 @@ use quote::quote;
 use syn::meta::ParseNestedMeta;
 use syn::{DeriveInput, Expr, ExprLit, Lit, LitStr, Path};
 
+use crate::version::Versioning;
+
 /// What the attributes say.
 struct Model {
     name: Option<LitStr>,
     aliases: Vec<LitStr>,
     codec: Option<Path>,
+    /// `version = N` and `upcast = path`.
+    versioning: Versioning,
 }
 
 /// The attributes `#[message(...)]` takes.
-const ATTRIBUTES: [&str; 3] = ["name", "aliases", "codec"];
+const ATTRIBUTES: [&str; 5] = ["name", "aliases", "codec", "version", "upcast"];
 
 fn check_wire_name(lit: &LitStr, errors: &mut Vec<syn::Error>) -> bool {
     let v = lit.value();
@@ -54,7 +58,7 @@ fn unknown_attribute(meta: &ParseNestedMeta<'_>) -> syn::Error {
         .min_by_key(|known| distance(&given, known));
     match close {
         Some(known) => meta.error(format!("unknown message attribute `{given}`: did you mean `{known}`?")),
-        None => meta.error("unknown message attribute: expected `name`, `aliases` or `codec`"),
+        None => meta.error("unknown message attribute: expected `name`, `aliases`, `codec`, `version` or `upcast`"),
     }
 }
 
@@ -77,6 +81,7 @@ fn parse(input: &DeriveInput, errors: &mut Vec<syn::Error>) -> Model {
         name: None,
         aliases: Vec::new(),
         codec: None,
+        versioning: Versioning::default(),
     };
     for attr in input.attrs.iter().filter(|a| a.path().is_ident("message")) {
         let result = attr.parse_nested_meta(|meta| {
@@ -120,6 +125,10 @@ fn parse(input: &DeriveInput, errors: &mut Vec<syn::Error>) -> Model {
                 }
                 model.codec = Some(codec);
                 Ok(())
+            } else if meta.path.is_ident("version") {
+                model.versioning.parse_version(&meta, "message")
+            } else if meta.path.is_ident("upcast") {
+                model.versioning.parse_step(&meta, "upcast = Self::upcast")
             } else {
                 Err(unknown_attribute(&meta))
             }
@@ -128,6 +137,7 @@ fn parse(input: &DeriveInput, errors: &mut Vec<syn::Error>) -> Model {
             errors.push(e);
         }
     }
+    model.versioning.check("upcast", "message", errors);
     if let Some(name) = &model.name {
         model.aliases.retain(|a| {
             let repeats = a.value() == name.value();
@@ -182,8 +192,14 @@ pub(crate) fn expand(input: &DeriveInput) -> TokenStream {
             fn from_envelope(envelope: &::courier::Envelope) -> ::core::result::Result<Self, ::courier::CodecError> {
                 (::courier::__private::codec_fns::<#codec, Self>().decode)(envelope)
             }
+            fn body_value(
+                envelope: &::courier::Envelope,
+            ) -> ::core::result::Result<::courier::__private::JsonValue, ::courier::CodecError> {
+                (::courier::__private::codec_fns::<#codec, Self>().decode_value)(envelope)
+            }
         }
     });
+    let versioning = model.versioning.generate("upcast");
     quote! {
         #errors
         const _: () = {
@@ -191,6 +207,7 @@ pub(crate) fn expand(input: &DeriveInput) -> TokenStream {
             impl ::courier::Message for #ident {
                 const NAME: &'static str = #name;
                 const ALIASES: &'static [&'static str] = &[#(#aliases),*];
+                #versioning
                 #codec_fns
             }
         };

@@ -21,6 +21,7 @@ use syn::{
 use crate::declared::Declared;
 use crate::handler::{combine, first_and_last_spans, name_and_arguments, result_parts, swapped_arguments};
 use crate::message::{distance, string_literal};
+use crate::version::Versioning;
 
 /// What a handler does with its saga.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,7 +119,7 @@ struct HandlerModel<'i> {
 }
 
 /// The arguments of `#[saga(...)]`.
-const SAGA_ARGUMENTS: [&str; 3] = ["name", "sends", "publishes"];
+const SAGA_ARGUMENTS: [&str; 5] = ["name", "version", "migrate", "sends", "publishes"];
 /// The arguments of `#[start(...)]` and `#[handle(...)]`.
 const CORRELATIONS: [&str; 3] = ["by", "header", "property"];
 
@@ -142,9 +143,22 @@ fn unknown_argument(meta: &ParseNestedMeta<'_>, attribute: &str, known: &[&'stat
     }
 }
 
-/// Reads `#[saga(name = "...")]`: the pinned saga name, if any.
-fn parse_arguments(args: &TokenStream, errors: &mut Vec<syn::Error>, declared: &mut Declared) -> Option<LitStr> {
+/// What `#[saga(...)]` says.
+#[derive(Default)]
+struct SagaArguments {
+    /// The pinned saga name, if any.
+    name: Option<LitStr>,
+    /// `version = N` and `migrate = path`.
+    versioning: Versioning,
+    /// `sends(..)` and `publishes(..)`.
+    declared: Declared,
+}
+
+/// Reads `#[saga(name = "...", version = N, migrate = path, sends(..), publishes(..))]`.
+fn parse_arguments(args: &TokenStream, errors: &mut Vec<syn::Error>) -> SagaArguments {
+    let mut declared = Declared::default();
     let mut name: Option<LitStr> = None;
+    let mut versioning = Versioning::default();
     let mut problems = Vec::new();
     let parser = syn::meta::parser(|meta| {
         if declared.parse(&meta)? {
@@ -170,12 +184,17 @@ fn parse_arguments(args: &TokenStream, errors: &mut Vec<syn::Error>, declared: &
                 None => name = Some(lit),
             }
             Ok(())
+        } else if meta.path.is_ident("version") {
+            versioning.parse_version(&meta, "saga state")
+        } else if meta.path.is_ident("migrate") {
+            versioning.parse_step(&meta, "migrate = Self::migrate")
         } else {
             Err(unknown_argument(
                 &meta,
                 "saga",
                 &SAGA_ARGUMENTS,
-                "it takes `name = \"accounts.SignUp\"` (the saga's stored name), `sends(T, ..)` and \
+                "expected `name = \"accounts.SignUp\"` (the saga's stored name), `version = 2` (the version of its \
+                 state's shape), `migrate = Self::migrate` (what brings an older state to it), `sends(T, ..)` and \
                  `publishes(T, ..)` (the message types its handlers send, checked against the routes at start)",
             ))
         }
@@ -184,7 +203,12 @@ fn parse_arguments(args: &TokenStream, errors: &mut Vec<syn::Error>, declared: &
         errors.push(e);
     }
     errors.extend(problems);
-    name
+    versioning.check("migrate", "saga state", errors);
+    SagaArguments {
+        name,
+        versioning,
+        declared,
+    }
 }
 
 /// `by = user_id`, `by = order.id`, `by = 0`: pushes the members of a field path to `out`;
@@ -825,9 +849,10 @@ fn same_correlations(handlers: &[HandlerModel<'_>]) -> TokenStream {
     quote!(#(#checks)*)
 }
 
-fn generate(item: &ItemImpl, name: Option<&LitStr>, handlers: &[HandlerModel<'_>], declared: &Declared) -> TokenStream {
+fn generate(item: &ItemImpl, arguments: &SagaArguments, handlers: &[HandlerModel<'_>]) -> TokenStream {
     let self_ty = &item.self_ty;
-    let name = match name {
+    let versioning = arguments.versioning.generate("migrate");
+    let name = match &arguments.name {
         Some(lit) => quote!(#lit),
         None => {
             let type_name = type_name(self_ty);
@@ -837,7 +862,7 @@ fn generate(item: &ItemImpl, name: Option<&LitStr>, handlers: &[HandlerModel<'_>
     let cfgs: Vec<_> = item.attrs.iter().filter(|a| a.path().is_ident("cfg")).collect();
     let registrations = handlers.iter().map(|h| registration(self_ty, h));
     let checks = same_correlations(handlers);
-    let declared_fn = declared.tokens().map(|d| {
+    let declared_fn = arguments.declared.tokens().map(|d| {
         quote! {
             fn declared() -> ::courier::Declared {
                 #d
@@ -850,6 +875,7 @@ fn generate(item: &ItemImpl, name: Option<&LitStr>, handlers: &[HandlerModel<'_>
             #[automatically_derived]
             impl ::courier::__private::Saga for #self_ty {
                 const NAME: &'static str = #name;
+                #versioning
 
                 fn register(handlers: &mut ::courier::__private::SagaHandlers<Self>) {
                     #checks
@@ -884,8 +910,7 @@ fn item_start(item: &Item) -> TokenStream {
 
 pub(crate) fn expand(args: &TokenStream, input: &TokenStream) -> TokenStream {
     let mut errors = Vec::new();
-    let mut declared = Declared::default();
-    let name = parse_arguments(args, &mut errors, &mut declared);
+    let arguments = parse_arguments(args, &mut errors);
     let item = match syn::parse2::<Item>(input.clone()) {
         Ok(Item::Impl(item)) => item,
         Ok(other) => {
@@ -934,7 +959,7 @@ pub(crate) fn expand(args: &TokenStream, input: &TokenStream) -> TokenStream {
     // With errors, the impl is still generated from the handlers that passed the checks,
     // so that their type errors are reported too and the uses of the saga add none.
     let errors = combine(errors).map(|e| e.to_compile_error());
-    let generated = generate(&item, name.as_ref(), &handlers, &declared);
+    let generated = generate(&item, &arguments, &handlers);
     quote! {
         #errors
         #cleaned

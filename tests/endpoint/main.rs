@@ -15,6 +15,7 @@ mod refused;
 mod support;
 mod tracing_capture;
 mod unrouted;
+mod versions;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

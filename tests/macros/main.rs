@@ -125,6 +125,61 @@ fn custom_codec_is_used_both_ways() {
     assert!(matches!(Marked::from_envelope(&bare), Err(CodecError::Decode(_))));
 }
 
+/// A message at version 3 in the marked codec, with an upcaster of its own.
+#[derive(Debug, PartialEq, Serialize, Deserialize, courier::Message)]
+#[message(name = "marked.Versioned", codec = MarkedCodec, version = 3, upcast = Self::upcast)]
+struct Versioned {
+    n: u32,
+}
+
+impl Versioned {
+    fn upcast(from: u32, mut body: serde_json::Value) -> Result<serde_json::Value, courier::UpcastError> {
+        match from {
+            2 => {
+                body["n"] = body["count"].take();
+                Ok(body)
+            }
+            _ => Err(courier::UpcastError::unsupported(from)),
+        }
+    }
+}
+
+#[test]
+fn a_version_above_one_is_stamped_and_its_upcaster_generated() {
+    use courier::version::headers::MESSAGE_VERSION;
+    assert_eq!(<Versioned as Message>::VERSION, 3);
+    assert_eq!(<Defaulted as Message>::VERSION, 1, "the default");
+    let envelope = Versioned { n: 4 }.to_envelope().unwrap();
+    assert_eq!(
+        envelope.properties.get(MESSAGE_VERSION),
+        Some(&courier::PropertyValue::Int(3))
+    );
+    assert_eq!(&envelope.body[..], br#"marked:{"n":4}"#, "the codec's own encoding");
+    let unversioned = Defaulted { n: 1 }.to_envelope().unwrap();
+    assert!(
+        !unversioned.properties.contains_key(MESSAGE_VERSION),
+        "version 1 is not stamped"
+    );
+
+    // An older body is read with the message's codec, then upcast.
+    let old = Envelope::new(&b"marked:{\"count\":9}"[..]).with_content_type("application/x-marked");
+    let value = Versioned::body_value(&old).unwrap();
+    assert_eq!(value, serde_json::json!({"count": 9}));
+    let upcast = Versioned::upcast(2, value).unwrap();
+    assert_eq!(upcast["n"], 9);
+    assert!(matches!(
+        Versioned::upcast(1, serde_json::json!({})),
+        Err(courier::UpcastError::Unsupported { from: 1 })
+    ));
+    assert!(
+        matches!(
+            Defaulted::upcast(1, serde_json::json!({})),
+            Err(courier::UpcastError::Unsupported { from: 1 }),
+        ),
+        "no upcaster: none from any version"
+    );
+}
+
 #[test]
 fn generated_handler_is_a_unit_struct_named_by_its_path() {
     fn message_of<H: Handler>(_: &H) -> &'static str {

@@ -846,6 +846,7 @@ macro_rules! on_every_store {
 }
 
 mod order;
+mod versions;
 
 on_every_store!(
     confirmation_in_time_cancels_the_timeout,

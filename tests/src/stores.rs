@@ -130,6 +130,20 @@ impl StoreEnv {
         }
     }
 
+    /// The one text a query returns (`None` for no row or NULL).
+    ///
+    /// # Panics
+    /// If it fails.
+    #[allow(clippy::unwrap_used, clippy::panic)]
+    pub async fn text(&self, sql: &str) -> Option<String> {
+        let sql = sqlx::AssertSqlSafe(sql.to_owned());
+        match (&self.sqlite, &self.pg) {
+            (Some(p), _) => sqlx::query_scalar(sql).fetch_optional(p).await.unwrap().flatten(),
+            (_, Some((p, _))) => sqlx::query_scalar(sql).fetch_optional(p).await.unwrap().flatten(),
+            _ => panic!("no database"),
+        }
+    }
+
     /// The message ids in queue `queue` (peeked, in queue order).
     ///
     /// # Panics

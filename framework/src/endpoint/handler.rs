@@ -12,6 +12,7 @@ use crate::codec::{CodecError, JsonCodec};
 use crate::endpoint::context::Context;
 use crate::error::BoxError;
 use crate::message::Envelope;
+use crate::version::UpcastError;
 
 /// A boxed future, as handlers return them.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -37,14 +38,41 @@ pub trait Message: Serialize + DeserializeOwned + Send + Sync + 'static {
     const NAME: &'static str;
     /// Earlier wire names of this type, still accepted on receive.
     const ALIASES: &'static [&'static str] = &[];
+    /// The current version of the type's wire shape (`#[message(version = 3)]`; default
+    /// 1). Senders write it in the header
+    /// [`MESSAGE_VERSION`](crate::version::headers::MESSAGE_VERSION) when it is above 1;
+    /// a receiver runs [`upcast`](Self::upcast) on the body of an older message, and
+    /// dead-letters a newer one with the reason
+    /// [`UNSUPPORTED_MESSAGE_VERSION`](crate::recoverability::reasons::UNSUPPORTED_MESSAGE_VERSION).
+    const VERSION: u32 = 1;
 
-    /// Encodes the message into an envelope with a new message id, its content type and
-    /// its wire name. The default encodes JSON.
+    /// Brings a body of version `from` to version `from + 1`; the receiver calls it for
+    /// each version from the one the message has up to [`VERSION`](Self::VERSION) - 1, in
+    /// order, then decodes the result. The body is a `serde_json::Value` whatever the
+    /// codec (see [`body_value`](Self::body_value)). Set it with
+    /// `#[message(version = 3, upcast = Self::upcast)]`. The default has no step: an
+    /// older message is dead-lettered.
+    ///
+    /// # Errors
+    /// [`UpcastError::Unsupported`] for a version it has no step from (the message is
+    /// dead-lettered with
+    /// [`UNSUPPORTED_MESSAGE_VERSION`](crate::recoverability::reasons::UNSUPPORTED_MESSAGE_VERSION));
+    /// [`UpcastError::Invalid`] for a body without the expected shape (dead-lettered with
+    /// [`DESERIALIZATION_FAILED`](crate::recoverability::reasons::DESERIALIZATION_FAILED)).
+    fn upcast(from: u32, body: serde_json::Value) -> Result<serde_json::Value, UpcastError> {
+        let _ = body;
+        Err(UpcastError::unsupported(from))
+    }
+
+    /// Encodes the message into an envelope with a new message id, its content type, its
+    /// wire name and, above version 1, its version. The default encodes JSON.
     ///
     /// # Errors
     /// The codec's error if the value cannot be encoded.
     fn to_envelope(&self) -> Result<Envelope, CodecError> {
-        Ok(Envelope::json(self)?.with_message_type(Self::NAME))
+        let mut envelope = Envelope::json(self)?.with_message_type(Self::NAME);
+        crate::version::stamp::<Self>(&mut envelope);
+        Ok(envelope)
     }
 
     /// Decodes the message from an envelope's body. The default reads JSON.
@@ -52,6 +80,19 @@ pub trait Message: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// # Errors
     /// [`CodecError`] if the body is not a valid value of this type.
     fn from_envelope(envelope: &Envelope) -> Result<Self, CodecError> {
+        envelope.decode(&JsonCodec)
+    }
+
+    /// Decodes the body of an older version into a `serde_json::Value` for
+    /// [`upcast`](Self::upcast). The default reads JSON; with `#[message(codec = C)]` the
+    /// codec `C` decodes it, which works for self-describing formats (MessagePack, CBOR)
+    /// and fails for those that need the type to read (bincode): such a message is
+    /// dead-lettered with
+    /// [`DESERIALIZATION_FAILED`](crate::recoverability::reasons::DESERIALIZATION_FAILED).
+    ///
+    /// # Errors
+    /// [`CodecError`] if the body is not a valid value.
+    fn body_value(envelope: &Envelope) -> Result<serde_json::Value, CodecError> {
         envelope.decode(&JsonCodec)
     }
 }
@@ -223,6 +264,8 @@ pub mod __private {
     pub use crate::endpoint::context::Context;
     pub use crate::endpoint::handler::{Handler, HandlerError, Message};
     pub use crate::message::Envelope;
+    pub use crate::version::UpcastError;
+    pub use serde_json::Value as JsonValue;
 
     /// The return types a `#[handler]` function may have: a `Result`, whose success type
     /// is `()` ([`HandlerOk`]) and whose error converts into [`HandlerError`]
@@ -312,14 +355,21 @@ pub mod __private {
         pub encode: fn(&M) -> Result<Envelope, CodecError>,
         /// [`Message::from_envelope`].
         pub decode: fn(&Envelope) -> Result<M, CodecError>,
+        /// [`Message::body_value`].
+        pub decode_value: fn(&Envelope) -> Result<serde_json::Value, CodecError>,
     }
 
-    /// The encoding of `M` with the codec `C`. Both methods of the generated impl call
+    /// The encoding of `M` with the codec `C`. The methods of the generated impl call
     /// this one function, so that a codec that is not one is reported once.
     pub fn codec_fns<C: MessageCodec, M: Message>() -> CodecFns<M> {
         CodecFns {
-            encode: |m| Ok(Envelope::encode(&C::default(), m)?.with_message_type(M::NAME)),
+            encode: |m| {
+                let mut envelope = Envelope::encode(&C::default(), m)?.with_message_type(M::NAME);
+                crate::version::stamp::<M>(&mut envelope);
+                Ok(envelope)
+            },
             decode: |e| e.decode(&C::default()),
+            decode_value: |e| e.decode(&C::default()),
         }
     }
 

@@ -57,6 +57,13 @@ pub(crate) enum Failure {
     Unfinished { deliveries: u32 },
     /// No saga instance for the message, under the dead-letter policy.
     SagaNotFound { saga: &'static str, correlation: String },
+    /// A message body or a saga state of a version this code cannot read (see
+    /// `crate::version`): permanent, with its own dead-letter reason.
+    Version {
+        reason: &'static str,
+        handler: Option<&'static str>,
+        chain: Vec<String>,
+    },
     /// A handler failed with the error the transport gave when it sent a message that can
     /// never leave (`description` names that message).
     Refused {
@@ -72,6 +79,7 @@ impl Failure {
         match self {
             Failure::Decode { .. } => Some(reasons::DESERIALIZATION_FAILED),
             Failure::SagaNotFound { .. } => Some(crate::saga::reasons::SAGA_NOT_FOUND),
+            Failure::Version { reason, .. } => Some(reason),
             Failure::Handler { error, .. } if error.is_permanent() => Some(reasons::PERMANENT_FAILURE),
             Failure::Refused { .. } => Some(reasons::INVALID_OUTGOING_MESSAGE),
             Failure::Dispatch(e) if bus::refused_for_good(e) => Some(reasons::INVALID_OUTGOING_MESSAGE),
@@ -97,6 +105,7 @@ impl Failure {
             Failure::Handler { handler, .. } | Failure::Panic { handler, .. } | Failure::Refused { handler, .. } => {
                 Some(handler)
             }
+            Failure::Version { handler, .. } => *handler,
             Failure::Decode { .. }
             | Failure::Dispatch(_)
             | Failure::Undispatched { .. }
@@ -167,6 +176,7 @@ impl Failure {
             Failure::SagaNotFound { saga, correlation } => vec![format!(
                 "no instance of saga {saga} correlates to {correlation:?}, and the message does not start one"
             )],
+            Failure::Version { chain, .. } => chain.clone(),
         }
     }
 }
@@ -205,12 +215,7 @@ impl<H: Handler> ErasedHandler for Erased<H> {
 
     fn call<'a>(&'a self, ctx: &'a mut context::Context) -> BoxFuture<'a, Result<(), Failure>> {
         Box::pin(async move {
-            let envelope = &ctx.received().envelope;
-            let message = H::Message::from_envelope(envelope).map_err(|error| Failure::Decode {
-                message_type: <H::Message as Message>::NAME,
-                content_type: envelope.content_type.clone(),
-                error,
-            })?;
+            let message = crate::version::decode_message::<H::Message>(&ctx.received().envelope)?;
             let name = self.0.name();
             self.0
                 .handle(message, ctx)

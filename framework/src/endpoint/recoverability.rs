@@ -9,8 +9,13 @@ use crate::error::{Error, ErrorKind, Result};
 pub mod reasons {
     /// The message has no type, or no handler of this endpoint knows its type.
     pub const UNKNOWN_MESSAGE_TYPE: &str = "courier.UnknownMessageType";
-    /// The body could not be decoded into the message type.
+    /// The body could not be decoded into the message type (or upcast to its version).
     pub const DESERIALIZATION_FAILED: &str = "courier.DeserializationFailed";
+    /// The message is of a wire version this code cannot read: newer than the type's
+    /// [`Message::VERSION`](crate::Message::VERSION), older with no upcaster step from it,
+    /// or a version header that is not one. The description names the version found and
+    /// the versions known.
+    pub const UNSUPPORTED_MESSAGE_VERSION: &str = "courier.UnsupportedMessageVersion";
     /// A handler returned an error it marked permanent.
     pub const PERMANENT_FAILURE: &str = "courier.PermanentFailure";
     /// Every immediate and delayed retry failed.

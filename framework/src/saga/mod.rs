@@ -43,6 +43,7 @@
 
 mod runtime;
 pub(crate) mod settle;
+pub(crate) mod state;
 
 use std::time::Duration;
 
@@ -80,6 +81,10 @@ pub mod reasons {
     /// A message found no saga instance and does not start one (with
     /// [`NotFound::DeadLetter`](super::NotFound::DeadLetter)).
     pub const SAGA_NOT_FOUND: &str = "courier.SagaNotFound";
+    /// The instance's stored state is of a version this code cannot read: newer than the
+    /// saga's [`Saga::VERSION`](super::Saga::VERSION) (written by newer code: deploy it,
+    /// or roll the instance back), or older with no migration step from it.
+    pub const UNSUPPORTED_STATE_VERSION: &str = "courier.UnsupportedSagaStateVersion";
 }
 
 /// A saga: a persisted state type and the handlers of its messages.
@@ -87,6 +92,13 @@ pub trait Saga: Serialize + DeserializeOwned + Default + Send + Sync + 'static {
     /// The saga type's stable name, stored with each instance (like a message's wire name,
     /// it must not change while instances exist).
     const NAME: &'static str;
+
+    /// The current version of the state's shape (`#[saga(version = 2)]`; default 1),
+    /// stored with each instance. An instance stored at an older version is brought up to
+    /// date with [`migrate`](Self::migrate) when it is loaded, and saved at this version;
+    /// one stored at a newer version (written by newer code) is never decoded: the
+    /// message fails permanently with the reason [`reasons::UNSUPPORTED_STATE_VERSION`].
+    const VERSION: u32 = 1;
 
     /// Lists the saga's handlers.
     fn register(handlers: &mut SagaHandlers<Self>);
@@ -96,6 +108,22 @@ pub trait Saga: Serialize + DeserializeOwned + Default + Send + Sync + 'static {
     /// routes at `start()`. The default declares nothing.
     fn declared() -> crate::endpoint::handler::Declared {
         crate::endpoint::handler::Declared::default()
+    }
+
+    /// Brings a stored state of version `from` to version `from + 1`; the endpoint calls it
+    /// for each version from the stored one up to [`VERSION`](Self::VERSION) - 1, in
+    /// order, then decodes the result. Set it with
+    /// `#[saga(version = 2, migrate = Self::migrate)]`. The default has no step: an
+    /// instance stored at an older version fails its messages permanently.
+    ///
+    /// # Errors
+    /// [`UpcastError::Unsupported`](crate::UpcastError::Unsupported) for a version it has
+    /// no step from; [`UpcastError::Invalid`](crate::UpcastError::Invalid) for a state
+    /// without the expected shape. Either fails the message permanently with
+    /// [`reasons::UNSUPPORTED_STATE_VERSION`].
+    fn migrate(from: u32, state: serde_json::Value) -> std::result::Result<serde_json::Value, crate::UpcastError> {
+        let _ = state;
+        Err(crate::UpcastError::unsupported(from))
     }
 }
 

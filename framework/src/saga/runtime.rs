@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 
+use super::state::StateError;
 use super::{
     Completion, Correlate, Frame, NotFound, NotFoundFn, Role, Saga, SagaContext, SagaFn, SagaHandlers, SagaOptions,
     headers,
@@ -461,12 +462,7 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
     }
 
     async fn run(&self, ctx: &mut Context) -> Result<(), Failure> {
-        let envelope = &ctx.received().envelope;
-        let message = M::from_envelope(envelope).map_err(|error| Failure::Decode {
-            message_type: M::NAME,
-            content_type: envelope.content_type.clone(),
-            error,
-        })?;
+        let message = crate::version::decode_message::<M>(&ctx.received().envelope)?;
         let (correlation, timeout_id) = self.correlation(&message, ctx)?;
         let store_error = |e: Error| {
             if matches!(e.kind(), ErrorKind::Conflict { .. }) {
@@ -525,11 +521,13 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
         let loaded = work.load_saga(S::NAME, &correlation).await.map_err(store_error)?;
         let (mut state, version) = match loaded {
             Some(stored) => {
-                let state: S = serde_json::from_str(&stored.state).map_err(|e| {
-                    self.permanent(format!(
-                        "the stored state of saga {} instance {correlation:?} does not decode: {e}",
-                        S::NAME
-                    ))
+                let state: S = super::state::decode_state(&stored, &correlation).map_err(|e| match e {
+                    StateError::Unsupported(chain) => Failure::Version {
+                        reason: super::reasons::UNSUPPORTED_STATE_VERSION,
+                        handler: Some(self.name),
+                        chain,
+                    },
+                    StateError::Corrupt(chain) => self.permanent(chain.join(": ")),
                 })?;
                 (state, Some(stored.version))
             }
@@ -597,12 +595,12 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
         }
         if frame.completed {
             let archive = self.shared.options.completion == Completion::Archive;
-            work.complete_saga(S::NAME, &correlation, &json, version, archive, now)
+            work.complete_saga(S::NAME, &correlation, &json, S::VERSION, version, archive, now)
                 .await
                 .map_err(store_error)?;
             return Ok(());
         }
-        work.save_saga(S::NAME, &correlation, &json, version, now)
+        work.save_saga(S::NAME, &correlation, &json, S::VERSION, version, now)
             .await
             .map_err(store_error)?;
         work.cancel_timeouts(&frame.cancelled).await.map_err(store_error)?;

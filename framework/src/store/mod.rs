@@ -26,10 +26,11 @@ macro_rules! unit_of_work_with_sagas {
             saga_type: &str,
             correlation: &str,
             state: &str,
+            state_version: u32,
             version: Option<i64>,
             now: chrono::DateTime<chrono::Utc>,
         ) -> $crate::error::Result<()> {
-            $($saga)::+::save(self.$conn()?, saga_type, correlation, state, version, now).await
+            $($saga)::+::save(self.$conn()?, saga_type, correlation, state, state_version, version, now).await
         }
 
         async fn complete_saga(
@@ -37,11 +38,15 @@ macro_rules! unit_of_work_with_sagas {
             saga_type: &str,
             correlation: &str,
             state: &str,
+            state_version: u32,
             version: Option<i64>,
             archive: bool,
             now: chrono::DateTime<chrono::Utc>,
         ) -> $crate::error::Result<()> {
-            $($saga)::+::complete(self.$conn()?, saga_type, correlation, state, version, archive, now).await
+            $($saga)::+::complete(
+                self.$conn()?, saga_type, correlation, state, state_version, version, archive, now,
+            )
+            .await
         }
 
         async fn add_timeouts(
@@ -161,8 +166,13 @@ pub struct Timeout {
 pub struct StoredSaga {
     /// The state, as JSON.
     pub state: String,
-    /// Its version: 1 when created, one more at each update.
+    /// Its version: 1 when created, one more at each update (the optimistic concurrency
+    /// check; not the shape's version).
     pub version: i64,
+    /// The version of the state's shape it was written at
+    /// ([`Saga::VERSION`](crate::saga::Saga::VERSION); 1 for rows stored before versions
+    /// existed).
+    pub state_version: i64,
 }
 
 /// Which timeouts [`Store::claim_due_timeouts`] takes.
@@ -268,32 +278,37 @@ pub trait UnitOfWork: Send {
         saga_unsupported()
     }
 
-    /// Creates an instance (`version` `None`) or updates it if it is still at `version`.
-    /// An instance created or changed concurrently is [`ErrorKind::Conflict`].
+    /// Creates an instance (`version` `None`) or updates it if it is still at `version`,
+    /// with `state` written at the shape's version `state_version`. An instance created or
+    /// changed concurrently is [`ErrorKind::Conflict`].
     async fn save_saga(
         &mut self,
         saga_type: &str,
         correlation: &str,
         state: &str,
+        state_version: u32,
         version: Option<i64>,
         now: DateTime<Utc>,
     ) -> Result<()> {
-        let _ = (saga_type, correlation, state, version, now);
+        let _ = (saga_type, correlation, state, state_version, version, now);
         saga_unsupported()
     }
 
-    /// Ends an instance: deletes it (or, with `archive`, moves it with `state` to the
-    /// archive) and deletes its timeouts. A concurrent change is [`ErrorKind::Conflict`].
+    /// Ends an instance: deletes it (or, with `archive`, moves it with `state`, of the
+    /// shape's version `state_version`, to the archive) and deletes its timeouts. A
+    /// concurrent change is [`ErrorKind::Conflict`].
+    #[allow(clippy::too_many_arguments)]
     async fn complete_saga(
         &mut self,
         saga_type: &str,
         correlation: &str,
         state: &str,
+        state_version: u32,
         version: Option<i64>,
         archive: bool,
         now: DateTime<Utc>,
     ) -> Result<()> {
-        let _ = (saga_type, correlation, state, version, archive, now);
+        let _ = (saga_type, correlation, state, state_version, version, archive, now);
         saga_unsupported()
     }
 

@@ -8,17 +8,20 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::store::{StoredEnvelope, StoredSaga, Timeout, db_error};
 
 pub(crate) async fn load(conn: &mut PgConnection, saga_type: &str, correlation: &str) -> Result<Option<StoredSaga>> {
-    let row = sqlx::query("SELECT state::text, version FROM courier.saga WHERE saga_type = $1 AND correlation = $2")
-        .bind(saga_type)
-        .bind(correlation)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(|e| db_error("cannot load a saga instance", e))?;
+    let row = sqlx::query(
+        "SELECT state::text, version, state_version FROM courier.saga WHERE saga_type = $1 AND correlation = $2",
+    )
+    .bind(saga_type)
+    .bind(correlation)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(|e| db_error("cannot load a saga instance", e))?;
     row.map(|r| {
         let get = |e| db_error("cannot read a saga instance", e);
         Ok(StoredSaga {
             state: r.try_get(0).map_err(get)?,
             version: r.try_get(1).map_err(get)?,
+            state_version: r.try_get(2).map_err(get)?,
         })
     })
     .transpose()
@@ -29,6 +32,7 @@ pub(crate) async fn save(
     saga_type: &str,
     correlation: &str,
     state: &str,
+    state_version: u32,
     version: Option<i64>,
     now: DateTime<Utc>,
 ) -> Result<()> {
@@ -36,18 +40,19 @@ pub(crate) async fn save(
     // transaction, then do nothing: a conflict, and the message is retried.
     let done = match version {
         None => sqlx::query(
-            "INSERT INTO courier.saga (saga_type, correlation, state, version, created_at, updated_at) \
-             VALUES ($1, $2, $3::jsonb, 1, $4, $4) ON CONFLICT DO NOTHING",
+            "INSERT INTO courier.saga (saga_type, correlation, state, version, created_at, updated_at, state_version) \
+             VALUES ($1, $2, $3::jsonb, 1, $4, $4, $5) ON CONFLICT DO NOTHING",
         )
         .bind(saga_type)
         .bind(correlation)
         .bind(state)
         .bind(now)
+        .bind(i64::from(state_version))
         .execute(&mut *conn)
         .await
         .map_err(|e| db_error("cannot create a saga instance", e))?,
         Some(v) => sqlx::query(
-            "UPDATE courier.saga SET state = $3::jsonb, version = version + 1, updated_at = $4 \
+            "UPDATE courier.saga SET state = $3::jsonb, version = version + 1, updated_at = $4, state_version = $6 \
              WHERE saga_type = $1 AND correlation = $2 AND version = $5",
         )
         .bind(saga_type)
@@ -55,6 +60,7 @@ pub(crate) async fn save(
         .bind(state)
         .bind(now)
         .bind(v)
+        .bind(i64::from(state_version))
         .execute(&mut *conn)
         .await
         .map_err(|e| db_error("cannot save a saga instance", e))?,
@@ -66,11 +72,13 @@ pub(crate) async fn save(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn complete(
     conn: &mut PgConnection,
     saga_type: &str,
     correlation: &str,
     state: &str,
+    state_version: u32,
     version: Option<i64>,
     archive: bool,
     now: DateTime<Utc>,
@@ -91,8 +99,9 @@ pub(crate) async fn complete(
     };
     if archive {
         sqlx::query(
-            "INSERT INTO courier.saga_archive (saga_type, correlation, state, version, created_at, completed_at) \
-             VALUES ($1, $2, $3::jsonb, $4, $5, $6)",
+            "INSERT INTO courier.saga_archive \
+             (saga_type, correlation, state, version, created_at, completed_at, state_version) \
+             VALUES ($1, $2, $3::jsonb, $4, $5, $6, $7)",
         )
         .bind(saga_type)
         .bind(correlation)
@@ -100,6 +109,7 @@ pub(crate) async fn complete(
         .bind(version.unwrap_or(0) + 1)
         .bind(created)
         .bind(now)
+        .bind(i64::from(state_version))
         .execute(&mut *conn)
         .await
         .map_err(|e| db_error("cannot archive a saga instance", e))?;

@@ -24,17 +24,19 @@ pub(crate) async fn load(
     saga_type: &str,
     correlation: &str,
 ) -> Result<Option<StoredSaga>> {
-    let row = sqlx::query("SELECT state, version FROM courier_saga WHERE saga_type = ?1 AND correlation = ?2")
-        .bind(saga_type)
-        .bind(correlation)
-        .fetch_optional(conn)
-        .await
-        .map_err(|e| db_error("cannot load a saga instance", e))?;
+    let row =
+        sqlx::query("SELECT state, version, state_version FROM courier_saga WHERE saga_type = ?1 AND correlation = ?2")
+            .bind(saga_type)
+            .bind(correlation)
+            .fetch_optional(conn)
+            .await
+            .map_err(|e| db_error("cannot load a saga instance", e))?;
     row.map(|r| {
         let get = |e| db_error("cannot read a saga instance", e);
         Ok(StoredSaga {
             state: r.try_get(0).map_err(get)?,
             version: r.try_get(1).map_err(get)?,
+            state_version: r.try_get(2).map_err(get)?,
         })
     })
     .transpose()
@@ -45,23 +47,25 @@ pub(crate) async fn save(
     saga_type: &str,
     correlation: &str,
     state: &str,
+    state_version: u32,
     version: Option<i64>,
     now: DateTime<Utc>,
 ) -> Result<()> {
     let done = match version {
         None => sqlx::query(
-            "INSERT INTO courier_saga (saga_type, correlation, state, version, created_at, updated_at) \
-             VALUES (?1, ?2, ?3, 1, ?4, ?4) ON CONFLICT DO NOTHING",
+            "INSERT INTO courier_saga (saga_type, correlation, state, version, created_at, updated_at, state_version) \
+             VALUES (?1, ?2, ?3, 1, ?4, ?4, ?5) ON CONFLICT DO NOTHING",
         )
         .bind(saga_type)
         .bind(correlation)
         .bind(state)
         .bind(micros(now))
+        .bind(i64::from(state_version))
         .execute(conn)
         .await
         .map_err(|e| db_error("cannot create a saga instance", e))?,
         Some(v) => sqlx::query(
-            "UPDATE courier_saga SET state = ?3, version = version + 1, updated_at = ?4 \
+            "UPDATE courier_saga SET state = ?3, version = version + 1, updated_at = ?4, state_version = ?6 \
              WHERE saga_type = ?1 AND correlation = ?2 AND version = ?5",
         )
         .bind(saga_type)
@@ -69,6 +73,7 @@ pub(crate) async fn save(
         .bind(state)
         .bind(micros(now))
         .bind(v)
+        .bind(i64::from(state_version))
         .execute(conn)
         .await
         .map_err(|e| db_error("cannot save a saga instance", e))?,
@@ -80,11 +85,13 @@ pub(crate) async fn save(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn complete(
     conn: &mut SqliteConnection,
     saga_type: &str,
     correlation: &str,
     state: &str,
+    state_version: u32,
     version: Option<i64>,
     archive: bool,
     now: DateTime<Utc>,
@@ -104,8 +111,9 @@ pub(crate) async fn complete(
     };
     if archive {
         sqlx::query(
-            "INSERT INTO courier_saga_archive (saga_type, correlation, state, version, created_at, completed_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "INSERT INTO courier_saga_archive \
+             (saga_type, correlation, state, version, created_at, completed_at, state_version) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )
         .bind(saga_type)
         .bind(correlation)
@@ -113,6 +121,7 @@ pub(crate) async fn complete(
         .bind(version.unwrap_or(0) + 1)
         .bind(created)
         .bind(micros(now))
+        .bind(i64::from(state_version))
         .execute(&mut *conn)
         .await
         .map_err(|e| db_error("cannot archive a saga instance", e))?;
