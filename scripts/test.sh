@@ -109,5 +109,7 @@ fi
 # --- 3. the suite -----------------------------------------------------------------------
 [ "$#" -gt 0 ] || set -- --workspace
 say "cargo test $* (servers in containers)"
-env -u DATABASE_URL -u AMQP_URL cargo test "$@"
+status=0
+env -u DATABASE_URL -u AMQP_URL cargo test "$@" || status=$?
 phase_done "the suite"
+exit "$status"
