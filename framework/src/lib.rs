@@ -72,6 +72,8 @@ pub mod version;
 mod amqp;
 #[cfg(feature = "sqlite")]
 mod embedded;
+#[cfg(feature = "postgres")]
+pub mod test_servers;
 #[cfg(feature = "sqlite")]
 pub mod testing;
 

@@ -15,6 +15,7 @@
 mod foreign;
 mod malformed;
 mod support;
+mod test_servers;
 mod tls;
 
 use std::io::{BufRead, BufReader};

@@ -1,5 +1,6 @@
-//! RabbitMQ restarts in the middle of a run (`rabbitmqctl stop_app` / `start_app`): the
-//! endpoint reconnects with backoff, declares its topology again and goes on consuming;
+//! RabbitMQ restarts in the middle of a run (the test binary's RabbitMQ container stopped
+//! and started again; on `AMQP_URL`, `rabbitmqctl stop_app` / `start_app`): the endpoint
+//! reconnects with backoff, declares its topology again and goes on consuming;
 //! deliveries in flight come back and the inbox drops the repeats; sends during the
 //! outage fail with a transient error (and succeed when sent again) or wait within the
 //! connect timeout. No job is lost and none has its effect twice.

@@ -22,6 +22,7 @@ pub async fn embedded_fixture() -> Fixture {
     Fixture::new(Arc::new(broker), clock)
 }
 
+pub mod containers;
 pub mod crash;
 pub mod crash_saga;
 pub mod pg;

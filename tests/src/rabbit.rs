@@ -1,5 +1,5 @@
-//! A RabbitMQ for the tests: started once per test process with testcontainers where a
-//! Docker engine is reachable, otherwise the server `AMQP_URL` names. Tests share it and
+//! A RabbitMQ for the tests: the server `AMQP_URL` names, or else one started once per
+//! test process with testcontainers when a Docker engine answers. Tests share it and
 //! stay apart by their own queue and exchange names.
 
 use std::sync::Arc;
@@ -11,46 +11,62 @@ use courier::{
 };
 use serde::{Deserialize, Serialize};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePoolOptions};
-use testcontainers_modules::rabbitmq::RabbitMq;
-use testcontainers_modules::testcontainers::core::{CmdWaitFor, ExecCommand};
+use testcontainers_modules::testcontainers::core::{IntoContainerPort, WaitFor};
 use testcontainers_modules::testcontainers::runners::AsyncRunner;
-use testcontainers_modules::testcontainers::{ContainerAsync, ImageExt};
+use testcontainers_modules::testcontainers::{ContainerAsync, GenericImage, ImageExt};
 use tokio::sync::OnceCell;
 
-/// The RabbitMQ image testcontainers starts (quorum queues with at-least-once
-/// dead-lettering need 3.10 or later).
-pub const RABBITMQ_TAG: &str = "3.13-management";
+use crate::containers::{self, Server};
 
-static URL: OnceCell<(String, Option<ContainerAsync<RabbitMq>>)> = OnceCell::const_new();
+static URL: OnceCell<(String, Option<ContainerAsync<GenericImage>>)> = OnceCell::const_new();
 
-/// The AMQP URL of the test broker.
+/// The AMQP URL of the test broker: `AMQP_URL`, else a RabbitMQ container shared by the
+/// test process (see [`crate::containers`]) when a Docker engine answers.
 ///
 /// # Panics
-/// When neither a Docker engine nor `AMQP_URL` is available, saying so.
+/// When neither is available, saying in one line what to do.
 #[allow(clippy::expect_used, clippy::panic)]
 pub async fn amqp_url() -> String {
     let (url, _) = URL
         .get_or_init(|| async {
-            if crate::pg::docker_reachable() {
-                let container = RabbitMq::default()
-                    .with_tag(RABBITMQ_TAG)
-                    .start()
-                    .await
-                    .expect("start RabbitMQ with testcontainers");
-                let port = container.get_host_port_ipv4(5672).await.expect("the container's port");
-                let host = container.get_host().await.expect("the container's host");
-                (format!("amqp://guest:guest@{host}:{port}/%2f"), Some(container))
-            } else if let Ok(url) = std::env::var("AMQP_URL") {
+            if let Ok(url) = std::env::var("AMQP_URL") {
                 (url, None)
+            } else if containers::engine_answers() {
+                start_container().await
             } else {
                 panic!(
-                    "these tests need RabbitMQ: either a reachable Docker engine (testcontainers starts \
-                     rabbitmq:{RABBITMQ_TAG}) or AMQP_URL=amqp://user:password@host:5672/%2f"
+                    "{}",
+                    containers::nothing_there("RabbitMQ", "AMQP_URL", "amqp://user:password@host:5672/%2f")
                 );
             }
         })
         .await;
     url.clone()
+}
+
+/// Starts a RabbitMQ container with its AMQP port on a fixed host port (a restart keeps
+/// it), returning its URL.
+#[allow(clippy::panic)]
+async fn start_container() -> (String, Option<ContainerAsync<GenericImage>>) {
+    containers::remove_orphans();
+    let (name, tag) = containers::image(Server::RabbitMq).unwrap_or_else(|e| panic!("{e}"));
+    let port = containers::free_port().unwrap_or_else(|e| panic!("no free port: {e}"));
+    let container = GenericImage::new(name, tag)
+        .with_exposed_port(5672.tcp())
+        // Logged once the node has booted and its listeners accept connections (the
+        // official image says the same, with the number of plugins after it).
+        .with_wait_for(WaitFor::message_on_stdout("Server startup complete"))
+        .with_mapped_port(port, 5672.tcp())
+        .with_label(containers::OWNER_LABEL, containers::owner())
+        .with_startup_timeout(std::time::Duration::from_secs(120))
+        .start()
+        .await
+        .unwrap_or_else(|e| panic!("start the RabbitMQ container: {e}"));
+    let host = container
+        .get_host()
+        .await
+        .unwrap_or_else(|e| panic!("the RabbitMQ container's host: {e}"));
+    (format!("amqp://guest:guest@{host}:{port}/%2f"), Some(container))
 }
 
 /// A SQLite store in memory (one connection that never closes), migrated.
@@ -95,39 +111,35 @@ pub async fn amqp_fixture() -> Fixture {
     fx
 }
 
-/// Restarts the test broker's RabbitMQ application (`rabbitmqctl stop_app`, a pause,
-/// `start_app`): inside the testcontainers container, or on this machine for `AMQP_URL`.
-/// Connections drop; durable queues and their messages stay.
+/// Restarts the test broker: its container (stopped, then started after `pause`) when
+/// the tests started one, or else the application of the RabbitMQ on this machine that
+/// `AMQP_URL` names (`rabbitmqctl stop_app`, a pause, `start_app`). Connections drop;
+/// durable queues and their messages stay.
 ///
 /// # Panics
 /// When the broker cannot be restarted, saying why.
 #[allow(clippy::expect_used, clippy::panic)]
 pub async fn restart_broker(pause: std::time::Duration) {
     let (_, container) = URL.get().expect("amqp_url() was called first");
+    if let Some(c) = container {
+        c.stop().await.expect("stop the RabbitMQ container");
+        tokio::time::sleep(pause).await;
+        c.start().await.expect("start the RabbitMQ container again");
+        return;
+    }
     for step in ["stop_app", "start_app"] {
-        match container {
-            Some(c) => {
-                let cmd = ExecCommand::new(["rabbitmqctl", step])
-                    .with_cmd_ready_condition(CmdWaitFor::Exit { code: Some(0) });
-                c.exec(cmd).await.expect("rabbitmqctl in the container");
-            }
-            None => {
-                let out = tokio::process::Command::new("rabbitmqctl")
-                    .arg(step)
-                    .output()
-                    .await
-                    .unwrap_or_else(|e| {
-                        panic!(
-                            "this test restarts the local RabbitMQ with rabbitmqctl {step}, which failed to run: {e}"
-                        )
-                    });
-                assert!(
-                    out.status.success(),
-                    "rabbitmqctl {step} failed: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-            }
-        }
+        let out = tokio::process::Command::new("rabbitmqctl")
+            .arg(step)
+            .output()
+            .await
+            .unwrap_or_else(|e| {
+                panic!("this test restarts the local RabbitMQ with rabbitmqctl {step}, which failed to run: {e}")
+            });
+        assert!(
+            out.status.success(),
+            "rabbitmqctl {step} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         if step == "stop_app" {
             tokio::time::sleep(pause).await;
         }

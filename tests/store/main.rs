@@ -15,6 +15,7 @@ mod app_data;
 mod crash;
 mod group;
 mod refused;
+mod restart;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

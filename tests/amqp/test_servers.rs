@@ -1,0 +1,61 @@
+//! `courier::test_servers`, the fixtures users' tests get servers from: each call gives a
+//! fresh database or virtual host, apart from the others, which the test then removes.
+
+use std::time::Duration;
+
+use courier::test_servers::{postgres_database, rabbitmq_vhost};
+use courier::{AmqpTransport, EntityPath, Message, QueueOptions, SenderOptions, Transport};
+
+use crate::support::Job;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_test_gets_a_database_and_a_vhost_of_its_own() {
+    let (a, b) = (postgres_database().await.unwrap(), postgres_database().await.unwrap());
+    assert_ne!(a.name(), b.name());
+    let pool_a = a.pool(2).await.unwrap();
+    sqlx::query("CREATE TABLE mine (n int)").execute(&pool_a).await.unwrap();
+    let pool_b = b.pool(2).await.unwrap();
+    let tables: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'")
+            .fetch_one(&pool_b)
+            .await
+            .unwrap();
+    assert_eq!(tables, 0, "the second database is fresh");
+    pool_a.close().await;
+    pool_b.close().await;
+
+    let (x, y) = (rabbitmq_vhost().await.unwrap(), rabbitmq_vhost().await.unwrap());
+    let tx = AmqpTransport::builder(x.url()).open().await.unwrap();
+    let ty = AmqpTransport::builder(y.url()).open().await.unwrap();
+    for t in [&tx, &ty] {
+        t.create_queue("jobs", &QueueOptions::default()).await.unwrap();
+    }
+    let sender = tx.sender("jobs", SenderOptions::default()).await.unwrap();
+    sender.send(Job { n: 7 }.to_envelope().unwrap()).await.unwrap();
+    let in_y = ty
+        .receiver(&EntityPath::queue("jobs"))
+        .await
+        .unwrap()
+        .receive_and_delete(10, Duration::from_millis(300))
+        .await
+        .unwrap();
+    assert!(
+        in_y.is_empty(),
+        "the other vhost's queue of the same name is another queue"
+    );
+    let in_x = tx
+        .receiver(&EntityPath::queue("jobs"))
+        .await
+        .unwrap()
+        .receive_and_delete(10, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(in_x.len(), 1);
+    drop((tx, ty));
+
+    for v in [x, y] {
+        v.delete().await.unwrap();
+    }
+    a.drop_database().await.unwrap();
+    b.drop_database().await.unwrap();
+}
