@@ -1,0 +1,197 @@
+//! Timeouts that must not loop or linger (issue 13): a timeout whose handler keeps
+//! failing is dead-lettered once and never sent again; one waiting for a delayed retry is
+//! not sent a second time beside it; a start message that arrives twice leaves one
+//! timeout. On the three stores.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use courier::{Clock, Endpoint, EntityPath, RetryPolicy, RunningEndpoint, SendOptions, SenderOptions};
+use courier_tests::eventually;
+use courier_tests::stores::StoreKind;
+
+use super::{Confirm, CountingClaims, Env, Flow, begin, handled, routes};
+
+impl Env {
+    /// An endpoint whose store counts the dispatcher's claims, with `policy`.
+    async fn start_counting(&self, policy: RetryPolicy) -> (RunningEndpoint, Arc<CountingClaims>) {
+        let store = Arc::new(CountingClaims {
+            inner: self.env.store.clone(),
+            claims: AtomicU32::new(0),
+        });
+        let clock: Arc<dyn Clock> = Arc::new(self.env.fx.clock.clone());
+        let flows = Endpoint::builder("flows")
+            .transport(self.env.fx.transport.clone())
+            .clock(clock)
+            .routes(routes())
+            .store(store.clone())
+            .state(self.probe.clone())
+            .recoverability(policy)
+            .saga::<Flow>()
+            .start()
+            .await
+            .unwrap();
+        (flows, store)
+    }
+
+    /// Moves the clock by `secs` and waits for two more claims of the dispatcher: at least
+    /// one whole claim after the move.
+    async fn advance_past_claims(&self, secs: u64, store: &CountingClaims) {
+        let before = store.claims.load(Ordering::SeqCst);
+        self.advance(secs);
+        eventually("two claims after moving the clock", || async {
+            if store.claims.load(Ordering::SeqCst) < before + 2 {
+                // The dispatcher sleeps by the virtual clock: nudge it.
+                self.advance(1);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                return false;
+            }
+            true
+        })
+        .await;
+    }
+
+    async fn dead_lettered_timeouts(&self) -> i64 {
+        self.env
+            .count(&format!(
+                "SELECT COUNT(*) FROM {} WHERE dead_lettered_at IS NOT NULL AND dead_letter_reason = '{}'",
+                self.env.kind.table("saga_timeout"),
+                courier::recoverability::reasons::RETRIES_EXHAUSTED
+            ))
+            .await
+    }
+
+    async fn dead_letters(&self) -> usize {
+        self.env
+            .fx
+            .transport
+            .peek(&EntityPath::queue("flows").dead_letter(), 0, 100)
+            .await
+            .unwrap()
+            .len()
+    }
+}
+
+/// Regression (issue 13, bug 1): a timeout whose handler keeps failing was dead-lettered,
+/// but its row stayed claimed; the dispatcher took the claim back five minutes later and
+/// sent it again, forever (13 dispatches and 12 dead letters in two hours). Now the row
+/// is marked dead-lettered and never sent again.
+async fn a_timeout_that_keeps_failing_is_dead_lettered_once(kind: StoreKind) {
+    let env = Env::new(kind).await;
+    env.probe.failing.store(true, Ordering::SeqCst);
+    let (flows, store) = env.start_counting(RetryPolicy::none().immediate(1)).await;
+    handled(&flows, &begin("f-dead", Some(60)), 1).await;
+    env.advance(61);
+    eventually("the timeout dead-lettered", || async {
+        flows.stats().dead_lettered == 1
+    })
+    .await;
+    assert_eq!(env.probe.attempts.load(Ordering::SeqCst), 2, "two attempts");
+    assert_eq!(flows.stats().timeouts_dead_lettered, 1);
+    assert_eq!(
+        env.dead_lettered_timeouts().await,
+        1,
+        "the row is marked, with its reason"
+    );
+    // Two hours: past the reclaim wait many times over.
+    for _ in 0..24 {
+        env.advance_past_claims(301, &store).await;
+    }
+    assert_eq!(env.probe.attempts.load(Ordering::SeqCst), 2, "never sent again");
+    assert_eq!(env.dead_letters().await, 1, "one dead letter");
+    assert_eq!(flows.stats().timeouts_dispatched, 1);
+    // The operator fixes the handler and resubmits the dead letter: it fires, once, and
+    // its row goes.
+    env.probe.failing.store(false, Ordering::SeqCst);
+    let dead = env
+        .env
+        .fx
+        .transport
+        .receiver(&EntityPath::queue("flows").dead_letter())
+        .await
+        .unwrap();
+    let letters = dead.receive(1, Duration::from_secs(5)).await.unwrap();
+    let letter = letters.into_iter().next().expect("the dead letter");
+    let mut copy = letter.message().envelope.clone();
+    copy.properties.retain(|k, _| !k.starts_with("courier.failure."));
+    let sender = env
+        .env
+        .fx
+        .transport
+        .sender("flows", SenderOptions::default())
+        .await
+        .unwrap();
+    sender.send(copy).await.unwrap();
+    letter.complete().await.unwrap();
+    eventually("the resubmitted timeout handled", || async { env.fired() == 1 }).await;
+    eventually("its row gone", || async { env.rows("saga_timeout").await == 0 }).await;
+    flows.shutdown().await.unwrap();
+    env.finish().await;
+}
+
+/// A timeout whose handler fails waits for a delayed retry longer than the dispatcher's
+/// reclaim wait (five minutes): the claim is not taken back meanwhile, so no second copy
+/// runs beside the retry (before, each reclaim started another chain of retries).
+async fn a_timeout_waiting_for_a_delayed_retry_is_not_sent_again(kind: StoreKind) {
+    let env = Env::new(kind).await;
+    env.probe.failing.store(true, Ordering::SeqCst);
+    let policy = RetryPolicy::none().delayed([Duration::from_secs(1800)]);
+    let (flows, store) = env.start_counting(policy).await;
+    handled(&flows, &begin("f-retry", Some(60)), 1).await;
+    env.advance(61);
+    eventually("the first attempt", || async { flows.stats().retried == 1 }).await;
+    assert_eq!(env.probe.attempts.load(Ordering::SeqCst), 1);
+    // 25 minutes: five reclaim waits, the delayed retry not yet due.
+    for _ in 0..5 {
+        env.advance_past_claims(301, &store).await;
+    }
+    assert_eq!(
+        env.probe.attempts.load(Ordering::SeqCst),
+        1,
+        "no copy beside the delayed retry"
+    );
+    env.probe.failing.store(false, Ordering::SeqCst);
+    env.advance(600);
+    eventually("the delayed retry handled", || async { env.fired() == 1 }).await;
+    eventually("its row gone", || async { env.rows("saga_timeout").await == 0 }).await;
+    assert_eq!(env.probe.attempts.load(Ordering::SeqCst), 2);
+    flows.shutdown().await.unwrap();
+    env.finish().await;
+}
+
+/// Issue 13, bug 2, on every store: the start message arrives twice (a client retried
+/// with a new message id) and each handling requests the reminder. A timeout is keyed by
+/// its type: the second request replaces the first, one row stays, and cancelling by
+/// type leaves none. (`harness::a_start_that_arrives_twice_...` runs the docs' pattern.)
+async fn a_start_that_arrives_twice_leaves_one_timeout(kind: StoreKind) {
+    let env = Env::new(kind).await;
+    let flows = env.start().await;
+    handled(&flows, &begin("f-twice", Some(600)), 1).await;
+    handled(&flows, &begin("f-twice", Some(600)), 2).await;
+    assert_eq!(env.field("f-twice", "starts").await, 2);
+    assert_eq!(
+        env.rows("saga_timeout").await,
+        1,
+        "the second request replaced the first"
+    );
+    // Cancelled by its type, with no handle.
+    flows
+        .bus()
+        .send_with(&Confirm, SendOptions::new().header("x-flow", "f-twice"))
+        .await
+        .unwrap();
+    eventually("the confirmation", || async { flows.stats().completed == 3 }).await;
+    assert_eq!(env.rows("saga_timeout").await, 0);
+    env.advance(3600);
+    eventually("settled", || async { flows.stats().running == 0 }).await;
+    assert_eq!(env.fired(), 0, "no orphaned timeout fires");
+    flows.shutdown().await.unwrap();
+    env.finish().await;
+}
+
+on_every_store!(
+    a_timeout_that_keeps_failing_is_dead_lettered_once,
+    a_timeout_waiting_for_a_delayed_retry_is_not_sent_again,
+    a_start_that_arrives_twice_leaves_one_timeout,
+);
