@@ -40,6 +40,7 @@ use crate::saga::{LockOwner, SagaStats, TimeoutSignal, settle};
 use crate::store::{Begin, CommitGroup, Committed, OutboxMessage, Store, TimeoutClaim};
 use crate::transport::{Delivery, Receiver, Settlement, Transport};
 
+mod ledger;
 mod outbox;
 use outbox::{dispatch_stored, flush_dispatched, outbox_cleaner, outbox_sweeper};
 
@@ -164,8 +165,9 @@ struct Shared {
     store: Option<Arc<dyn Store>>,
     saga_stats: Arc<SagaStats>,
     timeouts: Arc<TimeoutSignal>,
-    /// Outbox rows dispatched and not yet deleted: deleted in batches by `outbox_cleaner`.
-    dispatched: std::sync::Mutex<Vec<i64>>,
+    /// The outbox rows this process took to dispatch; dispatched ones wait there to be
+    /// deleted in batches by `outbox_cleaner`.
+    outbox: ledger::Ledger,
     dispatched_added: tokio::sync::Notify,
     /// Fired when the shutdown deadline passes: running handlers see it in their context.
     hard_stop: CancellationToken,
@@ -261,7 +263,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
         store: config.store,
         saga_stats: config.saga_stats,
         timeouts: Arc::default(),
-        dispatched: std::sync::Mutex::new(Vec::new()),
+        outbox: ledger::Ledger::default(),
         dispatched_added: tokio::sync::Notify::new(),
         hard_stop: CancellationToken::new(),
         stats: Stats::default(),
@@ -842,20 +844,18 @@ async fn handle(
             // was processed.
             if let Some(store) = &shared.store {
                 let now = shared.clock.now();
+                // A duplicate's begin reads the outbox rows its handling left.
+                let read = shared.outbox.read();
                 let begun = match seat {
                     Some(seat) => seat.begin(now).await,
                     None => store.begin(&shared.name, ctx.message_id(), lock, now).await,
                 };
                 match begun {
                     Err(e) => return Err(Failure::Store(e)),
-                    Ok(Begin::Duplicate(mut left)) => {
-                        // Rows this process dispatched already wait to be deleted: not again.
-                        let sent = shared
-                            .dispatched
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner);
-                        left.retain(|m| !sent.contains(&m.id));
-                        drop(sent);
+                    Ok(Begin::Duplicate(left)) => {
+                        // Rows this process took already (being sent, or sent and waiting
+                        // to be deleted): not again.
+                        let left = shared.outbox.take_read(read, left, |m| m.id);
                         return Ok(Done::Duplicate(left));
                     }
                     Ok(Begin::Fresh(work)) => ctx.set_unit_of_work(work),
@@ -942,6 +942,7 @@ async fn handle(
             Ok(Done::Handled(outgoing)) => shared.bus.dispatch(outgoing).await.map_err(Failure::Dispatch),
             Ok(Done::Committed(stored)) => {
                 let count = stored.len();
+                let stored = shared.outbox.take_stored(stored, |m| m.id);
                 dispatch_stored(shared, stored)
                     .await
                     .map_err(|error| Failure::Undispatched { count, error })

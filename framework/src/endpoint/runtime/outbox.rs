@@ -33,29 +33,31 @@ pub(super) async fn outbox_sweeper(shared: Arc<Shared>, stop: CancellationToken)
         let now = shared.clock.now();
         let next = now + chrono::Duration::from_std(OUTBOX_SWEEP_EVERY).unwrap_or(chrono::Duration::MAX);
         let older_than = now - chrono::Duration::from_std(OUTBOX_LEFT_AFTER).unwrap_or(chrono::Duration::zero());
+        let read = shared.outbox.read();
         match store.undispatched(&shared.name, older_than, OUTBOX_SWEEP_BATCH).await {
-            Ok(mut left) if !left.is_empty() => {
+            Ok(left) if !left.is_empty() => {
                 let full = i64::try_from(left.len()).unwrap_or(i64::MAX) >= OUTBOX_SWEEP_BATCH;
-                {
-                    let sent = shared
-                        .dispatched
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    left.retain(|m| !sent.contains(&m.id));
-                }
+                // Rows this process took already (a handling or a redelivery sending them,
+                // or sent and waiting to be deleted) are not sent again.
+                let left = shared.outbox.take_read(read, left, |m| m.id);
                 let n = left.len();
                 match dispatch_stored(&shared, left).await {
+                    Ok(()) if n == 0 => {}
                     Ok(()) => {
                         tracing::warn!(dispatched = n, "dispatched outbox messages left behind");
-                        if full && n > 0 {
+                        if full {
                             continue;
                         }
                     }
                     Err(e) => tracing::warn!(error = %e, "could not dispatch outbox messages left behind"),
                 }
             }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "could not read the outbox"),
+            // The ticket goes now, not after the sleep: tombstones are kept while it is out.
+            Ok(_) => drop(read),
+            Err(e) => {
+                drop(read);
+                tracing::warn!(error = %e, "could not read the outbox");
+            }
         }
         tokio::select! {
             () = stop.cancelled() => return 0,
@@ -74,7 +76,17 @@ pub(super) async fn outbox_sweeper(shared: Arc<Shared>, stop: CancellationToken)
 /// that way is sent again one message at a time, to find which ones. Any other failure
 /// (transient, a missing destination) ends the dispatch with that error: the rows stay
 /// and are sent again by a redelivery or the sweeper.
+///
+/// The rows must have been taken in the ledger (`Shared::outbox`); those not dispatched are
+/// given back at the end, so that a redelivery or the sweeper takes them again.
 pub(super) async fn dispatch_stored(shared: &Shared, stored: Vec<OutboxMessage>) -> Result<()> {
+    let ids: Vec<i64> = stored.iter().map(|m| m.id).collect();
+    let dispatched = dispatch_taken(shared, stored).await;
+    shared.outbox.give_back_unsent(&ids);
+    dispatched
+}
+
+async fn dispatch_taken(shared: &Shared, stored: Vec<OutboxMessage>) -> Result<()> {
     let mut groups: Vec<Vec<OutboxMessage>> = Vec::new();
     for m in stored {
         match groups
@@ -176,15 +188,7 @@ async fn set_aside(shared: &Shared, row: OutboxMessage, error: &Error) -> Result
 
 /// Notes rows as dispatched: the cleaner deletes them in batches.
 fn mark_sent(shared: &Shared, ids: impl IntoIterator<Item = i64>) {
-    let many = {
-        let mut d = shared
-            .dispatched
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        d.extend(ids);
-        d.len() >= OUTBOX_DELETE_BATCH
-    };
-    if many {
+    if shared.outbox.sent(ids) >= OUTBOX_DELETE_BATCH {
         shared.dispatched_added.notify_one();
     }
 }
@@ -214,30 +218,18 @@ pub(super) async fn outbox_cleaner(shared: Arc<Shared>, stop: CancellationToken)
 pub(super) async fn flush_dispatched(shared: &Shared) {
     let Some(store) = &shared.store else { return };
     loop {
-        // The ids stay in the set until their rows are gone, so that neither a redelivery
-        // nor the sweeper sends them again meanwhile.
-        let batch: Vec<i64> = {
-            let d = shared
-                .dispatched
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            d.iter().take(OUTBOX_DELETE_BATCH).copied().collect()
-        };
+        // The rows stay taken until they are gone, so that neither a redelivery nor the
+        // sweeper sends them again meanwhile.
+        let batch = shared.outbox.to_delete(OUTBOX_DELETE_BATCH);
         if batch.is_empty() {
             return;
         }
-        let deleted = store.mark_dispatched(&batch).await;
-        {
-            let mut d = shared
-                .dispatched
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let done: std::collections::HashSet<i64> = batch.iter().copied().collect();
-            d.retain(|id| !done.contains(id));
-        }
-        if let Err(e) = deleted {
-            tracing::warn!(error = %e, "dispatched messages stay in the outbox; they may be sent again");
+        if let Err(e) = store.mark_dispatched(&batch).await {
+            // They stay taken and waiting: the next round tries again. Should the process
+            // end first, the sweeper of a later one sends them again, with their ids.
+            tracing::warn!(error = %e, "dispatched messages stay in the outbox for now; they may be sent again");
             return;
         }
+        shared.outbox.deleted(&batch);
     }
 }
