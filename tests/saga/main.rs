@@ -411,7 +411,7 @@ async fn a_restart_keeps_the_timeout(kind: StoreKind) {
     handled(&flows, &begin("f-6", Some(3600)), 1).await;
     // Stopped, not dropped: a dropped endpoint's dispatcher may finish the poll it is in
     // and claim the timeout just before it dies, which is the lost dispatch of
-    // `a_lost_dispatch_is_reclaimed` (taken back after five minutes), not this scenario.
+    // `a_lost_dispatch_is_reclaimed` (taken back after the send lease), not this scenario.
     flows.shutdown().await.unwrap();
     env.advance(3601);
     let again = env.start().await;
@@ -422,8 +422,8 @@ async fn a_restart_keeps_the_timeout(kind: StoreKind) {
     env.finish().await;
 }
 
-/// A dispatcher claimed a due timeout and died before sending it: the claim is taken
-/// back after five minutes and the timeout fires, once.
+/// A dispatcher claimed a due timeout and died before sending it: the claim, never
+/// confirmed sent, is taken back after the send lease (30 s) and the timeout fires, once.
 async fn a_lost_dispatch_is_reclaimed(kind: StoreKind) {
     let env = Env::new(kind).await;
     let flows = env.start().await;
@@ -438,6 +438,8 @@ async fn a_lost_dispatch_is_reclaimed(kind: StoreKind) {
             "flows",
             courier::TimeoutClaim {
                 now,
+                // As the dispatcher marks a claim it has yet to send: taken back 30 s on.
+                marked_at: now - chrono::Duration::seconds(270),
                 due_until: now,
                 reclaim_before: now - chrono::Duration::minutes(5),
                 limit: 10,
@@ -453,7 +455,7 @@ async fn a_lost_dispatch_is_reclaimed(kind: StoreKind) {
         // claim is taken back.
         handled(&again, &Bump { id: "f-7".into() }, 1).await;
         assert_eq!(env.fired(), 0);
-        env.advance(301);
+        env.advance(31);
     }
     eventually("the reminder", || async { env.fired() == 1 }).await;
     // The handler ran; wait for its transaction to commit (the row goes with it) before
@@ -470,10 +472,13 @@ async fn a_lost_dispatch_is_reclaimed(kind: StoreKind) {
     env.finish().await;
 }
 
-/// A store that counts the dispatcher's claims.
+/// A store that counts the dispatcher's claims, and can lose the replies of the first
+/// ones (the claim commits, the dispatcher sees an error: a connection that dropped).
 struct CountingClaims {
     inner: Arc<dyn courier::Store>,
     claims: AtomicU32,
+    /// How many claim replies are still to be lost.
+    lose_replies: AtomicU32,
 }
 
 #[async_trait::async_trait]
@@ -518,7 +523,24 @@ impl courier::Store for CountingClaims {
         claim: courier::TimeoutClaim,
     ) -> courier::Result<courier::DueTimeouts> {
         self.claims.fetch_add(1, Ordering::SeqCst);
-        self.inner.claim_due_timeouts(endpoint, claim).await
+        let due = self.inner.claim_due_timeouts(endpoint, claim).await?;
+        let lose = self
+            .lose_replies
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+        if lose && due.claimed > 0 {
+            return Err(courier::Error::new(courier::ErrorKind::Storage {
+                detail: "the connection dropped before the reply (test)".into(),
+                transient: true,
+            }));
+        }
+        if lose {
+            self.lose_replies.fetch_add(1, Ordering::SeqCst);
+        }
+        Ok(due)
+    }
+    async fn timeouts_sent(&self, ids: &[String], at: chrono::DateTime<chrono::Utc>) -> courier::Result<()> {
+        self.inner.timeouts_sent(ids, at).await
     }
     async fn next_timeout_due(&self, endpoint: &str) -> courier::Result<Option<chrono::DateTime<chrono::Utc>>> {
         self.inner.next_timeout_due(endpoint).await
@@ -554,6 +576,7 @@ async fn timeouts_stored_far_ahead_cost_no_claim(kind: StoreKind) {
     let store = Arc::new(CountingClaims {
         inner: env.env.store.clone(),
         claims: AtomicU32::new(0),
+        lose_replies: AtomicU32::new(0),
     });
     let clock: Arc<dyn Clock> = Arc::new(env.env.fx.clock.clone());
     let flows = Endpoint::builder("flows")

@@ -16,9 +16,16 @@ use super::{Confirm, CountingClaims, Env, Flow, begin, handled, routes};
 impl Env {
     /// An endpoint whose store counts the dispatcher's claims, with `policy`.
     async fn start_counting(&self, policy: RetryPolicy) -> (RunningEndpoint, Arc<CountingClaims>) {
+        self.start_losing(policy, 0).await
+    }
+
+    /// As `start_counting`, the replies of the first `lost` claims that take something
+    /// lost after their commit.
+    async fn start_losing(&self, policy: RetryPolicy, lost: u32) -> (RunningEndpoint, Arc<CountingClaims>) {
         let store = Arc::new(CountingClaims {
             inner: self.env.store.clone(),
             claims: AtomicU32::new(0),
+            lose_replies: AtomicU32::new(lost),
         });
         let clock: Arc<dyn Clock> = Arc::new(self.env.fx.clock.clone());
         let flows = Endpoint::builder("flows")
@@ -190,7 +197,39 @@ async fn a_start_that_arrives_twice_leaves_one_timeout(kind: StoreKind) {
     env.finish().await;
 }
 
+/// Regression (found by `courier-chaos`, issue 18): a claim that committed but whose
+/// reply the dispatcher never saw (its connection dropped; or the process died before it
+/// sent what it claimed) left the timeout unsent for the whole five-minute reclaim wait: a
+/// 2-second timeout fired five minutes late. A claim is now confirmed once its messages
+/// are sent; an unconfirmed one is taken again after 30 s.
+async fn a_claim_whose_reply_was_lost_is_taken_again_after_the_lease(kind: StoreKind) {
+    let env = Env::new(kind).await;
+    let (flows, store) = env.start_losing(RetryPolicy::default(), 1).await;
+    handled(&flows, &begin("f-lost", Some(60)), 1).await;
+    env.advance_past_claims(61, &store).await;
+    if !kind.one_transaction() {
+        // Claimed, never sent: nothing fires within the lease.
+        assert_eq!(env.fired(), 0);
+        env.advance_past_claims(20, &store).await;
+        assert_eq!(env.fired(), 0, "not before the lease ends");
+        env.advance(11);
+    }
+    // (The embedded broker's file enqueues at the claim, in the claim's transaction: the
+    // lost reply lost nothing.)
+    eventually("the reminder", || async { env.fired() == 1 }).await;
+    eventually("the reminder committed", || async {
+        env.rows("saga_timeout").await == 0
+    })
+    .await;
+    env.advance(600);
+    eventually("settled", || async { flows.stats().running == 0 }).await;
+    assert_eq!(env.fired(), 1, "once");
+    flows.shutdown().await.unwrap();
+    env.finish().await;
+}
+
 on_every_store!(
+    a_claim_whose_reply_was_lost_is_taken_again_after_the_lease,
     a_timeout_that_keeps_failing_is_dead_lettered_once,
     a_timeout_waiting_for_a_delayed_retry_is_not_sent_again,
     a_start_that_arrives_twice_leaves_one_timeout,

@@ -32,7 +32,8 @@ pub async fn amqp_url() -> String {
             if let Ok(url) = std::env::var("AMQP_URL") {
                 (url, None)
             } else if containers::engine_answers() {
-                start_container().await
+                let (url, container) = start_container().await;
+                (url, Some(container))
             } else {
                 panic!(
                     "{}",
@@ -44,10 +45,19 @@ pub async fn amqp_url() -> String {
     url.clone()
 }
 
+/// A RabbitMQ container of the caller's own (the chaos harness restarts it), whatever
+/// `AMQP_URL` says: its URL and the container, which stops when dropped.
+///
+/// # Panics
+/// When the container cannot start.
+pub async fn own_broker() -> (String, ContainerAsync<GenericImage>) {
+    start_container().await
+}
+
 /// Starts a RabbitMQ container with its AMQP port on a fixed host port (a restart keeps
 /// it), returning its URL.
 #[allow(clippy::panic)]
-async fn start_container() -> (String, Option<ContainerAsync<GenericImage>>) {
+async fn start_container() -> (String, ContainerAsync<GenericImage>) {
     containers::remove_orphans();
     let (name, tag) = containers::image(Server::RabbitMq).unwrap_or_else(|e| panic!("{e}"));
     let port = containers::free_port().unwrap_or_else(|e| panic!("no free port: {e}"));
@@ -66,7 +76,7 @@ async fn start_container() -> (String, Option<ContainerAsync<GenericImage>>) {
         .get_host()
         .await
         .unwrap_or_else(|e| panic!("the RabbitMQ container's host: {e}"));
-    (format!("amqp://guest:guest@{host}:{port}/%2f"), Some(container))
+    (format!("amqp://guest:guest@{host}:{port}/%2f"), container)
 }
 
 /// A SQLite store in memory (one connection that never closes), migrated.

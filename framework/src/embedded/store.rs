@@ -213,7 +213,8 @@ impl Store for EmbeddedStore {
             .execute(conn(&mut lease)?)
             .await
             .map_err(|e| db_error("cannot begin claiming timeouts", e))?;
-        let due = sqlite_saga::claim_due(conn(&mut lease)?, endpoint, claim).await?;
+        // Enqueued in this transaction: nothing to confirm, the rows are marked `now`.
+        let due = sqlite_saga::claim_due(conn(&mut lease)?, endpoint, claim, claim.now).await?;
         let claimed = due.len();
         let (reply, rx) = oneshot::channel();
         lease.give_back(Some(Finish {

@@ -511,6 +511,9 @@ const TIMEOUT_CLAIM_EVERY: Duration = Duration::from_millis(100);
 /// A claimed timeout whose message was not handled after this long is sent again (its
 /// dispatch may have been lost; a copy is dropped by the inbox).
 const TIMEOUT_RECLAIM_AFTER: Duration = Duration::from_secs(300);
+/// A claim whose send was not confirmed (`Store::timeouts_sent`) is taken again after
+/// this long: the dispatcher that made it died, or lost its connection, before sending.
+const TIMEOUT_SEND_LEASE: Duration = Duration::from_secs(30);
 /// The most timeouts claimed in one transaction; more are claimed at once in further
 /// transactions, between which the store serves others.
 const TIMEOUT_BATCH: i64 = 200;
@@ -527,6 +530,7 @@ async fn timeout_dispatcher(shared: Arc<Shared>, stop: CancellationToken) -> usi
         let now = shared.clock.now();
         let claim = TimeoutClaim {
             now,
+            marked_at: now - chrono_of(TIMEOUT_RECLAIM_AFTER.saturating_sub(TIMEOUT_SEND_LEASE)),
             due_until: now + lookahead,
             reclaim_before: now - chrono_of(TIMEOUT_RECLAIM_AFTER),
             limit: TIMEOUT_BATCH,
@@ -543,10 +547,22 @@ async fn timeout_dispatcher(shared: Arc<Shared>, stop: CancellationToken) -> usi
                         Ok(sender) => sender.send_batch(due.to_send).await.map_err(Error::from),
                         Err(e) => Err(e),
                     };
-                    if let Err(e) = sent {
-                        tracing::warn!(error = %e, "could not send due saga timeouts; trying again");
-                        if let Err(e) = store.unclaim_timeouts(&ids).await {
-                            tracing::warn!(error = %e, "could not release the timeouts; they are sent again later");
+                    match sent {
+                        Ok(()) => {
+                            if let Err(e) = store.timeouts_sent(&ids, shared.clock.now()).await {
+                                tracing::warn!(
+                                    error = %e,
+                                    "could not confirm the saga timeouts sent; they may be sent again after {} s \
+                                     (the copies are dropped by the inbox)",
+                                    TIMEOUT_SEND_LEASE.as_secs()
+                                );
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not send due saga timeouts; trying again");
+                            if let Err(e) = store.unclaim_timeouts(&ids).await {
+                                tracing::warn!(error = %e, "could not release the timeouts; they are sent again later");
+                            }
                         }
                     }
                 }

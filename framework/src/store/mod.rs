@@ -178,8 +178,15 @@ pub struct StoredSaga {
 /// Which timeouts [`Store::claim_due_timeouts`] takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimeoutClaim {
-    /// The time of the claim (the claimed rows are marked dispatched at it).
+    /// The time of the claim. A store that enqueues the messages in the claiming
+    /// transaction marks the claimed rows dispatched at it.
     pub now: DateTime<Utc>,
+    /// What a store that hands the messages back for sending (in
+    /// [`DueTimeouts::to_send`]) marks the claimed rows with instead: a time before `now`,
+    /// so that a claim whose send is never confirmed ([`Store::timeouts_sent`]: the
+    /// dispatcher died, or its connection did, between the claim and the send) is taken
+    /// again after a short lease instead of the whole reclaim wait.
+    pub marked_at: DateTime<Utc>,
     /// Unclaimed timeouts due at or before this are taken: those due after `now` are sent
     /// as scheduled messages for their due time, so that the broker, not a polling loop,
     /// delivers them on time.
@@ -434,6 +441,16 @@ pub trait Store: Send + Sync + 'static {
     async fn next_timeout_due(&self, endpoint: &str) -> Result<Option<DateTime<Utc>>> {
         let _ = endpoint;
         saga_unsupported()
+    }
+
+    /// Confirms that the messages of the claimed timeouts `ids` were sent at `at`: their
+    /// rows are marked dispatched at `at` (never earlier than they were), so they wait the
+    /// whole reclaim time before being sent again. Unsent, a claim is taken again after
+    /// its short lease (see [`TimeoutClaim::marked_at`]). Stores that enqueue at the claim
+    /// need not implement it.
+    async fn timeouts_sent(&self, ids: &[String], at: DateTime<Utc>) -> Result<()> {
+        let _ = (ids, at);
+        Ok(())
     }
 
     /// Reverts a claim whose messages could not be sent, so the next round sends them.

@@ -369,7 +369,7 @@ impl Store for PostgresStore {
              RETURNING envelope::text, body, due_at",
         )
         .bind(endpoint)
-        .bind(claim.now)
+        .bind(claim.marked_at)
         .bind(claim.reclaim_before)
         .bind(claim.limit)
         .bind(claim.due_until)
@@ -398,6 +398,22 @@ impl Store for PostgresStore {
             .fetch_one(&self.pool)
             .await
             .map_err(|e| db_error("cannot read the next saga timeout", e))
+    }
+
+    async fn timeouts_sent(&self, ids: &[String], at: DateTime<Utc>) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        sqlx::query(
+            "UPDATE courier.saga_timeout SET dispatched_at = GREATEST(dispatched_at, $2) \
+             WHERE id = ANY($1) AND dispatched_at IS NOT NULL AND dead_lettered_at IS NULL",
+        )
+        .bind(ids)
+        .bind(at)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| db_error("cannot confirm that saga timeouts were sent", e))?;
+        Ok(())
     }
 
     async fn unclaim_timeouts(&self, ids: &[String]) -> Result<()> {

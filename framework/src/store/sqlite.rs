@@ -493,7 +493,7 @@ impl Store for SqliteStore {
 
     async fn claim_due_timeouts(&self, endpoint: &str, claim: TimeoutClaim) -> Result<DueTimeouts> {
         let _turn = self.writer.take().await?;
-        let to_send = sqlite_saga::claim_due(&mut *self.conn().await?, endpoint, claim).await?;
+        let to_send = sqlite_saga::claim_due(&mut *self.conn().await?, endpoint, claim, claim.marked_at).await?;
         Ok(DueTimeouts {
             claimed: to_send.len(),
             to_send,
@@ -502,6 +502,11 @@ impl Store for SqliteStore {
 
     async fn next_timeout_due(&self, endpoint: &str) -> Result<Option<DateTime<Utc>>> {
         sqlite_saga::next_due(&mut *self.conn().await?, endpoint).await
+    }
+
+    async fn timeouts_sent(&self, ids: &[String], at: DateTime<Utc>) -> Result<()> {
+        let _turn = self.writer.take().await?;
+        sqlite_saga::confirm_sent(&mut *self.conn().await?, ids, at).await
     }
 
     async fn unclaim_timeouts(&self, ids: &[String]) -> Result<()> {

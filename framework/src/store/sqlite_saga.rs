@@ -269,11 +269,13 @@ pub(crate) async fn take_timeout(conn: &mut SqliteConnection, id: &str) -> Resul
     Ok(done.rows_affected() == 1)
 }
 
-/// Marks due (and long unhandled) timeouts dispatched and returns their messages.
+/// Marks due (and long unhandled) timeouts dispatched at `mark` and returns their
+/// messages.
 pub(crate) async fn claim_due(
     conn: &mut SqliteConnection,
     endpoint: &str,
     claim: TimeoutClaim,
+    mark: DateTime<Utc>,
 ) -> Result<Vec<Envelope>> {
     let rows = sqlx::query(
         "UPDATE courier_saga_timeout SET dispatched_at = ?2 WHERE id IN ( \
@@ -288,7 +290,7 @@ pub(crate) async fn claim_due(
          RETURNING envelope, body, due_at",
     )
     .bind(endpoint)
-    .bind(micros(claim.now))
+    .bind(micros(mark))
     .bind(micros(claim.reclaim_before))
     .bind(claim.limit)
     .bind(micros(claim.due_until))
@@ -316,6 +318,25 @@ pub(crate) async fn next_due(conn: &mut SqliteConnection, endpoint: &str) -> Res
     .await
     .map_err(|e| db_error("cannot read the next saga timeout", e))?;
     Ok(at.and_then(DateTime::from_timestamp_micros))
+}
+
+/// Confirms claimed timeouts sent at `at` (see
+/// [`Store::timeouts_sent`](crate::store::Store::timeouts_sent)).
+pub(crate) async fn confirm_sent(conn: &mut SqliteConnection, ids: &[String], at: DateTime<Utc>) -> Result<()> {
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let list = serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned());
+    sqlx::query(
+        "UPDATE courier_saga_timeout SET dispatched_at = MAX(dispatched_at, ?2) \
+         WHERE id IN (SELECT value FROM json_each(?1)) AND dispatched_at IS NOT NULL AND dead_lettered_at IS NULL",
+    )
+    .bind(list)
+    .bind(micros(at))
+    .execute(conn)
+    .await
+    .map_err(|e| db_error("cannot confirm that saga timeouts were sent", e))?;
+    Ok(())
 }
 
 pub(crate) async fn unclaim(conn: &mut SqliteConnection, ids: &[String]) -> Result<()> {
