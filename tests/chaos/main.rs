@@ -46,7 +46,10 @@ pub fn fail<T>(message: impl Into<String>) -> Result<T, Error> {
 }
 
 #[derive(Parser)]
-#[command(name = "courier-chaos", about = "Courier's exactly-once promise under sustained faults")]
+#[command(
+    name = "courier-chaos",
+    about = "Courier's exactly-once promise under sustained faults"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -153,7 +156,16 @@ async fn send_flows(transport: Arc<dyn Transport>, queue: String, n: u64, rate: 
         let (key, cancel) = workflow::key(i);
         loop {
             let once = SendOptions::new().message_id(format!("open-{key}"));
-            match bus.send_with(&workflow::Open { key: key.clone(), cancel }, once).await {
+            match bus
+                .send_with(
+                    &workflow::Open {
+                        key: key.clone(),
+                        cancel,
+                    },
+                    once,
+                )
+                .await
+            {
                 Ok(_) => break,
                 Err(e) if e.is_transient() => {
                     failures += 1;
@@ -194,7 +206,11 @@ async fn run(args: RunArgs) -> Result<bool, Error> {
 async fn drive(args: &RunArgs, setup: &Setup) -> Result<bool, Error> {
     let exe = std::env::current_exe().map_err(|e| Error(format!("this program's path: {e}")))?;
     let mut worker_args = setup.place.args();
-    let processes = if args.config.competing() { args.workers.max(1) } else { 1 };
+    let processes = if args.config.competing() {
+        args.workers.max(1)
+    } else {
+        1
+    };
     if !args.config.competing() {
         worker_args.extend(["--feed".to_owned(), args.messages.to_string()]);
         worker_args.extend(["--rate".to_owned(), args.rate.to_string()]);
@@ -206,7 +222,12 @@ async fn drive(args: &RunArgs, setup: &Setup) -> Result<bool, Error> {
     let began = Instant::now();
     let feeder = if args.config.competing() {
         let (transport, _) = setup.place.open().await?;
-        Some(tokio::spawn(send_flows(transport, setup.place.queue.clone(), args.messages, args.rate)))
+        Some(tokio::spawn(send_flows(
+            transport,
+            setup.place.queue.clone(),
+            args.messages,
+            args.rate,
+        )))
     } else {
         None
     };
@@ -236,7 +257,9 @@ async fn drive(args: &RunArgs, setup: &Setup) -> Result<bool, Error> {
                 if fault.outage() {
                     let back = Instant::now();
                     let recovered = report::next_effect(&setup.db, before.max(progress.last()), expected).await;
-                    tally.recoveries.push((fault, recovered.map(|at| at.duration_since(back))));
+                    tally
+                        .recoveries
+                        .push((fault, recovered.map(|at| at.duration_since(back))));
                 }
             }
             next_fault = Instant::now() + Duration::from_millis(args.every);
@@ -254,7 +277,15 @@ async fn drive(args: &RunArgs, setup: &Setup) -> Result<bool, Error> {
     report::outbox_drained(&setup.db, Duration::from_secs(60)).await;
     let killed_at_stop = workers.stop_all(Duration::from_secs(30)).await;
     let outcome = report::check(args.messages, setup).await?;
-    let ok = report::print(args, &tally, &outcome, elapsed, stalled, killed_at_stop, workers.started);
+    let ok = report::print(
+        args,
+        &tally,
+        &outcome,
+        elapsed,
+        stalled,
+        killed_at_stop,
+        workers.started,
+    );
     Ok(ok)
 }
 

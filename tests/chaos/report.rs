@@ -10,8 +10,8 @@ use courier::EntityCounts;
 use crate::Error;
 use crate::RunArgs;
 use crate::faults::Tally;
-use crate::setup::Setup;
 use crate::setup::Db;
+use crate::setup::Setup;
 use crate::workflow::{self, STEPS};
 
 const DISTINCT: &str =
@@ -151,7 +151,9 @@ pub async fn check(n: u64, setup: &Setup) -> Result<Outcome, Error> {
             .count(&format!("SELECT COUNT(*) FROM {saga} WHERE saga_type = 'chaos.Flow'"))
             .await?,
         timeouts_left: db
-            .count(&format!("SELECT COUNT(*) FROM {timeout} WHERE saga_type = 'chaos.Flow'"))
+            .count(&format!(
+                "SELECT COUNT(*) FROM {timeout} WHERE saga_type = 'chaos.Flow'"
+            ))
             .await?,
         timeouts_dead: db
             .count(&format!(
@@ -202,7 +204,10 @@ pub fn print(
     need(o.lost.is_empty(), "effects lost");
     need(o.duplicated.is_empty(), "effects duplicated");
     need(o.unexpected.is_empty(), "unexpected effects");
-    need(q.active == 0 && q.scheduled == 0 && q.deferred == 0, "messages left in the queue");
+    need(
+        q.active == 0 && q.scheduled == 0 && q.deferred == 0,
+        "messages left in the queue",
+    );
     need(q.dead_lettered == 0, "messages dead-lettered");
     need(o.sagas_left == 0, "sagas left");
     need(o.timeouts_left == 0, "timeouts left");
@@ -225,7 +230,10 @@ pub fn print(
         println!("    {:<42} {n:>6}", fault.name());
     }
     for (fault, took) in &tally.recoveries {
-        let took = took.map_or_else(|| "no effect followed".to_owned(), |d| format!("{:.2} s", d.as_secs_f64()));
+        let took = took.map_or_else(
+            || "no effect followed".to_owned(),
+            |d| format!("{:.2} s", d.as_secs_f64()),
+        );
         println!("    recovery after {:<27} {took:>9}", fault.name());
     }
     println!("  outcome");
@@ -244,7 +252,10 @@ pub fn print(
         ("sagas left", o.sagas_left.to_string()),
         ("timeouts left", o.timeouts_left.to_string()),
         ("timeouts dead-lettered", o.timeouts_dead.to_string()),
-        ("outbox rows left / dead letters", format!("{}/{}", o.outbox_left, o.outbox_dead)),
+        (
+            "outbox rows left / dead letters",
+            format!("{}/{}", o.outbox_left, o.outbox_dead),
+        ),
         ("workers killed at the final stop", killed_at_stop.to_string()),
     ];
     for (what, value) in rows {

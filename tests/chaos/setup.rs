@@ -254,8 +254,13 @@ impl Rabbit {
 
     /// Closes every connection of the run's virtual host.
     pub async fn close_connections(&self) -> Result<(), Error> {
-        self.ctl(&["close_all_connections", "--vhost", &self.vhost, "chaos: connection dropped"])
-            .await
+        self.ctl(&[
+            "close_all_connections",
+            "--vhost",
+            &self.vhost,
+            "chaos: connection dropped",
+        ])
+        .await
     }
 
     /// Stops the broker's application for `pause` and starts it again (only a broker of
@@ -292,7 +297,8 @@ pub struct Setup {
 impl Setup {
     /// Makes what `config` needs, with a queue name of the run's own. With `own_servers`,
     /// Postgres and RabbitMQ run in containers started here (so they can be restarted);
-    /// otherwise `DATABASE_URL` and `AMQP_URL` (or the test suite's containers) are used.
+    /// otherwise on `DATABASE_URL` and `AMQP_URL`, this machine's servers (controlled with
+    /// its `rabbitmqctl`), which are never restarted.
     pub async fn make(config: Config, own_servers: bool) -> Result<Self, Error> {
         let dir = tempfile::tempdir().map_err(|e| Error(format!("a temporary directory: {e}")))?;
         let run = uuid::Uuid::new_v4().simple().to_string();
@@ -331,6 +337,16 @@ impl Setup {
                 }
             }
             Config::Rabbitmq => {
+                if !own_servers
+                    && (std::env::var_os("AMQP_URL").is_none() || std::env::var_os("DATABASE_URL").is_none())
+                {
+                    // The run drops connections with this machine's `rabbitmqctl`: it must
+                    // be the broker AMQP_URL names, not a container of someone else's.
+                    return fail(
+                        "the rabbitmq configuration runs on AMQP_URL and DATABASE_URL (this machine's servers), \
+                         or on containers of its own with --own-servers: set both, or pass --own-servers",
+                    );
+                }
                 let (pg, pg_shared, database) = if own_servers {
                     let server = PgServer::container().await;
                     let database = server.database().await;

@@ -164,5 +164,5 @@ pub async fn work(msg: Work, ctx: &mut Context) -> Result<(), HandlerError> {
 
 /// The key of flow `n`, and whether it cancels its timeout (every other one).
 pub fn key(n: u64) -> (String, bool) {
-    (format!("k-{n:06}"), n % 2 == 0)
+    (format!("k-{n:06}"), n.is_multiple_of(2))
 }

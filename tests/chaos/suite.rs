@@ -1,0 +1,82 @@
+//! The small chaos runs of every test run (issue 18): `courier-chaos` on each
+//! configuration, 1,000 flows and 5 faults, must pass its own checks (every effect once,
+//! nothing left in a queue, a saga, a timeout or the outbox). Where a Docker engine
+//! answers, the RabbitMQ + Postgres run has servers of its own and restarts each once.
+//! The full-size runs and their figures are in docs/reliability.md.
+//!
+//! Real processes and real time: the harness's checks are about what is left, never how
+//! long it took (its only time limit is a stall of 90 s without progress).
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::print_stdout,
+    missing_docs
+)]
+
+use std::process::Command;
+
+fn chaos(args: &[&str]) {
+    let out = Command::new(env!("CARGO_BIN_EXE_courier-chaos"))
+        .arg("run")
+        .args(args)
+        .output()
+        .expect("run courier-chaos");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    println!("{stdout}");
+    assert!(
+        out.status.success(),
+        "courier-chaos {} failed ({}):\n{stdout}\n{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("PASS"), "{stdout}");
+}
+
+#[test]
+fn the_embedded_file_under_faults() {
+    chaos(&[
+        "--config",
+        "embedded",
+        "--messages",
+        "1000",
+        "--faults",
+        "5",
+        "--seed",
+        "11",
+    ]);
+}
+
+#[test]
+fn a_sqlite_store_beside_the_embedded_broker_under_faults() {
+    chaos(&[
+        "--config",
+        "sqlite",
+        "--messages",
+        "1000",
+        "--faults",
+        "5",
+        "--seed",
+        "12",
+    ]);
+}
+
+#[test]
+fn rabbitmq_and_postgres_under_faults() {
+    let mut args = vec![
+        "--config",
+        "rabbitmq",
+        "--messages",
+        "1000",
+        "--faults",
+        "5",
+        "--seed",
+        "13",
+    ];
+    if courier_tests::containers::engine_answers() {
+        args.push("--own-servers");
+    }
+    chaos(&args);
+}
