@@ -62,6 +62,8 @@ mod codec;
 mod endpoint;
 mod entity;
 mod error;
+#[cfg(test)]
+mod fuzz;
 mod message;
 pub mod saga;
 mod store;
