@@ -55,6 +55,8 @@ mod pages {
     struct Semantics;
     #[doc = include_str!("../../docs/observability.md")]
     struct Observability;
+    #[doc = include_str!("../../docs/reliability.md")]
+    struct Reliability;
 }
 
 mod clock;
