@@ -14,6 +14,7 @@
 
 mod foreign;
 mod malformed;
+mod scheduled;
 mod support;
 mod test_servers;
 mod tls;

@@ -123,7 +123,9 @@ impl Flow {
         effect(ctx, &msg.key, "open").await?;
         let after = if msg.cancel { CANCELLED_LONG_BEFORE } else { FIRES_AFTER };
         ctx.request_timeout(after, &Deadline)?;
-        ctx.send(&Work { key: msg.key.clone() })?;
+        // Fixed ids: a lost message can be followed through the logs by its key.
+        let id = SendOptions::new().message_id(format!("work-{}", msg.key));
+        ctx.send_with(&Work { key: msg.key.clone() }, id)?;
         self.key = msg.key;
         self.cancel = msg.cancel;
         Ok(())
@@ -158,7 +160,8 @@ impl Flow {
 #[courier::handler(sends(Worked))]
 pub async fn work(msg: Work, ctx: &mut Context) -> Result<(), HandlerError> {
     effect(ctx, &msg.key, "work").await?;
-    ctx.send(&Worked { key: msg.key })?;
+    let id = SendOptions::new().message_id(format!("worked-{}", msg.key));
+    ctx.send_with(&Worked { key: msg.key }, id)?;
     Ok(())
 }
 

@@ -52,7 +52,7 @@ pub use inspect::WireStats;
 use publish::{ConfirmChannel, Target, finish};
 use receiver::AmqpReceiver;
 pub use schedule::ScheduleStore;
-use schedule::{Due, Publish};
+use schedule::{Due, Publish, Published};
 use sender::AmqpSender;
 
 /// The default bound on connecting (and reconnecting) before a call fails with a
@@ -262,10 +262,10 @@ impl Inner {
 struct DuePublisher<'a>(&'a Inner);
 
 impl Publish for DuePublisher<'_> {
-    async fn publish(&self, due: Vec<Due>) -> Vec<i64> {
+    async fn publish(&self, due: Vec<Due>) -> Published {
         let inner = self.0;
         let mut pending = Vec::with_capacity(due.len());
-        let mut done = Vec::with_capacity(due.len());
+        let mut published = Published::default();
         for d in due {
             let target = if d.is_topic {
                 Target::Topic(d.destination.clone())
@@ -276,7 +276,7 @@ impl Publish for DuePublisher<'_> {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::error!(seq = d.seq, error = %e, "a scheduled message cannot be published; it is dropped");
-                    done.push(d.seq);
+                    published.done.push(d.seq);
                     continue;
                 }
             };
@@ -296,15 +296,22 @@ impl Publish for DuePublisher<'_> {
         }
         for (seq, target, confirm) in pending {
             match finish(&target, confirm).await {
-                Ok(()) => done.push(seq),
+                Ok(()) => published.done.push(seq),
                 Err(e) if matches!(e.kind(), ErrorKind::EntityNotFound { .. }) => {
-                    tracing::error!(seq, error = %e, "the destination of a scheduled message is gone; the message is dropped");
-                    done.push(seq);
+                    // Never dropped for it: a broker that restarts says so for a moment.
+                    tracing::warn!(
+                        seq,
+                        error = %e,
+                        "the destination of a due scheduled message is not there; it is kept and published again in \
+                         {} s (create the destination, or cancel the message by its sequence number)",
+                        schedule::MISSING_RETRY.as_secs()
+                    );
+                    published.missing.push(seq);
                 }
                 Err(e) => tracing::warn!(seq, error = %e, "a due scheduled message was not confirmed; it is retried"),
             }
         }
-        done
+        published
     }
 }
 

@@ -50,9 +50,28 @@ pub(crate) struct Due {
     pub(crate) envelope: Envelope,
 }
 
-/// Publishes due messages; returns the sequence numbers of those the broker confirmed.
+/// What a round of publishing did with the due messages it was given.
+#[derive(Debug, Default)]
+pub(crate) struct Published {
+    /// Confirmed by the broker (or never publishable): their rows are deleted.
+    pub(crate) done: Vec<i64>,
+    /// Their destination was not there (a broker restarting, a queue deleted outside
+    /// Courier): their rows are kept and tried again after [`MISSING_RETRY`].
+    pub(crate) missing: Vec<i64>,
+}
+
+/// How long a scheduled message whose destination was not there waits before it is
+/// published again. It is never dropped for it: a broker that restarts answers "no such
+/// queue" for a moment (found by `courier-chaos`, docs/reliability.md).
+pub(crate) const MISSING_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Publishes due messages; says which the broker confirmed and which found no destination.
 pub(crate) trait Publish {
-    fn publish(&self, due: Vec<Due>) -> impl std::future::Future<Output = Vec<i64>> + Send;
+    fn publish(&self, due: Vec<Due>) -> impl std::future::Future<Output = Published> + Send;
+}
+
+fn retry_at(now: DateTime<Utc>) -> DateTime<Utc> {
+    now + chrono::Duration::from_std(MISSING_RETRY).unwrap_or(chrono::Duration::zero())
 }
 
 /// A due row: seq, destination, is_topic, envelope (JSON), body.
@@ -238,10 +257,18 @@ impl ScheduleStore {
                 }
                 let published = publisher.publish(rows_to_due(rows)?).await;
                 sqlx::query("DELETE FROM courier.amqp_scheduled WHERE seq = ANY($1)")
-                    .bind(&published)
+                    .bind(&published.done)
                     .execute(&mut *tx)
                     .await
                     .map_err(failed)?;
+                if !published.missing.is_empty() {
+                    sqlx::query("UPDATE courier.amqp_scheduled SET due_at = $2 WHERE seq = ANY($1)")
+                        .bind(&published.missing)
+                        .bind(retry_at(now))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(failed)?;
+                }
                 tx.commit().await.map_err(failed)?;
                 Ok(n)
             }
@@ -267,8 +294,16 @@ impl ScheduleStore {
                 let published = publisher.publish(rows_to_due(rows)?).await;
                 let _turn = store.write_turn().await?;
                 let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await.map_err(failed)?;
-                for seq in published {
+                for seq in published.done {
                     sqlx::query("DELETE FROM courier_amqp_scheduled WHERE seq = ?")
+                        .bind(seq)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(failed)?;
+                }
+                for seq in published.missing {
+                    sqlx::query("UPDATE courier_amqp_scheduled SET due_at = ? WHERE seq = ?")
+                        .bind(millis(retry_at(now)))
                         .bind(seq)
                         .execute(&mut *tx)
                         .await
