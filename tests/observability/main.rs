@@ -1,7 +1,7 @@
 //! Metrics through the `metrics` facade: exact counts and labels for a run, bounded label
 //! values, saga and timeout counters. One recording recorder is installed for the whole
 //! binary; each test reads only the series of its own endpoint (its own name), so the
-//! tests run in parallel.
+//! tests run in parallel. Traces through OpenTelemetry (feature `opentelemetry`): `otel`.
 
 #![allow(
     clippy::unwrap_used,
@@ -11,6 +11,7 @@
     unreachable_pub
 )]
 
+mod otel;
 mod recorder;
 mod saga;
 

@@ -90,15 +90,15 @@ mod enabled {
         if span.is_disabled() {
             return fallback;
         }
+        // Without a valid context in the headers the parent is an empty context: the span
+        // starts a new trace. This fails only without a tracing-opentelemetry layer, and
+        // then there is nothing more to do.
+        if span.set_parent(extract(&message.envelope.properties)).is_err() {
+            return fallback;
+        }
         span.record("otel.name", display(format_args!("process {queue}")));
         span.record("otel.kind", "consumer");
         message_attributes(span, system, queue, &message.envelope, "process");
-        let parent = extract(&message.envelope.properties);
-        if parent.span().span_context().is_valid() {
-            // Fails only without a tracing-opentelemetry layer: then nothing records the
-            // parent anyway.
-            span.set_parent(parent).ok();
-        }
         match position(span) {
             Some(own) => {
                 span.record("trace_id", display(own.trace_id()));
@@ -381,7 +381,7 @@ mod tests {
     use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
 
     use super::*;
-    use crate::endpoint::trace::{TRACEPARENT, TRACESTATE};
+    use crate::endpoint::trace::{TRACEPARENT, TRACESTATE, TraceContext};
     use crate::message::{Properties, PropertyValue};
 
     fn text(p: &Properties, key: &str) -> Option<String> {
@@ -439,7 +439,7 @@ mod tests {
         let mut p = Properties::new();
         p.insert(TRACEPARENT.to_owned(), PropertyValue::String(t.to_string()));
         let cx = extract(&p);
-        let sc = cx.span().span_context();
+        let sc = cx.span().span_context().clone();
         assert_eq!(format!("{:032x}", sc.trace_id()), t.trace_id());
         assert_eq!(format!("{:016x}", sc.span_id()), t.span_id());
     }
