@@ -164,6 +164,16 @@ async fn one_success_one_retry_and_one_dead_letter_give_exact_counts_and_labels(
         2,
         "one latency per completed message"
     );
+    let send = labels_of(&[
+        (labels::SYSTEM, system),
+        (labels::DESTINATION, name),
+        (labels::OPERATION, "send"),
+    ]);
+    assert_eq!(
+        histogram(names::OPERATION_DURATION, &send),
+        3,
+        "one send latency per message sent, labelled with the transport"
+    );
 }
 
 #[tokio::test]
@@ -349,4 +359,24 @@ async fn the_outbox_and_inbox_of_a_postgres_store_are_sampled() {
     let store = courier::PostgresStore::from_pool(db.pool().await);
     store.migrate().await.unwrap();
     backlog_sampled_with(Arc::new(store), "obs-backlog-pg").await;
+}
+
+/// The RabbitMQ transport counts a reconnection after a dropped connection. The counter
+/// is labelled with the transport only, so this is the binary's only RabbitMQ test.
+#[tokio::test]
+async fn a_reconnection_to_rabbitmq_is_counted() {
+    use courier::{EntityPath, QueueOptions, ScheduleStore, Transport, VirtualClock};
+    recorder::install();
+    let clock = VirtualClock::starting_now();
+    let store = courier_tests::rabbit::memory_store().await;
+    let transport = courier_tests::rabbit::transport(&clock, ScheduleStore::from(&store)).await;
+    let queue = format!("q-{}", uuid::Uuid::new_v4().simple());
+    transport.create_queue(&queue, &QueueOptions::default()).await.unwrap();
+    let reconnects = || recorder::counter(names::RECONNECTS, &[(labels::SYSTEM, "amqp")]);
+    let before = reconnects();
+    transport.sever_connection().await;
+    // The next call connects again.
+    transport.delete(&EntityPath::queue(&queue)).await.unwrap();
+    assert_eq!(transport.connections_made(), 2);
+    assert_eq!(reconnects() - before, 1);
 }

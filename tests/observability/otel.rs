@@ -1,8 +1,9 @@
 //! OpenTelemetry traces (feature `opentelemetry`): Courier's spans exported through
-//! `tracing-opentelemetry` to opentelemetry_sdk's in-memory exporter. Each test installs
-//! its own subscriber for its own thread (`#[tokio::test]` runs the endpoints' tasks on
-//! the test's thread) and reads only the spans of its own trace, so the tests run in
-//! parallel with each other and with the metrics tests.
+//! `tracing-opentelemetry` to opentelemetry_sdk's in-memory exporter. One subscriber is
+//! installed for the whole binary (a subscriber per test thread lost spans when tests ran
+//! in parallel: tracing caches a callsite's interest across threads), and each test reads
+//! only the spans of its own trace, so the tests run in parallel with each other and with
+//! the metrics tests (whose spans are exported too, in traces of their own).
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -17,7 +18,6 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
 use serde::{Deserialize, Serialize};
 use tracing::Instrument;
-use tracing::subscriber::DefaultGuard;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -54,17 +54,24 @@ fn install_propagator() {
     ONCE.get_or_init(|| opentelemetry::global::set_text_map_propagator(MarkingPropagator::default()));
 }
 
-/// An in-memory exporter behind a `tracing-opentelemetry` layer, for this thread.
-fn tracing_to_memory() -> (InMemorySpanExporter, SdkTracerProvider, DefaultGuard) {
+/// The in-memory exporter behind the binary's `tracing-opentelemetry` layer (installed
+/// at the first call, with the propagator). Every test calls it first, directly or
+/// through `recorder::install`: a span opened before the subscriber exists is never
+/// recorded.
+pub fn tracing_to_memory() -> InMemorySpanExporter {
+    static EXPORTER: OnceLock<(InMemorySpanExporter, SdkTracerProvider)> = OnceLock::new();
     install_propagator();
-    let exporter = InMemorySpanExporter::default();
-    let provider = SdkTracerProvider::builder()
-        .with_simple_exporter(exporter.clone())
-        .build();
-    let tracer = provider.tracer("courier-tests");
-    let subscriber = tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(tracer));
-    let guard = tracing::subscriber::set_default(subscriber);
-    (exporter, provider, guard)
+    let (exporter, _) = EXPORTER.get_or_init(|| {
+        let exporter = InMemorySpanExporter::default();
+        let provider = SdkTracerProvider::builder()
+            .with_simple_exporter(exporter.clone())
+            .build();
+        let tracer = provider.tracer("courier-tests");
+        let subscriber = tracing_subscriber::registry().with(tracing_opentelemetry::layer().with_tracer(tracer));
+        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber of this binary");
+        (exporter, provider)
+    });
+    exporter.clone()
 }
 
 /// The finished spans of trace `trace`.
@@ -169,7 +176,7 @@ fn text(p: &courier::Properties, key: &str) -> Option<String> {
 
 #[tokio::test]
 async fn one_trace_covers_two_endpoints_and_a_saga_timeout() {
-    let (exporter, _provider, _guard) = tracing_to_memory();
+    let exporter = tracing_to_memory();
     let orders = TestEndpoint::start("otel-orders", |e| {
         e.routes(Routes::new().send::<ChargeCard>("otel-cards")).saga::<Order>()
     })
@@ -205,13 +212,14 @@ async fn one_trace_covers_two_endpoints_and_a_saga_timeout() {
     cards.shutdown().await.unwrap();
 
     let spans = spans_of(&exporter, trace);
+    let handle_charge = format!("handle {}::charge", module_path!());
     assert_eq!(
         names(&spans),
         [
             "POST /orders",
             "create otel-cards",
             "create otel-orders",
-            "handle charge",
+            handle_charge.as_str(),
             "process otel-cards",
             "process otel-orders",
             "process otel-orders",
@@ -243,7 +251,7 @@ async fn one_trace_covers_two_endpoints_and_a_saga_timeout() {
     assert_eq!(create_charge.span_kind, SpanKind::Producer);
     let charged = one(&spans, "process otel-cards");
     assert_child(charged, create_charge);
-    let handle = one(&spans, "handle charge");
+    let handle = one(&spans, &handle_charge);
     assert_child(handle, charged);
     assert_eq!(attribute(charged, "messaging.system").as_deref(), Some("embedded"));
     assert_eq!(
@@ -294,7 +302,7 @@ async fn one_trace_covers_two_endpoints_and_a_saga_timeout() {
 
 #[tokio::test]
 async fn a_message_from_a_foreign_producer_continues_its_trace() {
-    let (exporter, _provider, _guard) = tracing_to_memory();
+    let exporter = tracing_to_memory();
     let seen = Arc::new(Seen::default());
     let state = seen.clone();
     let cards = TestEndpoint::start("otel-foreign", |e| e.routes(Routes::new()).state(state).handler(charge))
@@ -319,13 +327,14 @@ async fn a_message_from_a_foreign_producer_continues_its_trace() {
 
     let trace = TraceId::from_hex(producer_trace).unwrap();
     let spans = spans_of(&exporter, trace);
-    assert_eq!(names(&spans), ["handle charge", "process otel-foreign"]);
+    let handle_charge = format!("handle {}::charge", module_path!());
+    assert_eq!(names(&spans), [handle_charge.as_str(), "process otel-foreign"]);
     let process = one(&spans, "process otel-foreign");
     assert_eq!(process.parent_span_id, SpanId::from_hex(producer_span).unwrap());
     assert!(process.parent_span_is_remote);
     assert_eq!(process.span_context.trace_state().header(), "vendor=abc");
     assert_eq!(attribute(process, "messaging.message.id"), Some(id));
-    assert_child(one(&spans, "handle charge"), process);
+    assert_child(one(&spans, &handle_charge), process);
     let seen = seen.0.lock().unwrap();
     assert_eq!(
         seen[0].1.trace_id(),
@@ -336,7 +345,7 @@ async fn a_message_from_a_foreign_producer_continues_its_trace() {
 
 #[tokio::test]
 async fn a_failed_handling_marks_its_span_as_an_error() {
-    let (exporter, _provider, _guard) = tracing_to_memory();
+    let exporter = tracing_to_memory();
     let orders = TestEndpoint::start("otel-failing", |e| e.routes(Routes::new()).handler(refuse))
         .await
         .unwrap();
@@ -351,8 +360,8 @@ async fn a_failed_handling_marks_its_span_as_an_error() {
     orders.shutdown().await.unwrap();
 
     let spans = spans_of(&exporter, trace);
-    let handles = named(&spans, "handle refuse");
-    assert!(!handles.is_empty());
+    let handles = named(&spans, &format!("handle {}::refuse", module_path!()));
+    assert!(!handles.is_empty(), "{:?}", names(&spans));
     for h in handles {
         assert!(
             matches!(h.status, opentelemetry::trace::Status::Error { .. }),
