@@ -329,7 +329,10 @@ impl Context {
         &self.message
     }
 
-    /// The trace position of this handling (its span id is the parent of what it sends).
+    /// The trace position of this handling: its span id is the parent of what it sends.
+    /// With the feature `opentelemetry` and a `tracing-opentelemetry` layer, it is the
+    /// position of the handling's OpenTelemetry `process` span (what it sends has a
+    /// `create` span of its own under the handler's span).
     pub fn trace(&self) -> TraceContext {
         self.trace
     }
