@@ -101,7 +101,10 @@ mod enabled {
         message_attributes(span, system, queue, &message.envelope, "process");
         match position(span) {
             Some(own) => {
-                span.record("trace_id", display(own.trace_id()));
+                // A formatting layer shows a field recorded again twice: only what changed.
+                if own.trace_id() != fallback.trace_id() {
+                    span.record("trace_id", display(own.trace_id()));
+                }
                 span.record("span_id", display(own.span_id()));
                 own
             }
