@@ -20,7 +20,7 @@
 //! span under the handler's span, as the conventions describe for messages created
 //! before they are sent.
 //!
-//! Without the feature the functions here are empty stand-ins (their span is [`NoSpan`]),
+//! Without the feature the functions here are empty stand-ins (their span is `NoSpan`),
 //! so the call sites in the runtime, the bus, the handlers and the saga runtime carry no
 //! `cfg`, and the headers come from Courier's W3C code alone (`trace.rs`), with the same
 //! names and format.
