@@ -1,7 +1,7 @@
 //! Metrics through the `metrics` facade: exact counts and labels for a run, bounded label
 //! values, saga and timeout counters. One recording recorder is installed for the whole
 //! binary; each test reads only the series of its own endpoint (its own name), so the
-//! tests run in parallel.
+//! tests run in parallel. Traces through OpenTelemetry (feature `opentelemetry`): `otel`.
 
 #![allow(
     clippy::unwrap_used,
@@ -11,6 +11,7 @@
     unreachable_pub
 )]
 
+mod otel;
 mod recorder;
 mod saga;
 
@@ -162,6 +163,16 @@ async fn one_success_one_retry_and_one_dead_letter_give_exact_counts_and_labels(
         histogram(names::END_TO_END, &with(&[])),
         2,
         "one latency per completed message"
+    );
+    let send = labels_of(&[
+        (labels::SYSTEM, system),
+        (labels::DESTINATION, name),
+        (labels::OPERATION, "send"),
+    ]);
+    assert_eq!(
+        histogram(names::OPERATION_DURATION, &send),
+        3,
+        "one send latency per message sent, labelled with the transport"
     );
 }
 
@@ -348,4 +359,24 @@ async fn the_outbox_and_inbox_of_a_postgres_store_are_sampled() {
     let store = courier::PostgresStore::from_pool(db.pool().await);
     store.migrate().await.unwrap();
     backlog_sampled_with(Arc::new(store), "obs-backlog-pg").await;
+}
+
+/// The RabbitMQ transport counts a reconnection after a dropped connection. The counter
+/// is labelled with the transport only, so this is the binary's only RabbitMQ test.
+#[tokio::test]
+async fn a_reconnection_to_rabbitmq_is_counted() {
+    use courier::{EntityPath, QueueOptions, ScheduleStore, Transport, VirtualClock};
+    recorder::install();
+    let clock = VirtualClock::starting_now();
+    let store = courier_tests::rabbit::memory_store().await;
+    let transport = courier_tests::rabbit::transport(&clock, ScheduleStore::from(&store)).await;
+    let queue = format!("q-{}", uuid::Uuid::new_v4().simple());
+    transport.create_queue(&queue, &QueueOptions::default()).await.unwrap();
+    let reconnects = || recorder::counter(names::RECONNECTS, &[(labels::SYSTEM, "amqp")]);
+    let before = reconnects();
+    transport.sever_connection().await;
+    // The next call connects again.
+    transport.delete(&EntityPath::queue(&queue)).await.unwrap();
+    assert_eq!(transport.connections_made(), 2);
+    assert_eq!(reconnects() - before, 1);
 }

@@ -28,8 +28,10 @@ impl Recorder for Keeping {
 
 static REGISTRY: OnceLock<Arc<Registry<Key, AtomicStorage>>> = OnceLock::new();
 
-/// Installs the recorder (once for the binary): call first in every test.
+/// Installs the recorder (once for the binary): call first in every test. It installs the
+/// binary's tracing subscriber too (see `otel`), before any test opens a span.
 pub fn install() {
+    crate::otel::tracing_to_memory();
     REGISTRY.get_or_init(|| {
         let registry = Arc::new(Registry::atomic());
         metrics::set_global_recorder(Keeping(registry.clone())).expect("the only recorder of this binary");
@@ -108,4 +110,16 @@ pub fn series_of(endpoint: &str) -> Vec<Series> {
         }
     }
     out
+}
+
+/// The value of counter `name` with exactly `labels` (0 when it was never registered).
+pub fn counter(name: &str, labels: &[(&str, &str)]) -> u64 {
+    let registry = REGISTRY.get().expect("install() first");
+    let mut wanted: Vec<(String, String)> = labels.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+    wanted.sort();
+    registry
+        .get_counter_handles()
+        .into_iter()
+        .find(|(key, _)| split(key) == (name.to_owned(), wanted.clone()))
+        .map_or(0, |(_, c)| c.load(std::sync::atomic::Ordering::Relaxed))
 }

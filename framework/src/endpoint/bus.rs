@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 
 use crate::clock::{Clock, SystemClock};
 use crate::endpoint::handler::Message;
+use crate::endpoint::otel;
 use crate::endpoint::routing::Routes;
 use crate::endpoint::trace::{TRACEPARENT, TraceContext};
 use crate::entity::{TopicOptions, validate_name};
@@ -319,10 +320,11 @@ impl Bus {
     }
 
     async fn emit<M: Message>(&self, intent: Intent, message: &M, options: SendOptions) -> Result<String> {
-        let out = prepare(&self.inner.routes, &*self.inner.clock, intent, message, options, None)?;
+        let mut out = prepare(&self.inner.routes, &*self.inner.clock, intent, message, options, None)?;
+        let span = otel::producer(&mut out, self.inner.transport.name(), otel::Operation::Send);
         self.check(&out)?;
         let id = out.envelope.message_id.clone();
-        self.dispatch(vec![out]).await?;
+        otel::instrument(self.dispatch(vec![out]), span).await?;
         Ok(id)
     }
 

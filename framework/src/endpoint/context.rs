@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::Clock;
 use crate::endpoint::bus::{Bus, Intent, Outgoing, Parent, SendOptions, describe_refusal, prepare};
 use crate::endpoint::handler::{HandlerError, Message};
+use crate::endpoint::otel;
 use crate::endpoint::trace::TraceContext;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Properties, PropertyValue, ReceivedMessage, SequenceNumber};
@@ -198,15 +199,16 @@ impl Context {
             trace: self.trace,
         };
         let options = SendOptions::default().to(self.endpoint.to_string()).message_id(id);
-        Ok(prepare(
+        let mut out = prepare(
             self.bus.routes(),
             &*self.clock,
             Intent::Send,
             message,
             options,
             Some(&parent),
-        )?
-        .envelope)
+        )?;
+        let _created = otel::producer(&mut out, self.bus.transport().name(), otel::Operation::Create);
+        Ok(out.envelope)
     }
 
     pub(crate) fn set_unit_of_work(&mut self, work: Box<dyn UnitOfWork>) {
@@ -327,7 +329,10 @@ impl Context {
         &self.message
     }
 
-    /// The trace position of this handling (its span id is the parent of what it sends).
+    /// The trace position of this handling: its span id is the parent of what it sends.
+    /// With the feature `opentelemetry` and a `tracing-opentelemetry` layer, it is the
+    /// position of the handling's OpenTelemetry `process` span (what it sends has a
+    /// `create` span of its own under the handler's span).
     pub fn trace(&self) -> TraceContext {
         self.trace
     }
@@ -371,7 +376,7 @@ impl Context {
             correlation_id: self.message.envelope.correlation_id.clone(),
             trace: self.trace,
         };
-        let out = match prepare(self.bus.routes(), &*self.clock, intent, message, options, Some(&parent)) {
+        let mut out = match prepare(self.bus.routes(), &*self.clock, intent, message, options, Some(&parent)) {
             Ok(out) => out,
             Err(e) => {
                 // No route (or no encoding) will not change on a retry: a handler that
@@ -384,6 +389,7 @@ impl Context {
                 return Err(e);
             }
         };
+        let _created = otel::producer(&mut out, self.bus.transport().name(), otel::Operation::Create);
         if let Err(e) = self.bus.check(&out) {
             let description = describe_refusal(&out.destination, out.is_topic, &out.envelope, &e);
             tracing::warn!(error = %e, "{description}");

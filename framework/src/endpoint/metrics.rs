@@ -349,7 +349,7 @@ pub(crate) fn seconds_between(from: DateTime<Utc>, to: DateTime<Utc>) -> f64 {
 }
 
 /// The `error.type` of a failure: a bounded set of kinds.
-fn error_type(failure: &Failure) -> &'static str {
+pub(crate) fn error_type(failure: &Failure) -> &'static str {
     match failure {
         Failure::Decode { .. } => "decode",
         Failure::Handler { .. } => "handler",

@@ -6,6 +6,7 @@ pub(crate) mod context;
 pub(crate) mod handler;
 pub(crate) mod metrics;
 pub(crate) mod observe;
+pub(crate) mod otel;
 mod parts;
 pub(crate) mod recoverability;
 pub(crate) mod routing;
@@ -215,14 +216,15 @@ impl<H: Handler> ErasedHandler for Erased<H> {
     }
 
     fn call<'a>(&'a self, ctx: &'a mut context::Context) -> BoxFuture<'a, Result<(), Failure>> {
-        Box::pin(async move {
+        let span = otel::handle_span(self.0.name(), <H::Message as Message>::NAME);
+        Box::pin(otel::in_span(span, async move {
             let message = crate::version::decode_message::<H::Message>(&ctx.received().envelope)?;
             let name = self.0.name();
             self.0
                 .handle(message, ctx)
                 .await
                 .map_err(|error| Failure::Handler { handler: name, error })
-        })
+        }))
     }
 }
 

@@ -771,7 +771,10 @@ async fn process(shared: Arc<Shared>, mut delivery: Delivery, _permit: OwnedSema
         attempt,
         trace_id = %trace.trace_id(),
         span_id = %trace.span_id(),
+        otel.name = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
     );
+    let trace = crate::endpoint::otel::consumer(&span, shared.bus.transport().name(), &shared.name, message, trace);
     let hard_stop = shared.hard_stop.clone();
     tokio::select! {
         biased;

@@ -89,6 +89,23 @@ impl TraceContext {
     pub fn sampled(&self) -> bool {
         self.flags & 1 == 1
     }
+
+    /// A position from its raw parts (an OpenTelemetry span context); `None` for the
+    /// all-zero ids W3C calls invalid.
+    #[cfg(feature = "opentelemetry")]
+    pub(crate) fn from_raw(trace_id: [u8; 16], span_id: [u8; 8], flags: u8) -> Option<Self> {
+        (trace_id != [0; 16] && span_id != [0; 8]).then_some(Self {
+            trace_id,
+            span_id,
+            flags,
+        })
+    }
+
+    /// The raw parts: trace id, span id, flags.
+    #[cfg(feature = "opentelemetry")]
+    pub(crate) fn raw(&self) -> ([u8; 16], [u8; 8], u8) {
+        (self.trace_id, self.span_id, self.flags)
+    }
 }
 
 impl fmt::Display for TraceContext {

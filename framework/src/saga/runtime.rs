@@ -18,6 +18,7 @@ use crate::endpoint::context::Context;
 use crate::endpoint::handler::{BoxFuture, HandlerError, Message};
 use crate::endpoint::metrics::SagaTally;
 use crate::endpoint::observe::{RequestedTimeout, SagaEffects};
+use crate::endpoint::otel;
 use crate::endpoint::{ErasedHandler, Failure};
 use crate::error::{Error, ErrorKind};
 use crate::message::PropertyValue;
@@ -466,6 +467,7 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
     async fn run(&self, ctx: &mut Context) -> Result<(), Failure> {
         let message = crate::version::decode_message::<M>(&ctx.received().envelope)?;
         let (correlation, timeout_id) = self.correlation(&message, ctx)?;
+        otel::saga_correlation(&correlation);
         let endpoint_name = ctx.endpoint_name();
         let store_error = |e: Error| {
             if matches!(e.kind(), ErrorKind::Conflict { .. }) {
@@ -667,7 +669,8 @@ impl<S: Saga, M: Message> ErasedHandler for SagaHandler<S, M> {
     }
 
     fn call<'a>(&'a self, ctx: &'a mut Context) -> BoxFuture<'a, Result<(), Failure>> {
-        Box::pin(self.run(ctx))
+        let span = otel::saga_span(S::NAME, self.name, self.role == Role::Timeout);
+        Box::pin(otel::in_span(span, self.run(ctx)))
     }
 }
 
