@@ -57,6 +57,7 @@ mod pages {
     struct Observability;
 }
 
+pub mod admin;
 mod clock;
 mod codec;
 mod endpoint;
