@@ -55,6 +55,8 @@ mod pages {
     struct Semantics;
     #[doc = include_str!("../../docs/observability.md")]
     struct Observability;
+    #[doc = include_str!("../../docs/operations.md")]
+    struct Operations;
 }
 
 pub mod admin;
