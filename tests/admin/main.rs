@@ -259,6 +259,40 @@ async fn an_interrupted_resubmit_leaves_each_message_in_exactly_one_place() {
     assert_eq!(ids.len(), n);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_resubmit_of_many_moves_whole_messages_in_batches() {
+    let (broker, _clock) = broker().await;
+    // More than one batch (256 a transaction).
+    let n = 600;
+    dead_letters(&broker, "adm-batches", n).await;
+    let admin = EmbeddedAdmin::new(broker.clone());
+    for polls in 0..12 {
+        let rest = admin.all_dead_letters("adm-batches").await.unwrap();
+        poll_then_drop(admin.resubmit_many("adm-batches", &rest), polls).await;
+        let c = counts(&broker, "adm-batches").await;
+        assert_eq!(
+            c.active + c.dead_lettered,
+            u64::try_from(n).unwrap(),
+            "after {polls} polls: {c:?}"
+        );
+    }
+    let rest = admin.all_dead_letters("adm-batches").await.unwrap();
+    let outcome = admin.resubmit_many("adm-batches", &rest).await.unwrap();
+    assert_eq!((outcome.done.len(), outcome.not_found.len()), (rest.len(), 0));
+    let c = counts(&broker, "adm-batches").await;
+    assert_eq!((c.active, c.dead_lettered), (u64::try_from(n).unwrap(), 0));
+    let receiver = broker.receiver(&EntityPath::queue("adm-batches")).await.unwrap();
+    let mut ids = Vec::new();
+    while ids.len() < n {
+        for m in receiver.receive_and_delete(n, Duration::from_secs(5)).await.unwrap() {
+            ids.push(m.envelope.message_id);
+        }
+    }
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "each message once");
+}
+
 #[tokio::test]
 async fn resubmit_many_and_all_report_each_message_and_pages_follow_each_other() {
     let (broker, _clock) = broker().await;

@@ -20,9 +20,9 @@ use sqlx::sqlite::SqliteRow;
 use super::model::{failure_text, string_header};
 use super::sqlite::{self, col, from_micros, micros};
 use super::{
-    AdminError, AdminResult, BodyView, CompletedSaga, DeadLetter, DeadLetterSummary, EntityKind, OutboxEntry, Page,
-    PendingTimeout, QueueAdmin, QueueSummary, SagaFilter, SagaInstance, SagaSummary, SagaTypeSummary, StoreAdmin,
-    TimeoutFilter, check_reason, log_completed, page_size,
+    AdminError, AdminResult, BatchOutcome, BodyView, CompletedSaga, DeadLetter, DeadLetterSummary, EntityKind,
+    OutboxEntry, Page, PendingTimeout, QueueAdmin, QueueSummary, SagaFilter, SagaInstance, SagaSummary,
+    SagaTypeSummary, StoreAdmin, TimeoutFilter, check_reason, log_completed, page_size,
 };
 use crate::clock::{Clock, SystemClock};
 use crate::embedded::Embedded;
@@ -330,6 +330,19 @@ impl QueueAdmin for EmbeddedAdmin {
         }
     }
 
+    /// Moves up to 256 messages per transaction: each message moves or stays as a whole,
+    /// and a batch is as cheap as one send of as many messages.
+    async fn resubmit_many(&self, queue: &str, sequence_numbers: &[SequenceNumber]) -> AdminResult<BatchOutcome> {
+        let broker = self.queue_for_change(queue).await?;
+        in_batches(sequence_numbers, |batch| broker.resubmit_dead_letters(queue, batch)).await
+    }
+
+    /// Deletes up to 256 messages per transaction.
+    async fn delete_many(&self, queue: &str, sequence_numbers: &[SequenceNumber]) -> AdminResult<BatchOutcome> {
+        let broker = self.queue_for_change(queue).await?;
+        in_batches(sequence_numbers, |batch| broker.delete_dead_letters(queue, batch)).await
+    }
+
     async fn delete_dead_letter(&self, queue: &str, sequence_number: SequenceNumber) -> AdminResult<()> {
         let broker = self.queue_for_change(queue).await?;
         if broker.delete_dead_letter(queue, sequence_number).await? {
@@ -340,6 +353,38 @@ impl QueueAdmin for EmbeddedAdmin {
             )))
         }
     }
+}
+
+/// How many dead letters one transaction moves or deletes.
+const BATCH: usize = 256;
+
+/// Runs `step` on `seqs` in batches of [`BATCH`] (each one transaction) and reports each
+/// sequence number: moved, not there, or failed with its batch (still in the dead-letter
+/// sub-queue).
+async fn in_batches<'a, F, Fut>(seqs: &'a [SequenceNumber], step: F) -> AdminResult<BatchOutcome>
+where
+    F: Fn(&'a [SequenceNumber]) -> Fut,
+    Fut: std::future::Future<Output = AdminResult<Vec<SequenceNumber>>>,
+{
+    let mut outcome = BatchOutcome::default();
+    for batch in seqs.chunks(BATCH) {
+        match step(batch).await {
+            Ok(done) => {
+                outcome
+                    .not_found
+                    .extend(batch.iter().filter(|s| done.binary_search(s).is_err()));
+                outcome.done.extend(done);
+            }
+            Err(e @ (AdminError::Refused { .. } | AdminError::Unavailable { .. } | AdminError::NotFound { .. })) => {
+                return Err(e);
+            }
+            Err(e) => {
+                let why = e.to_string();
+                outcome.failed.extend(batch.iter().map(|s| (*s, why.clone())));
+            }
+        }
+    }
+    Ok(outcome)
 }
 
 #[async_trait]

@@ -86,6 +86,86 @@ impl Embedded {
         Ok(true)
     }
 
+    /// Moves the dead letters `seqs` of queue `queue` back to the queue in ONE transaction
+    /// (each of them moves or none does), in sequence order; returns the sequence numbers
+    /// moved (those not there are left out).
+    pub(crate) async fn resubmit_dead_letters(
+        &self,
+        queue: &str,
+        seqs: &[SequenceNumber],
+    ) -> AdminResult<Vec<SequenceNumber>> {
+        let mut lease = self.lease().await.map_err(AdminError::from_error)?;
+        begin(&mut lease, "cannot begin resubmitting dead letters").await?;
+        let entity = queue_id(conn(&mut lease)?, queue).await?;
+        let now = super::engine::micros(self.shared.clock.now());
+        let wanted = serde_json::to_string(seqs).unwrap_or_else(|_| "[]".into());
+        // Dropping the lease before it is given back rolls this DELETE back.
+        let rows = sqlx::query(
+            "DELETE FROM courier_message WHERE entity_id = ?1 AND state = 3 \
+             AND (locked_until IS NULL OR locked_until <= ?2) AND seq IN (SELECT value FROM json_each(?3)) \
+             RETURNING message_id, correlation_id, causation_id, message_type, content_type, reply_to, properties, \
+             session_id, ttl_ms, body, seq",
+        )
+        .bind(entity)
+        .bind(now)
+        .bind(wanted)
+        .fetch_all(conn(&mut lease)?)
+        .await
+        .map_err(|e| AdminError::db("cannot take dead letters", e))?;
+        let mut taken = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let seq: SequenceNumber = row
+                .try_get(10)
+                .map_err(|e| AdminError::db("cannot read a dead letter", e))?;
+            let envelope = envelope_of(row).map_err(|e| AdminError::db("cannot read a dead letter", e))?;
+            taken.push((seq, envelope));
+        }
+        if taken.is_empty() {
+            return Ok(Vec::new());
+        }
+        taken.sort_by_key(|(seq, _)| *seq);
+        let moved: Vec<SequenceNumber> = taken.iter().map(|(seq, _)| *seq).collect();
+        let (reply, rx) = oneshot::channel();
+        lease.give_back(Some(Finish {
+            complete: None,
+            sends: vec![(queue.to_owned(), false, taken.into_iter().map(|(_, e)| e).collect())],
+            max_message_size: self.shared.max_message_size,
+            reply,
+        }));
+        rx.await
+            .map_err(|_| AdminError::from(Error::new(ErrorKind::Closed)))?
+            .map_err(AdminError::from_error)?;
+        Ok(moved)
+    }
+
+    /// Deletes the dead letters `seqs` of queue `queue` in one transaction; returns those
+    /// deleted.
+    pub(crate) async fn delete_dead_letters(
+        &self,
+        queue: &str,
+        seqs: &[SequenceNumber],
+    ) -> AdminResult<Vec<SequenceNumber>> {
+        let mut lease = self.lease().await.map_err(AdminError::from_error)?;
+        begin(&mut lease, "cannot begin deleting dead letters").await?;
+        let entity = queue_id(conn(&mut lease)?, queue).await?;
+        let now = super::engine::micros(self.shared.clock.now());
+        let wanted = serde_json::to_string(seqs).unwrap_or_else(|_| "[]".into());
+        let mut deleted: Vec<SequenceNumber> = sqlx::query_scalar(
+            "DELETE FROM courier_message WHERE entity_id = ?1 AND state = 3 \
+             AND (locked_until IS NULL OR locked_until <= ?2) AND seq IN (SELECT value FROM json_each(?3)) \
+             RETURNING seq",
+        )
+        .bind(entity)
+        .bind(now)
+        .bind(wanted)
+        .fetch_all(conn(&mut lease)?)
+        .await
+        .map_err(|e| AdminError::db("cannot delete dead letters", e))?;
+        commit(&mut lease, "cannot commit deleting dead letters").await?;
+        deleted.sort_unstable();
+        Ok(deleted)
+    }
+
     /// Deletes dead letter `seq` of queue `queue`; `false` when it is not there.
     pub(crate) async fn delete_dead_letter(&self, queue: &str, seq: SequenceNumber) -> AdminResult<bool> {
         let mut lease = self.lease().await.map_err(AdminError::from_error)?;
