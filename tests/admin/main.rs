@@ -262,8 +262,8 @@ async fn an_interrupted_resubmit_leaves_each_message_in_exactly_one_place() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupted_resubmit_of_many_moves_whole_messages_in_batches() {
     let (broker, _clock) = broker().await;
-    // More than one batch (256 a transaction).
-    let n = 600;
+    // More than two batches (1000 a transaction).
+    let n = 2100;
     dead_letters(&broker, "adm-batches", n).await;
     let admin = EmbeddedAdmin::new(broker.clone());
     for polls in 0..12 {

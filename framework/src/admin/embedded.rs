@@ -330,14 +330,24 @@ impl QueueAdmin for EmbeddedAdmin {
         }
     }
 
-    /// Moves up to 256 messages per transaction: each message moves or stays as a whole,
-    /// and a batch is as cheap as one send of as many messages.
+    /// Moves up to 1000 messages per transaction: each message moves or stays as a whole,
+    /// and a batch costs about what one send of as many messages costs.
     async fn resubmit_many(&self, queue: &str, sequence_numbers: &[SequenceNumber]) -> AdminResult<BatchOutcome> {
         let broker = self.queue_for_change(queue).await?;
         in_batches(sequence_numbers, |batch| broker.resubmit_dead_letters(queue, batch)).await
     }
 
-    /// Deletes up to 256 messages per transaction.
+    /// One query, not a page at a time.
+    async fn all_dead_letters(&self, queue: &str) -> AdminResult<Vec<SequenceNumber>> {
+        let (entity, _) = self.entity(queue).await?;
+        sqlx::query_scalar("SELECT seq FROM courier_message WHERE entity_id = ?1 AND state = 3 ORDER BY seq")
+            .bind(entity)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| AdminError::db("cannot list dead letters", e))
+    }
+
+    /// Deletes up to 1000 messages per transaction.
     async fn delete_many(&self, queue: &str, sequence_numbers: &[SequenceNumber]) -> AdminResult<BatchOutcome> {
         let broker = self.queue_for_change(queue).await?;
         in_batches(sequence_numbers, |batch| broker.delete_dead_letters(queue, batch)).await
@@ -355,8 +365,9 @@ impl QueueAdmin for EmbeddedAdmin {
     }
 }
 
-/// How many dead letters one transaction moves or deletes.
-const BATCH: usize = 256;
+/// How many dead letters one transaction moves or deletes (the engine serves nothing
+/// else while it runs one: a bound on how long a batch holds the writer).
+const BATCH: usize = 1000;
 
 /// Runs `step` on `seqs` in batches of [`BATCH`] (each one transaction) and reports each
 /// sequence number: moved, not there, or failed with its batch (still in the dead-letter
