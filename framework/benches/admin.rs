@@ -91,6 +91,13 @@ async fn main() {
         admin.dead_letters("orders", after, 50).await.unwrap();
         middles.push(start.elapsed());
     }
+    let mut listings = Vec::new();
+    for _ in 0..5 {
+        let start = Instant::now();
+        let queues = admin.queues().await.unwrap();
+        listings.push(start.elapsed());
+        assert_eq!(queues[0].dead_lettered, n as u64);
+    }
     let mut shows = Vec::new();
     for seq in (1..=21).map(|k| k * (n as i64 / 22)) {
         let start = Instant::now();
@@ -115,6 +122,7 @@ async fn main() {
     println!("  first page (50) of the list: median {:?}", median(firsts));
     println!("  a page in the middle:        median {:?}", median(middles));
     println!("  show one:                    median {:?}", median(shows));
+    println!("  queues with their counts:    median {:?}", median(listings));
     println!("  resubmit all: {resubmit_rate:.0} msg/s ({resubmit:?}, of which {collected:?} to list them)");
     println!("  send (peer, batches of {BATCH}): {send_rate:.0} msg/s before, {send_rate_after:.0} msg/s after");
     println!("  resubmit all / send: {:.0}%", 100.0 * resubmit_rate / peer);
