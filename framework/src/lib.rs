@@ -57,8 +57,11 @@ mod pages {
     struct Observability;
     #[doc = include_str!("../../docs/reliability.md")]
     struct Reliability;
+    #[doc = include_str!("../../docs/operations.md")]
+    struct Operations;
 }
 
+pub mod admin;
 mod clock;
 mod codec;
 mod endpoint;

@@ -24,6 +24,7 @@
 //! when the broker opens ([`EmbeddedBuilder::migrations`]); [`Embedded::read_pool`] reads
 //! them from outside handlers without taking the engine's single write connection.
 
+mod admin;
 mod engine;
 mod open;
 mod reads;

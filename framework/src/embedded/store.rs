@@ -61,10 +61,17 @@ impl EmbeddedStore {
     }
 
     async fn lease(&self) -> Result<Lease> {
-        self.broker.shared.check_open()?;
+        self.broker.lease().await
+    }
+}
+
+impl Embedded {
+    /// The engine's connection, lent until the lease is given back or dropped (the
+    /// engine serves nothing else meanwhile: keep it short).
+    pub(super) async fn lease(&self) -> Result<Lease> {
+        self.shared.check_open()?;
         let (reply, rx) = oneshot::channel();
-        self.broker
-            .shared
+        self.shared
             .tx
             .send(Command::Lend { reply })
             .await

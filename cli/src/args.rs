@@ -1,0 +1,190 @@
+//! The command line's grammar (clap derive): where to connect, the commands and their
+//! options. Help texts here are what `courier --help` shows.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// What `--help` says of the exit codes.
+const EXIT_CODES: &str = "Exit codes: 0 ok; 1 the operation failed; 2 bad usage; 3 not found (a queue, a \
+     message, a saga instance, or some of the messages given); 4 refused (a file in use by a running broker, an \
+     empty reason, ...); 5 cannot connect; 6 not confirmed.";
+
+/// Look at and repair a Courier system: queues, dead letters, sagas, timeouts, outbox.
+#[derive(Debug, Parser)]
+#[command(name = "courier", version, after_help = EXIT_CODES)]
+pub(crate) struct Cli {
+    #[command(flatten)]
+    pub(crate) target: Target,
+
+    /// Print JSON instead of tables (for scripts).
+    #[arg(long, global = true)]
+    pub(crate) json: bool,
+
+    /// Do not ask for confirmation before a change.
+    #[arg(long, short = 'y', global = true)]
+    pub(crate) yes: bool,
+
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Where the system keeps its messages and state.
+#[derive(Debug, Args)]
+pub(crate) struct Target {
+    /// The embedded broker's file (its queues, and the sagas, timeouts and outbox of
+    /// `Embedded::store`). Read-only while the application that runs it is up.
+    #[arg(long, value_name = "FILE", env = "COURIER_EMBEDDED", global = true)]
+    pub(crate) embedded: Option<PathBuf>,
+
+    /// The Postgres store's database (`postgres://user:password@host/db`): sagas,
+    /// timeouts, outbox. Prefer the environment variable to keep the password out of
+    /// the shell's history.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "COURIER_POSTGRES",
+        hide_env_values = true,
+        global = true
+    )]
+    pub(crate) postgres: Option<String>,
+
+    /// The SQLite store's file: sagas, timeouts, outbox.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "COURIER_SQLITE",
+        global = true,
+        conflicts_with = "postgres"
+    )]
+    pub(crate) sqlite: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Queues, topics and subscriptions with their counts and the age of the oldest
+    /// active message.
+    Queues,
+    /// The dead letters of a queue.
+    #[command(subcommand, name = "dlq")]
+    DeadLetters(DlqCommand),
+    /// Saga instances.
+    #[command(subcommand)]
+    Sagas(SagaCommand),
+    /// Pending saga timeouts, earliest due first.
+    Timeouts(TimeoutArgs),
+    /// Messages stored in the outbox and not dispatched yet.
+    Outbox(OutboxArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum DlqCommand {
+    /// A page of dead letters: sequence number, id, type, reason, failure.
+    List {
+        /// The queue (or `topic/subscriptions/name`).
+        queue: String,
+        /// Start after this sequence number (the previous page's last).
+        #[arg(long, default_value_t = 0)]
+        after: i64,
+        /// At most this many (1000 at most).
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// One dead letter in full: headers, reason, failure, body.
+    Show {
+        /// The queue.
+        queue: String,
+        /// Its sequence number (from `dlq list`).
+        sequence_number: i64,
+    },
+    /// Move dead letters back to their queue (same message id, delivery count from zero).
+    Resubmit(Change),
+    /// Delete dead letters for good.
+    Delete(Change),
+}
+
+/// Which dead letters a change takes.
+#[derive(Debug, Args)]
+pub(crate) struct Change {
+    /// The queue.
+    pub(crate) queue: String,
+    /// Sequence numbers (from `dlq list`).
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub(crate) sequence_numbers: Vec<i64>,
+    /// Every dead letter of the queue now (not those that come back meanwhile).
+    #[arg(long)]
+    pub(crate) all: bool,
+    /// Show what would change, change nothing.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum SagaCommand {
+    /// Saga types with their number of instances.
+    Types,
+    /// Instances of a saga, least recently updated first.
+    List {
+        /// The saga's name.
+        saga: String,
+        /// Only correlations that contain this text.
+        #[arg(long)]
+        correlation: Option<String>,
+        /// Only instances not updated for this long (`90s`, `15m`, `2h`, `3d`).
+        #[arg(long, value_parser = crate::output::parse_age)]
+        older_than: Option<chrono::Duration>,
+        /// Only instances with a pending timeout.
+        #[arg(long, conflicts_with = "without_timeout")]
+        with_timeout: bool,
+        /// Only instances without a pending timeout.
+        #[arg(long)]
+        without_timeout: bool,
+        /// At most this many (1000 at most).
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// One instance: state, version, pending timeouts.
+    Show {
+        /// The saga's name.
+        saga: String,
+        /// The instance's correlation value.
+        correlation: String,
+    },
+    /// Complete (delete) an instance by hand, with its pending timeouts; the reason is
+    /// logged.
+    Complete {
+        /// The saga's name.
+        saga: String,
+        /// The instance's correlation value.
+        correlation: String,
+        /// Why (logged with the saga, the correlation and the version).
+        #[arg(long)]
+        reason: String,
+        /// Show the instance, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct TimeoutArgs {
+    /// Only overdue ones: due and not sent, or sent and not handled within the grace.
+    #[arg(long)]
+    pub(crate) overdue: bool,
+    /// How long a sent timeout may stay unhandled before it counts as overdue.
+    #[arg(long, default_value = "60s", value_parser = crate::output::parse_age)]
+    pub(crate) grace: chrono::Duration,
+    /// At most this many (1000 at most).
+    #[arg(long, default_value_t = 100)]
+    pub(crate) limit: u32,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct OutboxArgs {
+    /// The outbox's dead letters (refused for good at dispatch) instead.
+    #[arg(long)]
+    pub(crate) dead: bool,
+    /// At most this many (1000 at most).
+    #[arg(long, default_value_t = 100)]
+    pub(crate) limit: u32,
+}

@@ -1,0 +1,149 @@
+//! `courier`: the operations command line of Courier. Lists queues and their dead
+//! letters, resubmits or deletes dead letters, shows and completes saga instances, lists
+//! pending and overdue timeouts and the outbox; against an embedded broker's file
+//! (`--embedded`), a Postgres store (`--postgres`) or a SQLite store (`--sqlite`).
+//!
+//! A thin layer over `courier::admin`: `args.rs` is the grammar, `commands.rs` runs the
+//! commands, `output.rs` prints. Exit codes are documented in `--help` and in
+//! docs/operations.md. Install with `cargo install --path cli`.
+
+mod args;
+mod commands;
+mod output;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use courier::admin::{AdminError, EmbeddedAdmin, PostgresAdmin, QueueAdmin, SqliteAdmin, StoreAdmin};
+
+use crate::args::Cli;
+use crate::commands::{Connections, Failure, Run};
+use crate::output::Out;
+
+/// The exit codes a script can rely on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exit {
+    /// Done.
+    Ok = 0,
+    /// The operation failed (some messages of a batch, or a storage error).
+    Failed = 1,
+    /// Bad usage (clap's own code for a bad command line, too).
+    Usage = 2,
+    /// Not found: the queue, message or instance, or some of the messages given.
+    NotFound = 3,
+    /// Refused: not possible here (a file in use, an empty reason, a topic's DLQ).
+    Refused = 4,
+    /// The broker or database cannot be reached.
+    Unavailable = 5,
+    /// The operator did not confirm a change.
+    NotConfirmed = 6,
+}
+
+impl From<Exit> for ExitCode {
+    fn from(e: Exit) -> Self {
+        ExitCode::from(e as u8)
+    }
+}
+
+fn code_of(e: &AdminError) -> Exit {
+    match e {
+        AdminError::NotFound { .. } => Exit::NotFound,
+        AdminError::Refused { .. } => Exit::Refused,
+        AdminError::Unavailable { .. } => Exit::Unavailable,
+        _ => Exit::Failed,
+    }
+}
+
+/// Prints an error and its causes on standard error.
+fn report(e: &AdminError) {
+    let mut text = format!("error: {e}");
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        text.push_str(&format!("\n  caused by: {s}"));
+        source = s.source();
+    }
+    if e.is_transient() {
+        text.push_str("\n  (this can succeed if tried again)");
+    }
+    eprintln!("{text}");
+}
+
+async fn connect(cli: &Cli) -> Result<Connections, AdminError> {
+    let mut to = Connections {
+        queues: None,
+        store: None,
+        embedded: None,
+    };
+    if let Some(path) = &cli.target.embedded {
+        let admin = EmbeddedAdmin::open(path).await?;
+        let shared = Arc::new(admin.clone());
+        to.queues = Some(shared.clone() as Arc<dyn QueueAdmin>);
+        to.store = Some(shared as Arc<dyn StoreAdmin>);
+        to.embedded = Some(admin);
+    }
+    if let Some(url) = &cli.target.postgres {
+        to.store = Some(Arc::new(PostgresAdmin::connect(url).await?));
+    }
+    if let Some(path) = &cli.target.sqlite {
+        to.store = Some(Arc::new(SqliteAdmin::open(path).await?));
+    }
+    Ok(to)
+}
+
+async fn run(cli: Cli) -> Exit {
+    if cli.target.embedded.is_none() && cli.target.postgres.is_none() && cli.target.sqlite.is_none() {
+        eprintln!("error: say what to connect to: --embedded FILE, --postgres URL or --sqlite FILE");
+        return Exit::Usage;
+    }
+    let to = match connect(&cli).await {
+        Ok(to) => to,
+        Err(e) => {
+            report(&e);
+            return code_of(&e);
+        }
+    };
+    let mut run = Run {
+        json: cli.json,
+        yes: cli.yes,
+        to: &to,
+        out: Out::default(),
+    };
+    let result = run.command(&cli.command).await;
+    let out = std::mem::take(&mut run.out);
+    out.print();
+    if let Some(e) = &to.embedded {
+        e.close().await;
+    }
+    match result {
+        Ok(exit) => exit,
+        Err(Failure::Admin(e)) => {
+            report(&e);
+            code_of(&e)
+        }
+        Err(Failure::NotConfirmed) => Exit::NotConfirmed,
+        Err(Failure::Usage(text)) => {
+            eprintln!("error: {text}");
+            Exit::Usage
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return Exit::Failed.into();
+        }
+    };
+    runtime.block_on(run(cli)).into()
+}

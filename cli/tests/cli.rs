@@ -1,0 +1,353 @@
+//! The `courier` binary as an operator runs it: tables, JSON, dry runs, confirmation and
+//! exit codes, against broker and store files made for each test.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use courier::admin::{EmbeddedAdmin, QueueAdmin};
+use courier::{Embedded, EntityPath, Envelope, QueueOptions, SenderOptions, SqliteStore, Store, Transport};
+
+struct Ran {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `courier` with `args`, writing `stdin` to it.
+fn courier(args: &[&str], stdin: &str) -> Ran {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_courier"))
+        .args(args)
+        .env_remove("COURIER_EMBEDDED")
+        .env_remove("COURIER_POSTGRES")
+        .env_remove("COURIER_SQLITE")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    Ran {
+        code: out.status.code().unwrap(),
+        stdout: String::from_utf8(out.stdout).unwrap(),
+        stderr: String::from_utf8(out.stderr).unwrap(),
+    }
+}
+
+/// A broker file whose queue `orders` holds `bodies.len()` dead letters (the broker is
+/// closed again); returns their sequence numbers.
+async fn broker_with_dead_letters(path: &Path, bodies: &[&str]) -> Vec<i64> {
+    let broker = Embedded::open(path).await.unwrap();
+    broker.create_queue("orders", &QueueOptions::default()).await.unwrap();
+    let sender = broker.sender("orders", SenderOptions::default()).await.unwrap();
+    for (i, body) in bodies.iter().enumerate() {
+        let mut m = Envelope::new(body.to_string());
+        m.message_id = format!("order-{i}");
+        m.message_type = Some("shop.PlaceOrder".into());
+        m.properties
+            .insert("courier.failure.error".into(), "the tax service said no".into());
+        sender.send(m).await.unwrap();
+    }
+    let receiver = broker.receiver(&EntityPath::queue("orders")).await.unwrap();
+    let mut left = bodies.len();
+    while left > 0 {
+        for d in receiver.receive(left, Duration::from_secs(5)).await.unwrap() {
+            d.dead_letter("test.Poison", "broken on purpose").await.unwrap();
+            left -= 1;
+        }
+    }
+    let seqs = EmbeddedAdmin::new(broker.clone())
+        .all_dead_letters("orders")
+        .await
+        .unwrap();
+    broker.close().await;
+    seqs
+}
+
+async fn counts(path: &Path) -> (u64, u64) {
+    let admin = EmbeddedAdmin::open(path).await.unwrap();
+    let q = admin.queues().await.unwrap().remove(0);
+    admin.close().await;
+    (q.active, q.dead_lettered)
+}
+
+#[tokio::test]
+async fn queues_and_dead_letters_are_listed_as_tables_and_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("broker.db");
+    let seqs = broker_with_dead_letters(&file, &["{\"id\":1}", "{\"id\":2}"]).await;
+    let f = file.to_str().unwrap();
+
+    let ran = courier(&["--embedded", f, "queues"], "");
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let mut lines = ran.stdout.lines();
+    assert!(lines.next().unwrap().starts_with("NAME"));
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(row[..7], ["orders", "queue", "0", "0", "0", "0", "2"]);
+
+    let ran = courier(&["--embedded", f, "--json", "queues"], "");
+    let json: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(json[0]["name"], "orders");
+    assert_eq!(json[0]["dead_lettered"], 2);
+
+    let ran = courier(&["--embedded", f, "dlq", "list", "orders"], "");
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(ran.stdout.contains("test.Poison"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("the tax service said no"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("2 of 2 dead letters of orders"), "{}", ran.stdout);
+
+    let ran = courier(
+        &["--embedded", f, "dlq", "list", "orders", "--limit", "1", "--json"],
+        "",
+    );
+    let page: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(page["items"][0]["sequence_number"], seqs[0]);
+    assert_eq!(page["next_after"], seqs[0]);
+    assert_eq!(page["total"], 2);
+}
+
+#[tokio::test]
+async fn show_prints_the_failure_and_the_body_and_escapes_control_characters() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("broker.db");
+    let seqs = broker_with_dead_letters(&file, &["{\"id\":7}", "evil\u{1b}[2J<script>"]).await;
+    let f = file.to_str().unwrap();
+
+    let ran = courier(&["--embedded", f, "dlq", "show", "orders", &seqs[0].to_string()], "");
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    for want in [
+        "message id:     order-0",
+        "reason:         test.Poison",
+        "broken on purpose",
+        "\"id\": 7",
+    ] {
+        assert!(ran.stdout.contains(want), "{want} in {}", ran.stdout);
+    }
+    assert!(ran.stdout.contains("the tax service said no"));
+
+    let ran = courier(&["--embedded", f, "dlq", "show", "orders", &seqs[1].to_string()], "");
+    assert!(!ran.stdout.contains('\u{1b}'), "{}", ran.stdout);
+    assert!(ran.stdout.contains("evil\\u{1b}[2J<script>"), "{}", ran.stdout);
+
+    let ran = courier(
+        &["--embedded", f, "--json", "dlq", "show", "orders", &seqs[0].to_string()],
+        "",
+    );
+    let json: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(json["body"], serde_json::json!({"kind": "json", "value": {"id": 7}}));
+    assert_eq!(json["delivery_count"], 1);
+}
+
+#[tokio::test]
+async fn a_dry_run_and_a_refused_confirmation_change_nothing_and_a_resubmit_moves_the_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("broker.db");
+    let seqs = broker_with_dead_letters(&file, &["{}", "{}", "{}"]).await;
+    let f = file.to_str().unwrap();
+    let first = seqs[0].to_string();
+
+    let ran = courier(&["--embedded", f, "dlq", "resubmit", "orders", &first, "--dry-run"], "");
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(
+        ran.stdout.contains(&format!("would resubmit {first}")),
+        "{}",
+        ran.stdout
+    );
+    assert_eq!(counts(&file).await, (0, 3));
+
+    let ran = courier(&["--embedded", f, "dlq", "resubmit", "orders", &first], "n\n");
+    assert_eq!(ran.code, 6, "{}", ran.stderr);
+    assert!(ran.stderr.contains("[y/N]"), "{}", ran.stderr);
+    assert_eq!(counts(&file).await, (0, 3));
+
+    let ran = courier(&["--embedded", f, "dlq", "resubmit", "orders", &first], "y\n");
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert_eq!(counts(&file).await, (1, 2));
+
+    let ran = courier(
+        &["--embedded", f, "--json", "--yes", "dlq", "resubmit", "orders", "--all"],
+        "",
+    );
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let outcome: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(outcome["done"], serde_json::json!([seqs[1], seqs[2]]));
+    assert_eq!(counts(&file).await, (3, 0));
+}
+
+#[tokio::test]
+async fn delete_asks_and_then_deletes_for_good() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("broker.db");
+    let seqs = broker_with_dead_letters(&file, &["{}", "{}"]).await;
+    let f = file.to_str().unwrap();
+    let ran = courier(
+        &[
+            "--embedded",
+            f,
+            "dlq",
+            "delete",
+            "orders",
+            "--all",
+            "--dry-run",
+            "--json",
+        ],
+        "",
+    );
+    let json: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(json["dry_run"], true);
+    assert_eq!(json["sequence_numbers"], serde_json::json!(seqs));
+    let ran = courier(
+        &["--embedded", f, "-y", "dlq", "delete", "orders", &seqs[0].to_string()],
+        "",
+    );
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert_eq!(counts(&file).await, (0, 1));
+}
+
+#[tokio::test]
+async fn exit_codes_say_what_went_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("broker.db");
+    let seqs = broker_with_dead_letters(&file, &["{}"]).await;
+    let f = file.to_str().unwrap();
+
+    // Not found: the file (not created), the queue, the message, some of those given.
+    let missing = dir.path().join("missing.db");
+    let ran = courier(&["--embedded", missing.to_str().unwrap(), "queues"], "");
+    assert_eq!(ran.code, 3, "{}", ran.stderr);
+    assert!(!missing.exists());
+    assert_eq!(courier(&["--embedded", f, "dlq", "list", "nope"], "").code, 3);
+    assert_eq!(courier(&["--embedded", f, "dlq", "show", "orders", "999"], "").code, 3);
+    let ran = courier(&["--embedded", f, "-y", "dlq", "resubmit", "orders", "999"], "");
+    assert_eq!(ran.code, 3, "{}", ran.stdout);
+    assert_eq!(counts(&file).await, (0, 1));
+
+    // Usage: nothing to connect to, a bad command line, a store command without a store.
+    assert_eq!(courier(&["queues"], "").code, 2);
+    assert_eq!(courier(&["--embedded", f, "dlq", "resubmit", "orders"], "").code, 2);
+
+    // Refused: a broker file that a running process holds is read-only.
+    let running = Embedded::open(&file).await.unwrap();
+    let ran = courier(&["--embedded", f, "dlq", "list", "orders"], "");
+    assert_eq!(ran.code, 0, "reads work on a file in use: {}", ran.stderr);
+    let ran = courier(
+        &["--embedded", f, "-y", "dlq", "resubmit", "orders", &seqs[0].to_string()],
+        "",
+    );
+    assert_eq!(ran.code, 4, "{}", ran.stderr);
+    assert!(ran.stderr.contains("in use"), "{}", ran.stderr);
+    running.close().await;
+    assert_eq!(counts(&file).await, (0, 1));
+
+    // Cannot connect, and the password is never shown.
+    let ran = courier(
+        &[
+            "--postgres",
+            "postgres://app:hunter2@127.0.0.1:1/shop",
+            "sagas",
+            "types",
+        ],
+        "",
+    );
+    assert_eq!(ran.code, 5, "{}", ran.stderr);
+    assert!(!ran.stderr.contains("hunter2"), "{}", ran.stderr);
+    assert!(ran.stderr.contains("app:***@127.0.0.1:1/shop"), "{}", ran.stderr);
+}
+
+#[tokio::test]
+async fn sagas_are_listed_shown_and_completed_with_a_logged_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("store.db");
+    let store = SqliteStore::open(&file).await.unwrap();
+    store.migrate().await.unwrap();
+    courier::sqlx::query(
+        "INSERT INTO courier_saga (saga_type, correlation, state, version, created_at, updated_at) VALUES \
+         ('OrderSaga', 'order-1', '{\"step\":\"paid\"}', 2, 0, 0), ('OrderSaga', 'order-2', '{}', 1, 0, 0)",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    courier::sqlx::query(
+        "INSERT INTO courier_saga_timeout (id, endpoint, saga_type, correlation, due_at, envelope, body, created_at) \
+         VALUES ('t-1', 'orders', 'OrderSaga', 'order-1', 0, '{\"message_id\":\"t-1\"}', X'00', 0)",
+    )
+    .execute(store.pool())
+    .await
+    .unwrap();
+    let f = file.to_str().unwrap();
+
+    let ran = courier(&["--sqlite", f, "sagas", "list", "OrderSaga", "--with-timeout"], "");
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(
+        ran.stdout.contains("order-1") && !ran.stdout.contains("order-2"),
+        "{}",
+        ran.stdout
+    );
+
+    let ran = courier(&["--sqlite", f, "sagas", "show", "OrderSaga", "order-1"], "");
+    assert!(ran.stdout.contains("\"step\": \"paid\""), "{}", ran.stdout);
+    assert!(ran.stdout.contains("t-1"), "{}", ran.stdout);
+
+    let ran = courier(&["--sqlite", f, "--json", "timeouts", "--overdue"], "");
+    let list: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+    assert_eq!(list[0]["id"], "t-1");
+
+    let ran = courier(
+        &[
+            "--sqlite",
+            f,
+            "-y",
+            "sagas",
+            "complete",
+            "OrderSaga",
+            "order-1",
+            "--reason",
+            " ",
+        ],
+        "",
+    );
+    assert_eq!(ran.code, 4, "{}", ran.stderr);
+    let ran = courier(
+        &[
+            "--sqlite",
+            f,
+            "sagas",
+            "complete",
+            "OrderSaga",
+            "order-1",
+            "--reason",
+            "refunded by hand",
+            "--dry-run",
+        ],
+        "",
+    );
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(ran.stdout.contains("dry run"), "{}", ran.stdout);
+    let ran = courier(
+        &[
+            "--sqlite",
+            f,
+            "-y",
+            "sagas",
+            "complete",
+            "OrderSaga",
+            "order-1",
+            "--reason",
+            "refunded by hand",
+        ],
+        "",
+    );
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(ran.stdout.contains("removed 1 timeout(s)"), "{}", ran.stdout);
+    assert!(
+        ran.stderr.contains("refunded by hand"),
+        "the reason is logged: {}",
+        ran.stderr
+    );
+    let ran = courier(&["--sqlite", f, "sagas", "show", "OrderSaga", "order-1"], "");
+    assert_eq!(ran.code, 3, "{}", ran.stderr);
+}

@@ -1,0 +1,130 @@
+//! The operations API on a large dead-letter queue of the embedded broker (a file, default
+//! durability): how long the first page of a listing takes, and how fast "resubmit all"
+//! moves messages back, next to the broker's send rate for the same messages (batches of
+//! 256, measured in the same run).
+//!
+//! Run: `cargo bench -p courier --bench admin` (100,000 dead letters; add `-- --quick`
+//! for 10,000).
+
+#![allow(
+    clippy::print_stdout,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    missing_docs
+)]
+
+use std::time::{Duration, Instant};
+
+use courier::admin::{EmbeddedAdmin, QueueAdmin};
+use courier::prelude::*;
+use tokio::task::JoinSet;
+
+const BODY: usize = 1024;
+const BATCH: usize = 256;
+
+fn message(i: usize) -> Envelope {
+    let mut m = Envelope::new(format!("{{\"n\":{i},\"pad\":\"{}\"}}", "x".repeat(BODY)));
+    m.message_type = Some("bench.Order".into());
+    m
+}
+
+/// Sends `n` messages to `queue` in batches; returns messages per second.
+async fn send_all(broker: &Embedded, queue: &str, n: usize) -> f64 {
+    let sender = broker.sender(queue, SenderOptions::default()).await.unwrap();
+    let start = Instant::now();
+    let mut i = 0;
+    while i < n {
+        let batch: Vec<Envelope> = (i..(i + BATCH).min(n)).map(message).collect();
+        i += batch.len();
+        sender.send_batch(batch).await.unwrap();
+    }
+    n as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Moves every message of `queue` to its dead-letter sub-queue.
+async fn dead_letter_all(broker: &Embedded, queue: &str, n: usize) {
+    let receiver = broker.receiver(&EntityPath::queue(queue)).await.unwrap();
+    let mut moved = 0;
+    while moved < n {
+        let deliveries = receiver.receive(2000, Duration::from_secs(5)).await.unwrap();
+        let mut settles = JoinSet::new();
+        for d in deliveries {
+            settles.spawn(async move { d.dead_letter("bench.Poison", "made for the benchmark").await });
+        }
+        while let Some(r) = settles.join_next().await {
+            r.unwrap().unwrap();
+            moved += 1;
+        }
+    }
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+#[tokio::main]
+async fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let n = if quick { 10_000 } else { 100_000 };
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Embedded::open(dir.path().join("bench.db")).await.unwrap();
+    broker.create_queue("orders", &QueueOptions::default()).await.unwrap();
+    broker.create_queue("peer", &QueueOptions::default()).await.unwrap();
+
+    let send_rate = send_all(&broker, "orders", n).await;
+    dead_letter_all(&broker, "orders", n).await;
+    let admin = EmbeddedAdmin::new(broker.clone());
+
+    let mut firsts = Vec::new();
+    for _ in 0..21 {
+        let start = Instant::now();
+        let page = admin.dead_letters("orders", 0, 50).await.unwrap();
+        firsts.push(start.elapsed());
+        assert_eq!((page.items.len(), page.total), (50, n as u64));
+    }
+    let mut middles = Vec::new();
+    for k in 0..21u64 {
+        let after = (n as i64 / 21) * k as i64;
+        let start = Instant::now();
+        admin.dead_letters("orders", after, 50).await.unwrap();
+        middles.push(start.elapsed());
+    }
+    let mut listings = Vec::new();
+    for _ in 0..5 {
+        let start = Instant::now();
+        let queues = admin.queues().await.unwrap();
+        listings.push(start.elapsed());
+        assert_eq!(queues[0].dead_lettered, n as u64);
+    }
+    let mut shows = Vec::new();
+    for seq in (1..=21).map(|k| k * (n as i64 / 22)) {
+        let start = Instant::now();
+        admin.dead_letter("orders", seq).await.unwrap();
+        shows.push(start.elapsed());
+    }
+
+    let start = Instant::now();
+    let all = admin.all_dead_letters("orders").await.unwrap();
+    let collected = start.elapsed();
+    let outcome = admin.resubmit_many("orders", &all).await.unwrap();
+    let resubmit = start.elapsed();
+    assert_eq!(outcome.done.len(), n);
+    let resubmit_rate = n as f64 / resubmit.as_secs_f64();
+
+    // The peer again after the resubmit, on a queue of its own: the file is as large as
+    // it was for the resubmit.
+    let send_rate_after = send_all(&broker, "peer", n).await;
+    let peer = (send_rate + send_rate_after) / 2.0;
+
+    println!("admin on the embedded broker, {n} dead letters of {BODY} B");
+    println!("  first page (50) of the list: median {:?}", median(firsts));
+    println!("  a page in the middle:        median {:?}", median(middles));
+    println!("  show one:                    median {:?}", median(shows));
+    println!("  queues with their counts:    median {:?}", median(listings));
+    println!("  resubmit all: {resubmit_rate:.0} msg/s ({resubmit:?}, of which {collected:?} to list them)");
+    println!("  send (peer, batches of {BATCH}): {send_rate:.0} msg/s before, {send_rate_after:.0} msg/s after");
+    println!("  resubmit all / send: {:.0}%", 100.0 * resubmit_rate / peer);
+    broker.close().await;
+}

@@ -1,0 +1,89 @@
+//! The operations API's errors: what an operator's command can meet, each saying whether
+//! trying again can help, so a tool maps them to exit codes a script relies on.
+
+use crate::error::{Error, ErrorKind};
+
+/// What an operation of [`courier::admin`](crate::admin) can fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdminError {
+    /// The queue, message, saga instance or timeout does not exist (or no longer: another
+    /// operator or a receiver took it first). Look again with a list command.
+    #[error("{what} not found")]
+    NotFound {
+        /// What was looked for.
+        what: String,
+    },
+    /// The operation is not possible here; the text says why and what to do instead.
+    #[error("refused: {reason}")]
+    Refused {
+        /// Why, and what to do.
+        reason: String,
+    },
+    /// The broker or database cannot be reached. Check that it runs and the address; a
+    /// retry can help.
+    #[error("cannot reach {what}: {source}")]
+    Unavailable {
+        /// What could not be reached (never with a password).
+        what: String,
+        /// The cause.
+        #[source]
+        source: Box<Error>,
+    },
+    /// The broker or store failed the operation; [`Error::is_transient`] says whether a
+    /// retry can help. Nothing was changed (operations are atomic per message).
+    #[error(transparent)]
+    Failed(Box<Error>),
+}
+
+impl From<Error> for AdminError {
+    fn from(e: Error) -> Self {
+        AdminError::Failed(Box::new(e))
+    }
+}
+
+impl AdminError {
+    /// Whether trying again later can succeed.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            AdminError::NotFound { .. } | AdminError::Refused { .. } => false,
+            AdminError::Unavailable { .. } => true,
+            AdminError::Failed(e) => e.is_transient(),
+        }
+    }
+
+    pub(crate) fn not_found(what: impl Into<String>) -> Self {
+        AdminError::NotFound { what: what.into() }
+    }
+
+    pub(crate) fn refused(reason: impl Into<String>) -> Self {
+        AdminError::Refused { reason: reason.into() }
+    }
+
+    /// A failed statement of Courier's tables (the message says what was being done).
+    /// Cannot reach `what` (shown without a password).
+    pub(crate) fn unavailable(what: impl Into<String>, source: Error) -> Self {
+        AdminError::Unavailable {
+            what: what.into(),
+            source: Box::new(source),
+        }
+    }
+
+    pub(crate) fn db(what: &'static str, e: sqlx::Error) -> Self {
+        AdminError::Failed(Box::new(crate::store::db_error(what, e)))
+    }
+
+    /// An error of the library mapped to what an operator acts on.
+    pub(crate) fn from_error(e: Error) -> Self {
+        match e.kind() {
+            ErrorKind::EntityNotFound { path } => AdminError::NotFound { what: path.clone() },
+            ErrorKind::Closed => AdminError::Refused {
+                reason: "the broker is closed".into(),
+            },
+            _ => AdminError::Failed(Box::new(e)),
+        }
+    }
+}
+
+/// The result of an operation.
+pub type AdminResult<T> = std::result::Result<T, AdminError>;

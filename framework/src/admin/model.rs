@@ -1,0 +1,409 @@
+//! What the operations API returns: queues with their counts, dead letters (a page of
+//! summaries, one in full), saga instances, pending timeouts and outbox rows. Plain data,
+//! serializable, so the command line prints them as tables or JSON and the console as
+//! pages without another model.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::message::{Properties, SequenceNumber};
+use crate::recoverability::headers;
+
+/// Which kind of entity a [`QueueSummary`] describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum EntityKind {
+    /// A queue.
+    Queue,
+    /// A topic (its messages live in its subscriptions; it holds only scheduled ones).
+    Topic,
+    /// A subscription of a topic; its name is `topic/subscriptions/name`.
+    Subscription,
+}
+
+/// A queue, topic or subscription with its counts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct QueueSummary {
+    /// The name: `orders`, or `events/subscriptions/billing` for a subscription.
+    pub name: String,
+    /// What it is.
+    pub kind: EntityKind,
+    /// Messages ready to be received (not locked).
+    pub active: u64,
+    /// Messages locked by a receiver right now (being handled).
+    pub locked: u64,
+    /// Messages scheduled for later.
+    pub scheduled: u64,
+    /// Messages set aside (deferred), received only by sequence number.
+    pub deferred: u64,
+    /// Messages in the dead-letter sub-queue.
+    pub dead_lettered: u64,
+    /// When the oldest active or locked message was enqueued (`None` when there is none).
+    pub oldest_enqueued_at: Option<DateTime<Utc>>,
+}
+
+impl QueueSummary {
+    /// How long the oldest active message has waited at `now` (`None` when there is none).
+    pub fn oldest_age(&self, now: DateTime<Utc>) -> Option<chrono::Duration> {
+        self.oldest_enqueued_at.map(|t| now - t)
+    }
+}
+
+/// One dead-lettered message in a list: enough to choose which to look at.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct DeadLetterSummary {
+    /// Its sequence number in the dead-letter sub-queue (what `show`, `resubmit` and
+    /// `delete` take).
+    pub sequence_number: SequenceNumber,
+    /// The sender-chosen id (kept when it is resubmitted).
+    pub message_id: String,
+    /// The message type's wire name.
+    pub message_type: Option<String>,
+    /// When it was enqueued in its queue.
+    pub enqueued_at: DateTime<Utc>,
+    /// How many times it was delivered before it was dead-lettered.
+    pub delivery_count: u32,
+    /// The dead-letter reason (`courier.RetriesExhausted`, `MaxDeliveryCountExceeded`, ...).
+    pub reason: Option<String>,
+    /// The failure's text, as the endpoint wrote it ([`headers::FAILURE_ERROR`]), else
+    /// the dead-letter description.
+    pub error: Option<String>,
+}
+
+/// A page of a list and where the next one starts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct Page<T> {
+    /// The items, in order.
+    pub items: Vec<T>,
+    /// Pass this as `after` to read the next page; `None` on the last page.
+    pub next_after: Option<SequenceNumber>,
+    /// How many there are in all (at the time of reading).
+    pub total: u64,
+}
+
+/// A message body as shown to an operator.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum BodyView {
+    /// The body is JSON: decoded.
+    Json(serde_json::Value),
+    /// The body is UTF-8 text that is not JSON.
+    Text(String),
+    /// Anything else: the raw bytes.
+    Bytes(Vec<u8>),
+}
+
+impl BodyView {
+    /// Decodes a body: JSON when it parses as JSON, text when it is UTF-8, else bytes.
+    pub fn decode(body: &[u8]) -> Self {
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) {
+            return Self::Json(v);
+        }
+        match std::str::from_utf8(body) {
+            Ok(s) => Self::Text(s.to_owned()),
+            Err(_) => Self::Bytes(body.to_vec()),
+        }
+    }
+}
+
+/// One dead-lettered message in full.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct DeadLetter {
+    /// The queue it is in (its dead-letter sub-queue) and where a resubmit sends it.
+    pub queue: String,
+    /// Its sequence number in the dead-letter sub-queue.
+    pub sequence_number: SequenceNumber,
+    /// The sender-chosen id.
+    pub message_id: String,
+    /// The message type's wire name.
+    pub message_type: Option<String>,
+    /// The correlation id.
+    pub correlation_id: Option<String>,
+    /// The causation id.
+    pub causation_id: Option<String>,
+    /// The body's MIME type.
+    pub content_type: Option<String>,
+    /// The session it belongs to.
+    pub session_id: Option<String>,
+    /// When it was enqueued in its queue.
+    pub enqueued_at: DateTime<Utc>,
+    /// How many times it was delivered before it was dead-lettered.
+    pub delivery_count: u32,
+    /// The dead-letter reason.
+    pub reason: Option<String>,
+    /// The dead-letter description.
+    pub description: Option<String>,
+    /// Where it was dead-lettered (the entity's path).
+    pub source: Option<String>,
+    /// The failure's text the endpoint wrote ([`headers::FAILURE_ERROR`]).
+    pub error: Option<String>,
+    /// The failure's error chain, outermost first ([`headers::FAILURE_CHAIN`]).
+    pub error_chain: Option<String>,
+    /// Every application property (header), the failure headers included.
+    pub headers: Properties,
+    /// The body, decoded when it is JSON or text.
+    pub body: BodyView,
+    /// The body's size in bytes.
+    pub body_size: usize,
+}
+
+pub(crate) fn string_header(headers: &Properties, key: &str) -> Option<String> {
+    match headers.get(key) {
+        Some(crate::PropertyValue::String(s)) => Some(s.clone()),
+        Some(other) => serde_json::to_string(other).ok(),
+        None => None,
+    }
+}
+
+/// The failure's text of a dead letter: the endpoint's header, else the description.
+pub(crate) fn failure_text(headers: &Properties, description: Option<&str>) -> Option<String> {
+    string_header(headers, headers::FAILURE_ERROR).or_else(|| description.map(str::to_owned))
+}
+
+/// What a resubmit or delete of several dead letters did, message by message.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct BatchOutcome {
+    /// Sequence numbers (in the dead-letter sub-queue) that were moved or deleted.
+    pub done: Vec<SequenceNumber>,
+    /// Sequence numbers that were no longer there (already resubmitted or deleted, or
+    /// being read by a receiver of the dead-letter sub-queue).
+    pub not_found: Vec<SequenceNumber>,
+    /// Sequence numbers whose change failed, with why; each of them is still in the
+    /// dead-letter sub-queue (every change is atomic per message).
+    pub failed: Vec<(SequenceNumber, String)>,
+}
+
+/// Which saga instances to list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct SagaFilter {
+    /// Only instances whose correlation value contains this text.
+    pub correlation: Option<String>,
+    /// Only instances last updated before this time (stuck ones).
+    pub updated_before: Option<DateTime<Utc>>,
+    /// Only instances with (`Some(true)`) or without (`Some(false)`) a pending timeout.
+    pub has_pending_timeout: Option<bool>,
+    /// At most this many (oldest update first).
+    pub limit: u32,
+}
+
+impl Default for SagaFilter {
+    fn default() -> Self {
+        Self {
+            correlation: None,
+            updated_before: None,
+            has_pending_timeout: None,
+            limit: 100,
+        }
+    }
+}
+
+impl SagaFilter {
+    /// Instances whose correlation contains `text`.
+    #[must_use]
+    pub fn correlation(mut self, text: impl Into<String>) -> Self {
+        self.correlation = Some(text.into());
+        self
+    }
+
+    /// Instances last updated before `time`.
+    #[must_use]
+    pub fn updated_before(mut self, time: DateTime<Utc>) -> Self {
+        self.updated_before = Some(time);
+        self
+    }
+
+    /// Instances with (`true`) or without (`false`) a pending timeout.
+    #[must_use]
+    pub fn has_pending_timeout(mut self, yes: bool) -> Self {
+        self.has_pending_timeout = Some(yes);
+        self
+    }
+
+    /// At most `limit` instances.
+    #[must_use]
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
+    }
+}
+
+/// A saga type and how many instances it has.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct SagaTypeSummary {
+    /// The saga's name (its type as stored).
+    pub saga_type: String,
+    /// Instances stored (not completed).
+    pub instances: u64,
+    /// When the least recently updated instance was updated.
+    pub oldest_updated_at: Option<DateTime<Utc>>,
+}
+
+/// One saga instance in a list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct SagaSummary {
+    /// The saga's name.
+    pub saga_type: String,
+    /// Its correlation value.
+    pub correlation: String,
+    /// Its version (1 when created, one more at each update).
+    pub version: i64,
+    /// When it was created.
+    pub created_at: DateTime<Utc>,
+    /// When it was last updated.
+    pub updated_at: DateTime<Utc>,
+    /// How many timeouts it has pending (not yet handled).
+    pub pending_timeouts: u64,
+}
+
+/// One saga instance in full.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct SagaInstance {
+    /// The instance's identity, version and times.
+    pub summary: SagaSummary,
+    /// The version of the state's shape it was written at (`Saga::VERSION`).
+    pub state_version: i64,
+    /// Its state as JSON.
+    pub state: serde_json::Value,
+    /// Its pending timeouts, earliest first.
+    pub timeouts: Vec<PendingTimeout>,
+}
+
+/// Where a pending timeout is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum TimeoutState {
+    /// Stored, not yet sent by the dispatcher.
+    Waiting,
+    /// Sent by the dispatcher; its message is not handled yet.
+    Dispatched,
+    /// Its message was dead-lettered; it waits for an operator (resubmit or complete).
+    DeadLettered,
+}
+
+/// A timeout that has not been handled yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct PendingTimeout {
+    /// Its id (also its message's id).
+    pub id: String,
+    /// The endpoint whose queue receives it.
+    pub endpoint: String,
+    /// The saga's name.
+    pub saga_type: String,
+    /// The saga instance's correlation value.
+    pub correlation: String,
+    /// The key it was requested under (by default its message's wire name).
+    pub key: Option<String>,
+    /// Its message's type.
+    pub message_type: Option<String>,
+    /// When it is due.
+    pub due_at: DateTime<Utc>,
+    /// When the dispatcher sent it.
+    pub dispatched_at: Option<DateTime<Utc>>,
+    /// Where it is.
+    pub state: TimeoutState,
+    /// Why its message was dead-lettered.
+    pub dead_letter_reason: Option<String>,
+}
+
+impl PendingTimeout {
+    /// Whether it is overdue at `now`: due and still not sent (the dispatcher is down or
+    /// behind), or sent more than `grace` ago and not handled (the endpoint is down or
+    /// behind).
+    pub fn is_overdue(&self, now: DateTime<Utc>, grace: chrono::Duration) -> bool {
+        match self.state {
+            TimeoutState::Waiting => self.due_at <= now,
+            TimeoutState::Dispatched => self.due_at.max(self.dispatched_at.unwrap_or(self.due_at)) + grace <= now,
+            TimeoutState::DeadLettered => false,
+        }
+    }
+}
+
+/// Which timeouts to list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct TimeoutFilter {
+    /// Only overdue ones ([`PendingTimeout::is_overdue`] with [`grace`](Self::grace)).
+    pub overdue_only: bool,
+    /// How long after its due time a dispatched timeout may stay unhandled before it
+    /// counts as overdue.
+    #[serde(skip)]
+    pub grace: chrono::Duration,
+    /// At most this many, earliest due first.
+    pub limit: u32,
+}
+
+impl Default for TimeoutFilter {
+    fn default() -> Self {
+        Self {
+            overdue_only: false,
+            grace: chrono::Duration::seconds(60),
+            limit: 100,
+        }
+    }
+}
+
+impl TimeoutFilter {
+    /// Only overdue timeouts.
+    #[must_use]
+    pub fn overdue(mut self) -> Self {
+        self.overdue_only = true;
+        self
+    }
+
+    /// At most `limit` timeouts.
+    #[must_use]
+    pub fn limit(mut self, limit: u32) -> Self {
+        self.limit = limit;
+        self
+    }
+}
+
+/// A message stored in the outbox and not dispatched yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct OutboxEntry {
+    /// Its outbox row id.
+    pub id: i64,
+    /// The endpoint that stored it.
+    pub endpoint: String,
+    /// The handled message whose transaction stored it.
+    pub source_id: String,
+    /// Where it goes.
+    pub destination: String,
+    /// Whether the destination is a topic.
+    pub is_topic: bool,
+    /// Its message id.
+    pub message_id: Option<String>,
+    /// Its type.
+    pub message_type: Option<String>,
+    /// When it was stored.
+    pub created_at: DateTime<Utc>,
+    /// Why it is not sent, for a dead letter of the outbox (`None` for a row waiting to
+    /// be dispatched).
+    pub dead_letter_reason: Option<String>,
+    /// What was wrong with it, for a dead letter of the outbox.
+    pub dead_letter_description: Option<String>,
+}
+
+/// What completing a saga by hand removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct CompletedSaga {
+    /// The version the instance had.
+    pub version: i64,
+    /// Its pending timeouts, deleted with it (their messages are discarded if they come).
+    pub timeouts_removed: u64,
+}
