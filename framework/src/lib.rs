@@ -55,8 +55,11 @@ mod pages {
     struct Semantics;
     #[doc = include_str!("../../docs/observability.md")]
     struct Observability;
+    #[doc = include_str!("../../docs/postgres.md")]
+    struct Postgres;
 }
 
+mod checks;
 mod clock;
 mod codec;
 mod endpoint;
@@ -73,6 +76,8 @@ mod amqp;
 #[cfg(feature = "sqlite")]
 mod embedded;
 #[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "postgres")]
 pub mod test_servers;
 #[cfg(feature = "sqlite")]
 pub mod testing;
@@ -81,6 +86,7 @@ pub mod testing;
 #[path = "suite.rs"]
 pub mod conformance;
 
+pub use checks::{DEFAULT_MAX_MESSAGE_SIZE, MAX_MESSAGE_ID_LEN};
 pub use clock::{Clock, Sleep, SystemClock, VirtualClock};
 pub use codec::{Codec, CodecError, JsonCodec};
 pub use courier_macros::{Message, handler, saga};
@@ -136,10 +142,9 @@ pub use version::UpcastError;
 #[cfg(feature = "amqp")]
 pub use amqp::{AmqpBuilder, AmqpTransport, DEFAULT_CONNECT_TIMEOUT, ScheduleStore, WireStats};
 #[cfg(feature = "sqlite")]
-pub use embedded::{
-    DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_READ_CONNECTIONS, Durability, Embedded, EmbeddedBuilder, EmbeddedStore,
-    MAX_MESSAGE_ID_LEN,
-};
+pub use embedded::{DEFAULT_READ_CONNECTIONS, Durability, Embedded, EmbeddedBuilder, EmbeddedStore};
+#[cfg(feature = "postgres")]
+pub use postgres::{DEFAULT_PG_POLL_INTERVAL, PgTransportBuilder, PostgresTransport};
 #[cfg(feature = "postgres")]
 pub use store::PostgresStore;
 #[cfg(feature = "sqlite")]
