@@ -144,7 +144,7 @@ pub use amqp::{AmqpBuilder, AmqpTransport, DEFAULT_CONNECT_TIMEOUT, ScheduleStor
 #[cfg(feature = "sqlite")]
 pub use embedded::{DEFAULT_READ_CONNECTIONS, Durability, Embedded, EmbeddedBuilder, EmbeddedStore};
 #[cfg(feature = "postgres")]
-pub use postgres::{DEFAULT_PG_POLL_INTERVAL, PgTransportBuilder, PostgresTransport};
+pub use postgres::{DEFAULT_PG_POLL_INTERVAL, PgTransportBuilder, PgTransportStore, PostgresTransport};
 #[cfg(feature = "postgres")]
 pub use store::PostgresStore;
 #[cfg(feature = "sqlite")]

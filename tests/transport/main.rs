@@ -6,6 +6,8 @@
 
 mod embedded_durability;
 mod embedded_engine;
+mod pg_transport;
+mod pg_unit_of_work;
 
 /// The conformance suite (docs/semantics.md S1-S6) on the embedded broker.
 mod embedded_conformance {

@@ -8,7 +8,8 @@
 //! notification, schedule, cancel), `receive` (PeekLock, ReceiveAndDelete, deferred, the
 //! time-driven maintenance, waiting), `settle` (settle and renew, fenced by the token),
 //! `sessions` (session locks and state), `browse` (peek, counts), `rows` (columns, row
-//! to message, lock tokens) and `wake` (LISTEN/NOTIFY).
+//! to message, lock tokens), `wake` (LISTEN/NOTIFY) and `store` (the one-transaction
+//! unit of work of an endpoint whose store is this database).
 //!
 //! # Time
 //!
@@ -26,6 +27,7 @@ mod rows;
 mod send;
 mod sessions;
 mod settle;
+mod store;
 mod wake;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,6 +41,7 @@ use tokio::sync::Semaphore;
 use self::entities::Kind;
 use self::receive::{Link, PgReceiver};
 use self::send::PgSender;
+pub use self::store::PgTransportStore;
 use crate::checks::{DEFAULT_MAX_MESSAGE_SIZE, check_envelope};
 use crate::clock::{Clock, SystemClock};
 use crate::entity::{EntityCounts, EntityPath, QueueOptions, SubscriptionOptions, TopicOptions};
@@ -276,13 +279,22 @@ impl PostgresTransport {
 
 /// The rules the Postgres transport bends.
 fn bent_rules() -> Vec<BentRule> {
-    vec![BentRule {
-        rule: "S3.1",
-        reason: "gap-free numbers per queue would make every sender to a queue wait for the one before it to commit",
-        substitute: "one database sequence numbers every queue and topic: unique and increasing for each sender \
+    vec![
+        BentRule {
+            rule: "S2.7 volatile locks",
+            reason: "a lock is a row of the database, held by no connection: neither a restart of Postgres nor a \
+                     receiver's lost connection releases it",
+            substitute: "a lock ends when it is settled or its lock duration has passed (a receiver that dies \
+                         leaves its messages locked until then); a cancelled receive gives its locks back at once",
+        },
+        BentRule {
+            rule: "S3.1",
+            reason: "gap-free numbers per queue would make every sender to a queue wait for the one before it to commit",
+            substitute: "one database sequence numbers every queue and topic: unique and increasing for each sender \
                      (a batch in its order), not gap-free per queue, and concurrent senders may commit out of \
                      number order",
-    }]
+        },
+    ]
 }
 
 #[async_trait]
@@ -360,7 +372,7 @@ impl Transport for PostgresTransport {
         max_wait: Duration,
     ) -> Result<Arc<dyn SessionReceiver>> {
         let entity = entities::resolve(&self.shared, path, false).await?;
-        sessions::accept(&self.shared, entity, path, session, max_wait).await
+        sessions::accept(&self.shared, entity, path, &session, max_wait).await
     }
 
     async fn peek(

@@ -82,7 +82,7 @@ pub(crate) async fn accept(
     shared: &Arc<Shared>,
     entity: EntityInfo,
     path: &EntityPath,
-    selector: SessionSelector,
+    selector: &SessionSelector,
     max_wait: Duration,
 ) -> Result<Arc<dyn SessionReceiver>> {
     if path.sub_queue() == SubQueue::DeadLetter {
@@ -102,7 +102,7 @@ pub(crate) async fn accept(
         tokio::pin!(notified);
         notified.as_mut().enable();
         shared.check_open()?;
-        if let Some(key) = try_accept(shared, &entity, &selector).await? {
+        if let Some(key) = try_accept(shared, &entity, selector).await? {
             let until = entity.lock_until(shared.clock.now());
             return Ok(Arc::new(PgSessionReceiver {
                 link: Arc::new(Link {
@@ -116,7 +116,7 @@ pub(crate) async fn accept(
         }
         let now = tokio::time::Instant::now();
         if now >= deadline {
-            let reason = match &selector {
+            let reason = match selector {
                 SessionSelector::Next => "no unlocked session has messages".to_owned(),
                 SessionSelector::Named(s) => format!("session {s:?} is held by another receiver"),
             };
