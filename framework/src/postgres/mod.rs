@@ -22,6 +22,7 @@
 
 mod browse;
 mod entities;
+mod holder;
 mod receive;
 mod rows;
 mod send;
@@ -64,10 +65,14 @@ pub(crate) struct Shared {
     pub(crate) max_message_size: usize,
     pub(crate) poll_interval: Duration,
     pub(crate) wakers: Arc<wake::Wakers>,
+    /// This instance's holder key, stamped on the messages it locks.
+    pub(crate) holder: i64,
     closed: AtomicBool,
     /// Whether the transport opened the pool (and closes it on close).
     owns_pool: bool,
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// Keeps the holder's advisory lock.
+    keeper: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Shared {
@@ -91,8 +96,16 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        if let Some(task) = self.listener.lock().unwrap_or_else(PoisonError::into_inner).take() {
-            task.abort();
+        self.stop_tasks();
+    }
+}
+
+impl Shared {
+    fn stop_tasks(&self) {
+        for slot in [&self.listener, &self.keeper] {
+            if let Some(task) = slot.lock().unwrap_or_else(PoisonError::into_inner).take() {
+                task.abort();
+            }
         }
     }
 }
@@ -188,6 +201,8 @@ impl PgTransportBuilder {
             })?;
         let wakers = Arc::new(wake::Wakers::default());
         let listener = wake::listen(&pool, Arc::downgrade(&wakers)).await?;
+        let holder = holder::new_key();
+        let keeper = holder::hold(&pool, holder, self.poll_interval.max(Duration::from_secs(1))).await?;
         Ok(PostgresTransport {
             shared: Arc::new(Shared {
                 pool,
@@ -199,6 +214,8 @@ impl PgTransportBuilder {
                 closed: AtomicBool::new(false),
                 owns_pool,
                 listener: Mutex::new(Some(listener)),
+                holder,
+                keeper: Mutex::new(Some(keeper)),
             }),
         })
     }
@@ -281,11 +298,10 @@ impl PostgresTransport {
 fn bent_rules() -> Vec<BentRule> {
     vec![
         BentRule {
-            rule: "S2.7 volatile locks",
-            reason: "a lock is a row of the database, held by no connection: neither a restart of Postgres nor a \
-                     receiver's lost connection releases it",
-            substitute: "a lock ends when it is settled or its lock duration has passed (a receiver that dies \
-                         leaves its messages locked until then); a cancelled receive gives its locks back at once",
+            rule: "S2.7 volatile session locks",
+            reason: "a session lock is a row of the database, not yet tied to its holder's connection",
+            substitute: "message locks are volatile (a dead or disconnected holder's locks end at the next receive \
+                         of their entity); a session lock ends when it is released or its lock duration has passed",
         },
         BentRule {
             rule: "S3.1",
@@ -394,15 +410,7 @@ impl Transport for PostgresTransport {
         if self.shared.closed.swap(true, Ordering::AcqRel) {
             return;
         }
-        if let Some(task) = self
-            .shared
-            .listener
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
-            task.abort();
-        }
+        self.shared.stop_tasks();
         if self.shared.owns_pool {
             self.shared.pool.close().await;
         }

@@ -48,9 +48,12 @@ enum Mode {
     ReceiveAndDelete,
 }
 
-/// Activates `owner`'s due scheduled messages (fanned out when `owner` is a topic) and
+/// Activates `owner`'s due scheduled messages (fanned out when `owner` is a topic),
 /// dead-letters `entity`'s expired messages and those whose lock expired at the max
-/// delivery count: the work the clock makes due, done by whoever reads the entity.
+/// delivery count (the work the clock makes due, done by whoever reads the entity), and
+/// ends the locks of `entity`'s messages whose holder is gone (see `holder.rs`): they are
+/// receivable at once, their delivery count kept. (A message whose lock ends so at the max
+/// delivery count is dead-lettered by the next receive.)
 pub(crate) async fn maintain(shared: &Shared, entity: &EntityInfo, now: DateTime<Utc>) -> Result<()> {
     sqlx::query(
         "WITH due AS (DELETE FROM courier.message m WHERE m.id IN ( \
@@ -75,6 +78,12 @@ pub(crate) async fn maintain(shared: &Shared, entity: &EntityInfo, now: DateTime
                         THEN 'the subscription requires sessions and the message has no session id' END, \
                    CASE WHEN t.requires_session AND d.session_id IS NULL THEN t.path END, d.body \
                  FROM d JOIN no USING (ord) CROSS JOIN t RETURNING entity_id), \
+         orphaned AS (UPDATE courier.message m SET locked_until = $2 WHERE m.id IN ( \
+                   SELECT id FROM courier.message o WHERE o.entity_id = $3 AND o.locked_until > $2 \
+                   AND o.holder IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_locks l \
+                     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
+                     AND l.classid::bigint = o.holder >> 32 AND l.objid::bigint = o.holder & 2147483647) \
+                   FOR UPDATE SKIP LOCKED) RETURNING m.entity_id), \
          expired AS (SELECT id FROM courier.message WHERE entity_id = $3 AND state IN (0, 2) \
                    AND expires_at <= $2 AND (locked_until IS NULL OR locked_until <= $2) \
                    LIMIT $6 FOR UPDATE SKIP LOCKED), \
@@ -89,7 +98,7 @@ pub(crate) async fn maintain(shared: &Shared, entity: &EntityInfo, now: DateTime
                  WHERE m.id IN (SELECT id FROM expired UNION SELECT id FROM exhausted) \
                  RETURNING m.entity_id) \
          SELECT count(pg_notify('courier_transport', x.entity_id::text)) \
-         FROM (SELECT entity_id FROM act UNION SELECT entity_id FROM dead) x",
+         FROM (SELECT entity_id FROM act UNION SELECT entity_id FROM dead UNION SELECT entity_id FROM orphaned) x",
     )
     .bind(entity.schedule_owner())
     .bind(now)
@@ -124,11 +133,11 @@ macro_rules! dead_filter {
         "entity_id = $1 AND state = 3 AND (locked_until IS NULL OR locked_until <= $2)"
     };
 }
-/// Locks up to `$6` messages until `$4`.
+/// Locks up to `$6` messages until `$4` for holder `$7`.
 macro_rules! lock_sql {
     ($filter:ident) => {
         concat!(
-            "UPDATE courier.message m SET locked_until = $4, delivery_count = m.delivery_count + 1 \
+            "UPDATE courier.message m SET locked_until = $4, delivery_count = m.delivery_count + 1, holder = $7 \
              FROM (SELECT id FROM courier.message WHERE ",
             $filter!(),
             " ORDER BY seq LIMIT $6 FOR UPDATE SKIP LOCKED) c WHERE m.id = c.id RETURNING ",
@@ -199,6 +208,7 @@ impl Link {
             .bind((mode == Mode::PeekLock).then_some(lock_until))
             .bind(self.session.as_ref().map(|k| k.id.as_str()))
             .bind(i64::try_from(max.clamp(1, MAX_RECEIVE)).unwrap_or(1))
+            .bind(self.shared.holder)
             .fetch_all(&self.shared.pool)
             .await
             .map_err(|e| self.shared.closed_or(db_error("cannot receive messages", e)))?;
@@ -309,7 +319,7 @@ impl Link {
             .await
             .map_err(|e| self.shared.closed_or(db_error("cannot begin a receive", e)))?;
         let rows: Vec<PgRow> = sqlx::query(concat!(
-            "UPDATE courier.message m SET locked_until = $4, delivery_count = m.delivery_count + 1 \
+            "UPDATE courier.message m SET locked_until = $4, delivery_count = m.delivery_count + 1, holder = $6 \
              WHERE m.entity_id = $1 AND m.seq = ANY($2) AND m.state = 2 \
              AND (m.locked_until IS NULL OR m.locked_until <= $3) AND ($5::text IS NULL OR m.session_id = $5) \
              RETURNING ",
@@ -320,6 +330,7 @@ impl Link {
         .bind(now)
         .bind(lock_until)
         .bind(self.session.as_ref().map(|k| k.id.as_str()))
+        .bind(self.shared.holder)
         .fetch_all(&mut *tx)
         .await
         .map_err(|e| db_error("cannot receive deferred messages", e))?;
