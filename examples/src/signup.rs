@@ -39,11 +39,10 @@
 //! `--transport postgres` (or `COURIER_TRANSPORT=postgres`) and a Postgres URL, everything
 //! lives in Postgres alone: queues, topics and scheduled messages in the Postgres transport,
 //! sagas and inbox beside them, one Postgres transaction per message
-//! (`PostgresTransport::store()`). Not yet on Postgres: resuming after a SIGKILL (the
-//! messages the killed run held stay locked for their lock duration, 60 s, hours of story
-//! time: the Postgres transport's locks are not released when their process dies, see
-//! docs/postgres.md) and two runs at once (each run's audit hears only the replies its own
-//! process handled).
+//! (`PostgresTransport::store()`); a run killed with SIGKILL resumes as on the other
+//! brokers (the killed run's message locks end when its connections go). Not yet: two
+//! runs at once on one database (each run's audit hears only the replies its own process
+//! handled, so a run whose audit another process answered waits in vain).
 //! `--fresh` on RabbitMQ deletes the example's queues instead of the file.
 //!
 //! Kill it and run it again (without `--fresh`): the workflows continue where they were.
