@@ -35,7 +35,14 @@
 //! message). With `DATABASE_URL` set (or `--postgres URL`), the store is Postgres (schema
 //! `courier`) and the broker stays embedded. With `AMQP_URL` set as well (or `--rabbitmq
 //! URL`), the broker is RabbitMQ: queues and topics there, scheduled messages and sagas in
-//! Postgres (RabbitMQ needs the Postgres store: it holds the scheduled messages).
+//! Postgres (RabbitMQ needs the Postgres store: it holds the scheduled messages). With
+//! `--transport postgres` (or `COURIER_TRANSPORT=postgres`) and a Postgres URL, everything
+//! lives in Postgres alone: queues, topics and scheduled messages in the Postgres transport,
+//! sagas and inbox beside them, one Postgres transaction per message
+//! (`PostgresTransport::store()`); a run killed with SIGKILL resumes as on the other
+//! brokers (the killed run's message locks end when its connections go). Not yet: two
+//! runs at once on one database (each run's audit hears only the replies its own process
+//! handled, so a run whose audit another process answered waits in vain).
 //! `--fresh` on RabbitMQ deletes the example's queues instead of the file.
 //!
 //! Kill it and run it again (without `--fresh`): the workflows continue where they were.
@@ -109,7 +116,7 @@ use audit::{AuditId, Audits};
 use chrono::{DateTime, TimeDelta, Utc};
 use courier::prelude::*;
 use courier::saga::SagaContext;
-use courier::{AmqpTransport, EndpointStats, PostgresStore, RunningEndpoint, ShutdownReport, Store};
+use courier::{AmqpTransport, EndpointStats, PostgresStore, PostgresTransport, RunningEndpoint, ShutdownReport, Store};
 use serde::{Deserialize, Serialize};
 use startup::{Startup, Warnings};
 use tokio::sync::mpsc;
@@ -144,6 +151,10 @@ const USAGE: &str = "usage: signup [--fresh] [--db PATH] [--scale N | --real-tim
                    needs --postgres or $DATABASE_URL)
   --postgres URL   keep sagas, inbox and timeouts in Postgres (default: $DATABASE_URL if set,
                    else the broker's own file)
+  --transport postgres
+                   run on Postgres alone: queues in the Postgres transport, one transaction
+                   per message (default: $COURIER_TRANSPORT if set; needs --postgres or
+                   $DATABASE_URL)
   --metrics ADDR   serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9000), and
                    keep serving after the story until Ctrl-C";
 
@@ -1129,6 +1140,8 @@ struct Options {
     scale: Option<u32>,
     postgres: Option<String>,
     rabbitmq: Option<String>,
+    /// `postgres`: the Postgres transport.
+    transport: Option<String>,
     metrics: Option<std::net::SocketAddr>,
 }
 
@@ -1141,6 +1154,7 @@ impl Options {
             scale: None,
             postgres: std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()),
             rabbitmq: std::env::var("AMQP_URL").ok().filter(|u| !u.is_empty()),
+            transport: std::env::var("COURIER_TRANSPORT").ok().filter(|t| !t.is_empty()),
             metrics: None,
         };
         while let Some(arg) = args.next() {
@@ -1156,6 +1170,7 @@ impl Options {
                 "--real-time" => options.scale = Some(1),
                 "--postgres" => options.postgres = Some(value("--postgres")?),
                 "--rabbitmq" => options.rabbitmq = Some(value("--rabbitmq")?),
+                "--transport" => options.transport = Some(value("--transport")?),
                 "--metrics" => {
                     let addr = value("--metrics")?;
                     options.metrics = Some(addr.parse().map_err(|e| format!("--metrics {addr}: {e}"))?);
@@ -1163,6 +1178,10 @@ impl Options {
                 "-h" | "--help" => return Ok(None),
                 other => return Err(format!("unknown argument {other}")),
             }
+        }
+        match options.transport.as_deref() {
+            None | Some("postgres") => {}
+            Some(other) => return Err(format!("--transport takes postgres, not {other}")),
         }
         Ok(Some(options))
     }
@@ -1426,6 +1445,27 @@ async fn open(
     options: &Options,
     start: &Startup,
 ) -> Result<(Arc<dyn Transport>, Arc<dyn Store>, &'static str, String, String), Box<dyn Error>> {
+    if options.transport.is_some() {
+        let Some(pg) = &options.postgres else {
+            return Err("--transport postgres needs a database: set DATABASE_URL or --postgres".into());
+        };
+        let postgres = PostgresTransport::builder(pg.clone()).migrate(false).open();
+        let store = start.step(startup::POSTGRES, PostgresStore::connect(pg)).await?;
+        start.step(startup::MIGRATIONS, store.migrate()).await?;
+        let postgres = start.step(startup::POSTGRES, postgres).await?;
+        let transport: Arc<dyn Transport> = Arc::new(postgres.clone());
+        if options.fresh {
+            delete_queues(&transport).await?;
+        }
+        let store_text = "Postgres (schema courier), one transaction per message with the queues".to_owned();
+        return Ok((
+            transport,
+            Arc::new(postgres.store()),
+            "postgres",
+            store_text,
+            "Postgres (the Postgres transport)".to_owned(),
+        ));
+    }
     if let Some(url) = &options.rabbitmq {
         let Some(pg) = &options.postgres else {
             return Err("RabbitMQ needs the Postgres store (it holds the scheduled messages): \
@@ -1442,13 +1482,7 @@ async fn open(
         let text = format!("RabbitMQ ({rabbit:?}), scheduled messages in Postgres");
         let transport: Arc<dyn Transport> = Arc::new(rabbit);
         if options.fresh {
-            for queue in ["users", "mailer", "accounts", SCENARIO_QUEUE] {
-                match transport.delete(&EntityPath::queue(queue)).await {
-                    Ok(()) => {}
-                    Err(e) if matches!(e.kind(), courier::ErrorKind::EntityNotFound { .. }) => {}
-                    Err(e) => return Err(e.into()),
-                }
-            }
+            delete_queues(&transport).await?;
         }
         let store_text = "Postgres (schema courier), with inbox + outbox beside RabbitMQ".to_owned();
         return Ok((transport, Arc::new(store), "postgres", store_text, text));
@@ -1471,6 +1505,18 @@ async fn open(
         ),
     };
     Ok((Arc::new(broker), store, store_kind, store_text, broker_text))
+}
+
+/// Deletes the example's queues (`--fresh` on a server broker).
+async fn delete_queues(transport: &Arc<dyn Transport>) -> Result<(), Box<dyn Error>> {
+    for queue in ["users", "mailer", "accounts", SCENARIO_QUEUE] {
+        match transport.delete(&EntityPath::queue(queue)).await {
+            Ok(()) => {}
+            Err(e) if matches!(e.kind(), courier::ErrorKind::EntityNotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// Deletes the broker's database files, unless another process holds the database.

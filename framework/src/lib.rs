@@ -59,9 +59,12 @@ mod pages {
     struct Reliability;
     #[doc = include_str!("../../docs/operations.md")]
     struct Operations;
+    #[doc = include_str!("../../docs/postgres.md")]
+    struct Postgres;
 }
 
 pub mod admin;
+mod checks;
 mod clock;
 mod codec;
 mod endpoint;
@@ -80,6 +83,8 @@ mod amqp;
 #[cfg(feature = "sqlite")]
 mod embedded;
 #[cfg(feature = "postgres")]
+mod postgres;
+#[cfg(feature = "postgres")]
 pub mod test_servers;
 #[cfg(feature = "sqlite")]
 pub mod testing;
@@ -88,6 +93,7 @@ pub mod testing;
 #[path = "suite.rs"]
 pub mod conformance;
 
+pub use checks::{DEFAULT_MAX_MESSAGE_SIZE, MAX_MESSAGE_ID_LEN};
 pub use clock::{Clock, Sleep, SystemClock, VirtualClock};
 pub use codec::{Codec, CodecError, JsonCodec};
 pub use courier_macros::{Message, handler, saga};
@@ -143,10 +149,9 @@ pub use version::UpcastError;
 #[cfg(feature = "amqp")]
 pub use amqp::{AmqpBuilder, AmqpTransport, DEFAULT_CONNECT_TIMEOUT, ScheduleStore, WireStats};
 #[cfg(feature = "sqlite")]
-pub use embedded::{
-    DEFAULT_MAX_MESSAGE_SIZE, DEFAULT_READ_CONNECTIONS, Durability, Embedded, EmbeddedBuilder, EmbeddedStore,
-    MAX_MESSAGE_ID_LEN,
-};
+pub use embedded::{DEFAULT_READ_CONNECTIONS, Durability, Embedded, EmbeddedBuilder, EmbeddedStore};
+#[cfg(feature = "postgres")]
+pub use postgres::{DEFAULT_PG_POLL_INTERVAL, PgTransportBuilder, PgTransportStore, PostgresTransport};
 #[cfg(feature = "postgres")]
 pub use store::PostgresStore;
 #[cfg(feature = "sqlite")]

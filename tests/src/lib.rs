@@ -26,6 +26,7 @@ pub mod containers;
 pub mod crash;
 pub mod crash_saga;
 pub mod pg;
+pub mod pg_transport;
 pub mod rabbit;
 pub mod raw_amqp;
 pub mod stores;

@@ -14,7 +14,7 @@ use proptest::prelude::*;
 
 use super::inspect::inspect;
 use super::wire::decode;
-use crate::embedded::MAX_MESSAGE_ID_LEN;
+use crate::checks::MAX_MESSAGE_ID_LEN;
 
 /// The number of cases: `COURIER_FUZZ_CASES`, or proptest's default.
 fn cases() -> u32 {

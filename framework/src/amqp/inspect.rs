@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, ShortString};
 
-use crate::embedded::MAX_MESSAGE_ID_LEN;
+use crate::checks::MAX_MESSAGE_ID_LEN;
 use crate::message::Envelope;
 use crate::message::reasons::{INVALID_WIRE_FORMAT, MESSAGE_TOO_LARGE};
 

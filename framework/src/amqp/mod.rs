@@ -35,8 +35,8 @@ use lapin::{Channel, ExchangeKind};
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use crate::checks::DEFAULT_MAX_MESSAGE_SIZE;
 use crate::clock::{Clock, SystemClock};
-use crate::embedded::DEFAULT_MAX_MESSAGE_SIZE;
 use crate::entity::{
     EntityCounts, EntityPath, QueueOptions, SubQueue, SubscriptionOptions, TopicOptions, validate_name,
 };
@@ -565,7 +565,7 @@ impl Transport for AmqpTransport {
     /// carry (reserved `x-` property names, fields over 255 bytes).
     fn check_message(&self, message: &Envelope) -> Result<()> {
         let now = self.inner.clock.now();
-        crate::embedded::check_envelope(self.inner.max_message_size, message, "", false, now)?;
+        crate::checks::check_envelope(self.inner.max_message_size, message, "", false, now)?;
         if self.inner.schedules.is_none() && message.scheduled_enqueue_time.is_some_and(|at| at > now) {
             return Err(schedule::no_store("scheduled messages"));
         }

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use tokio::sync::Semaphore;
 
-use crate::embedded::check_envelope;
+use crate::checks::check_envelope;
 use crate::error::{Error, ErrorKind, Result, SendError};
 use crate::message::{Envelope, SequenceNumber};
 use crate::transport::Sender;

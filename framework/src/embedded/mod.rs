@@ -47,6 +47,8 @@ use self::engine::{
 pub use self::open::EmbeddedBuilder;
 pub use self::reads::DEFAULT_READ_CONNECTIONS;
 pub use self::store::EmbeddedStore;
+pub(crate) use crate::checks::DEFAULT_MAX_MESSAGE_SIZE;
+pub(crate) use crate::checks::check_envelope;
 use crate::clock::Clock;
 use crate::entity::{EntityCounts, EntityPath, QueueOptions, SubQueue, SubscriptionOptions, TopicOptions};
 use crate::error::{Error, ErrorKind, Result, SendError};
@@ -65,13 +67,6 @@ pub enum Durability {
     /// WAL with `synchronous=FULL`: also survives an operating-system crash or power loss.
     Full,
 }
-
-/// The default limit on a message's size: 1 MiB.
-pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 1024 * 1024;
-/// The longest message id accepted.
-pub const MAX_MESSAGE_ID_LEN: usize = 128;
-/// How far ahead a message may be scheduled (about 100 years).
-const MAX_SCHEDULE_AHEAD: chrono::Duration = chrono::Duration::days(100 * 366);
 
 struct Shared {
     tx: mpsc::Sender<Command>,
@@ -433,47 +428,6 @@ fn deadline(max_wait: Duration) -> Option<Instant> {
     }
 }
 
-/// The checks a message passes before it is accepted for `entity` (every transport
-/// applies the same).
-pub(crate) fn check_envelope(
-    max_message_size: usize,
-    m: &Envelope,
-    entity: &str,
-    requires_session: bool,
-    now: DateTime<Utc>,
-) -> Result<()> {
-    let invalid = |reason: String| Err(Error::new(ErrorKind::InvalidMessage { reason }));
-    let size = m.size();
-    if size > max_message_size {
-        return Err(Error::new(ErrorKind::MessageTooLarge {
-            size,
-            limit: max_message_size,
-        }));
-    }
-    if m.message_id.is_empty() || m.message_id.len() > MAX_MESSAGE_ID_LEN {
-        return invalid(format!(
-            "the message id must have 1 to {MAX_MESSAGE_ID_LEN} bytes, it has {}",
-            m.message_id.len()
-        ));
-    }
-    if let Some(s) = &m.session_id {
-        if s.is_empty() || s.len() > MAX_MESSAGE_ID_LEN {
-            return invalid(format!("the session id must have 1 to {MAX_MESSAGE_ID_LEN} bytes"));
-        }
-    } else if requires_session {
-        return invalid(format!("{entity} requires sessions: set a session id"));
-    }
-    if let Some(ttl) = m.time_to_live
-        && (ttl.is_zero() || ttl > crate::entity::MAX_TIME_TO_LIVE)
-    {
-        return invalid(format!("time-to-live {ttl:?} must be between 1 ms and 100 years"));
-    }
-    if let Some(at) = m.scheduled_enqueue_time {
-        check_schedule(at, now)?;
-    }
-    Ok(())
-}
-
 struct EmbeddedSender {
     shared: Arc<Shared>,
     name: String,
@@ -518,24 +472,6 @@ impl EmbeddedSender {
             Err(_) => Err(SendError::new(Error::new(ErrorKind::Closed), kept)),
         }
     }
-}
-
-/// Checks a scheduled enqueue time: from 1970 on, at most 100 years ahead (every
-/// transport refuses the same times).
-pub(crate) fn check_schedule(at: DateTime<Utc>, now: DateTime<Utc>) -> Result<()> {
-    let refuse = |reason| {
-        Err(Error::new(ErrorKind::InvalidScheduleTime {
-            time: at.to_rfc3339(),
-            reason,
-        }))
-    };
-    if at.timestamp() < 0 {
-        return refuse("it is before 1970-01-01");
-    }
-    if at > now + MAX_SCHEDULE_AHEAD {
-        return refuse("it is more than 100 years ahead");
-    }
-    Ok(())
 }
 
 #[async_trait]

@@ -107,7 +107,7 @@ mod pg_group;
 #[cfg(feature = "postgres")]
 pub(crate) mod pg_saga;
 #[cfg(feature = "postgres")]
-mod postgres;
+pub(crate) mod postgres;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
 #[cfg(feature = "sqlite")]

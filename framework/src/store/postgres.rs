@@ -225,6 +225,28 @@ fn outbox_rows(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<OutboxMessage>> {
         .collect()
 }
 
+/// Applies Courier's Postgres migrations (the store's and the Postgres transport's: one
+/// set, in the schema `courier`), idempotently.
+pub(crate) async fn migrate(pool: &PgPool) -> Result<()> {
+    let failed = |e: Box<dyn std::error::Error + Send + Sync>| {
+        Error::with_source(
+            ErrorKind::Storage {
+                detail: "cannot apply Courier's Postgres migrations".into(),
+                transient: false,
+            },
+            e,
+        )
+    };
+    // The migrations table lives in the schema too, so it must exist first.
+    sqlx::query("CREATE SCHEMA IF NOT EXISTS courier")
+        .execute(pool)
+        .await
+        .map_err(|e| failed(Box::new(e)))?;
+    let mut migrator = sqlx::migrate!("../migrations/postgres");
+    migrator.dangerous_set_table_name("courier.migrations");
+    migrator.run(pool).await.map_err(|e| failed(Box::new(e)))
+}
+
 #[async_trait]
 impl Store for PostgresStore {
     fn name(&self) -> &'static str {
@@ -232,23 +254,7 @@ impl Store for PostgresStore {
     }
 
     async fn migrate(&self) -> Result<()> {
-        let failed = |e: Box<dyn std::error::Error + Send + Sync>| {
-            Error::with_source(
-                ErrorKind::Storage {
-                    detail: "cannot apply Courier's Postgres migrations".into(),
-                    transient: false,
-                },
-                e,
-            )
-        };
-        // The migrations table lives in the schema too, so it must exist first.
-        sqlx::query("CREATE SCHEMA IF NOT EXISTS courier")
-            .execute(&self.pool)
-            .await
-            .map_err(|e| failed(Box::new(e)))?;
-        let mut migrator = sqlx::migrate!("../migrations/postgres");
-        migrator.dangerous_set_table_name("courier.migrations");
-        migrator.run(&self.pool).await.map_err(|e| failed(Box::new(e)))
+        migrate(&self.pool).await
     }
 
     async fn begin(

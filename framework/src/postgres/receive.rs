@@ -1,0 +1,418 @@
+//! Receiving: PeekLock and ReceiveAndDelete with `FOR UPDATE SKIP LOCKED` (competing
+//! receivers in any number of processes take disjoint messages), receive-deferred, and
+//! the time-driven work a receive does first for its entity: activating due scheduled
+//! messages and dead-lettering expired ones and those whose lock expired at the max
+//! delivery count. A receive that finds nothing waits for a notification of its entity
+//! (`LISTEN/NOTIFY`, a hint only) or the fallback poll, whichever comes first.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::postgres::PgRow;
+use tokio::sync::oneshot;
+
+use super::Shared;
+use super::entities::EntityInfo;
+use super::rows::{columns, rows_to_messages};
+use crate::entity::{EntityPath, SubQueue};
+use crate::error::{Error, ErrorKind, Result};
+use crate::message::{LockToken, ReceivedMessage, SequenceNumber, reasons};
+use crate::store::db_error;
+use crate::transport::{Delivery, Receiver, Settlement, Settler};
+
+/// The most messages one receive takes.
+const MAX_RECEIVE: usize = 5000;
+/// The most scheduled or expired messages one receive moves.
+const MAINTENANCE_BATCH: i64 = 1000;
+
+/// A session held by a session receiver: its id and the generation of its lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SessionKey {
+    pub(crate) id: String,
+    pub(crate) generation: i64,
+}
+
+/// What a receiver and its deliveries share.
+pub(crate) struct Link {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) entity: EntityInfo,
+    pub(crate) path: EntityPath,
+    pub(crate) session: Option<SessionKey>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    PeekLock,
+    ReceiveAndDelete,
+}
+
+/// Activates `owner`'s due scheduled messages (fanned out when `owner` is a topic),
+/// dead-letters `entity`'s expired messages and those whose lock expired at the max
+/// delivery count (the work the clock makes due, done by whoever reads the entity), and
+/// ends the locks of `entity`'s messages whose holder is gone (see `holder.rs`): they are
+/// receivable at once, their delivery count kept. (A message whose lock ends so at the max
+/// delivery count is dead-lettered by the next receive.)
+pub(crate) async fn maintain(shared: &Shared, entity: &EntityInfo, now: DateTime<Utc>) -> Result<()> {
+    sqlx::query(
+        "WITH due AS (DELETE FROM courier.message m WHERE m.id IN ( \
+                 SELECT id FROM courier.message WHERE entity_id = $1 AND state = 1 AND scheduled_at <= $2 \
+                 ORDER BY scheduled_at, id LIMIT $6 FOR UPDATE SKIP LOCKED) RETURNING m.*), \
+         n AS MATERIALIZED (SELECT nextval('courier.message_seq') AS seq \
+                 FROM generate_series(1, (SELECT count(*) FROM due))), \
+         no AS (SELECT seq, row_number() OVER (ORDER BY seq) AS ord FROM n), \
+         d AS (SELECT due.*, row_number() OVER (ORDER BY scheduled_at, id) AS ord FROM due), \
+         t AS (SELECT id, path, default_ttl_ms, requires_session FROM courier.entity \
+               WHERE (id = $1 AND kind = 0) OR (parent = $1 AND kind = 2)), \
+         act AS (INSERT INTO courier.message (entity_id, seq, state, session_id, enqueued_at, scheduled_at, \
+                   expires_at, ttl_ms, message_id, correlation_id, causation_id, message_type, content_type, \
+                   reply_to, properties, dl_reason, dl_description, dl_source, body) \
+                 SELECT t.id, no.seq, CASE WHEN t.requires_session AND d.session_id IS NULL THEN 3 ELSE 0 END, \
+                   d.session_id, d.scheduled_at, d.scheduled_at, \
+                   d.scheduled_at + LEAST(d.ttl_ms, t.default_ttl_ms) * interval '1 millisecond', \
+                   LEAST(d.ttl_ms, t.default_ttl_ms), d.message_id, d.correlation_id, d.causation_id, \
+                   d.message_type, d.content_type, d.reply_to, d.properties, \
+                   CASE WHEN t.requires_session AND d.session_id IS NULL THEN 'SessionIdMissing' END, \
+                   CASE WHEN t.requires_session AND d.session_id IS NULL \
+                        THEN 'the subscription requires sessions and the message has no session id' END, \
+                   CASE WHEN t.requires_session AND d.session_id IS NULL THEN t.path END, d.body \
+                 FROM d JOIN no USING (ord) CROSS JOIN t RETURNING entity_id), \
+         orphaned AS (UPDATE courier.message m SET locked_until = $2 WHERE m.id IN ( \
+                   SELECT id FROM courier.message o WHERE o.entity_id = $3 AND o.locked_until > $2 \
+                   AND o.holder IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_locks l \
+                     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
+                     AND l.classid::bigint = o.holder >> 32 AND l.objid::bigint = o.holder & 2147483647) \
+                   FOR UPDATE SKIP LOCKED) RETURNING m.entity_id), \
+         expired AS (SELECT id FROM courier.message WHERE entity_id = $3 AND state IN (0, 2) \
+                   AND expires_at <= $2 AND (locked_until IS NULL OR locked_until <= $2) \
+                   LIMIT $6 FOR UPDATE SKIP LOCKED), \
+         exhausted AS (SELECT id FROM courier.message WHERE entity_id = $3 AND state = 0 \
+                   AND locked_until <= $2 AND delivery_count >= $4 LIMIT $6 FOR UPDATE SKIP LOCKED), \
+         dead AS (UPDATE courier.message m SET state = 3, locked_until = NULL, \
+                   dl_reason = CASE WHEN m.expires_at <= $2 THEN $7 ELSE $8 END, \
+                   dl_description = CASE WHEN m.expires_at <= $2 \
+                       THEN 'the message expired before it was received' \
+                       ELSE 'the message was delivered ' || m.delivery_count || ' times without being settled' END, \
+                   dl_source = $5 \
+                 WHERE m.id IN (SELECT id FROM expired UNION SELECT id FROM exhausted) \
+                 RETURNING m.entity_id) \
+         SELECT count(pg_notify('courier_transport', x.entity_id::text)) \
+         FROM (SELECT entity_id FROM act UNION SELECT entity_id FROM dead UNION SELECT entity_id FROM orphaned) x",
+    )
+    .bind(entity.schedule_owner())
+    .bind(now)
+    .bind(entity.id)
+    .bind(entity.max_delivery_count)
+    .bind(&entity.path)
+    .bind(MAINTENANCE_BATCH)
+    .bind(reasons::TTL_EXPIRED)
+    .bind(reasons::MAX_DELIVERY_COUNT_EXCEEDED)
+    .execute(&shared.pool)
+    .await
+    .map_err(|e| shared.closed_or(db_error("cannot activate scheduled or expired messages", e)))?;
+    Ok(())
+}
+
+/// The filter of the messages a receive may take: `$1` entity, `$2` now, `$3` max
+/// delivery count, `$5` session. Every statement is bound with the same six parameters;
+/// sqlx declares their types, so a statement need not use them all.
+macro_rules! active_filter {
+    () => {
+        "entity_id = $1 AND state = 0 AND (locked_until IS NULL OR locked_until <= $2) AND delivery_count < $3 \
+         AND (expires_at IS NULL OR expires_at > $2)"
+    };
+}
+macro_rules! session_filter {
+    () => {
+        concat!(active_filter!(), " AND session_id = $5")
+    };
+}
+macro_rules! dead_filter {
+    () => {
+        "entity_id = $1 AND state = 3 AND (locked_until IS NULL OR locked_until <= $2)"
+    };
+}
+/// Locks up to `$6` messages until `$4` for holder `$7`.
+macro_rules! lock_sql {
+    ($filter:ident) => {
+        concat!(
+            "UPDATE courier.message m SET locked_until = $4, delivery_count = m.delivery_count + 1, holder = $7 \
+             FROM (SELECT id FROM courier.message WHERE ",
+            $filter!(),
+            " ORDER BY seq LIMIT $6 FOR UPDATE SKIP LOCKED) c WHERE m.id = c.id RETURNING ",
+            columns!()
+        )
+    };
+}
+/// Takes (deletes) up to `$6` messages.
+macro_rules! take_sql {
+    ($filter:ident) => {
+        concat!(
+            "DELETE FROM courier.message m WHERE m.id IN (SELECT id FROM courier.message WHERE ",
+            $filter!(),
+            " ORDER BY seq LIMIT $6 FOR UPDATE SKIP LOCKED) RETURNING ",
+            columns!()
+        )
+    };
+}
+
+impl Link {
+    /// The session lock's end, if this link's session is still held.
+    pub(crate) async fn session_lock(&self, key: &SessionKey, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>> {
+        sqlx::query_scalar(
+            "SELECT locked_until FROM courier.session WHERE entity_id = $1 AND session_id = $2 AND lock_gen = $3 \
+             AND locked_until > $4",
+        )
+        .bind(self.entity.id)
+        .bind(&key.id)
+        .bind(key.generation)
+        .bind(now)
+        .fetch_optional(&self.shared.pool)
+        .await
+        .map_err(|e| self.shared.closed_or(db_error("cannot read the session lock", e)))
+    }
+
+    /// One attempt: maintenance, then lock (or take) up to `max` messages.
+    async fn take(&self, max: usize, mode: Mode) -> Result<Vec<ReceivedMessage>> {
+        self.shared.check_open()?;
+        let now = self.shared.clock.now();
+        let dead = self.path.sub_queue() == SubQueue::DeadLetter;
+        let mut lock_until = self.entity.lock_until(now);
+        match (&self.session, self.entity.requires_session && !dead) {
+            (None, true) => {
+                return Err(Error::new(ErrorKind::InvalidOperation {
+                    reason: format!("{} requires sessions: accept a session to receive", self.entity.path),
+                }));
+            }
+            (Some(key), _) => match self.session_lock(key, now).await? {
+                // In a session, a message's lock is the session's lock.
+                Some(until) => lock_until = until,
+                None => return Err(Error::new(ErrorKind::SessionLockLost)),
+            },
+            (None, false) => {}
+        }
+        maintain(&self.shared, &self.entity, now).await?;
+        let sql: &'static str = match (mode, dead, self.session.is_some()) {
+            (Mode::PeekLock, true, _) => lock_sql!(dead_filter),
+            (Mode::PeekLock, false, true) => lock_sql!(session_filter),
+            (Mode::PeekLock, false, false) => lock_sql!(active_filter),
+            (Mode::ReceiveAndDelete, true, _) => take_sql!(dead_filter),
+            (Mode::ReceiveAndDelete, false, true) => take_sql!(session_filter),
+            (Mode::ReceiveAndDelete, false, false) => take_sql!(active_filter),
+        };
+        let rows: Vec<PgRow> = sqlx::query(sql)
+            .bind(self.entity.id)
+            .bind(now)
+            .bind(self.entity.max_delivery_count)
+            .bind((mode == Mode::PeekLock).then_some(lock_until))
+            .bind(self.session.as_ref().map(|k| k.id.as_str()))
+            .bind(i64::try_from(max.clamp(1, MAX_RECEIVE)).unwrap_or(1))
+            .bind(self.shared.holder)
+            .fetch_all(&self.shared.pool)
+            .await
+            .map_err(|e| self.shared.closed_or(db_error("cannot receive messages", e)))?;
+        let locked = mode == Mode::PeekLock;
+        let mut messages = rows_to_messages(&rows, now, locked.then_some(self.shared.tag))?;
+        if !locked {
+            for m in &mut messages {
+                m.broker.delivery_count = m.broker.delivery_count.saturating_add(1);
+            }
+        }
+        Ok(messages)
+    }
+
+    /// Receives, waiting up to `max_wait` for the first message.
+    async fn receive(self: &Arc<Self>, max: usize, max_wait: Duration, mode: Mode) -> Result<Vec<ReceivedMessage>> {
+        let deadline = tokio::time::Instant::now() + max_wait.min(Duration::from_secs(24 * 3600));
+        let waker = self.shared.wakers.entity(self.entity.id);
+        loop {
+            // Registered before the attempt, so a notification that lands during it counts.
+            let notified = waker.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let got = match mode {
+                Mode::PeekLock => self.clone().take_guarded(max).await?,
+                Mode::ReceiveAndDelete => self.take(max, mode).await?,
+            };
+            let now = tokio::time::Instant::now();
+            if !got.is_empty() || now >= deadline {
+                return Ok(got);
+            }
+            let poll = (now + self.shared.poll_interval).min(deadline);
+            tokio::select! {
+                () = &mut notified => {}
+                () = tokio::time::sleep_until(poll) => {}
+            }
+        }
+    }
+
+    /// A PeekLock attempt in a task of its own: if the caller's future is dropped before
+    /// the answer is read, the task gives the locks back at once (delivery counts
+    /// restored) instead of leaving them to expire.
+    async fn take_guarded(self: Arc<Self>, max: usize) -> Result<Vec<ReceivedMessage>> {
+        let (reply, answer) = oneshot::channel();
+        let link = self.clone();
+        tokio::spawn(async move {
+            let got = link.take(max, Mode::PeekLock).await;
+            if let Err(Ok(messages)) = reply.send(got) {
+                link.release(&messages).await;
+            }
+        });
+        answer.await.map_err(|_| Error::new(ErrorKind::Closed))?
+    }
+
+    /// Gives back locks no caller will settle, restoring the delivery counts.
+    async fn release(&self, messages: &[ReceivedMessage]) {
+        let (mut ids, mut counts) = (Vec::new(), Vec::new());
+        for m in messages {
+            if let Some(lock) = m
+                .broker
+                .lock_token
+                .and_then(|t| super::rows::read_token(self.shared.tag, t))
+            {
+                ids.push(lock.id);
+                counts.push(i32::try_from(m.broker.delivery_count).unwrap_or(i32::MAX));
+            }
+        }
+        if ids.is_empty() {
+            return;
+        }
+        let r = sqlx::query(
+            "UPDATE courier.message m SET locked_until = NULL, delivery_count = m.delivery_count - 1 \
+             FROM unnest($1::int8[], $2::int4[]) AS r(id, dc) \
+             WHERE m.id = r.id AND m.delivery_count = r.dc AND m.locked_until IS NOT NULL \
+             RETURNING pg_notify('courier_transport', m.entity_id::text)",
+        )
+        .bind(&ids)
+        .bind(&counts)
+        .execute(&self.shared.pool)
+        .await;
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "cannot give back the locks of a cancelled receive; they will expire");
+        }
+    }
+
+    /// Locks deferred messages by sequence number: all of them or none.
+    async fn receive_deferred(&self, seqs: &[SequenceNumber]) -> Result<Vec<ReceivedMessage>> {
+        self.shared.check_open()?;
+        if self.path.sub_queue() == SubQueue::DeadLetter {
+            return Err(Error::new(ErrorKind::InvalidOperation {
+                reason: "dead-letter sub-queues hold no deferred messages".into(),
+            }));
+        }
+        let now = self.shared.clock.now();
+        let mut lock_until = self.entity.lock_until(now);
+        if let Some(key) = &self.session {
+            match self.session_lock(key, now).await? {
+                Some(until) => lock_until = until,
+                None => return Err(Error::new(ErrorKind::SessionLockLost)),
+            }
+        }
+        let mut wanted = seqs.to_vec();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let mut tx = self
+            .shared
+            .pool
+            .begin()
+            .await
+            .map_err(|e| self.shared.closed_or(db_error("cannot begin a receive", e)))?;
+        let rows: Vec<PgRow> = sqlx::query(concat!(
+            "UPDATE courier.message m SET locked_until = $4, delivery_count = m.delivery_count + 1, holder = $6 \
+             WHERE m.entity_id = $1 AND m.seq = ANY($2) AND m.state = 2 \
+             AND (m.locked_until IS NULL OR m.locked_until <= $3) AND ($5::text IS NULL OR m.session_id = $5) \
+             RETURNING ",
+            columns!()
+        ))
+        .bind(self.entity.id)
+        .bind(&wanted)
+        .bind(now)
+        .bind(lock_until)
+        .bind(self.session.as_ref().map(|k| k.id.as_str()))
+        .bind(self.shared.holder)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| db_error("cannot receive deferred messages", e))?;
+        let messages = rows_to_messages(&rows, now, Some(self.shared.tag))?;
+        if let Some(missing) = wanted
+            .iter()
+            .find(|s| !messages.iter().any(|m| m.broker.sequence_number == **s))
+        {
+            // Dropping the transaction rolls the locks back.
+            return Err(Error::new(ErrorKind::MessageNotFound {
+                sequence_number: *missing,
+                expected: "deferred (and unlocked)",
+            }));
+        }
+        tx.commit()
+            .await
+            .map_err(|e| db_error("cannot commit a receive of deferred messages", e))?;
+        Ok(messages)
+    }
+
+    pub(crate) fn deliveries(self: &Arc<Self>, messages: Vec<ReceivedMessage>) -> Vec<Delivery> {
+        let settler: Arc<dyn Settler> = self.clone();
+        messages
+            .into_iter()
+            .map(|m| Delivery::new(m, settler.clone()))
+            .collect()
+    }
+
+    pub(crate) async fn receive_locked(self: &Arc<Self>, max: usize, max_wait: Duration) -> Result<Vec<Delivery>> {
+        let messages = self.receive(max, max_wait, Mode::PeekLock).await?;
+        Ok(self.deliveries(messages))
+    }
+
+    pub(crate) async fn receive_deleting(
+        self: &Arc<Self>,
+        max: usize,
+        max_wait: Duration,
+    ) -> Result<Vec<ReceivedMessage>> {
+        self.receive(max, max_wait, Mode::ReceiveAndDelete).await
+    }
+
+    pub(crate) async fn receive_deferred_deliveries(
+        self: &Arc<Self>,
+        seqs: &[SequenceNumber],
+    ) -> Result<Vec<Delivery>> {
+        let messages = self.receive_deferred(seqs).await?;
+        Ok(self.deliveries(messages))
+    }
+}
+
+/// A receiver of a queue, subscription or dead-letter sub-queue.
+pub(crate) struct PgReceiver {
+    pub(crate) link: Arc<Link>,
+}
+
+/// Plain and session receivers receive the same way, through their link.
+macro_rules! receive_through_link {
+    ($ty:ty) => {
+        #[async_trait]
+        impl Receiver for $ty {
+            fn path(&self) -> &EntityPath {
+                &self.link.path
+            }
+
+            async fn receive(&self, max_count: usize, max_wait: Duration) -> Result<Vec<Delivery>> {
+                self.link.receive_locked(max_count, max_wait).await
+            }
+
+            async fn receive_and_delete(&self, max_count: usize, max_wait: Duration) -> Result<Vec<ReceivedMessage>> {
+                self.link.receive_deleting(max_count, max_wait).await
+            }
+
+            async fn receive_deferred(&self, sequence_numbers: &[SequenceNumber]) -> Result<Vec<Delivery>> {
+                self.link.receive_deferred_deliveries(sequence_numbers).await
+            }
+
+            async fn settle_by_token(&self, token: LockToken, settlement: Settlement) -> Result<()> {
+                self.link.settle_token(Some(token), settlement).await
+            }
+        }
+    };
+}
+pub(crate) use receive_through_link;
+
+receive_through_link!(PgReceiver);

@@ -1,0 +1,298 @@
+//! Sending: one statement inserts a batch of messages, stamps their sequence numbers,
+//! fans a topic's messages out to its subscriptions and notifies waiting receivers, all
+//! in the sending transaction. Scheduled messages wait in the same table (a topic's on the
+//! topic itself, fanned out when they activate) until a receiver or browser of their
+//! entity activates them.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, Row};
+use tokio::sync::Semaphore;
+
+use super::Shared;
+use super::entities::EntityInfo;
+use super::rows::props_json;
+use crate::checks::check_envelope;
+use crate::error::{Error, ErrorKind, Result, SendError};
+use crate::message::{Envelope, SequenceNumber};
+use crate::store::db_error;
+use crate::transport::Sender;
+
+/// Inserts `messages` for entity `entity` (a queue, or a topic whose subscriptions each
+/// get a copy) at `now`; returns their sequence numbers in order, or `None` when the
+/// entity does not exist. Runs on any connection, inside the caller's transaction if it
+/// has one: the messages become receivable when it commits.
+pub(crate) async fn insert_messages(
+    conn: &mut PgConnection,
+    entity: i64,
+    messages: &[Envelope],
+    now: DateTime<Utc>,
+) -> Result<Option<Vec<SequenceNumber>>> {
+    let n = messages.len();
+    let mut cols = Columns::with_capacity(n);
+    for m in messages {
+        cols.push(m, now);
+    }
+    // Sequence numbers are drawn first and paired with the messages in order, so a batch
+    // is numbered in the order given; copies of a topic message share its number.
+    let row = sqlx::query(
+        "WITH e AS (SELECT id FROM courier.entity WHERE id = $1), \
+         s AS MATERIALIZED (SELECT nextval('courier.message_seq') AS seq FROM generate_series(1, $2::int)), \
+         so AS (SELECT seq, row_number() OVER (ORDER BY seq) AS ord FROM s), \
+         u AS (SELECT * FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], \
+               $9::text[], $10::text[], $11::int8[], $12::timestamptz[], $13::bytea[]) WITH ORDINALITY \
+               AS u(message_id, correlation_id, causation_id, message_type, content_type, reply_to, session_id, \
+                    props, ttl_ms, sched, body, ord)), \
+         t AS (SELECT id, kind, path, default_ttl_ms, requires_session FROM courier.entity \
+               WHERE (id = $1 AND kind <> 2) OR (parent = $1 AND kind = 2)), \
+         ins AS (INSERT INTO courier.message (entity_id, seq, state, session_id, enqueued_at, scheduled_at, \
+                   expires_at, ttl_ms, message_id, correlation_id, causation_id, message_type, content_type, \
+                   reply_to, properties, dl_reason, dl_description, dl_source, body) \
+                 SELECT t.id, so.seq, \
+                   CASE WHEN u.sched IS NOT NULL THEN 1 \
+                        WHEN t.requires_session AND u.session_id IS NULL THEN 3 ELSE 0 END, \
+                   u.session_id, $14, u.sched, \
+                   CASE WHEN u.sched IS NULL \
+                        THEN $14 + LEAST(u.ttl_ms, t.default_ttl_ms) * interval '1 millisecond' END, \
+                   LEAST(u.ttl_ms, t.default_ttl_ms), \
+                   u.message_id, u.correlation_id, u.causation_id, u.message_type, u.content_type, u.reply_to, \
+                   u.props::jsonb, \
+                   CASE WHEN u.sched IS NULL AND t.requires_session AND u.session_id IS NULL \
+                        THEN 'SessionIdMissing' END, \
+                   CASE WHEN u.sched IS NULL AND t.requires_session AND u.session_id IS NULL \
+                        THEN 'the subscription requires sessions and the message has no session id' END, \
+                   CASE WHEN u.sched IS NULL AND t.requires_session AND u.session_id IS NULL THEN t.path END, \
+                   u.body \
+                 FROM u JOIN so USING (ord) \
+                 JOIN t ON (CASE WHEN u.sched IS NOT NULL THEN t.id = $1 ELSE t.kind <> 1 END) \
+                 RETURNING entity_id, state), \
+         woke AS (SELECT count(pg_notify('courier_transport', x.entity_id::text)) AS n \
+                  FROM (SELECT DISTINCT entity_id FROM ins WHERE state <> 1) x) \
+         SELECT (SELECT count(*) FROM e), (SELECT n FROM woke), ARRAY(SELECT seq FROM so ORDER BY ord)",
+    )
+    .bind(entity)
+    .bind(i32::try_from(n).unwrap_or(i32::MAX))
+    .bind(&cols.message_id)
+    .bind(&cols.correlation_id)
+    .bind(&cols.causation_id)
+    .bind(&cols.message_type)
+    .bind(&cols.content_type)
+    .bind(&cols.reply_to)
+    .bind(&cols.session_id)
+    .bind(&cols.props)
+    .bind(&cols.ttl_ms)
+    .bind(&cols.sched)
+    .bind(&cols.body)
+    .bind(now)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(send_error)?;
+    let get = |e| db_error("cannot read the sequence numbers of a send", e);
+    let found: i64 = row.try_get(0).map_err(get)?;
+    if found == 0 {
+        return Ok(None);
+    }
+    let seqs: Vec<i64> = row.try_get(2).map_err(get)?;
+    Ok(Some(seqs))
+}
+
+/// A foreign-key violation means the entity was deleted during the send.
+fn send_error(e: sqlx::Error) -> Error {
+    if let sqlx::Error::Database(d) = &e
+        && d.code().as_deref() == Some("23503")
+    {
+        return Error::new(ErrorKind::EntityNotFound {
+            path: "the destination (deleted during the send)".into(),
+        });
+    }
+    db_error("cannot store the sent messages", e)
+}
+
+/// The messages of a send, column by column (bound as arrays and unnested).
+struct Columns {
+    message_id: Vec<String>,
+    correlation_id: Vec<Option<String>>,
+    causation_id: Vec<Option<String>>,
+    message_type: Vec<Option<String>>,
+    content_type: Vec<Option<String>>,
+    reply_to: Vec<Option<String>>,
+    session_id: Vec<Option<String>>,
+    props: Vec<Option<String>>,
+    ttl_ms: Vec<Option<i64>>,
+    sched: Vec<Option<DateTime<Utc>>>,
+    body: Vec<Vec<u8>>,
+}
+
+impl Columns {
+    fn with_capacity(n: usize) -> Self {
+        Self {
+            message_id: Vec::with_capacity(n),
+            correlation_id: Vec::with_capacity(n),
+            causation_id: Vec::with_capacity(n),
+            message_type: Vec::with_capacity(n),
+            content_type: Vec::with_capacity(n),
+            reply_to: Vec::with_capacity(n),
+            session_id: Vec::with_capacity(n),
+            props: Vec::with_capacity(n),
+            ttl_ms: Vec::with_capacity(n),
+            sched: Vec::with_capacity(n),
+            body: Vec::with_capacity(n),
+        }
+    }
+
+    fn push(&mut self, m: &Envelope, now: DateTime<Utc>) {
+        self.message_id.push(m.message_id.clone());
+        self.correlation_id.push(m.correlation_id.clone());
+        self.causation_id.push(m.causation_id.clone());
+        self.message_type.push(m.message_type.clone());
+        self.content_type.push(m.content_type.clone());
+        self.reply_to.push(m.reply_to.clone());
+        self.session_id.push(m.session_id.clone());
+        self.props.push(props_json(&m.properties));
+        self.ttl_ms
+            .push(m.time_to_live.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)));
+        // A time already reached is sent at once.
+        self.sched.push(m.scheduled_enqueue_time.filter(|t| *t > now));
+        self.body.push(m.body.to_vec());
+    }
+}
+
+/// Deletes scheduled message `seq` of `entity`.
+pub(crate) async fn cancel(shared: &Shared, entity: i64, seq: SequenceNumber) -> Result<()> {
+    shared.check_open()?;
+    let done = sqlx::query("DELETE FROM courier.message WHERE entity_id = $1 AND seq = $2 AND state = 1")
+        .bind(entity)
+        .bind(seq)
+        .execute(&shared.pool)
+        .await
+        .map_err(|e| db_error("cannot cancel the scheduled message", e))?;
+    if done.rows_affected() == 0 {
+        return Err(Error::new(ErrorKind::MessageNotFound {
+            sequence_number: seq,
+            expected: "scheduled",
+        }));
+    }
+    Ok(())
+}
+
+/// A sender to one queue or topic.
+pub(crate) struct PgSender {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) name: String,
+    pub(crate) entity: EntityInfo,
+    pub(crate) permits: Arc<Semaphore>,
+    pub(crate) max_in_flight: usize,
+    pub(crate) allow_presettled: bool,
+}
+
+impl PgSender {
+    fn check(&self, m: &Envelope, now: DateTime<Utc>) -> Result<()> {
+        check_envelope(
+            self.shared.max_message_size,
+            m,
+            &self.name,
+            self.entity.requires_session,
+            now,
+        )
+    }
+
+    async fn submit(&self, messages: Vec<Envelope>) -> Result<Vec<SequenceNumber>, SendError> {
+        if let Err(e) = self.shared.check_open() {
+            return Err(SendError::new(e, messages));
+        }
+        let now = self.shared.clock.now();
+        if let Some(e) = messages.iter().find_map(|m| self.check(m, now).err()) {
+            return Err(SendError::new(e, messages));
+        }
+        let n = u32::try_from(messages.len().clamp(1, self.max_in_flight)).unwrap_or(u32::MAX);
+        let Ok(_permits) = self.permits.acquire_many(n).await else {
+            return Err(SendError::new(Error::new(ErrorKind::Closed), messages));
+        };
+        match send_on_pool(&self.shared, self.entity.id, &self.name, &messages, now).await {
+            Ok(seqs) => Ok(seqs),
+            Err(e) => Err(SendError::new(e, messages)),
+        }
+    }
+}
+
+async fn send_on_pool(
+    shared: &Shared,
+    entity: i64,
+    name: &str,
+    messages: &[Envelope],
+    now: DateTime<Utc>,
+) -> Result<Vec<SequenceNumber>> {
+    let mut conn = shared
+        .pool
+        .acquire()
+        .await
+        .map_err(|e| db_error("cannot get a connection to send", e))?;
+    insert_messages(&mut conn, entity, messages, now)
+        .await
+        .map_err(|e| shared.closed_or(e))?
+        .ok_or_else(|| Error::new(ErrorKind::EntityNotFound { path: name.to_owned() }))
+}
+
+#[async_trait]
+impl Sender for PgSender {
+    fn entity(&self) -> &str {
+        &self.name
+    }
+
+    fn in_flight(&self) -> usize {
+        self.max_in_flight - self.permits.available_permits()
+    }
+
+    async fn send(&self, message: Envelope) -> Result<(), SendError> {
+        self.submit(vec![message]).await.map(|_| ())
+    }
+
+    async fn send_batch(&self, messages: Vec<Envelope>) -> Result<(), SendError> {
+        if messages.is_empty() {
+            return Ok(());
+        }
+        self.submit(messages).await.map(|_| ())
+    }
+
+    async fn schedule(&self, mut message: Envelope, at: DateTime<Utc>) -> Result<SequenceNumber, SendError> {
+        message.scheduled_enqueue_time = Some(at);
+        let seqs = self.submit(vec![message]).await?;
+        seqs.first().copied().ok_or_else(|| {
+            SendError::new(
+                Error::new(ErrorKind::Corrupt {
+                    detail: "the database returned no sequence number".into(),
+                }),
+                Vec::new(),
+            )
+        })
+    }
+
+    async fn cancel_scheduled(&self, sequence_number: SequenceNumber) -> Result<()> {
+        cancel(&self.shared, self.entity.id, sequence_number).await
+    }
+
+    async fn send_presettled(&self, message: Envelope) -> Result<(), SendError> {
+        if !self.allow_presettled {
+            return Err(SendError::new(
+                Error::new(ErrorKind::InvalidOperation {
+                    reason: "pre-settled sends are off: enable SenderOptions::allow_presettled".into(),
+                }),
+                vec![message],
+            ));
+        }
+        let now = self.shared.clock.now();
+        if let Err(e) = self.shared.check_open().and_then(|()| self.check(&message, now)) {
+            return Err(SendError::new(e, vec![message]));
+        }
+        // The insert runs on its own; its outcome is only logged (S1.5).
+        let (shared, entity, name) = (self.shared.clone(), self.entity.id, self.name.clone());
+        tokio::spawn(async move {
+            if let Err(e) = send_on_pool(&shared, entity, &name, &[message], now).await {
+                tracing::warn!(error = %e, entity = %name, "a pre-settled send failed; its sender is not told (S1.5)");
+            }
+        });
+        Ok(())
+    }
+}

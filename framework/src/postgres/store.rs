@@ -1,0 +1,274 @@
+//! The store on the transport's own database: `PostgresTransport::store()`. For a message
+//! this transport delivered, ONE Postgres transaction records the inbox, holds the
+//! handler's writes and the saga state, inserts the messages the handler sent straight
+//! into their queues (no outbox) and completes the received message, fenced by its lock
+//! token. Everything else (messages of other transports, timeouts, the inbox purge) is
+//! the [`PostgresStore`]'s on the same pool.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, Postgres, Transaction};
+
+use super::PostgresTransport;
+use super::rows::{Lock, read_token};
+use super::send::insert_messages;
+use crate::checks::check_envelope;
+use crate::error::{Error, ErrorKind, Result};
+use crate::message::{Envelope, LockToken};
+use crate::store::pg_saga::pg_unit_of_work;
+use crate::store::postgres::{OutboxRow, ensure_not_aborted, insert_outbox, outbox_of};
+use crate::store::{
+    Begin, Committed, DueTimeouts, OutboxDeadLetter, OutboxMessage, PostgresStore, Store, StoreBacklog, TimeoutClaim,
+    db_error,
+};
+
+/// An endpoint store in the Postgres transport's database (see
+/// [`PostgresTransport::store`]).
+///
+/// With this transport as the endpoint's transport, the handling of a message is one
+/// transaction: the inbox record, the handler's writes
+/// ([`Context::transaction`](crate::Context::transaction) gives `sqlx::PgConnection`),
+/// saga state and timeouts, the messages it sent (inserted into their queues, receivable
+/// when the transaction commits) and the completion of the received message commit
+/// together or not at all. The completion is fenced by the lock token: if the lock was
+/// lost meanwhile (another process has the message), the transaction rolls back and the
+/// endpoint is told `LockLost`. Messages received from another transport go through the
+/// outbox, as with [`PostgresStore`].
+#[derive(Debug, Clone)]
+pub struct PgTransportStore {
+    transport: PostgresTransport,
+    inner: PostgresStore,
+}
+
+impl PostgresTransport {
+    /// A store in this transport's database, on its pool (see [`PgTransportStore`]).
+    /// Apply the migrations first (the transport's `open` does by default).
+    pub fn store(&self) -> PgTransportStore {
+        PgTransportStore {
+            transport: self.clone(),
+            inner: PostgresStore::from_pool(self.shared.pool.clone()),
+        }
+    }
+}
+
+struct TxWork {
+    tx: Transaction<'static, Postgres>,
+    transport: PostgresTransport,
+    endpoint: String,
+    source_id: String,
+    /// The received message's lock, when this transport delivered it: completed in the
+    /// transaction.
+    lock: Option<Lock>,
+    /// Messages to insert at commit (when the lock is ours).
+    staged: Vec<(String, bool, Envelope)>,
+    checked: bool,
+}
+
+impl TxWork {
+    fn pg_conn(&mut self) -> Result<&mut PgConnection> {
+        Ok(&mut self.tx)
+    }
+}
+
+/// Inserts `messages` for the queue or topic `destination`, checked as a send would be.
+async fn send_in(
+    conn: &mut PgConnection,
+    transport: &PostgresTransport,
+    destination: &str,
+    is_topic: bool,
+    messages: &[Envelope],
+    now: DateTime<Utc>,
+) -> Result<()> {
+    let found: Option<(i64, bool)> =
+        sqlx::query_as("SELECT id, requires_session FROM courier.entity WHERE parent = 0 AND name = $1 AND kind = $2")
+            .bind(destination)
+            .bind(if is_topic { 1_i16 } else { 0 })
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(|e| db_error("cannot look up a destination", e))?;
+    let Some((entity, requires_session)) = found else {
+        return Err(Error::new(ErrorKind::EntityNotFound {
+            path: destination.to_owned(),
+        }));
+    };
+    for m in messages {
+        check_envelope(transport.shared.max_message_size, m, destination, requires_session, now)?;
+    }
+    insert_messages(conn, entity, messages, now).await?.ok_or_else(|| {
+        Error::new(ErrorKind::EntityNotFound {
+            path: destination.to_owned(),
+        })
+    })?;
+    Ok(())
+}
+
+pg_unit_of_work!(TxWork, {
+    fn transaction(&mut self) -> Option<&mut (dyn std::any::Any + Send)> {
+        Some(&mut *self.tx)
+    }
+
+    async fn store_outgoing(
+        &mut self,
+        messages: Vec<(String, bool, Envelope)>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<OutboxMessage>> {
+        if self.lock.is_some() {
+            self.staged.extend(messages);
+            return Ok(Vec::new());
+        }
+        let rows = messages
+            .into_iter()
+            .map(|(destination, is_topic, envelope)| OutboxRow {
+                source_id: self.source_id.clone(),
+                destination,
+                is_topic,
+                envelope,
+            })
+            .collect();
+        let stored = insert_outbox(&mut self.tx, &self.endpoint, rows, now).await?;
+        self.checked = !stored.is_empty();
+        Ok(stored)
+    }
+
+    async fn commit(mut self: Box<Self>) -> Result<Committed> {
+        if !self.checked {
+            ensure_not_aborted(&mut self.tx).await?;
+        }
+        let Some(lock) = self.lock else {
+            self.tx
+                .commit()
+                .await
+                .map_err(|e| db_error("cannot commit the handler's transaction", e))?;
+            return Ok(Committed::Pending);
+        };
+        let now = self.transport.shared.clock.now();
+        let mut groups: Vec<(String, bool, Vec<Envelope>)> = Vec::new();
+        for (destination, is_topic, envelope) in std::mem::take(&mut self.staged) {
+            match groups.iter_mut().find(|(d, t, _)| *d == destination && *t == is_topic) {
+                Some((_, _, group)) => group.push(envelope),
+                None => groups.push((destination, is_topic, vec![envelope])),
+            }
+        }
+        for (destination, is_topic, messages) in &groups {
+            send_in(&mut self.tx, &self.transport, destination, *is_topic, messages, now).await?;
+        }
+        let completed = sqlx::query(
+            "DELETE FROM courier.message WHERE id = $1 AND entity_id = $2 AND (delivery_count & 65535) = $3 \
+             AND locked_until > $4 AND state <> 1",
+        )
+        .bind(lock.id)
+        .bind(lock.entity)
+        .bind(lock.delivery_count)
+        .bind(now)
+        .execute(&mut *self.tx)
+        .await
+        .map_err(|e| db_error("cannot complete the received message", e))?;
+        if completed.rows_affected() != 1 {
+            // Dropping the transaction rolls everything back; the message comes again.
+            return Err(Error::new(ErrorKind::LockLost));
+        }
+        self.tx
+            .commit()
+            .await
+            .map_err(|e| db_error("cannot commit the handler's transaction", e))?;
+        Ok(Committed::Settled)
+    }
+});
+
+#[async_trait]
+impl Store for PgTransportStore {
+    fn name(&self) -> &'static str {
+        "postgres-transport"
+    }
+
+    async fn migrate(&self) -> Result<()> {
+        self.inner.migrate().await
+    }
+
+    async fn begin(
+        &self,
+        endpoint: &str,
+        message_id: &str,
+        lock: Option<LockToken>,
+        now: DateTime<Utc>,
+    ) -> Result<Begin> {
+        self.transport.shared.check_open()?;
+        let lock = lock.and_then(|t| read_token(self.transport.shared.tag, t));
+        let mut tx = self
+            .transport
+            .shared
+            .pool
+            .begin()
+            .await
+            .map_err(|e| db_error("cannot begin the handler's transaction", e))?;
+        let recorded = sqlx::query(
+            "INSERT INTO courier.inbox (endpoint, message_id, processed_at) VALUES ($1, $2, $3) \
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(endpoint)
+        .bind(message_id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| db_error("cannot record the message in the inbox", e))?
+        .rows_affected();
+        if recorded == 1 {
+            return Ok(Begin::Fresh(Box::new(TxWork {
+                tx,
+                transport: self.transport.clone(),
+                endpoint: endpoint.to_owned(),
+                source_id: message_id.to_owned(),
+                lock,
+                staged: Vec::new(),
+                checked: false,
+            })));
+        }
+        let left = outbox_of(&mut *tx, endpoint, message_id).await?;
+        drop(tx);
+        Ok(Begin::Duplicate(left))
+    }
+
+    async fn mark_dispatched(&self, ids: &[i64]) -> Result<()> {
+        self.inner.mark_dispatched(ids).await
+    }
+
+    async fn undispatched(&self, endpoint: &str, older_than: DateTime<Utc>, limit: i64) -> Result<Vec<OutboxMessage>> {
+        self.inner.undispatched(endpoint, older_than, limit).await
+    }
+
+    async fn purge_inbox(&self, endpoint: &str, before: DateTime<Utc>, limit: i64) -> Result<u64> {
+        self.inner.purge_inbox(endpoint, before, limit).await
+    }
+
+    async fn claim_due_timeouts(&self, endpoint: &str, claim: TimeoutClaim) -> Result<DueTimeouts> {
+        self.inner.claim_due_timeouts(endpoint, claim).await
+    }
+
+    async fn next_timeout_due(&self, endpoint: &str) -> Result<Option<DateTime<Utc>>> {
+        self.inner.next_timeout_due(endpoint).await
+    }
+
+    async fn unclaim_timeouts(&self, ids: &[String]) -> Result<()> {
+        self.inner.unclaim_timeouts(ids).await
+    }
+
+    async fn dead_letter_timeout(&self, endpoint: &str, id: &str, reason: &str, now: DateTime<Utc>) -> Result<bool> {
+        self.inner.dead_letter_timeout(endpoint, id, reason, now).await
+    }
+
+    async fn postpone_timeout_reclaim(&self, endpoint: &str, id: &str, until: DateTime<Utc>) -> Result<()> {
+        self.inner.postpone_timeout_reclaim(endpoint, id, until).await
+    }
+
+    async fn dead_letter_outbox(&self, id: i64, reason: &str, description: &str, now: DateTime<Utc>) -> Result<bool> {
+        self.inner.dead_letter_outbox(id, reason, description, now).await
+    }
+
+    async fn backlog(&self, endpoint: &str) -> Result<Option<StoreBacklog>> {
+        self.inner.backlog(endpoint).await
+    }
+
+    async fn dead_lettered_outbox(&self, endpoint: &str, limit: i64) -> Result<Vec<OutboxDeadLetter>> {
+        self.inner.dead_lettered_outbox(endpoint, limit).await
+    }
+}

@@ -1,0 +1,243 @@
+//! What is particular to the Postgres transport: lock tokens that fence across processes,
+//! several transports (processes) competing on one queue, receivers woken by another
+//! process's send, and a receiver that recovers after its connections were killed.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use courier::{
+    Clock, EntityPath, Envelope, ErrorKind, PostgresTransport, QueueOptions, SenderOptions, Settlement, Transport,
+    VirtualClock,
+};
+use courier_tests::pg_transport::{database, transport};
+use uuid::Uuid;
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", Uuid::new_v4().simple())
+}
+
+/// A transport of its own (its own pool and LISTEN connection, as another process has)
+/// on the process's database, with `application_name` set so its connections can be
+/// found in `pg_stat_activity`, polling every `poll`.
+async fn process(clock: &VirtualClock, application_name: &str, poll: Duration) -> PostgresTransport {
+    let options = database().await.application_name(application_name);
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(4)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let shared: Arc<dyn Clock> = Arc::new(clock.clone());
+    PostgresTransport::from_pool(pool)
+        .clock(shared)
+        .migrate(false)
+        .poll_interval(poll)
+        .open()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_of_an_older_lock_of_the_same_message_is_lock_lost() {
+    let clock = VirtualClock::starting_now();
+    let paused = transport(&clock).await;
+    let other = process(&clock, &unique("other"), Duration::from_secs(1)).await;
+    let q = unique("q");
+    paused.create_queue(&q, &QueueOptions::default()).await.unwrap();
+    let sender = paused.sender(&q, SenderOptions::default()).await.unwrap();
+    sender.send(Envelope::new("x")).await.unwrap();
+
+    // A process takes the message, then pauses past its lock; another takes it again.
+    let first = paused.receiver(&EntityPath::queue(&q)).await.unwrap();
+    let stale = first.receive(1, Duration::from_secs(5)).await.unwrap().pop().unwrap();
+    let stale_token = stale.lock_token().unwrap();
+    clock.advance(Duration::from_secs(61));
+    let second = other.receiver(&EntityPath::queue(&q)).await.unwrap();
+    let fresh = second.receive(1, Duration::from_secs(5)).await.unwrap().pop().unwrap();
+    assert_eq!(fresh.message().delivery_count(), 2);
+
+    // The paused process wakes up: its settlements and renewals fail, whatever they are.
+    let e = first
+        .settle_by_token(stale_token, Settlement::Complete)
+        .await
+        .unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::LockLost), "{e}");
+    let e = stale.complete().await.unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::LockLost), "{e}");
+    assert_eq!(
+        other.counts(&EntityPath::queue(&q)).await.unwrap().active,
+        1,
+        "the stale lock completed nothing"
+    );
+    fresh.complete().await.unwrap();
+    assert_eq!(other.counts(&EntityPath::queue(&q)).await.unwrap().active, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_of_another_queue_or_database_is_unknown() {
+    let clock = VirtualClock::starting_now();
+    let t = transport(&clock).await;
+    let (a, b) = (unique("a"), unique("b"));
+    for q in [&a, &b] {
+        t.create_queue(q, &QueueOptions::default()).await.unwrap();
+    }
+    t.sender(&a, SenderOptions::default())
+        .await
+        .unwrap()
+        .send(Envelope::new("x"))
+        .await
+        .unwrap();
+    let ra = t.receiver(&EntityPath::queue(&a)).await.unwrap();
+    let d = ra.receive(1, Duration::from_secs(5)).await.unwrap().pop().unwrap();
+    let token = d.lock_token().unwrap();
+    let rb = t.receiver(&EntityPath::queue(&b)).await.unwrap();
+    let e = rb.settle_by_token(token, Settlement::Complete).await.unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::UnknownLockToken { .. }), "{e}");
+    let e = ra
+        .settle_by_token(courier::LockToken::from_uuid(Uuid::new_v4()), Settlement::Complete)
+        .await
+        .unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::UnknownLockToken { .. }), "{e}");
+    ra.settle_by_token(token, Settlement::Complete).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_processes_compete_and_each_message_is_received_once() {
+    let clock = VirtualClock::starting_now();
+    let q = unique("q");
+    let one = process(&clock, &unique("one"), Duration::from_millis(200)).await;
+    let two = process(&clock, &unique("two"), Duration::from_millis(200)).await;
+    one.create_queue(&q, &QueueOptions::default()).await.unwrap();
+    let sender = one.sender(&q, SenderOptions::default()).await.unwrap();
+    for chunk in 0..10 {
+        sender
+            .send_batch((0..50).map(|i| Envelope::new(format!("{chunk}-{i}"))).collect())
+            .await
+            .unwrap();
+    }
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = tokio::task::JoinSet::new();
+    for t in [&one, &two] {
+        for _ in 0..3 {
+            let r = t.receiver(&EntityPath::queue(&q)).await.unwrap();
+            let seen = seen.clone();
+            tasks.spawn(async move {
+                loop {
+                    let got = r.receive(7, Duration::from_millis(500)).await.unwrap();
+                    if got.is_empty() {
+                        return;
+                    }
+                    for d in got {
+                        seen.lock().unwrap().push(d.message().message_id().to_owned());
+                        d.complete().await.unwrap();
+                    }
+                }
+            });
+        }
+    }
+    while let Some(r) = tasks.join_next().await {
+        r.unwrap();
+    }
+    let seen = seen.lock().unwrap().clone();
+    let unique_ids: HashSet<&String> = seen.iter().collect();
+    assert_eq!(seen.len(), 500, "every message received once");
+    assert_eq!(unique_ids.len(), 500);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_receiver_is_woken_by_another_process_send() {
+    let clock = VirtualClock::starting_now();
+    let q = unique("q");
+    // Polling once an hour: only the notification can end the wait with a message.
+    let waiting = process(&clock, &unique("waiting"), Duration::from_secs(3600)).await;
+    let sending = process(&clock, &unique("sending"), Duration::from_secs(3600)).await;
+    waiting.create_queue(&q, &QueueOptions::default()).await.unwrap();
+    let r = waiting.receiver(&EntityPath::queue(&q)).await.unwrap();
+    let receive = tokio::spawn(async move { r.receive(1, Duration::from_secs(60)).await });
+    let sender = sending.sender(&q, SenderOptions::default()).await.unwrap();
+    // Nothing outside tells when the receive has made its first (empty) attempt and
+    // waits: a pause makes that the usual order. Should the send come first, the attempt
+    // finds the message; either way the message must come within the wait.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    sender.send(Envelope::new("wake up")).await.unwrap();
+    let got = receive.await.unwrap().unwrap();
+    assert_eq!(got.len(), 1, "woken by the notification, not by the end of the wait");
+    assert_eq!(got[0].message().body().as_ref(), b"wake up");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_recovers_after_its_connections_are_killed() {
+    let clock = VirtualClock::starting_now();
+    let q = unique("q");
+    let name = unique("killed");
+    let t = process(&clock, &name, Duration::from_millis(200)).await;
+    t.create_queue(&q, &QueueOptions::default()).await.unwrap();
+    let r = t.receiver(&EntityPath::queue(&q)).await.unwrap();
+    assert!(r.receive(1, Duration::ZERO).await.unwrap().is_empty());
+
+    let admin = process(&clock, &unique("admin"), Duration::from_secs(1)).await;
+    let killed: Vec<bool> =
+        sqlx::query_scalar("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1")
+            .bind(&name)
+            .fetch_all(admin.pool())
+            .await
+            .unwrap();
+    assert!(!killed.is_empty(), "the transport's connections were found");
+
+    admin
+        .sender(&q, SenderOptions::default())
+        .await
+        .unwrap()
+        .send(Envelope::new("after the kill"))
+        .await
+        .unwrap();
+    // A call on a killed pooled connection may fail once (transient); the next works.
+    let mut got = Vec::new();
+    for _ in 0..20 {
+        match r.receive(1, Duration::from_secs(2)).await {
+            Ok(d) if !d.is_empty() => {
+                got = d;
+                break;
+            }
+            Ok(_) => {}
+            Err(e) => assert!(e.is_transient(), "{e}"),
+        }
+    }
+    assert_eq!(
+        got.len(),
+        1,
+        "the message is received after the connections were killed"
+    );
+    got.pop().unwrap().complete().await.unwrap();
+}
+
+/// Locks are volatile (S2.7): the locks of a transport that went away (its process died,
+/// here it closed) end at once, not after their lock duration; the clock does not move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_locks_of_a_transport_that_went_away_are_released_at_once() {
+    let clock = VirtualClock::starting_now();
+    let q = unique("q");
+    let gone = process(&clock, &unique("gone"), Duration::from_millis(200)).await;
+    let alive = process(&clock, &unique("alive"), Duration::from_millis(200)).await;
+    gone.create_queue(&q, &QueueOptions::default()).await.unwrap();
+    gone.sender(&q, SenderOptions::default())
+        .await
+        .unwrap()
+        .send_batch(vec![Envelope::new("held"), Envelope::new("other")])
+        .await
+        .unwrap();
+    let r = gone.receiver(&EntityPath::queue(&q)).await.unwrap();
+    let held = r.receive(1, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(held.len(), 1);
+    let other = alive.receiver(&EntityPath::queue(&q)).await.unwrap();
+    let kept = other.receive(1, Duration::from_secs(5)).await.unwrap().pop().unwrap();
+    assert_eq!(kept.message().body().as_ref(), b"other", "a live holder's lock is kept");
+
+    gone.close().await;
+    let again = other.receive(1, Duration::from_secs(20)).await.unwrap();
+    assert_eq!(again.len(), 1, "released once its holder went away, not after 60 s");
+    assert_eq!(again[0].message().body().as_ref(), b"held");
+    assert_eq!(again[0].message().delivery_count(), 2);
+    // The live holder's lock is still good.
+    kept.complete().await.unwrap();
+}
