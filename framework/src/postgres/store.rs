@@ -248,6 +248,10 @@ impl Store for PgTransportStore {
         self.inner.next_timeout_due(endpoint).await
     }
 
+    async fn timeouts_sent(&self, ids: &[String], at: DateTime<Utc>) -> Result<()> {
+        self.inner.timeouts_sent(ids, at).await
+    }
+
     async fn unclaim_timeouts(&self, ids: &[String]) -> Result<()> {
         self.inner.unclaim_timeouts(ids).await
     }
