@@ -48,8 +48,9 @@ pub use self::reads::DEFAULT_READ_CONNECTIONS;
 pub use self::store::EmbeddedStore;
 use crate::clock::Clock;
 use crate::entity::{EntityCounts, EntityPath, QueueOptions, SubQueue, SubscriptionOptions, TopicOptions};
-use crate::error::{Error, ErrorKind, Result, SendError};
+use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Envelope, LockToken, ReceivedMessage, SequenceNumber};
+use crate::transport::SendError;
 use crate::transport::{
     Capabilities, Delivery, Receiver, Sender, SenderOptions, SessionReceiver, SessionSelector, Settlement, Settler,
     Transport,

@@ -421,21 +421,25 @@ impl Sender for MeteredSender {
         self.inner.in_flight()
     }
 
-    async fn send(&self, message: Envelope) -> Result<(), crate::error::SendError> {
+    async fn send(&self, message: Envelope) -> Result<(), crate::transport::SendError> {
         let started = Instant::now();
         let result = self.inner.send(message).await;
         self.record(started, 1, &result);
         result
     }
 
-    async fn send_batch(&self, messages: Vec<Envelope>) -> Result<(), crate::error::SendError> {
+    async fn send_batch(&self, messages: Vec<Envelope>) -> Result<(), crate::transport::SendError> {
         let (started, count) = (Instant::now(), messages.len());
         let result = self.inner.send_batch(messages).await;
         self.record(started, count, &result);
         result
     }
 
-    async fn schedule(&self, message: Envelope, at: DateTime<Utc>) -> Result<SequenceNumber, crate::error::SendError> {
+    async fn schedule(
+        &self,
+        message: Envelope,
+        at: DateTime<Utc>,
+    ) -> Result<SequenceNumber, crate::transport::SendError> {
         let started = Instant::now();
         let result = self.inner.schedule(message, at).await;
         self.record(started, 1, &result);
@@ -446,7 +450,7 @@ impl Sender for MeteredSender {
         self.inner.cancel_scheduled(sequence_number).await
     }
 
-    async fn send_presettled(&self, message: Envelope) -> Result<(), crate::error::SendError> {
+    async fn send_presettled(&self, message: Envelope) -> Result<(), crate::transport::SendError> {
         let started = Instant::now();
         let result = self.inner.send_presettled(message).await;
         self.record(started, 1, &result);
