@@ -9,6 +9,7 @@ pub(crate) mod observe;
 mod parts;
 pub(crate) mod recoverability;
 pub(crate) mod routing;
+pub(crate) mod sagas;
 pub(crate) mod trace;
 
 mod runtime;
@@ -29,6 +30,7 @@ use crate::transport::Transport;
 
 pub use parts::{IntoStore, IntoTransport};
 use recoverability::reasons;
+pub(crate) use runtime::TIMEOUT_ID;
 pub use runtime::{EndpointStats, RunningEndpoint, ShutdownReport};
 
 /// Why handling failed, as the endpoint records it.
@@ -57,7 +59,12 @@ pub(crate) enum Failure {
     /// expired while a handler ran).
     Unfinished { deliveries: u32 },
     /// No saga instance for the message, under the dead-letter policy.
-    SagaNotFound { saga: &'static str, correlation: String },
+    /// `reason` is the saga module's dead-letter reason for it.
+    SagaNotFound {
+        saga: &'static str,
+        correlation: String,
+        reason: &'static str,
+    },
     /// A message body or a saga state of a version this code cannot read (see
     /// `crate::version`): permanent, with its own dead-letter reason.
     Version {
@@ -79,7 +86,7 @@ impl Failure {
     pub(crate) fn permanent_reason(&self) -> Option<&'static str> {
         match self {
             Failure::Decode { .. } => Some(reasons::DESERIALIZATION_FAILED),
-            Failure::SagaNotFound { .. } => Some(crate::saga::reasons::SAGA_NOT_FOUND),
+            Failure::SagaNotFound { reason, .. } => Some(reason),
             Failure::Version { reason, .. } => Some(reason),
             Failure::Handler { error, .. } if error.is_permanent() => Some(reasons::PERMANENT_FAILURE),
             Failure::Refused { .. } => Some(reasons::INVALID_OUTGOING_MESSAGE),
@@ -174,7 +181,7 @@ impl Failure {
                 "{} earlier deliveries ended without an outcome (the process stopped or the lock expired)",
                 deliveries.saturating_sub(1)
             )],
-            Failure::SagaNotFound { saga, correlation } => vec![format!(
+            Failure::SagaNotFound { saga, correlation, .. } => vec![format!(
                 "no instance of saga {saga} correlates to {correlation:?}, and the message does not start one"
             )],
             Failure::Version { chain, .. } => chain.clone(),
@@ -322,7 +329,7 @@ pub struct EndpointBuilder {
     store: Option<Arc<dyn crate::store::Store>>,
     inbox_retention: Duration,
     sagas: Vec<&'static str>,
-    saga_stats: Arc<crate::saga::SagaStats>,
+    saga_stats: Arc<sagas::SagaStats>,
     /// Mistakes found while adding sagas, reported by `start`.
     errors: Vec<String>,
     observer: Option<Arc<dyn observe::Observer>>,
@@ -408,35 +415,6 @@ impl EndpointBuilder {
             aliases: <H::Message as Message>::ALIASES,
             handler: Arc::new(Erased(handler)),
         });
-        self
-    }
-
-    /// Adds a saga with the default options (see [`saga_with`](Self::saga_with)). The
-    /// endpoint needs a [`store`](Self::store).
-    pub fn saga<S: crate::saga::Saga>(self) -> Self {
-        self.saga_with::<S>(crate::saga::SagaOptions::default())
-    }
-
-    /// Adds a saga: its handlers join the endpoint's (a message type handled by the saga
-    /// and by plain handlers runs them all), its instances and timeouts live in the
-    /// endpoint's store, and the endpoint dispatches its timeouts when due.
-    pub fn saga_with<S: crate::saga::Saga>(mut self, options: crate::saga::SagaOptions) -> Self {
-        if self.sagas.contains(&S::NAME) {
-            self.errors.push(format!("saga {} was added twice", S::NAME));
-            return self;
-        }
-        self.sagas.push(S::NAME);
-        self.declared.push((S::NAME, S::declared()));
-        match crate::saga::register::<S>(options, self.saga_stats.clone()) {
-            Ok(handlers) => self.registrations.extend(handlers.into_iter().map(|r| Registration {
-                type_id: r.type_id,
-                type_name: r.type_name,
-                name: r.name,
-                aliases: r.aliases,
-                handler: r.handler,
-            })),
-            Err(e) => self.errors.push(e),
-        }
         self
     }
 

@@ -19,9 +19,10 @@ use crate::entity::SubQueue;
 use crate::error::{Error, ErrorKind, Result};
 use crate::transport::Settlement;
 
+use super::commands::Lease;
 use super::commands::{Command, Outcome, Reply, answer, outcome};
 use super::entities::load_entities;
-use super::lease::{Conn, Lease};
+use super::lease::Conn;
 use super::receive::Waiter;
 use super::rows::{Sql, from_micros, read_token, storage, storage_error};
 use super::timers::refresh_due_times;

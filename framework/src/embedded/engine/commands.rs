@@ -3,12 +3,15 @@
 //!
 //! Holds: `Command` and the request types it carries, the entity and lock descriptions
 //! the handles keep (`EntityInfo`, `LockRef`, `SessionKey`), and how a command is failed
-//! when its batch fails. No SQL here: serving a command is the other files' work.
+//! when its batch fails, and the lease of the connection a `Lend` command answers with
+//! (`Lease`, `Finish`; the engine's side of lending is `lease.rs`). No SQL here: serving
+//! a command is the other files' work.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
+use sqlx::sqlite::SqliteConnection;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -16,8 +19,6 @@ use crate::entity::{EntityCounts, EntityPath, QueueOptions, SubQueue};
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Envelope, ReceivedMessage, SequenceNumber};
 use crate::transport::{SessionSelector, Settlement};
-
-use super::lease::Lease;
 
 pub(crate) type Reply<T> = oneshot::Sender<Result<T>>;
 
@@ -244,4 +245,54 @@ pub(super) fn outcome<T: Send + 'static>(reply: Reply<T>, result: Result<T>) -> 
         };
         let _ = reply.send(value);
     }))
+}
+
+/// The engine's connection, lent to one store transaction: the inbox record, the user's
+/// writes and, at [`Lease::finish`], the completion of the received message and the
+/// messages sent all commit in ONE SQLite transaction. The engine does nothing else until
+/// the lease comes back; dropping it gives the connection back and rolls back whatever it
+/// began.
+pub(crate) struct Lease {
+    pub(super) conn: Option<SqliteConnection>,
+    pub(super) back: Option<oneshot::Sender<Returned>>,
+}
+
+impl Lease {
+    /// The lent connection (`None` only after it went back).
+    pub(crate) fn conn(&mut self) -> Option<&mut SqliteConnection> {
+        self.conn.as_mut()
+    }
+
+    /// Gives the connection back; with `finish`, the engine completes the lock and inserts
+    /// the messages in the transaction the lease holder began, then commits it.
+    pub(crate) fn give_back(mut self, finish: Option<Finish>) {
+        if let (Some(conn), Some(back)) = (self.conn.take(), self.back.take()) {
+            // Only fails when the engine is gone; the connection then closes with it.
+            let _ = back.send(Returned { conn, finish });
+        }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let (Some(conn), Some(back)) = (self.conn.take(), self.back.take()) {
+            let _ = back.send(Returned { conn, finish: None });
+        }
+    }
+}
+
+pub(super) struct Returned {
+    pub(super) conn: SqliteConnection,
+    pub(super) finish: Option<Finish>,
+}
+
+/// What ends a lease's transaction: the received message to complete, the messages to
+/// send (destination, is a topic, messages), all or nothing.
+pub(crate) struct Finish {
+    /// `(entity, row id, delivery count)` of the lock to complete.
+    pub(crate) complete: Option<(i64, i64, i64)>,
+    pub(crate) sends: Vec<(String, bool, Vec<Envelope>)>,
+    /// The broker's largest message (the sender's checks apply).
+    pub(crate) max_message_size: usize,
+    pub(crate) reply: Reply<()>,
 }

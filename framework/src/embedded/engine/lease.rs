@@ -2,9 +2,10 @@
 //! writes, the completion of the received message and the messages it sent commit in ONE
 //! SQLite transaction (`EmbeddedStore`).
 //!
-//! Holds: `Lease` (the lent connection), `Finish` (what ends the lease's transaction) and
-//! the engine's side: `lend`, `finish`, `rollback_lease`. While a lease is out the engine
-//! serves nothing else; it may not begin transactions of its own here.
+//! Holds the engine's side: `Conn` (the connection, while it is not lent), `lend`,
+//! `finish` and `rollback_lease`. The lease itself (`Lease`, `Finish`) is carried by a
+//! command: `commands.rs`. While a lease is out the engine serves nothing else; it may
+//! not begin transactions of its own here.
 
 use sqlx::Connection;
 use sqlx::sqlite::SqliteConnection;
@@ -12,10 +13,9 @@ use tokio::sync::oneshot;
 
 use crate::entity::{EntityPath, QueueOptions};
 use crate::error::{Error, ErrorKind, Result};
-use crate::message::Envelope;
 
 use super::Engine;
-use super::commands::{Kind, Reply, answer};
+use super::commands::{Finish, Kind, Lease, Reply, Returned, answer};
 use super::rows::{Sql, from_micros, lock_lost, storage_error};
 
 /// The engine's connection, lent out only to a store transaction.
@@ -34,56 +34,6 @@ impl Conn {
             None => Ok(()),
         }
     }
-}
-
-/// The engine's connection, lent to one store transaction: the inbox record, the user's
-/// writes and, at [`Lease::finish`], the completion of the received message and the
-/// messages sent all commit in ONE SQLite transaction. The engine does nothing else until
-/// the lease comes back; dropping it gives the connection back and rolls back whatever it
-/// began.
-pub(crate) struct Lease {
-    pub(super) conn: Option<SqliteConnection>,
-    pub(super) back: Option<oneshot::Sender<Returned>>,
-}
-
-impl Lease {
-    /// The lent connection (`None` only after it went back).
-    pub(crate) fn conn(&mut self) -> Option<&mut SqliteConnection> {
-        self.conn.as_mut()
-    }
-
-    /// Gives the connection back; with `finish`, the engine completes the lock and inserts
-    /// the messages in the transaction the lease holder began, then commits it.
-    pub(crate) fn give_back(mut self, finish: Option<Finish>) {
-        if let (Some(conn), Some(back)) = (self.conn.take(), self.back.take()) {
-            // Only fails when the engine is gone; the connection then closes with it.
-            let _ = back.send(Returned { conn, finish });
-        }
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        if let (Some(conn), Some(back)) = (self.conn.take(), self.back.take()) {
-            let _ = back.send(Returned { conn, finish: None });
-        }
-    }
-}
-
-pub(super) struct Returned {
-    pub(super) conn: SqliteConnection,
-    pub(super) finish: Option<Finish>,
-}
-
-/// What ends a lease's transaction: the received message to complete, the messages to
-/// send (destination, is a topic, messages), all or nothing.
-pub(crate) struct Finish {
-    /// `(entity, row id, delivery count)` of the lock to complete.
-    pub(crate) complete: Option<(i64, i64, i64)>,
-    pub(crate) sends: Vec<(String, bool, Vec<Envelope>)>,
-    /// The broker's largest message (the sender's checks apply).
-    pub(crate) max_message_size: usize,
-    pub(crate) reply: Reply<()>,
 }
 
 impl Engine {

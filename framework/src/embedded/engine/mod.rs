@@ -56,10 +56,10 @@ mod settle;
 mod timers;
 
 pub(crate) use self::commands::{
-    AcceptRequest, Command, EntityInfo, Kind, LockRef, ReceiveMode, ReceiveRequest, SessionKey, SessionOp,
+    AcceptRequest, Command, EntityInfo, Finish, Kind, Lease, LockRef, ReceiveMode, ReceiveRequest, SessionKey,
+    SessionOp,
 };
 use self::lease::Conn;
-pub(crate) use self::lease::{Finish, Lease};
 use self::receive::Waiter;
 pub(crate) use self::rows::{read_token, storage_error};
 

@@ -9,11 +9,11 @@
 
 use std::sync::atomic::Ordering;
 
+use super::timeout_rows;
 use crate::endpoint::Failure;
 use crate::endpoint::recoverability::{Decision, headers};
 use crate::error::Error;
 use crate::message::{Properties, PropertyValue};
-use crate::saga::settle;
 use crate::transport::{Delivery, Settlement};
 
 use super::Shared;
@@ -84,7 +84,7 @@ pub(super) async fn on_failure(shared: &Shared, delivery: Delivery, failure: Fai
             match scheduled {
                 Ok(()) => {
                     if let Some(store) = &shared.store {
-                        settle::retry_scheduled(&**store, &shared.name, &delivery.message().envelope, at).await;
+                        timeout_rows::retry_scheduled(&**store, &shared.name, &delivery.message().envelope, at).await;
                     }
                     shared.stats.retried.fetch_add(1, Ordering::Relaxed);
                     metrics.retried(true);
@@ -127,7 +127,7 @@ pub(super) async fn dead_letter(
     tracing::error!(reason, description = %description, "message dead-lettered");
     if let Some(store) = &shared.store {
         let envelope = &delivery.message().envelope;
-        if settle::dead_lettered(&**store, &shared.name, envelope, reason, shared.clock.now()).await {
+        if timeout_rows::dead_lettered(&**store, &shared.name, envelope, reason, shared.clock.now()).await {
             shared.stats.timeouts_dead_lettered.fetch_add(1, Ordering::Relaxed);
             shared.metrics.timeout_dead_lettered();
         }

@@ -25,9 +25,9 @@ use crate::endpoint::bus::Outgoing;
 use crate::endpoint::context::{Context, ContextParts};
 use crate::endpoint::observe::Handled;
 use crate::endpoint::recoverability::{headers, reasons};
+use crate::endpoint::sagas::LockOwner;
 use crate::endpoint::trace::TraceContext;
 use crate::message::{Properties, PropertyValue};
-use crate::saga::LockOwner;
 use crate::store::{Begin, Committed, OutboxMessage};
 use crate::transport::Delivery;
 

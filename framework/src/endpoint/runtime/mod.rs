@@ -35,8 +35,8 @@ use crate::endpoint::metrics::EndpointMetrics;
 use crate::endpoint::observe::Observer;
 use crate::endpoint::recoverability::RetryPolicy;
 use crate::endpoint::routing::Routes;
+use crate::endpoint::sagas::{SagaStats, TimeoutSignal};
 use crate::entity::EntityPath;
-use crate::saga::{SagaStats, TimeoutSignal};
 use crate::store::Store;
 use crate::transport::Transport;
 
@@ -48,10 +48,12 @@ mod outbox;
 mod receive_loop;
 mod renew;
 mod running;
+mod timeout_rows;
 mod workers;
 
 pub(crate) use running::start;
 pub use running::{RunningEndpoint, ShutdownReport};
+pub(crate) use timeout_rows::TIMEOUT_ID;
 
 pub(crate) struct Config {
     pub(crate) name: Arc<str>,

@@ -1,14 +1,15 @@
 //! The receive loop: one per source, receiving in batches up to the endpoint's prefetch
-//! and starting a handling task per message as concurrency allows (or a commit group,
-//! `group.rs`); at shutdown, the messages received ahead but not started are handed back.
+//! and starting a handling task per message as concurrency allows (or a commit group of
+//! several, `start_group`, each with its seat from `group.rs`); at shutdown, the messages
+//! received ahead but not started are handed back.
 //!
-//! Holds `ReceiveLoop`, `receive_loop` and `hand_back`. What happens to one message is in
-//! `handle.rs`.
+//! Holds `ReceiveLoop`, `receive_loop`, `start_group` and `hand_back`. What happens to
+//! one message is in `handle.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -17,7 +18,7 @@ use crate::error::ErrorKind;
 use crate::transport::{Delivery, Receiver};
 
 use super::Shared;
-use super::group::start_group;
+use super::group::{GroupSeat, next_owner};
 use super::handle::process;
 
 pub(super) struct ReceiveLoop {
@@ -111,4 +112,53 @@ pub(super) async fn hand_back(buffered: std::collections::VecDeque<Delivery>) ->
     }
     while abandons.join_next().await.is_some() {}
     n
+}
+
+/// Starts `first` and up to `want - 1` more buffered messages (distinct ids) as one
+/// commit group, one of the `want` permits each.
+pub(super) fn start_group(
+    l: &ReceiveLoop,
+    first: Delivery,
+    mut permit: OwnedSemaphorePermit,
+    want: usize,
+    buffered: &mut std::collections::VecDeque<Delivery>,
+) {
+    // A message without an id is never grouped: it is refused, or gets an id, alone.
+    let alone = first.message().envelope.message_id.is_empty();
+    let mut members = vec![first];
+    while !alone && members.len() < want {
+        let Some(next) = buffered.front() else { break };
+        let id = &next.message().envelope.message_id;
+        if id.is_empty() || members.iter().any(|d| &d.message().envelope.message_id == id) {
+            break;
+        }
+        members.extend(buffered.pop_front());
+    }
+    let group = match &l.shared.store {
+        Some(store) if members.len() > 1 => {
+            let ids = members
+                .iter()
+                .map(|d| d.message().envelope.message_id.clone())
+                .collect();
+            store.commit_group(&l.shared.name, ids)
+        }
+        _ => None,
+    };
+    // One permit each; those taken for messages that were not there go back.
+    let surplus = permit.num_permits().saturating_sub(members.len());
+    if surplus > 0 {
+        drop(permit.split(surplus));
+    }
+    let mut permits: Vec<OwnedSemaphorePermit> = (1..members.len()).filter_map(|_| permit.split(1)).collect();
+    permits.push(permit);
+    let owner = next_owner();
+    for (index, (delivery, own)) in members.into_iter().zip(permits).enumerate() {
+        let seat = group.clone().map(|group| GroupSeat {
+            group,
+            index,
+            owner,
+            used: false,
+        });
+        l.handlers.spawn(process(l.shared.clone(), delivery, own, seat));
+    }
 }
