@@ -1,5 +1,13 @@
 //! The endpoint: receives its messages in PeekLock mode, runs their handlers, settles each
 //! message the right way. See `docs/endpoints.md`.
+//!
+//! This file is the builder ([`EndpointBuilder`]) and the failures a handling can end in;
+//! the running endpoint is `runtime/` (its `mod.rs` maps it), handlers and the macros'
+//! support `handler.rs`, a handler's context `context.rs`, sending `bus.rs` and
+//! `routing.rs`, retries and dead-letter reasons `recoverability.rs`, metrics and traces
+//! `metrics.rs` and `trace.rs`, and what the endpoint keeps for sagas, with the trait a
+//! saga joins it through, `sagas.rs`. The endpoint runs on the transport and store traits
+//! only, and does not name the saga module (the macros' support in `handler.rs` aside).
 
 pub(crate) mod bus;
 pub(crate) mod context;
