@@ -1,10 +1,9 @@
 //! Errors of the transport contract (docs/semantics.md S1.2, S2.7).
-
-use std::fmt;
+//!
+//! The lowest room: it names no other module of the crate. A failed send, which hands its
+//! messages back, is `transport::SendError` (it holds envelopes).
 
 use uuid::Uuid;
-
-use crate::message::Envelope;
 
 /// A boxed error cause.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
@@ -229,48 +228,5 @@ impl ErrorKind {
             | ErrorKind::NoRoute { .. }
             | ErrorKind::Corrupt { .. } => false,
         }
-    }
-}
-
-/// A failed send: the error, and the messages handed back so nothing is lost (S1.2).
-#[derive(thiserror::Error)]
-#[error("send failed: {error}")]
-pub struct SendError {
-    /// Why the send failed.
-    #[source]
-    pub error: Error,
-    /// The messages that were not accepted, in the order they were given.
-    pub messages: Vec<Envelope>,
-}
-
-impl SendError {
-    /// A failed send of `messages`.
-    pub fn new(error: Error, messages: Vec<Envelope>) -> Self {
-        Self { error, messages }
-    }
-
-    /// Whether sending again can succeed.
-    pub fn is_transient(&self) -> bool {
-        self.error.is_transient()
-    }
-
-    /// The error kind.
-    pub fn kind(&self) -> &ErrorKind {
-        self.error.kind()
-    }
-}
-
-impl fmt::Debug for SendError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SendError")
-            .field("error", &self.error)
-            .field("messages", &self.messages.len())
-            .finish()
-    }
-}
-
-impl From<SendError> for Error {
-    fn from(value: SendError) -> Self {
-        value.error
     }
 }

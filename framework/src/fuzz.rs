@@ -1,8 +1,7 @@
 //! Property tests of what a receiver decodes from messages and rows it does not control,
 //! beyond the wire formats (those are in `amqp/fuzz.rs` and the store's `fuzz` module):
-//! the `traceparent` header, a message body with any content type and any version
-//! header, the saga headers a timeout handler reads, and a saga state stored by other
-//! code at any version. Nothing may panic; every failure is a value.
+//! the `traceparent` header, a message body with any content type, any version header
+//! and any saga headers, and a saga state stored by other code at any version. Nothing may panic; every failure is a value.
 //!
 //! `cargo test -p courier --lib fuzz` runs a short version (256 cases each);
 //! `COURIER_FUZZ_CASES=200000` a long one (docs/reliability.md).
@@ -157,9 +156,8 @@ proptest! {
         }
     }
 
-    /// A body of any shape, with any content type and version header, decodes to the
-    /// message or to a failure that says why; and the saga headers a timeout handler
-    /// reads come out as text or not at all.
+    /// A body of any shape, with any content type, version header and saga headers,
+    /// decodes to the message or to a failure that says why.
     #[test]
     fn a_received_message_decodes_or_fails_with_a_reason(envelope in envelope()) {
         match crate::version::decode_message::<Probe>(&envelope) {
@@ -170,12 +168,6 @@ proptest! {
                 prop_assert!(failure.permanent_reason().is_some());
                 prop_assert!(failure.chain().iter().all(|t| !t.is_empty()));
             }
-        }
-        if let Some(id) = crate::saga::settle::timeout_id(&envelope) {
-            prop_assert!(matches!(
-                envelope.properties.get(crate::saga::headers::TIMEOUT_ID),
-                Some(PropertyValue::String(s)) if s == id
-            ));
         }
     }
 

@@ -132,7 +132,7 @@ pub mod recoverability {
 pub mod observability {
     pub use crate::endpoint::metrics::{UNKNOWN_TYPE, labels, names};
 }
-pub use error::{BoxError, Error, ErrorKind, Result, SendError};
+pub use error::{BoxError, Error, ErrorKind, Result};
 pub use message::{
     BrokerProperties, Envelope, LockToken, MessageState, Properties, PropertyValue, ReceivedMessage, SequenceNumber,
     reasons,
@@ -141,8 +141,8 @@ pub use message::{
 /// free for applications).
 pub use transport::Sender;
 pub use transport::{
-    BentRule, Capabilities, DEFAULT_MAX_IN_FLIGHT, Delivery, Receiver, SenderOptions, SessionReceiver, SessionSelector,
-    Settlement, Settler, Transport,
+    BentRule, Capabilities, DEFAULT_MAX_IN_FLIGHT, Delivery, Receiver, SendError, SenderOptions, SessionReceiver,
+    SessionSelector, Settlement, Settler, Transport,
 };
 pub use version::UpcastError;
 

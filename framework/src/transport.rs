@@ -16,7 +16,7 @@ use chrono::{DateTime, Utc};
 
 use crate::clock::Clock;
 use crate::entity::{EntityCounts, EntityPath, QueueOptions, SubscriptionOptions, TopicOptions};
-use crate::error::{Error, ErrorKind, Result, SendError};
+use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Envelope, LockToken, Properties, ReceivedMessage, SequenceNumber};
 
 /// A rule of docs/semantics.md that a transport cannot honour, with the reason and what it
@@ -302,6 +302,49 @@ impl SenderOptions {
             }));
         }
         Ok(())
+    }
+}
+
+/// A failed send: the error, and the messages handed back so nothing is lost (S1.2).
+#[derive(thiserror::Error)]
+#[error("send failed: {error}")]
+pub struct SendError {
+    /// Why the send failed.
+    #[source]
+    pub error: Error,
+    /// The messages that were not accepted, in the order they were given.
+    pub messages: Vec<Envelope>,
+}
+
+impl SendError {
+    /// A failed send of `messages`.
+    pub fn new(error: Error, messages: Vec<Envelope>) -> Self {
+        Self { error, messages }
+    }
+
+    /// Whether sending again can succeed.
+    pub fn is_transient(&self) -> bool {
+        self.error.is_transient()
+    }
+
+    /// The error kind.
+    pub fn kind(&self) -> &ErrorKind {
+        self.error.kind()
+    }
+}
+
+impl std::fmt::Debug for SendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendError")
+            .field("error", &self.error)
+            .field("messages", &self.messages.len())
+            .finish()
+    }
+}
+
+impl From<SendError> for Error {
+    fn from(value: SendError) -> Self {
+        value.error
     }
 }
 

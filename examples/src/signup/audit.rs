@@ -6,11 +6,17 @@
 //! ([`AuditId`]: the run that sent it and its number in that run), carried by its `Audit`
 //! messages and by every reply; [`Audits`] takes in the replies to the audit being waited
 //! for and counts the others, which the program then reports.
+//!
+//! Also here: the `Audit` message itself, `found` (a saga's answer: it has an instance)
+//! and the plain handler `audit_done` (an endpoint's audit of a user is over).
 
 use std::collections::HashSet;
 use std::fmt;
 
+use courier::prelude::*;
 use serde::{Deserialize, Serialize};
+
+use crate::story::{News, tell};
 
 /// Which audit an `Audit` message or a reply belongs to.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -131,4 +137,47 @@ mod tests {
         assert!(report.ends_with("; 1 to an earlier audit of this run"), "{report}");
         assert_eq!(Audits::new(3).report(), None);
     }
+}
+
+/// Asks the sagas of a user to tell `main` their state (sent by `main` to `accounts` and
+/// to `users`). Each saga that has an instance answers; the plain handler
+/// [`audit_done`], added after the sagas, then says the audit of that endpoint is over,
+/// so an instance that stayed silent does not exist. Every reply names the audit: `main`
+/// ignores the replies to another one (a killed run's `Audit` messages stay queued).
+#[derive(Debug, Serialize, Deserialize, courier::Message)]
+#[message(name = "signup.Audit")]
+pub(crate) struct Audit {
+    /// Which audit this is (none in the messages of versions before audits had ids).
+    #[serde(default)]
+    pub(crate) audit: AuditId,
+    /// The user (`SignUp` and `Persona` instances).
+    pub(crate) user_id: String,
+    /// The user's login (`Login` instance).
+    pub(crate) login_id: String,
+}
+
+/// Ends an endpoint's audit of a user: runs after the sagas' own `audit` handlers.
+#[courier::handler]
+pub(crate) async fn audit_done(q: Audit, ctx: &mut Context) -> Result<(), HandlerError> {
+    tell(
+        ctx,
+        News::AuditDone {
+            audit: q.audit,
+            endpoint: ctx.endpoint().to_owned(),
+            user_id: q.user_id,
+        },
+    )
+}
+
+/// A saga's answer to an audit: it has an instance for the user, in `phase`.
+pub(crate) fn found(ctx: &Context, q: Audit, saga: &'static str, phase: &'static str) -> Result<(), HandlerError> {
+    tell(
+        ctx,
+        News::Found {
+            audit: q.audit,
+            user_id: q.user_id,
+            saga,
+            phase,
+        },
+    )
 }

@@ -7,8 +7,9 @@ use chrono::{DateTime, Utc};
 use tokio::sync::Semaphore;
 
 use crate::checks::check_envelope;
-use crate::error::{Error, ErrorKind, Result, SendError};
+use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Envelope, SequenceNumber};
+use crate::transport::SendError;
 use crate::transport::Sender;
 
 use super::Inner;

@@ -2,7 +2,8 @@
 //!
 //! Durable in a file ([`Embedded::open`]) or in memory for tests ([`Embedded::in_memory`]).
 //! One engine task owns the database connection and serves every call; calls that arrive
-//! together share one transaction (group commit). See `engine.rs` for how.
+//! together share one transaction (group commit). See `engine/` for how; a sender and its
+//! checks are in `sender.rs`.
 //!
 //! # Durability
 //!
@@ -28,6 +29,7 @@ mod admin;
 mod engine;
 mod open;
 mod reads;
+mod sender;
 mod store;
 
 use std::path::Path;
@@ -46,12 +48,13 @@ use self::engine::{
 };
 pub use self::open::EmbeddedBuilder;
 pub use self::reads::DEFAULT_READ_CONNECTIONS;
+use self::sender::EmbeddedSender;
 pub use self::store::EmbeddedStore;
 pub(crate) use crate::checks::DEFAULT_MAX_MESSAGE_SIZE;
 pub(crate) use crate::checks::check_envelope;
 use crate::clock::Clock;
 use crate::entity::{EntityCounts, EntityPath, QueueOptions, SubQueue, SubscriptionOptions, TopicOptions};
-use crate::error::{Error, ErrorKind, Result, SendError};
+use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Envelope, LockToken, ReceivedMessage, SequenceNumber};
 use crate::transport::{
     Capabilities, Delivery, Receiver, Sender, SenderOptions, SessionReceiver, SessionSelector, Settlement, Settler,
@@ -425,128 +428,6 @@ fn deadline(max_wait: Duration) -> Option<Instant> {
         None
     } else {
         Some(Instant::now() + max_wait.min(Duration::from_secs(24 * 3600)))
-    }
-}
-
-struct EmbeddedSender {
-    shared: Arc<Shared>,
-    name: String,
-    entity: i64,
-    requires_session: bool,
-    permits: Arc<Semaphore>,
-    max_in_flight: usize,
-    allow_presettled: bool,
-}
-
-impl EmbeddedSender {
-    fn check(&self, m: &Envelope, now: DateTime<Utc>) -> Result<()> {
-        check_envelope(self.shared.max_message_size, m, &self.name, self.requires_session, now)
-    }
-
-    async fn submit(&self, messages: Vec<Envelope>) -> Result<Vec<SequenceNumber>, SendError> {
-        if let Err(e) = self.shared.check_open() {
-            return Err(SendError::new(e, messages));
-        }
-        let now = self.shared.clock.now();
-        if let Some(e) = messages.iter().find_map(|m| self.check(m, now).err()) {
-            return Err(SendError::new(e, messages));
-        }
-        let n = u32::try_from(messages.len().clamp(1, self.max_in_flight)).unwrap_or(u32::MAX);
-        let Ok(_permits) = self.permits.acquire_many(n).await else {
-            return Err(SendError::new(Error::new(ErrorKind::Closed), messages));
-        };
-        let (reply, rx) = oneshot::channel();
-        // Keep a copy to hand back if the broker refuses; bodies are reference counted.
-        let kept = messages.clone();
-        let cmd = Command::Send {
-            entity: self.entity,
-            messages,
-            reply: Some(reply),
-        };
-        if self.shared.tx.send(cmd).await.is_err() {
-            return Err(SendError::new(Error::new(ErrorKind::Closed), kept));
-        }
-        match rx.await {
-            Ok(Ok(seqs)) => Ok(seqs),
-            Ok(Err(e)) => Err(SendError::new(e, kept)),
-            Err(_) => Err(SendError::new(Error::new(ErrorKind::Closed), kept)),
-        }
-    }
-}
-
-#[async_trait]
-impl Sender for EmbeddedSender {
-    fn entity(&self) -> &str {
-        &self.name
-    }
-
-    fn in_flight(&self) -> usize {
-        self.max_in_flight - self.permits.available_permits()
-    }
-
-    async fn send(&self, message: Envelope) -> Result<(), SendError> {
-        self.submit(vec![message]).await.map(|_| ())
-    }
-
-    async fn send_batch(&self, messages: Vec<Envelope>) -> Result<(), SendError> {
-        if messages.is_empty() {
-            return Ok(());
-        }
-        self.submit(messages).await.map(|_| ())
-    }
-
-    async fn schedule(&self, mut message: Envelope, at: DateTime<Utc>) -> Result<SequenceNumber, SendError> {
-        message.scheduled_enqueue_time = Some(at);
-        let seqs = self.submit(vec![message]).await?;
-        seqs.first().copied().ok_or_else(|| {
-            SendError::new(
-                Error::new(ErrorKind::Corrupt {
-                    detail: "the broker returned no sequence number".into(),
-                }),
-                Vec::new(),
-            )
-        })
-    }
-
-    async fn cancel_scheduled(&self, sequence_number: SequenceNumber) -> Result<()> {
-        let entity = self.entity;
-        self.shared
-            .call(|reply| Command::Cancel {
-                entity,
-                seq: sequence_number,
-                reply,
-            })
-            .await
-    }
-
-    async fn send_presettled(&self, message: Envelope) -> Result<(), SendError> {
-        if !self.allow_presettled {
-            return Err(SendError::new(
-                Error::new(ErrorKind::InvalidOperation {
-                    reason: "pre-settled sends are off: enable SenderOptions::allow_presettled".into(),
-                }),
-                vec![message],
-            ));
-        }
-        if let Err(e) = self
-            .shared
-            .check_open()
-            .and_then(|()| self.check(&message, self.shared.clock.now()))
-        {
-            return Err(SendError::new(e, vec![message]));
-        }
-        let cmd = Command::Send {
-            entity: self.entity,
-            messages: vec![message],
-            reply: None,
-        };
-        match self.shared.tx.send(cmd).await {
-            Ok(()) => Ok(()),
-            Err(mpsc::error::SendError(Command::Send { messages, .. })) => {
-                Err(SendError::new(Error::new(ErrorKind::Closed), messages))
-            }
-            Err(_) => Err(SendError::new(Error::new(ErrorKind::Closed), Vec::new())),
-        }
     }
 }
 

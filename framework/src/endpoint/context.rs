@@ -61,7 +61,7 @@ pub struct Context {
     /// What saga handlers did, for the metrics once the handling commits.
     saga_tally: Vec<crate::endpoint::metrics::SagaTally>,
     /// Who holds the saga instance locks this handling takes.
-    lock_owner: crate::saga::LockOwner,
+    lock_owner: crate::endpoint::sagas::LockOwner,
     /// Outgoing messages the transport refused when they were sent: the tracking id of
     /// the error returned, and the description of the refused message.
     refused: Vec<(uuid::Uuid, String)>,
@@ -92,7 +92,7 @@ pub(crate) struct ContextParts {
     /// Whether an observer wants the saga effects of this handling.
     pub(crate) observing: bool,
     /// Who holds the saga instance locks this handling takes (its commit group, or itself).
-    pub(crate) lock_owner: crate::saga::LockOwner,
+    pub(crate) lock_owner: crate::endpoint::sagas::LockOwner,
 }
 
 impl Context {
@@ -138,7 +138,7 @@ impl Context {
     }
 
     /// Who holds the saga instance locks this handling takes.
-    pub(crate) fn lock_owner(&self) -> crate::saga::LockOwner {
+    pub(crate) fn lock_owner(&self) -> crate::endpoint::sagas::LockOwner {
         self.lock_owner
     }
 

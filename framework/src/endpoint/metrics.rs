@@ -15,14 +15,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ::metrics::{Counter, Gauge, Histogram, Label, SharedString, counter, gauge, histogram};
+use ::metrics::{Counter, Histogram, Label, SharedString, counter, histogram};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use crate::endpoint::Failure;
-use crate::entity::EntityPath;
 use crate::message::{Envelope, ReceivedMessage, SequenceNumber};
-use crate::transport::{Sender, Transport};
+use crate::transport::Sender;
 
 /// The names of the metrics Courier emits (see docs/observability.md).
 pub mod names {
@@ -422,21 +421,25 @@ impl Sender for MeteredSender {
         self.inner.in_flight()
     }
 
-    async fn send(&self, message: Envelope) -> Result<(), crate::error::SendError> {
+    async fn send(&self, message: Envelope) -> Result<(), crate::transport::SendError> {
         let started = Instant::now();
         let result = self.inner.send(message).await;
         self.record(started, 1, &result);
         result
     }
 
-    async fn send_batch(&self, messages: Vec<Envelope>) -> Result<(), crate::error::SendError> {
+    async fn send_batch(&self, messages: Vec<Envelope>) -> Result<(), crate::transport::SendError> {
         let (started, count) = (Instant::now(), messages.len());
         let result = self.inner.send_batch(messages).await;
         self.record(started, count, &result);
         result
     }
 
-    async fn schedule(&self, message: Envelope, at: DateTime<Utc>) -> Result<SequenceNumber, crate::error::SendError> {
+    async fn schedule(
+        &self,
+        message: Envelope,
+        at: DateTime<Utc>,
+    ) -> Result<SequenceNumber, crate::transport::SendError> {
         let started = Instant::now();
         let result = self.inner.schedule(message, at).await;
         self.record(started, 1, &result);
@@ -447,79 +450,10 @@ impl Sender for MeteredSender {
         self.inner.cancel_scheduled(sequence_number).await
     }
 
-    async fn send_presettled(&self, message: Envelope) -> Result<(), crate::error::SendError> {
+    async fn send_presettled(&self, message: Envelope) -> Result<(), crate::transport::SendError> {
         let started = Instant::now();
         let result = self.inner.send_presettled(message).await;
         self.record(started, 1, &result);
         result
-    }
-}
-
-/// What the sampler reads: the endpoint's input queue on its transport, and its store.
-pub(crate) struct Sampled {
-    pub(crate) transport: Arc<dyn Transport>,
-    pub(crate) store: Option<Arc<dyn crate::store::Store>>,
-    pub(crate) clock: Arc<dyn crate::clock::Clock>,
-    pub(crate) queue: Arc<str>,
-}
-
-/// Samples the depth of the endpoint's input queue and of its dead-letter sub-queue, and
-/// its outbox and inbox in the store, every `every` (by the endpoint's clock) until
-/// `stop`. Returns 0 (it hands nothing back at shutdown).
-pub(crate) async fn sampler(sampled: Sampled, every: Duration, stop: tokio_util::sync::CancellationToken) -> usize {
-    let Sampled {
-        transport,
-        store,
-        clock,
-        queue,
-    } = sampled;
-    let l = [
-        Label::new(labels::SYSTEM, transport.name()),
-        Label::new(labels::DESTINATION, queue.to_string()),
-    ];
-    let (depth, scheduled, dead): (Gauge, Gauge, Gauge) = (
-        gauge!(names::QUEUE_DEPTH, l.to_vec()),
-        gauge!(names::QUEUE_SCHEDULED, l.to_vec()),
-        gauge!(names::QUEUE_DEAD_LETTERED, l.to_vec()),
-    );
-    let (backlog, oldest, inbox): (Gauge, Gauge, Gauge) = (
-        gauge!(names::OUTBOX_BACKLOG, l.to_vec()),
-        gauge!(names::OUTBOX_OLDEST_AGE, l.to_vec()),
-        gauge!(names::INBOX_ROWS, l.to_vec()),
-    );
-    let path = EntityPath::queue(&*queue);
-    let step = chrono::Duration::from_std(every).unwrap_or(chrono::Duration::MAX);
-    loop {
-        match transport.counts(&path).await {
-            Ok(c) => {
-                // Gauges are f64: precise up to 2^53 messages.
-                #[allow(clippy::cast_precision_loss)]
-                {
-                    depth.set(c.active as f64);
-                    scheduled.set(c.scheduled as f64);
-                    dead.set(c.dead_lettered as f64);
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, queue = %queue, "could not sample the queue's depth"),
-        }
-        if let Some(store) = &store {
-            match store.backlog(&queue).await {
-                Ok(Some(b)) => {
-                    #[allow(clippy::cast_precision_loss)]
-                    {
-                        backlog.set(b.outbox as f64);
-                        inbox.set(b.inbox as f64);
-                    }
-                    oldest.set(b.oldest_outbox.map_or(0.0, |at| seconds_between(at, clock.now())));
-                }
-                Ok(None) => {}
-                Err(e) => tracing::warn!(error = %e, "could not count the outbox and the inbox"),
-            }
-        }
-        let next = clock.now().checked_add_signed(step).unwrap_or(DateTime::<Utc>::MAX_UTC);
-        tokio::select! {
-            () = stop.cancelled() => return 0,
-            () = clock.sleep_until(next) => {}
-        }
     }
 }

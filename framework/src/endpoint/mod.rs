@@ -1,5 +1,13 @@
 //! The endpoint: receives its messages in PeekLock mode, runs their handlers, settles each
 //! message the right way. See `docs/endpoints.md`.
+//!
+//! This file is the builder ([`EndpointBuilder`]) and the failures a handling can end in;
+//! the running endpoint is `runtime/` (its `mod.rs` maps it), handlers and the macros'
+//! support `handler.rs`, a handler's context `context.rs`, sending `bus.rs` and
+//! `routing.rs`, retries and dead-letter reasons `recoverability.rs`, metrics and traces
+//! `metrics.rs` and `trace.rs`, and what the endpoint keeps for sagas, with the trait a
+//! saga joins it through, `sagas.rs`. The endpoint runs on the transport and store traits
+//! only, and does not name the saga module (the macros' support in `handler.rs` aside).
 
 pub(crate) mod bus;
 pub(crate) mod context;
@@ -10,6 +18,7 @@ pub(crate) mod otel;
 mod parts;
 pub(crate) mod recoverability;
 pub(crate) mod routing;
+pub(crate) mod sagas;
 pub(crate) mod trace;
 
 mod runtime;
@@ -30,6 +39,7 @@ use crate::transport::Transport;
 
 pub use parts::{IntoStore, IntoTransport};
 use recoverability::reasons;
+pub(crate) use runtime::TIMEOUT_ID;
 pub use runtime::{EndpointStats, RunningEndpoint, ShutdownReport};
 
 /// Why handling failed, as the endpoint records it.
@@ -58,7 +68,12 @@ pub(crate) enum Failure {
     /// expired while a handler ran).
     Unfinished { deliveries: u32 },
     /// No saga instance for the message, under the dead-letter policy.
-    SagaNotFound { saga: &'static str, correlation: String },
+    /// `reason` is the saga module's dead-letter reason for it.
+    SagaNotFound {
+        saga: &'static str,
+        correlation: String,
+        reason: &'static str,
+    },
     /// A message body or a saga state of a version this code cannot read (see
     /// `crate::version`): permanent, with its own dead-letter reason.
     Version {
@@ -80,7 +95,7 @@ impl Failure {
     pub(crate) fn permanent_reason(&self) -> Option<&'static str> {
         match self {
             Failure::Decode { .. } => Some(reasons::DESERIALIZATION_FAILED),
-            Failure::SagaNotFound { .. } => Some(crate::saga::reasons::SAGA_NOT_FOUND),
+            Failure::SagaNotFound { reason, .. } => Some(reason),
             Failure::Version { reason, .. } => Some(reason),
             Failure::Handler { error, .. } if error.is_permanent() => Some(reasons::PERMANENT_FAILURE),
             Failure::Refused { .. } => Some(reasons::INVALID_OUTGOING_MESSAGE),
@@ -175,7 +190,7 @@ impl Failure {
                 "{} earlier deliveries ended without an outcome (the process stopped or the lock expired)",
                 deliveries.saturating_sub(1)
             )],
-            Failure::SagaNotFound { saga, correlation } => vec![format!(
+            Failure::SagaNotFound { saga, correlation, .. } => vec![format!(
                 "no instance of saga {saga} correlates to {correlation:?}, and the message does not start one"
             )],
             Failure::Version { chain, .. } => chain.clone(),
@@ -324,7 +339,7 @@ pub struct EndpointBuilder {
     store: Option<Arc<dyn crate::store::Store>>,
     inbox_retention: Duration,
     sagas: Vec<&'static str>,
-    saga_stats: Arc<crate::saga::SagaStats>,
+    saga_stats: Arc<sagas::SagaStats>,
     /// Mistakes found while adding sagas, reported by `start`.
     errors: Vec<String>,
     observer: Option<Arc<dyn observe::Observer>>,
@@ -410,35 +425,6 @@ impl EndpointBuilder {
             aliases: <H::Message as Message>::ALIASES,
             handler: Arc::new(Erased(handler)),
         });
-        self
-    }
-
-    /// Adds a saga with the default options (see [`saga_with`](Self::saga_with)). The
-    /// endpoint needs a [`store`](Self::store).
-    pub fn saga<S: crate::saga::Saga>(self) -> Self {
-        self.saga_with::<S>(crate::saga::SagaOptions::default())
-    }
-
-    /// Adds a saga: its handlers join the endpoint's (a message type handled by the saga
-    /// and by plain handlers runs them all), its instances and timeouts live in the
-    /// endpoint's store, and the endpoint dispatches its timeouts when due.
-    pub fn saga_with<S: crate::saga::Saga>(mut self, options: crate::saga::SagaOptions) -> Self {
-        if self.sagas.contains(&S::NAME) {
-            self.errors.push(format!("saga {} was added twice", S::NAME));
-            return self;
-        }
-        self.sagas.push(S::NAME);
-        self.declared.push((S::NAME, S::declared()));
-        match crate::saga::register::<S>(options, self.saga_stats.clone()) {
-            Ok(handlers) => self.registrations.extend(handlers.into_iter().map(|r| Registration {
-                type_id: r.type_id,
-                type_name: r.type_name,
-                name: r.name,
-                aliases: r.aliases,
-                handler: r.handler,
-            })),
-            Err(e) => self.errors.push(e),
-        }
         self
     }
 

@@ -15,10 +15,10 @@ use super::Shared;
 use super::entities::EntityInfo;
 use super::rows::props_json;
 use crate::checks::check_envelope;
-use crate::error::{Error, ErrorKind, Result, SendError};
+use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Envelope, SequenceNumber};
 use crate::store::db_error;
-use crate::transport::Sender;
+use crate::transport::{SendError, Sender};
 
 /// Inserts `messages` for entity `entity` (a queue, or a topic whose subscriptions each
 /// get a copy) at `now`; returns their sequence numbers in order, or `None` when the

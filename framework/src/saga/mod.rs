@@ -41,8 +41,8 @@
 //! runs the handler, and saves the state, its new timeouts and the messages it sent in
 //! the same transaction. See `docs/sagas.md`.
 
+mod registration;
 mod runtime;
-pub(crate) mod settle;
 pub(crate) mod state;
 
 use std::time::Duration;
@@ -55,12 +55,10 @@ use crate::endpoint::context::Context;
 use crate::endpoint::handler::{BoxFuture, HandlerError, Message};
 use crate::error::{Error, ErrorKind, Result};
 
-pub(crate) use runtime::{LockOwner, SagaStats, TimeoutSignal, register};
-
 /// Headers a timeout message carries: which saga instance and which timeout it is.
 pub mod headers {
     /// The timeout's id (also its message id).
-    pub const TIMEOUT_ID: &str = "courier.saga.timeout";
+    pub const TIMEOUT_ID: &str = crate::endpoint::TIMEOUT_ID;
     /// The saga type's name.
     pub const SAGA_TYPE: &str = "courier.saga.type";
     /// The instance's correlation value.

@@ -3,11 +3,10 @@
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use chrono::{DateTime, Utc};
-use tokio::sync::Notify;
 
 use super::state::StateError;
 use super::{
@@ -19,53 +18,10 @@ use crate::endpoint::handler::{BoxFuture, HandlerError, Message};
 use crate::endpoint::metrics::SagaTally;
 use crate::endpoint::observe::{RequestedTimeout, SagaEffects};
 use crate::endpoint::otel;
+use crate::endpoint::sagas::{LockOwner, Registered, SagaStats};
 use crate::endpoint::{ErasedHandler, Failure};
 use crate::error::{Error, ErrorKind};
 use crate::message::PropertyValue;
-
-/// Counters of an endpoint's sagas.
-#[derive(Debug, Default)]
-pub(crate) struct SagaStats {
-    pub(crate) not_found: AtomicU64,
-    pub(crate) timeouts_discarded: AtomicU64,
-    pub(crate) conflicts: AtomicU64,
-}
-
-/// Tells the endpoint's timeout dispatcher that a timeout was stored, and when it is due.
-#[derive(Debug)]
-pub(crate) struct TimeoutSignal {
-    /// The earliest due time (µs) stored since the dispatcher last looked.
-    earliest: AtomicI64,
-    notify: Notify,
-}
-
-impl Default for TimeoutSignal {
-    fn default() -> Self {
-        Self {
-            earliest: AtomicI64::new(i64::MAX),
-            notify: Notify::new(),
-        }
-    }
-}
-
-impl TimeoutSignal {
-    /// A timeout due at `due` committed.
-    pub(crate) fn stored(&self, due: DateTime<Utc>) {
-        self.earliest.fetch_min(due.timestamp_micros(), Ordering::AcqRel);
-        self.notify.notify_one();
-    }
-
-    /// Takes the earliest due time signalled since the last call.
-    pub(crate) fn take_earliest(&self) -> Option<DateTime<Utc>> {
-        let at = self.earliest.swap(i64::MAX, Ordering::AcqRel);
-        (at != i64::MAX).then(|| DateTime::from_timestamp_micros(at)).flatten()
-    }
-
-    /// Waits for the next signal.
-    pub(crate) async fn wait(&self) {
-        self.notify.notified().await;
-    }
-}
 
 /// Serializes the handling of messages of one saga instance inside this process.
 ///
@@ -185,14 +141,6 @@ impl InstanceLocks {
     }
 }
 
-/// Who takes an instance lock: a handling, or the commit group it belongs to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct LockOwner {
-    pub(crate) id: u64,
-    /// Whether the wait is bounded by [`LOCK_WAIT_LIMIT`] (on grouping endpoints).
-    pub(crate) bounded: bool,
-}
-
 fn lock_cycle(correlation: &str) -> Error {
     Error::new(ErrorKind::Conflict {
         detail: format!(
@@ -257,15 +205,6 @@ impl NotFoundEntry {
             f: Box::new((name, f)),
         }
     }
-}
-
-/// A saga handler made ready for the endpoint's registry.
-pub(crate) struct Registered {
-    pub(crate) type_id: TypeId,
-    pub(crate) type_name: &'static str,
-    pub(crate) name: &'static str,
-    pub(crate) aliases: &'static [&'static str],
-    pub(crate) handler: Arc<dyn ErasedHandler>,
 }
 
 impl<S: Saga> Entry<S> {
@@ -422,6 +361,7 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
             NotFound::DeadLetter => Err(Failure::SagaNotFound {
                 saga: S::NAME,
                 correlation,
+                reason: super::reasons::SAGA_NOT_FOUND,
             }),
         }
     }

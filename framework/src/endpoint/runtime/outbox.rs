@@ -1,13 +1,13 @@
 //! The outbox side of an endpoint with a store: dispatching stored messages (keeping their
-//! ids), deleting dispatched rows in batches, sweeping rows left behind, and moving aside
-//! rows the transport refuses for good (`Store::dead_letter_outbox`), so that no row is
-//! retried forever and none blocks the rows behind it.
+//! ids), deleting dispatched rows in batches, and moving aside rows the transport refuses
+//! for good (`Store::dead_letter_outbox`), so that no row is retried forever and none
+//! blocks the rows behind it. The workers that sweep rows left behind and delete
+//! dispatched ones on a schedule are `workers/outbox_sweeper.rs` and
+//! `workers/outbox_cleaner.rs`; they, the handling of a message and a redelivery all take
+//! rows through the ledger (`ledger.rs`) before sending them.
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 use crate::endpoint::bus::{describe_refusal, refused_for_good};
@@ -15,56 +15,6 @@ use crate::endpoint::recoverability::reasons;
 use crate::error::{Error, Result};
 use crate::store::OutboxMessage;
 use crate::transport::Sender;
-
-/// How often the outbox sweeper looks for messages left behind, and how old they must be
-/// (by the endpoint's clock) before it takes them: far older than a dispatch takes.
-const OUTBOX_SWEEP_EVERY: Duration = Duration::from_secs(10);
-const OUTBOX_LEFT_AFTER: Duration = Duration::from_secs(30);
-/// The most rows the sweeper takes at once.
-const OUTBOX_SWEEP_BATCH: i64 = 100;
-
-/// Dispatches outbox messages the normal path left behind: a process that died between
-/// its commit and its dispatch, whose received message was then dead-lettered or expired
-/// instead of coming back. They keep their ids, so a copy is recognised by receivers.
-/// Returns 0 (it hands nothing back at shutdown).
-pub(super) async fn outbox_sweeper(shared: Arc<Shared>, stop: CancellationToken) -> usize {
-    let Some(store) = shared.store.clone() else { return 0 };
-    loop {
-        let now = shared.clock.now();
-        let next = now + chrono::Duration::from_std(OUTBOX_SWEEP_EVERY).unwrap_or(chrono::Duration::MAX);
-        let older_than = now - chrono::Duration::from_std(OUTBOX_LEFT_AFTER).unwrap_or(chrono::Duration::zero());
-        let read = shared.outbox.read();
-        match store.undispatched(&shared.name, older_than, OUTBOX_SWEEP_BATCH).await {
-            Ok(left) if !left.is_empty() => {
-                let full = i64::try_from(left.len()).unwrap_or(i64::MAX) >= OUTBOX_SWEEP_BATCH;
-                // Rows this process took already (a handling or a redelivery sending them,
-                // or sent and waiting to be deleted) are not sent again.
-                let left = shared.outbox.take_read(read, left, |m| m.id);
-                let n = left.len();
-                match dispatch_stored(&shared, left).await {
-                    Ok(()) if n == 0 => {}
-                    Ok(()) => {
-                        tracing::warn!(dispatched = n, "dispatched outbox messages left behind");
-                        if full {
-                            continue;
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %e, "could not dispatch outbox messages left behind"),
-                }
-            }
-            // The ticket goes now, not after the sleep: tombstones are kept while it is out.
-            Ok(_) => drop(read),
-            Err(e) => {
-                drop(read);
-                tracing::warn!(error = %e, "could not read the outbox");
-            }
-        }
-        tokio::select! {
-            () = stop.cancelled() => return 0,
-            () = shared.clock.sleep_until(next) => {}
-        }
-    }
-}
 
 /// Dispatches outbox messages (keeping their ids), one batch per destination, then
 /// removes them from the outbox. A failure to remove them only means they may be
@@ -196,25 +146,10 @@ fn mark_sent(shared: &Shared, ids: impl IntoIterator<Item = i64>) {
 /// The most dispatched outbox rows deleted in one statement.
 const OUTBOX_DELETE_BATCH: usize = 256;
 /// How long dispatched outbox rows wait at most to be deleted with others.
-const OUTBOX_DELETE_EVERY: Duration = Duration::from_millis(20);
+pub(super) const OUTBOX_DELETE_EVERY: Duration = Duration::from_millis(20);
 
-/// Deletes dispatched outbox rows in batches (one statement for many messages instead of
-/// one transaction each). A row whose deletion is lost (the process dies first) is sent
-/// again by the sweeper with the same id, which receivers' inboxes drop.
-pub(super) async fn outbox_cleaner(shared: Arc<Shared>, stop: CancellationToken) -> usize {
-    loop {
-        tokio::select! {
-            () = stop.cancelled() => {
-                flush_dispatched(&shared).await;
-                return 0;
-            }
-            () = shared.dispatched_added.notified() => {}
-            () = tokio::time::sleep(OUTBOX_DELETE_EVERY) => {}
-        }
-        flush_dispatched(&shared).await;
-    }
-}
-
+/// Deletes the dispatched rows the ledger holds, in batches of [`OUTBOX_DELETE_BATCH`]
+/// (`workers/outbox_cleaner.rs` says when; the shutdown calls it last).
 pub(super) async fn flush_dispatched(shared: &Shared) {
     let Some(store) = &shared.store else { return };
     loop {

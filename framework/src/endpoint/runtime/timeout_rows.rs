@@ -3,16 +3,22 @@
 //! for a delayed retry (the dispatcher must not take the claim back meanwhile and send a
 //! second copy). Without this, a timeout whose handler keeps failing fires forever: the
 //! dispatcher reclaims its row after a while and sends it again.
+//!
+//! The endpoint's failure path (`failures.rs`) calls these; the saga module only writes
+//! the header they read ([`TIMEOUT_ID`]) when it requests a timeout.
 
 use chrono::{DateTime, Utc};
 
-use super::headers;
 use crate::message::{Envelope, PropertyValue};
 use crate::store::Store;
 
+/// The header of a saga timeout's message that holds the timeout's id (also its message
+/// id); public as `courier::saga::headers::TIMEOUT_ID`.
+pub(crate) const TIMEOUT_ID: &str = "courier.saga.timeout";
+
 /// The timeout id a message carries, if it is a saga timeout's.
 pub(crate) fn timeout_id(envelope: &Envelope) -> Option<&str> {
-    match envelope.properties.get(headers::TIMEOUT_ID) {
+    match envelope.properties.get(TIMEOUT_ID) {
         Some(PropertyValue::String(id)) => Some(id),
         _ => None,
     }

@@ -1,0 +1,229 @@
+//! Sessions: accepting (locking) a session, waiting for one to become available, renewing
+//! and releasing a session lock, and a session's state.
+//!
+//! Holds: `accept`, `try_accept`, `session_lock`, `renew_session` and `session_op`.
+//! Receiving the messages of a locked session is in `receive.rs`.
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::transport::SessionSelector;
+
+use super::commands::{AcceptRequest, Outcome, SessionKey, SessionOp, outcome};
+use super::receive::Waiter;
+use super::rows::{Sql, after_ms, from_micros, row_id};
+use super::{Engine, State};
+
+impl Engine {
+    /// A session lock's locked-until time, if it is still held.
+    pub(super) async fn session_lock(&mut self, entity: i64, key: &SessionKey, now: i64) -> Sql<Option<i64>> {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT locked_until FROM courier_session WHERE entity_id = ?1 AND session_id = ?2 AND lock_gen = ?3 \
+             AND locked_until > ?4",
+        )
+        .bind(entity)
+        .bind(&key.id)
+        .bind(key.generation)
+        .bind(now)
+        .fetch_optional(self.conn.get()?)
+        .await
+    }
+
+    pub(super) async fn renew_session(
+        &mut self,
+        entity: i64,
+        key: &SessionKey,
+        now: i64,
+    ) -> Sql<Result<DateTime<Utc>>> {
+        let info = match self.state.entity(entity) {
+            Ok(i) => i.clone(),
+            Err(e) => return Ok(Err(e)),
+        };
+        let until = after_ms(now, info.lock_ms);
+        let r = sqlx::query(
+            "UPDATE courier_session SET locked_until = ?5 WHERE entity_id = ?1 AND session_id = ?2 AND lock_gen = ?3 \
+             AND locked_until > ?4",
+        )
+        .bind(entity)
+        .bind(&key.id)
+        .bind(key.generation)
+        .bind(now)
+        .bind(until)
+        .execute(self.conn.get()?)
+        .await?;
+        if r.rows_affected() != 1 {
+            return Ok(Err(Error::new(ErrorKind::SessionLockLost)));
+        }
+        sqlx::query(
+            "UPDATE courier_message SET locked_until = ?4 WHERE id >= ?1 AND id < ?5 AND session_id = ?2 \
+             AND locked_until > ?3",
+        )
+        .bind(row_id(entity, 0))
+        .bind(&key.id)
+        .bind(now)
+        .bind(until)
+        .bind(row_id(entity + 1, 0))
+        .execute(self.conn.get()?)
+        .await?;
+        State::note(&mut self.state.next_session_unlock, Some(until));
+        State::note(&mut self.state.next_unlock, Some(until));
+        Ok(Ok(from_micros(until)))
+    }
+
+    pub(super) async fn accept(&mut self, req: AcceptRequest, now: i64) -> Sql<Option<Outcome>> {
+        match self.try_accept(&req, now).await? {
+            Some(r) => Ok(Some(outcome(req.reply, r))),
+            None if req.deadline.is_some() => {
+                self.state
+                    .waiters
+                    .entry(req.entity)
+                    .or_default()
+                    .push_back(Waiter::Accept(req));
+                Ok(None)
+            }
+            None => {
+                let reason = match &req.selector {
+                    SessionSelector::Next => "no unlocked session has messages".to_owned(),
+                    SessionSelector::Named(s) => format!("session {s:?} is held by another receiver"),
+                };
+                Ok(Some(outcome(
+                    req.reply,
+                    Err(Error::new(ErrorKind::SessionNotAvailable { reason })),
+                )))
+            }
+        }
+    }
+
+    /// Locks a session if one is available; `None` if none is (yet).
+    pub(super) async fn try_accept(
+        &mut self,
+        req: &AcceptRequest,
+        now: i64,
+    ) -> Sql<Option<Result<(String, i64, DateTime<Utc>)>>> {
+        let info = match self.state.entity(req.entity) {
+            Ok(i) => i.clone(),
+            Err(e) => return Ok(Some(Err(e))),
+        };
+        if !info.requires_session {
+            return Ok(Some(Err(Error::new(ErrorKind::InvalidOperation {
+                reason: format!("{} does not require sessions: use a plain receiver", info.display),
+            }))));
+        }
+        let session = match &req.selector {
+            SessionSelector::Named(s) => {
+                let held: Option<i64> = sqlx::query_scalar(
+                    "SELECT locked_until FROM courier_session WHERE entity_id = ?1 AND session_id = ?2 \
+                     AND locked_until > ?3",
+                )
+                .bind(req.entity)
+                .bind(s)
+                .bind(now)
+                .fetch_optional(self.conn.get()?)
+                .await?;
+                if held.is_some() {
+                    return Ok(None);
+                }
+                s.clone()
+            }
+            SessionSelector::Next => {
+                let found: Option<String> = sqlx::query_scalar(
+                    "SELECT m.session_id FROM courier_message m WHERE m.entity_id = ?1 AND m.state = 0 \
+                     AND m.session_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM courier_session s \
+                     WHERE s.entity_id = ?1 AND s.session_id = m.session_id AND s.locked_until > ?2) \
+                     ORDER BY m.seq LIMIT 1",
+                )
+                .bind(req.entity)
+                .bind(now)
+                .fetch_optional(self.conn.get()?)
+                .await?;
+                match found {
+                    Some(s) => s,
+                    None => return Ok(None),
+                }
+            }
+        };
+        let until = after_ms(now, info.lock_ms);
+        let generation: i64 = sqlx::query_scalar(
+            "INSERT INTO courier_session (entity_id, session_id, locked_until, lock_gen) VALUES (?1, ?2, ?3, 1) \
+             ON CONFLICT (entity_id, session_id) DO UPDATE SET locked_until = excluded.locked_until, \
+             lock_gen = lock_gen + 1 RETURNING lock_gen",
+        )
+        .bind(req.entity)
+        .bind(&session)
+        .bind(until)
+        .fetch_one(self.conn.get()?)
+        .await?;
+        State::note(&mut self.state.next_session_unlock, Some(until));
+        Ok(Some(Ok((session, generation, from_micros(until)))))
+    }
+
+    pub(super) async fn session_op(
+        &mut self,
+        entity: i64,
+        key: &SessionKey,
+        op: SessionOp,
+        now: i64,
+    ) -> Sql<Option<Outcome>> {
+        fn lost<T>() -> Result<T> {
+            Err(Error::new(ErrorKind::SessionLockLost))
+        }
+        Ok(match op {
+            SessionOp::Renew(reply) => {
+                let r = self.renew_session(entity, key, now).await?;
+                Some(outcome(reply, r))
+            }
+            SessionOp::GetState(reply) => {
+                if self.session_lock(entity, key, now).await?.is_none() {
+                    return Ok(Some(outcome(reply, lost())));
+                }
+                let state: Option<Vec<u8>> =
+                    sqlx::query_scalar("SELECT state FROM courier_session WHERE entity_id = ?1 AND session_id = ?2")
+                        .bind(entity)
+                        .bind(&key.id)
+                        .fetch_optional(self.conn.get()?)
+                        .await?
+                        .flatten();
+                Some(outcome(reply, Ok(state.map(Bytes::from))))
+            }
+            SessionOp::SetState(state, reply) => {
+                if self.session_lock(entity, key, now).await?.is_none() {
+                    return Ok(Some(outcome(reply, lost())));
+                }
+                sqlx::query("UPDATE courier_session SET state = ?3 WHERE entity_id = ?1 AND session_id = ?2")
+                    .bind(entity)
+                    .bind(&key.id)
+                    .bind(state.as_deref())
+                    .execute(self.conn.get()?)
+                    .await?;
+                Some(outcome(reply, Ok(())))
+            }
+            SessionOp::Release(reply) => {
+                if self.session_lock(entity, key, now).await?.is_some() {
+                    sqlx::query(
+                        "UPDATE courier_session SET locked_until = NULL WHERE entity_id = ?1 AND session_id = ?2 \
+                         AND lock_gen = ?3",
+                    )
+                    .bind(entity)
+                    .bind(&key.id)
+                    .bind(key.generation)
+                    .execute(self.conn.get()?)
+                    .await?;
+                    // Messages still locked under the session go back, as if abandoned.
+                    sqlx::query(
+                        "UPDATE courier_message SET locked_until = NULL, state = CASE WHEN state = 4 THEN 0 ELSE state END \
+                         WHERE id >= ?1 AND id < ?4 AND session_id = ?2 AND locked_until > ?3",
+                    )
+                    .bind(row_id(entity, 0))
+                    .bind(&key.id)
+                    .bind(now)
+                    .bind(row_id(entity + 1, 0))
+                    .execute(self.conn.get()?)
+                    .await?;
+                    self.state.touched.insert(entity);
+                }
+                reply.map(|r| outcome(r, Ok(())))
+            }
+        })
+    }
+}

@@ -1,0 +1,147 @@
+//! Acting on a failed handling: the policy in `endpoint/recoverability.rs` decides
+//! (immediate retry, delayed retry, dead letter); this file carries the decision out on
+//! the delivery: abandon with the failure's headers, schedule the delayed copy and
+//! complete, or dead-letter (also for messages that cannot be handled at all: no type, no
+//! handler, no id).
+//!
+//! Holds `failure_properties`, `on_failure` and `dead_letter`. The retry policy and the
+//! failure headers' names are not here: `endpoint/recoverability.rs`.
+
+use std::sync::atomic::Ordering;
+
+use super::timeout_rows;
+use crate::endpoint::Failure;
+use crate::endpoint::recoverability::{Decision, headers};
+use crate::error::Error;
+use crate::message::{Properties, PropertyValue};
+use crate::transport::{Delivery, Settlement};
+
+use super::Shared;
+
+pub(super) fn failure_properties(shared: &Shared, failure: &Failure, attempt: u32) -> Properties {
+    let chain = failure.chain();
+    let mut p = Properties::new();
+    p.insert(
+        headers::FAILURE_ERROR.to_owned(),
+        PropertyValue::String(chain.first().cloned().unwrap_or_default()),
+    );
+    p.insert(
+        headers::FAILURE_CHAIN.to_owned(),
+        PropertyValue::String(chain.join("\n")),
+    );
+    if let Some(h) = failure.handler() {
+        p.insert(headers::FAILURE_HANDLER.to_owned(), PropertyValue::String(h.to_owned()));
+    }
+    p.insert(
+        headers::FAILURE_ENDPOINT.to_owned(),
+        PropertyValue::String(shared.name.to_string()),
+    );
+    p.insert(
+        headers::FAILURE_ATTEMPTS.to_owned(),
+        PropertyValue::Int(i64::from(attempt)),
+    );
+    p.insert(
+        headers::FAILURE_TIME.to_owned(),
+        PropertyValue::String(shared.clock.now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+    );
+    p.insert(
+        headers::FAILURE_PERMANENT.to_owned(),
+        PropertyValue::Bool(failure.permanent_reason().is_some()),
+    );
+    p
+}
+
+pub(super) async fn on_failure(shared: &Shared, delivery: Delivery, failure: Failure, delayed: u32, attempt: u32) {
+    let properties = failure_properties(shared, &failure, attempt);
+    let error_text = failure.chain().join(": ");
+    let metrics = shared.metrics.of(delivery.message());
+    metrics.failed(&failure);
+    if let Some(reason) = failure.permanent_reason() {
+        dead_letter(shared, delivery, reason, error_text, properties).await;
+        return;
+    }
+    let delivery_count = delivery.message().broker.delivery_count;
+    match shared.policy.decide(delayed, delivery_count) {
+        Decision::Immediate => {
+            shared.stats.retried.fetch_add(1, Ordering::Relaxed);
+            metrics.retried(false);
+            tracing::warn!(error = %error_text, handler = failure.handler(), "handler failed; immediate retry");
+            if let Err(e) = delivery.abandon_with(properties).await {
+                tracing::warn!(error = %e, "abandon failed; the lock will expire and the message come back");
+            }
+        }
+        Decision::Delayed { n, delay } => {
+            let mut copy = delivery.message().envelope.clone();
+            copy.properties.extend(properties);
+            copy.properties
+                .insert(headers::DELAYED_RETRIES.to_owned(), PropertyValue::Int(i64::from(n)));
+            let at = shared.clock.now() + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
+            copy.scheduled_enqueue_time = Some(at);
+            let scheduled = match shared.bus.sender(&shared.name, false).await {
+                Ok(sender) => sender.send(copy).await.map_err(Error::from),
+                Err(e) => Err(e),
+            };
+            match scheduled {
+                Ok(()) => {
+                    if let Some(store) = &shared.store {
+                        timeout_rows::retry_scheduled(&**store, &shared.name, &delivery.message().envelope, at).await;
+                    }
+                    shared.stats.retried.fetch_add(1, Ordering::Relaxed);
+                    metrics.retried(true);
+                    tracing::warn!(
+                        error = %error_text,
+                        handler = failure.handler(),
+                        delayed_retry = n,
+                        due = %at,
+                        "handler failed; delayed retry scheduled"
+                    );
+                    if let Err(e) = delivery.complete().await {
+                        tracing::warn!(
+                            error = %e,
+                            "completion after scheduling a delayed retry failed; the message may be handled twice"
+                        );
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not schedule the delayed retry; handing the message back");
+                    if let Err(e) = delivery.abandon().await {
+                        tracing::warn!(error = %e, "abandon failed; the lock will expire and the message come back");
+                    }
+                }
+            }
+        }
+        Decision::Exhausted => {
+            dead_letter(shared, delivery, failure.exhausted_reason(), error_text, properties).await;
+        }
+    }
+}
+
+pub(super) async fn dead_letter(
+    shared: &Shared,
+    delivery: Delivery,
+    reason: &'static str,
+    description: String,
+    properties: Properties,
+) {
+    let metrics = shared.metrics.of(delivery.message());
+    tracing::error!(reason, description = %description, "message dead-lettered");
+    if let Some(store) = &shared.store {
+        let envelope = &delivery.message().envelope;
+        if timeout_rows::dead_lettered(&**store, &shared.name, envelope, reason, shared.clock.now()).await {
+            shared.stats.timeouts_dead_lettered.fetch_add(1, Ordering::Relaxed);
+            shared.metrics.timeout_dead_lettered();
+        }
+    }
+    let settlement = Settlement::DeadLetter {
+        reason: reason.to_owned(),
+        description,
+        properties,
+    };
+    match delivery.settle(settlement).await {
+        Ok(()) => {
+            shared.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
+            metrics.dead_lettered(reason);
+        }
+        Err(e) => tracing::warn!(error = %e, "dead-lettering failed; the message will be delivered again"),
+    }
+}

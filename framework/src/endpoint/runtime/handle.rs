@@ -1,0 +1,373 @@
+//! The handling of one message: `process` (the task of one delivery: its span, its
+//! running count, the hard stop) and `handle`: find the handlers of its type, begin the
+//! unit of work (the inbox: a duplicate is recognised here), run the handlers, store what
+//! they sent in the outbox and commit, then dispatch and complete; a failure goes to
+//! `failures.rs`.
+//!
+//! The path of one message: `receive_loop.rs` -> `process` -> `handle` -> the store's unit
+//! of work (`store/`) -> `outbox.rs` (dispatch) -> the transport's settlement
+//! (`Delivery::complete`, or `failures.rs`). Nothing here waits on a timer of its own:
+//! the lock is renewed by `renew.rs` while the handlers run.
+
+use std::any::Any;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context as TaskContext, Poll};
+
+use tokio::sync::OwnedSemaphorePermit;
+use tracing::Instrument;
+
+use crate::endpoint::Failure;
+use crate::endpoint::bus::Outgoing;
+use crate::endpoint::context::{Context, ContextParts};
+use crate::endpoint::observe::Handled;
+use crate::endpoint::recoverability::{headers, reasons};
+use crate::endpoint::sagas::LockOwner;
+use crate::endpoint::trace::TraceContext;
+use crate::message::{Properties, PropertyValue};
+use crate::store::{Begin, Committed, OutboxMessage};
+use crate::transport::Delivery;
+
+use super::failures::{dead_letter, on_failure};
+use super::group::{GroupSeat, next_owner};
+use super::outbox::dispatch_stored;
+use super::renew::run_renewing;
+use super::{Running, Shared};
+
+/// Why a message without an id is refused by an endpoint with an inbox, and what to do.
+pub(super) fn missing_id_description(endpoint: &str) -> String {
+    format!(
+        "the message has no message id: endpoint {endpoint} keeps an inbox, which recognises a \
+         redelivered message by its id, so it cannot promise to handle this one once; the producer \
+         must set a unique message id on every message (on RabbitMQ the message_id property) and \
+         keep it when it sends the same message again; or build the endpoint with \
+         EndpointBuilder::accept_messages_without_id(true) to handle such messages at least once"
+    )
+}
+
+pub(super) fn int_property(properties: &Properties, key: &str) -> u32 {
+    match properties.get(key) {
+        Some(PropertyValue::Int(n)) => u32::try_from(*n).unwrap_or(0),
+        _ => 0,
+    }
+}
+
+pub(super) async fn process(
+    shared: Arc<Shared>,
+    mut delivery: Delivery,
+    _permit: OwnedSemaphorePermit,
+    seat: Option<GroupSeat>,
+) {
+    let _running = Running::new(&shared.stats.running);
+    shared.metrics.of(delivery.message()).consumed();
+    if delivery.message().envelope.message_id.is_empty() {
+        if shared.store.is_some() && !shared.accept_messages_without_id {
+            drop(seat);
+            let description = missing_id_description(&shared.name);
+            dead_letter(
+                &shared,
+                delivery,
+                reasons::MISSING_MESSAGE_ID,
+                description,
+                Properties::new(),
+            )
+            .await;
+            return;
+        }
+        // At least once: a fresh id at each delivery (see accept_messages_without_id).
+        delivery.message_mut().envelope.message_id = uuid::Uuid::now_v7().to_string();
+    }
+    let message = delivery.message();
+    let delayed = int_property(&message.envelope.properties, headers::DELAYED_RETRIES);
+    let delivery_count = message.broker.delivery_count;
+    let attempt = shared.policy.attempt_number(delayed, delivery_count);
+    let trace = TraceContext::from_properties(&message.envelope.properties)
+        .map_or_else(TraceContext::new_root, |parent| parent.child());
+    let span = tracing::info_span!(
+        "message",
+        endpoint = %shared.name,
+        message_id = %message.envelope.message_id,
+        message_type = message.envelope.message_type.as_deref().unwrap_or(""),
+        queue = %shared.name,
+        delivery_count,
+        attempt,
+        trace_id = %trace.trace_id(),
+        span_id = %trace.span_id(),
+        otel.name = tracing::field::Empty,
+        otel.kind = tracing::field::Empty,
+    );
+    let trace = crate::endpoint::otel::consumer(&span, shared.bus.transport().name(), &shared.name, message, trace);
+    let hard_stop = shared.hard_stop.clone();
+    tokio::select! {
+        biased;
+        () = handle(&shared, delivery, delayed, attempt, trace, seat).instrument(span) => {
+            if shared.stopping.load(Ordering::SeqCst) {
+                shared.stats.finished_while_stopping.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        () = hard_stop.cancelled() => {
+            // The shutdown deadline passed: the handler is dropped mid-way and its message
+            // comes back when its lock expires.
+            shared.stats.interrupted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+pub(super) async fn handle(
+    shared: &Shared,
+    mut delivery: Delivery,
+    delayed: u32,
+    attempt: u32,
+    trace: TraceContext,
+    seat: Option<GroupSeat>,
+) {
+    if let Some(until) = delivery.locked_until()
+        && until <= shared.clock.now()
+    {
+        tracing::warn!("lock lost before the handler started; the message will be delivered again");
+        return;
+    }
+    let message_type = delivery.message().envelope.message_type.clone();
+    let Some(entry) = message_type.as_deref().and_then(|t| shared.by_name.get(t)).cloned() else {
+        let description = match &message_type {
+            None => format!(
+                "the message has no type; endpoint {} cannot pick a handler",
+                shared.name
+            ),
+            Some(t) => {
+                let mut known: Vec<&str> = shared.by_name.keys().map(String::as_str).collect();
+                known.sort_unstable();
+                format!(
+                    "endpoint {} has no handler for message type {t:?} (it handles {known:?})",
+                    shared.name
+                )
+            }
+        };
+        dead_letter(
+            shared,
+            delivery,
+            reasons::UNKNOWN_MESSAGE_TYPE,
+            description,
+            Properties::new(),
+        )
+        .await;
+        return;
+    };
+    let delivery_count = delivery.message().broker.delivery_count;
+    let failure = if delivery_count > shared.policy.attempts_per_round() {
+        // Its commit group does not wait for it.
+        drop(seat);
+        Failure::Unfinished {
+            deliveries: delivery_count,
+        }
+    } else {
+        let cancel = shared.hard_stop.child_token();
+        let mut ctx = Context::new(ContextParts {
+            endpoint: shared.name.clone(),
+            message: delivery.message().clone(),
+            attempt,
+            delayed_retries: delayed,
+            bus: shared.bus.clone(),
+            clock: shared.clock.clone(),
+            cancel: cancel.clone(),
+            trace,
+            extensions: shared.extensions.clone(),
+            observing: shared.observer.is_some(),
+            lock_owner: LockOwner {
+                id: seat.as_ref().map_or_else(next_owner, |s| s.owner),
+                bounded: shared.group_size > 1,
+            },
+        });
+        let handlers = entry.handlers.clone();
+        let lock = delivery.lock_token();
+        let work = async {
+            // The inbox: record the id in a new transaction (or the group's), or learn it
+            // was processed.
+            if let Some(store) = &shared.store {
+                let now = shared.clock.now();
+                // A duplicate's begin reads the outbox rows its handling left.
+                let read = shared.outbox.read();
+                let begun = match seat {
+                    Some(seat) => seat.begin(now).await,
+                    None => store.begin(&shared.name, ctx.message_id(), lock, now).await,
+                };
+                match begun {
+                    Err(e) => return Err(Failure::Store(e)),
+                    Ok(Begin::Duplicate(left)) => {
+                        // Rows this process took already (being sent, or sent and waiting
+                        // to be deleted): not again.
+                        let left = shared.outbox.take_read(read, left, |m| m.id);
+                        return Ok(Done::Duplicate(left));
+                    }
+                    Ok(Begin::Fresh(work)) => ctx.set_unit_of_work(work),
+                }
+            }
+            for h in handlers.iter() {
+                match CatchUnwind(h.call(&mut ctx)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(f)) => return Err(f.with_refusals(&ctx)),
+                    Err(payload) => {
+                        return Err(Failure::Panic {
+                            handler: h.name(),
+                            text: panic_text(payload.as_ref()),
+                        });
+                    }
+                }
+            }
+            let outgoing = ctx.take_outgoing();
+            match ctx.take_unit_of_work() {
+                // The outbox: what the handlers sent commits with their writes.
+                Some(mut work) => {
+                    let rows: Vec<_> = outgoing
+                        .into_iter()
+                        .map(|o| (o.destination, o.is_topic, o.envelope))
+                        .collect();
+                    let observed = shared.observer.as_ref().map(|_| rows.clone());
+                    let destinations: Vec<String> = rows.iter().map(|(d, _, _)| d.clone()).collect();
+                    let stored = work
+                        .store_outgoing(rows, shared.clock.now())
+                        .await
+                        .map_err(Failure::Store)?;
+                    let committed = work.commit().await;
+                    ctx.release_held();
+                    // A store that sends at its commit (the embedded broker's own file)
+                    // fails the commit with the transport's refusal of a message.
+                    let committed = committed.map_err(|e| {
+                        if crate::endpoint::bus::refused_for_good(&e) {
+                            Failure::Dispatch(e)
+                        } else {
+                            Failure::Store(e)
+                        }
+                    })?;
+                    if let Some(due) = ctx.take_timeout_due() {
+                        shared.timeouts.stored(due);
+                    }
+                    shared.metrics.sagas(&ctx.take_saga_tally());
+                    if matches!(committed, Committed::Settled) {
+                        shared.metrics.sent_at_commit(&destinations);
+                    }
+                    if let (Some(observer), Some(outgoing)) = (&shared.observer, observed) {
+                        observer.handled(Handled {
+                            message: ctx.received().envelope.clone(),
+                            outgoing,
+                            sagas: ctx.take_observed(),
+                        });
+                    }
+                    match committed {
+                        Committed::Pending => Ok(Done::Committed(stored)),
+                        Committed::Stored(stored) => Ok(Done::Committed(stored)),
+                        Committed::Settled => Ok(Done::Settled),
+                    }
+                }
+                None => Ok(Done::Handled(outgoing)),
+            }
+        };
+        let started = std::time::Instant::now();
+        let outcome = run_renewing(&mut delivery, &*shared.clock, shared.max_lock_renewal, &cancel, work).await;
+        let metrics = shared.metrics.of(delivery.message());
+        metrics.processed(started.elapsed(), outcome.as_ref().err());
+        let dispatched = match outcome {
+            Ok(Done::Settled) => {
+                shared.stats.completed.fetch_add(1, Ordering::Relaxed);
+                metrics.handled(delivery.message().broker.enqueued_time, shared.clock.now());
+                tracing::debug!("message handled, its messages sent and itself completed in one transaction");
+                return;
+            }
+            Err(Failure::Store(e)) if e.is_lock_lost() => {
+                tracing::warn!(
+                    error = %e,
+                    "lock lost before the transaction committed; it rolled back and the message will be delivered again"
+                );
+                return;
+            }
+            Ok(Done::Handled(outgoing)) => shared.bus.dispatch(outgoing).await.map_err(Failure::Dispatch),
+            Ok(Done::Committed(stored)) => {
+                let count = stored.len();
+                let stored = shared.outbox.take_stored(stored, |m| m.id);
+                dispatch_stored(shared, stored)
+                    .await
+                    .map_err(|error| Failure::Undispatched { count, error })
+            }
+            Ok(Done::Duplicate(left)) => {
+                tracing::info!(
+                    undispatched = left.len(),
+                    "message already processed (found in the inbox); completing it without handling"
+                );
+                shared.stats.duplicates.fetch_add(1, Ordering::Relaxed);
+                metrics.deduplicated();
+                let count = left.len();
+                dispatch_stored(shared, left)
+                    .await
+                    .map_err(|error| Failure::Undispatched { count, error })
+            }
+            Err(f) => Err(f),
+        };
+        match dispatched {
+            Ok(()) => {
+                complete(shared, delivery).await;
+                return;
+            }
+            Err(f) => f,
+        }
+    };
+    on_failure(shared, delivery, failure, delayed, attempt).await;
+}
+
+/// How the handling of one message ended, before dispatch and completion.
+pub(super) enum Done {
+    /// No store: the messages the handlers sent.
+    Handled(Vec<Outgoing>),
+    /// The store committed; the stored messages are to be dispatched.
+    Committed(Vec<OutboxMessage>),
+    /// Processed before; what its handling stored and did not dispatch.
+    Duplicate(Vec<OutboxMessage>),
+    /// The store's transaction also sent the messages and completed the received one.
+    Settled,
+}
+
+pub(super) async fn complete(shared: &Shared, delivery: Delivery) {
+    let (metrics, enqueued) = (
+        shared.metrics.of(delivery.message()),
+        delivery.message().broker.enqueued_time,
+    );
+    match delivery.complete().await {
+        Ok(()) => {
+            shared.stats.completed.fetch_add(1, Ordering::Relaxed);
+            metrics.handled(enqueued, shared.clock.now());
+            tracing::debug!("message completed");
+        }
+        Err(e) if e.is_lock_lost() => {
+            tracing::warn!(error = %e, "lock lost before completion; the message will be delivered again");
+        }
+        Err(e) => tracing::warn!(error = %e, "completion failed; the message will be delivered again"),
+    }
+}
+
+/// A future that turns a panic while polling into an error.
+pub(super) struct CatchUnwind<F>(F);
+
+impl<F: Future + Unpin> Future for CatchUnwind<F> {
+    type Output = std::result::Result<F::Output, Box<dyn Any + Send>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let inner = &mut self.get_mut().0;
+        match std::panic::catch_unwind(AssertUnwindSafe(|| Pin::new(&mut *inner).poll(cx))) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready(out)) => Poll::Ready(Ok(out)),
+            Err(payload) => Poll::Ready(Err(payload)),
+        }
+    }
+}
+
+pub(super) fn panic_text(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic with a non-text payload".to_owned()
+    }
+}

@@ -1,0 +1,195 @@
+//! The running endpoint: receive loops, the handling of each message, the background
+//! workers, shutdown.
+//!
+//! # Where is X
+//!
+//! - starting and stopping an endpoint, the shutdown report: `running.rs`
+//! - receiving from a source, prefetch, handing back at shutdown: `receive_loop.rs`
+//! - a commit group (many messages in one store transaction): `group.rs`
+//! - the handling of one message (inbox, handlers, outbox, commit, complete):
+//!   `handle.rs`
+//! - renewing a message's lock while its handlers run: `renew.rs`
+//! - retries and dead-lettering of a failed message: `failures.rs` (the policy itself is
+//!   `endpoint/recoverability.rs`)
+//! - dispatching the outbox's rows: `outbox.rs`; which rows this process has taken:
+//!   `ledger.rs`
+//! - the background workers (outbox sweeper and cleaner, saga timeout dispatcher, inbox
+//!   janitor, queue sampler), one shape each: `workers/`
+//!
+//! This module holds what they share: the endpoint's configuration (`Config`), its
+//! shared state (`Shared`) and counters (`Stats`, `EndpointStats`). It may not reach into
+//! a transport or a store beyond their traits (`transport.rs`, `store/`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::Clock;
+use crate::endpoint::TypeEntry;
+use crate::endpoint::bus::Bus;
+use crate::endpoint::context::Extensions;
+use crate::endpoint::metrics::EndpointMetrics;
+use crate::endpoint::observe::Observer;
+use crate::endpoint::recoverability::RetryPolicy;
+use crate::endpoint::routing::Routes;
+use crate::endpoint::sagas::{SagaStats, TimeoutSignal};
+use crate::entity::EntityPath;
+use crate::store::Store;
+use crate::transport::Transport;
+
+mod failures;
+mod group;
+mod handle;
+mod ledger;
+mod outbox;
+mod receive_loop;
+mod renew;
+mod running;
+mod timeout_rows;
+mod workers;
+
+pub(crate) use running::start;
+pub use running::{RunningEndpoint, ShutdownReport};
+pub(crate) use timeout_rows::TIMEOUT_ID;
+
+pub(crate) struct Config {
+    pub(crate) name: Arc<str>,
+    pub(crate) transport: Arc<dyn Transport>,
+    pub(crate) routes: Routes,
+    pub(crate) by_name: HashMap<String, Arc<TypeEntry>>,
+    pub(crate) policy: RetryPolicy,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) concurrency: usize,
+    pub(crate) prefetch: usize,
+    pub(crate) max_lock_renewal: Duration,
+    pub(crate) shutdown_timeout: Duration,
+    pub(crate) receive_wait: Duration,
+    pub(crate) extensions: Arc<Extensions>,
+    pub(crate) store: Option<Arc<dyn Store>>,
+    pub(crate) inbox_retention: Duration,
+    pub(crate) sources: Vec<EntityPath>,
+    pub(crate) has_sagas: bool,
+    pub(crate) saga_stats: Arc<SagaStats>,
+    pub(crate) observer: Option<Arc<dyn Observer>>,
+    pub(crate) group_size: usize,
+    pub(crate) accept_messages_without_id: bool,
+    /// Sample the input queue's depth this often (off when `None`).
+    pub(crate) metrics_sampling: Option<Duration>,
+}
+
+/// Counters of what an endpoint did.
+#[derive(Default)]
+struct Stats {
+    duplicates: AtomicU64,
+    purged: AtomicU64,
+    timeouts_dispatched: AtomicU64,
+    timeouts_dead_lettered: AtomicU64,
+    running: AtomicU64,
+    /// Handlers that finished after the shutdown began (they were running then).
+    finished_while_stopping: AtomicU64,
+    interrupted: AtomicU64,
+    completed: AtomicU64,
+    retried: AtomicU64,
+    dead_lettered: AtomicU64,
+    outbox_dead_lettered: AtomicU64,
+}
+
+/// What an endpoint is doing and has done, as of the call.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct EndpointStats {
+    /// Messages being handled right now.
+    pub running: u64,
+    /// Messages completed.
+    pub completed: u64,
+    /// Failed attempts that were retried (immediately or delayed).
+    pub retried: u64,
+    /// Messages dead-lettered.
+    pub dead_lettered: u64,
+    /// Messages found in the inbox (processed before) and completed without handling.
+    pub duplicates: u64,
+    /// Inbox records this endpoint purged after their retention.
+    pub inbox_purged: u64,
+    /// Messages that found no saga instance and did not start one.
+    pub sagas_not_found: u64,
+    /// Saga timeouts that fired after they were cancelled or their saga completed, and
+    /// were discarded without being handled.
+    pub timeouts_discarded: u64,
+    /// Saga timeouts sent to the endpoint's queue when due.
+    pub timeouts_dispatched: u64,
+    /// Saga timeouts whose message was dead-lettered: their rows are marked and never
+    /// sent again (see `docs/sagas.md`).
+    pub timeouts_dead_lettered: u64,
+    /// Saga saves that found the instance changed by another process (retried).
+    pub saga_conflicts: u64,
+    /// Outbox messages the transport refused for good at dispatch, moved to the store's
+    /// outbox dead letters ([`Store::dead_letter_outbox`](crate::Store::dead_letter_outbox)).
+    pub outbox_dead_lettered: u64,
+}
+
+impl Stats {
+    fn snapshot(&self) -> EndpointStats {
+        EndpointStats {
+            running: self.running.load(Ordering::Relaxed),
+            completed: self.completed.load(Ordering::Relaxed),
+            retried: self.retried.load(Ordering::Relaxed),
+            dead_lettered: self.dead_lettered.load(Ordering::Relaxed),
+            duplicates: self.duplicates.load(Ordering::Relaxed),
+            inbox_purged: self.purged.load(Ordering::Relaxed),
+            sagas_not_found: 0,
+            timeouts_discarded: 0,
+            timeouts_dispatched: self.timeouts_dispatched.load(Ordering::Relaxed),
+            timeouts_dead_lettered: self.timeouts_dead_lettered.load(Ordering::Relaxed),
+            saga_conflicts: 0,
+            outbox_dead_lettered: self.outbox_dead_lettered.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Counts a message as running while it lives.
+struct Running<'a>(&'a AtomicU64);
+
+impl<'a> Running<'a> {
+    fn new(gauge: &'a AtomicU64) -> Self {
+        gauge.fetch_add(1, Ordering::Relaxed);
+        Self(gauge)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+struct Shared {
+    name: Arc<str>,
+    by_name: HashMap<String, Arc<TypeEntry>>,
+    policy: RetryPolicy,
+    clock: Arc<dyn Clock>,
+    bus: Bus,
+    max_lock_renewal: Duration,
+    extensions: Arc<Extensions>,
+    store: Option<Arc<dyn Store>>,
+    saga_stats: Arc<SagaStats>,
+    timeouts: Arc<TimeoutSignal>,
+    /// The outbox rows this process took to dispatch; dispatched ones wait there to be
+    /// deleted in batches by `outbox_cleaner`.
+    outbox: ledger::Ledger,
+    dispatched_added: tokio::sync::Notify,
+    /// Fired when the shutdown deadline passes: running handlers see it in their context.
+    hard_stop: CancellationToken,
+    stats: Stats,
+    metrics: EndpointMetrics,
+    observer: Option<Arc<dyn Observer>>,
+    /// The most messages in one commit group (1: none).
+    group_size: usize,
+    /// Set when a graceful shutdown begins: handlers finishing from then on are counted
+    /// in the shutdown report.
+    stopping: std::sync::atomic::AtomicBool,
+    /// Handle messages without a message id even with a store (at least once).
+    accept_messages_without_id: bool,
+}

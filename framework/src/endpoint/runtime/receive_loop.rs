@@ -1,0 +1,164 @@
+//! The receive loop: one per source, receiving in batches up to the endpoint's prefetch
+//! and starting a handling task per message as concurrency allows (or a commit group of
+//! several, `start_group`, each with its seat from `group.rs`); at shutdown, the messages
+//! received ahead but not started are handed back.
+//!
+//! Holds `ReceiveLoop`, `receive_loop`, `start_group` and `hand_back`. What happens to
+//! one message is in `handle.rs`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::error::ErrorKind;
+use crate::transport::{Delivery, Receiver};
+
+use super::Shared;
+use super::group::{GroupSeat, next_owner};
+use super::handle::process;
+
+pub(super) struct ReceiveLoop {
+    pub(super) receiver: Arc<dyn Receiver>,
+    pub(super) shared: Arc<Shared>,
+    pub(super) concurrency: Arc<Semaphore>,
+    /// The semaphore's size.
+    pub(super) concurrency_limit: usize,
+    pub(super) handlers: TaskTracker,
+    pub(super) stop: CancellationToken,
+    pub(super) prefetch: usize,
+    pub(super) receive_wait: Duration,
+}
+
+/// Receives from one source and starts a handler task per message as concurrency
+/// allows. Each source has its own share of `prefetch` slots (messages received but not
+/// started), so a receive waiting on an empty source never holds room another source
+/// needs. Returns how many prefetched messages it handed back at shutdown.
+pub(super) async fn receive_loop(l: ReceiveLoop) -> usize {
+    let path = l.receiver.path().clone();
+    let mut buffered: std::collections::VecDeque<Delivery> = std::collections::VecDeque::new();
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        // Start what is buffered, as concurrency allows.
+        while let Some(delivery) = buffered.pop_front() {
+            // With a group commit, wait for room for a group of what is buffered.
+            let want = l.shared.group_size.min(l.concurrency_limit).min(1 + buffered.len());
+            let permit = tokio::select! {
+                biased;
+                () = l.stop.cancelled() => {
+                    buffered.push_front(delivery);
+                    return hand_back(buffered).await;
+                }
+                p = l.concurrency.clone().acquire_many_owned(u32::try_from(want).unwrap_or(1)) => match p {
+                    Ok(p) => p,
+                    Err(_) => {
+                        buffered.push_front(delivery);
+                        return hand_back(buffered).await;
+                    }
+                },
+            };
+            if want == 1 {
+                l.handlers.spawn(process(l.shared.clone(), delivery, permit, None));
+            } else {
+                start_group(&l, delivery, permit, want, &mut buffered);
+            }
+            // Receive more once half of the share is free: receives stay batched instead
+            // of fetching one message each time a handler starts.
+            if buffered.len() <= l.prefetch / 2 {
+                break;
+            }
+        }
+        let wanted = l.prefetch - buffered.len();
+        let received = tokio::select! {
+            biased;
+            () = l.stop.cancelled() => return hand_back(buffered).await,
+            r = l.receiver.receive(wanted, if buffered.is_empty() { l.receive_wait } else { Duration::ZERO }) => r,
+        };
+        match received {
+            Ok(deliveries) => {
+                backoff = Duration::from_millis(50);
+                buffered.extend(deliveries);
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::Closed) => {
+                tracing::warn!(source = %path, "the transport closed; the endpoint stops receiving");
+                return hand_back(buffered).await;
+            }
+            Err(e) => {
+                tracing::warn!(source = %path, error = %e, retry_in = ?backoff, "receive failed");
+                tokio::select! {
+                    () = l.stop.cancelled() => return hand_back(buffered).await,
+                    () = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+/// Abandons prefetched messages that were not started, so another instance gets them at
+/// once.
+pub(super) async fn hand_back(buffered: std::collections::VecDeque<Delivery>) -> usize {
+    let n = buffered.len();
+    let mut abandons = JoinSet::new();
+    for delivery in buffered {
+        abandons.spawn(async move {
+            if let Err(e) = delivery.abandon().await {
+                tracing::debug!(error = %e, "abandon of a prefetched message failed; its lock will expire");
+            }
+        });
+    }
+    while abandons.join_next().await.is_some() {}
+    n
+}
+
+/// Starts `first` and up to `want - 1` more buffered messages (distinct ids) as one
+/// commit group, one of the `want` permits each.
+pub(super) fn start_group(
+    l: &ReceiveLoop,
+    first: Delivery,
+    mut permit: OwnedSemaphorePermit,
+    want: usize,
+    buffered: &mut std::collections::VecDeque<Delivery>,
+) {
+    // A message without an id is never grouped: it is refused, or gets an id, alone.
+    let alone = first.message().envelope.message_id.is_empty();
+    let mut members = vec![first];
+    while !alone && members.len() < want {
+        let Some(next) = buffered.front() else { break };
+        let id = &next.message().envelope.message_id;
+        if id.is_empty() || members.iter().any(|d| &d.message().envelope.message_id == id) {
+            break;
+        }
+        members.extend(buffered.pop_front());
+    }
+    let group = match &l.shared.store {
+        Some(store) if members.len() > 1 => {
+            let ids = members
+                .iter()
+                .map(|d| d.message().envelope.message_id.clone())
+                .collect();
+            store.commit_group(&l.shared.name, ids)
+        }
+        _ => None,
+    };
+    // One permit each; those taken for messages that were not there go back.
+    let surplus = permit.num_permits().saturating_sub(members.len());
+    if surplus > 0 {
+        drop(permit.split(surplus));
+    }
+    let mut permits: Vec<OwnedSemaphorePermit> = (1..members.len()).filter_map(|_| permit.split(1)).collect();
+    permits.push(permit);
+    let owner = next_owner();
+    for (index, (delivery, own)) in members.into_iter().zip(permits).enumerate() {
+        let seat = group.clone().map(|group| GroupSeat {
+            group,
+            index,
+            owner,
+            used: false,
+        });
+        l.handlers.spawn(process(l.shared.clone(), delivery, own, seat));
+    }
+}

@@ -1,0 +1,262 @@
+//! A started endpoint and its life: `start` builds the shared state and spawns a receive
+//! loop per source and the background workers; `RunningEndpoint::shutdown` stops them
+//! gracefully (prefetched messages handed back, running handlers given the shutdown
+//! timeout) and reports what happened (`ShutdownReport`).
+//!
+//! Holds no per-message work: that is `handle.rs`; nor a worker's loop: `workers/`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::endpoint::bus::Bus;
+use crate::endpoint::metrics::EndpointMetrics;
+use crate::entity::EntityPath;
+use crate::error::{Error, ErrorKind, Result};
+
+use super::outbox::flush_dispatched;
+use super::receive_loop::{ReceiveLoop, receive_loop};
+use super::workers::inbox_janitor::InboxJanitor;
+use super::workers::outbox_cleaner::OutboxCleaner;
+use super::workers::outbox_sweeper::OutboxSweeper;
+use super::workers::queue_sampler::{QueueSampler, Sampled};
+use super::workers::timeout_dispatcher::TimeoutDispatcher;
+use super::{Config, EndpointStats, Shared, Stats, ledger, workers};
+
+/// What a graceful shutdown did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShutdownReport {
+    /// Messages received ahead but not started, handed back to the broker.
+    pub abandoned_prefetched: usize,
+    /// Handlers that finished during the shutdown.
+    pub finished_in_flight: usize,
+    /// Handlers still running at the deadline, stopped; their messages are delivered
+    /// again once their locks expire.
+    pub interrupted: usize,
+    /// Messages completed over the endpoint's life.
+    pub completed: u64,
+    /// Failed attempts that were retried (immediately or delayed).
+    pub retried: u64,
+    /// Messages dead-lettered.
+    pub dead_lettered: u64,
+}
+
+impl std::fmt::Display for ShutdownReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} completed, {} retried, {} dead-lettered; at shutdown {} prefetched handed back, {} finished, {} interrupted",
+            self.completed,
+            self.retried,
+            self.dead_lettered,
+            self.abandoned_prefetched,
+            self.finished_in_flight,
+            self.interrupted
+        )
+    }
+}
+
+/// A started endpoint. Stop it with [`shutdown`](Self::shutdown) or
+/// [`run_until`](Self::run_until); dropping it stops it abruptly (running handlers are
+/// stopped and their messages delivered again after their locks expire).
+pub struct RunningEndpoint {
+    name: Arc<str>,
+    bus: Bus,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+    receive_loops: Vec<tokio::task::JoinHandle<usize>>,
+    handlers: TaskTracker,
+    shutdown_timeout: Duration,
+    sources: Vec<EntityPath>,
+}
+
+impl std::fmt::Debug for RunningEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningEndpoint").field("name", &self.name).finish()
+    }
+}
+
+pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
+    // A store that commits each message alone makes the group size 1: the receive loop
+    // then starts messages one by one instead of waiting for room for a group.
+    let group_size = match &config.store {
+        Some(store) if config.group_size > 1 && store.commit_group(&config.name, Vec::new()).is_some() => {
+            config.group_size
+        }
+        _ => 1,
+    };
+    let bus = Bus::with_clock(config.transport.clone(), config.routes, config.clock.clone());
+    let metrics = EndpointMetrics::new(
+        config.transport.name(),
+        &config.name,
+        config.by_name.iter().map(|(wire, entry)| (wire.as_str(), entry.name)),
+    );
+    let shared = Arc::new(Shared {
+        name: config.name.clone(),
+        by_name: config.by_name,
+        policy: config.policy,
+        clock: config.clock,
+        bus: bus.clone(),
+        max_lock_renewal: config.max_lock_renewal,
+        extensions: config.extensions,
+        store: config.store,
+        saga_stats: config.saga_stats,
+        timeouts: Arc::default(),
+        outbox: ledger::Ledger::default(),
+        dispatched_added: tokio::sync::Notify::new(),
+        hard_stop: CancellationToken::new(),
+        stats: Stats::default(),
+        metrics,
+        observer: config.observer,
+        group_size,
+        stopping: std::sync::atomic::AtomicBool::new(false),
+        accept_messages_without_id: config.accept_messages_without_id,
+    });
+    // Make the sender of the input queue now, so delayed retries never wait for it.
+    bus.sender(&config.name, false).await?;
+    let stop = CancellationToken::new();
+    let handlers = TaskTracker::new();
+    let concurrency = Arc::new(Semaphore::new(config.concurrency));
+    let mut receive_loops = Vec::new();
+    for path in &config.sources {
+        let receiver = config.transport.receiver(path).await?;
+        receive_loops.push(tokio::spawn(receive_loop(ReceiveLoop {
+            receiver,
+            shared: shared.clone(),
+            concurrency: concurrency.clone(),
+            concurrency_limit: config.concurrency,
+            handlers: handlers.clone(),
+            stop: stop.clone(),
+            prefetch: config.prefetch.max(1),
+            receive_wait: config.receive_wait,
+        })));
+    }
+    if let Some(every) = config.metrics_sampling {
+        let sampled = Sampled {
+            transport: config.transport.clone(),
+            store: shared.store.clone(),
+            clock: shared.clock.clone(),
+            queue: config.name.clone(),
+        };
+        receive_loops.push(workers::start(QueueSampler::new(sampled, every), stop.clone()));
+    }
+    if shared.store.is_some() {
+        receive_loops.extend(OutboxSweeper::new(shared.clone()).map(|w| workers::start(w, stop.clone())));
+        receive_loops.push(workers::start(OutboxCleaner::new(shared.clone()), stop.clone()));
+        receive_loops.extend(
+            InboxJanitor::new(shared.clone(), config.inbox_retention, stop.clone())
+                .map(|w| workers::start(w, stop.clone())),
+        );
+        if config.has_sagas {
+            receive_loops.extend(TimeoutDispatcher::new(shared.clone()).map(|w| workers::start(w, stop.clone())));
+        }
+    }
+    tracing::info!(endpoint = %config.name, sources = config.sources.len(), "endpoint started");
+    Ok(RunningEndpoint {
+        name: config.name,
+        bus,
+        shared,
+        stop,
+        receive_loops,
+        handlers,
+        shutdown_timeout: config.shutdown_timeout,
+        sources: config.sources,
+    })
+}
+
+impl RunningEndpoint {
+    /// The endpoint's name (its input queue).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Where the endpoint receives from: its input queue, then a subscription per event
+    /// type it handles.
+    pub fn sources(&self) -> &[EntityPath] {
+        &self.sources
+    }
+
+    /// What the endpoint is doing and has done.
+    pub fn stats(&self) -> EndpointStats {
+        let mut stats = self.shared.stats.snapshot();
+        let sagas = &self.shared.saga_stats;
+        stats.sagas_not_found = sagas.not_found.load(Ordering::Relaxed);
+        stats.timeouts_discarded = sagas.timeouts_discarded.load(Ordering::Relaxed);
+        stats.saga_conflicts = sagas.conflicts.load(Ordering::Relaxed);
+        stats
+    }
+
+    /// A bus on the endpoint's transport, routes and clock, to send from outside handlers.
+    pub fn bus(&self) -> &Bus {
+        &self.bus
+    }
+
+    /// Runs until `signal` completes (for example `tokio::signal::ctrl_c()`), then shuts
+    /// down gracefully.
+    ///
+    /// # Errors
+    /// As [`shutdown`](Self::shutdown).
+    pub async fn run_until<F: Future>(self, signal: F) -> Result<ShutdownReport> {
+        signal.await;
+        self.shutdown().await
+    }
+
+    /// Stops gracefully: stops receiving, hands back to the broker the messages received
+    /// ahead but not started, and lets running handlers finish within the shutdown
+    /// timeout. Handlers still running then see their context's cancellation and are
+    /// stopped; their messages come back once their locks expire. Nothing is lost.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Closed`] if a task of the endpoint had died.
+    pub async fn shutdown(mut self) -> Result<ShutdownReport> {
+        // Handlers running now and finishing later count as finished during the
+        // shutdown; no handler starts once the receive loops see the stop.
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        self.stop.cancel();
+        let mut report = ShutdownReport::default();
+        for h in self.receive_loops.drain(..) {
+            report.abandoned_prefetched += h.await.map_err(|e| Error::with_source(ErrorKind::Closed, e))?;
+        }
+        self.handlers.close();
+        if tokio::time::timeout(self.shutdown_timeout, self.handlers.wait())
+            .await
+            .is_err()
+        {
+            self.shared.hard_stop.cancel();
+            self.handlers.wait().await;
+            report.interrupted =
+                usize::try_from(self.shared.stats.interrupted.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
+            tracing::warn!(
+                endpoint = %self.name,
+                interrupted = report.interrupted,
+                "shutdown deadline passed; running handlers were stopped, their messages will be delivered again"
+            );
+        }
+        // What the last handlers dispatched leaves the outbox now.
+        flush_dispatched(&self.shared).await;
+        report.finished_in_flight =
+            usize::try_from(self.shared.stats.finished_while_stopping.load(Ordering::SeqCst)).unwrap_or(usize::MAX);
+        let stats = self.shared.stats.snapshot();
+        report.completed = stats.completed;
+        report.retried = stats.retried;
+        report.dead_lettered = stats.dead_lettered;
+        tracing::info!(endpoint = %self.name, ?report, "endpoint stopped");
+        Ok(report)
+    }
+}
+
+impl Drop for RunningEndpoint {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        self.shared.hard_stop.cancel();
+        for h in &self.receive_loops {
+            h.abort();
+        }
+    }
+}
