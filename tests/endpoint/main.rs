@@ -10,6 +10,7 @@
     unreachable_pub
 )]
 
+mod corpus;
 mod crash;
 mod refused;
 mod support;

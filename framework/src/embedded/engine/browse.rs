@@ -8,7 +8,7 @@ use crate::error::Result;
 use crate::message::{ReceivedMessage, SequenceNumber};
 
 use super::receive::MAX_RECEIVE;
-use super::rows::{SEQ_BITS, Sql, row_id};
+use super::rows::{ReadMessage, SEQ_BITS, Sql, row_id};
 use super::{DEFERRED, Engine, LOCKED, READY, SCHEDULED};
 
 impl Engine {
@@ -41,7 +41,7 @@ impl Engine {
             .bind(i64::try_from(max.min(MAX_RECEIVE)).unwrap_or(1))
             .fetch_all(self.conn.get()?)
             .await?;
-        Ok(self.state.rows_to_messages(&rows, now, false))
+        Ok(self.state.rows_to_messages(&rows, now, false).map(ReadMessage::lossy))
     }
 
     pub(super) async fn counts(&mut self, entity: i64) -> Sql<Result<EntityCounts>> {

@@ -8,16 +8,19 @@
 //! session (accept) is in `sessions.rs`; settling what was received in `settle.rs`.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use tokio::time::Instant;
 
 use crate::entity::SubQueue;
 use crate::error::{Error, ErrorKind, Result};
+use crate::message::reasons::INVALID_WIRE_FORMAT;
 use crate::message::{ReceivedMessage, SequenceNumber};
 
+use super::commands::EntityInfo;
 use super::commands::{AcceptRequest, Outcome, ReceiveMode, ReceiveRequest, SessionKey, outcome};
-use super::rows::{Sql, after_ms, row_id};
-use super::{Engine, State};
+use super::rows::{DeadMark, Fields, NewRow, ReadMessage, Sql, after_ms, micros, row_id};
+use super::{DEAD, Engine, State};
 
 /// The most messages one receive statement locks.
 pub(super) const MAX_RECEIVE: usize = 5000;
@@ -165,10 +168,25 @@ impl Engine {
             .fetch_all(self.conn.get()?)
             .await?;
         let locked = mode == ReceiveMode::PeekLock;
-        let mut messages = match self.state.rows_to_messages(&rows, now, locked) {
+        let read = match self.state.rows_to_messages(&rows, now, locked) {
             Ok(m) => m,
             Err(e) => return Ok(Err(e)),
         };
+        // A row that cannot be read as written (text that is not UTF-8, properties that
+        // are not a JSON object) is dead-lettered now: failing the receive would fail
+        // every receive of the queue, and the messages behind it would never be handled.
+        // The dead-letter sub-queue itself is always read as it is.
+        let mut messages = Vec::with_capacity(read.len());
+        let mut unreadable = Vec::new();
+        for r in read {
+            match r.unreadable {
+                Some(why) if !dead => unreadable.push((r.message, why)),
+                _ => messages.push(r.message),
+            }
+        }
+        if !unreadable.is_empty() {
+            self.dead_letter_unreadable(&info, unreadable, locked).await?;
+        }
         if locked {
             if !rows.is_empty() {
                 State::note(&mut self.state.next_unlock, Some(lock_until));
@@ -179,6 +197,64 @@ impl Engine {
             }
         }
         Ok(Ok(messages))
+    }
+
+    /// Dead-letters messages that could not be read (`courier.InvalidWireFormat`, the
+    /// description naming each field): a locked row in place, a taken (deleted) row by
+    /// inserting it again, as read, with its sequence number.
+    async fn dead_letter_unreadable(
+        &mut self,
+        info: &EntityInfo,
+        unreadable: Vec<(ReceivedMessage, String)>,
+        locked: bool,
+    ) -> Sql {
+        let mut taken = Vec::new();
+        for (message, why) in unreadable {
+            let seq = message.broker.sequence_number;
+            tracing::warn!(
+                queue = %info.display,
+                sequence_number = seq,
+                reason = INVALID_WIRE_FORMAT,
+                description = %why,
+                "a stored message could not be read: it was dead-lettered"
+            );
+            if locked {
+                sqlx::query(
+                    "UPDATE courier_message SET state = 3, locked_until = NULL, dl_reason = ?2, dl_description = ?3, \
+                     dl_source = ?4 WHERE id = ?1",
+                )
+                .bind(row_id(info.id, seq))
+                .bind(INVALID_WIRE_FORMAT)
+                .bind(&why)
+                .bind(&info.display)
+                .execute(self.conn.get()?)
+                .await?;
+            } else {
+                taken.push(NewRow {
+                    id: row_id(info.id, seq),
+                    entity: info.id,
+                    seq,
+                    state: DEAD,
+                    enqueued_at: micros(message.broker.enqueued_time),
+                    scheduled_at: None,
+                    expires_at: None,
+                    ttl_ms: message
+                        .envelope
+                        .time_to_live
+                        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+                    dead: Some(DeadMark {
+                        reason: INVALID_WIRE_FORMAT,
+                        description: Some(why),
+                        source: info.display.clone(),
+                    }),
+                    fields: Arc::new(Fields::from_message(message)),
+                });
+            }
+        }
+        self.insert_rows(&taken).await?;
+        // Receivers of the dead-letter sub-queue may be waiting.
+        self.state.touched.insert(info.id);
+        Ok(())
     }
 
     pub(super) async fn serve_waiters(&mut self, now: i64, outcomes: &mut Vec<Outcome>) -> Sql {
@@ -261,7 +337,7 @@ impl Engine {
             .await?;
             rows.push(row);
         }
-        Ok(self.state.rows_to_messages(&rows, now, true))
+        Ok(self.state.rows_to_messages(&rows, now, true).map(ReadMessage::lossy))
     }
 
     pub(super) fn expire_waiters(&mut self) {

@@ -124,8 +124,9 @@ pub(super) struct NewRow {
     pub(super) scheduled_at: Option<i64>,
     pub(super) expires_at: Option<i64>,
     pub(super) ttl_ms: Option<i64>,
-    /// For a copy that is dead-lettered on arrival (a session subscription, no session id).
-    pub(super) dead: Option<String>,
+    /// For a copy that is dead-lettered on arrival (a session subscription and no session
+    /// id; a scheduled message that could not be read when it became due).
+    pub(super) dead: Option<DeadMark>,
     pub(super) fields: Arc<Fields>,
 }
 
@@ -162,6 +163,71 @@ impl Fields {
     }
 }
 
+/// A message row read back, and what in it could not be read as written.
+pub(super) struct ReadMessage {
+    pub(super) message: ReceivedMessage,
+    /// `Some(description)` when a text column was not UTF-8 or the properties were not a
+    /// JSON object of property values: the message is shown lossily.
+    pub(super) unreadable: Option<String>,
+}
+
+impl ReadMessage {
+    /// The message, whatever could not be read in it (browsing, the dead-letter
+    /// sub-queue: what is there can always be read).
+    pub(super) fn lossy(read: Vec<ReadMessage>) -> Vec<ReceivedMessage> {
+        read.into_iter().map(|r| r.message).collect()
+    }
+}
+
+/// The most bytes of a bad field a dead-letter description quotes.
+const SHOWN_BYTES: usize = 256;
+
+/// Bytes as printable ASCII with escapes, cut after [`SHOWN_BYTES`].
+pub(super) fn shown(bytes: &[u8]) -> String {
+    let cut = &bytes[..bytes.len().min(SHOWN_BYTES)];
+    let mut s = cut.escape_ascii().to_string();
+    if cut.len() < bytes.len() {
+        s.push_str(&format!("... ({} bytes in all)", bytes.len()));
+    }
+    s
+}
+
+fn read_error(e: &sqlx::Error) -> Error {
+    corrupt(e.to_string())
+}
+
+/// An integer column. Read unchecked: SQLite converts what a column holds, as its own
+/// functions do, rather than fail the read of the whole batch.
+fn int(row: &SqliteRow, i: usize) -> Result<i64> {
+    row.try_get_unchecked(i).map_err(|e| read_error(&e))
+}
+
+fn opt_int(row: &SqliteRow, i: usize) -> Result<Option<i64>> {
+    row.try_get_unchecked(i).map_err(|e| read_error(&e))
+}
+
+/// A text column, read as bytes: bytes that are not UTF-8 are replaced (U+FFFD) and
+/// named in `problems` with the bytes themselves.
+fn text(row: &SqliteRow, i: usize, name: &str, problems: &mut Vec<String>) -> Result<Option<String>> {
+    let bytes: Option<Vec<u8>> = row.try_get_unchecked(i).map_err(|e| read_error(&e))?;
+    Ok(bytes.map(|b| match String::from_utf8(b) {
+        Ok(s) => s,
+        Err(e) => {
+            let b = e.into_bytes();
+            problems.push(format!("{name} is not UTF-8: \"{}\"", shown(&b)));
+            String::from_utf8_lossy(&b).into_owned()
+        }
+    }))
+}
+
+/// Why a row is stored dead-lettered on insert.
+pub(super) struct DeadMark {
+    pub(super) reason: &'static str,
+    pub(super) description: Option<String>,
+    /// The entity it was dead-lettered from.
+    pub(super) source: String,
+}
+
 impl State {
     pub(super) fn now(&self) -> i64 {
         micros(self.clock.now())
@@ -175,60 +241,84 @@ impl State {
         })
     }
 
-    pub(super) fn row_to_message(&self, row: &SqliteRow, now: i64, locked: bool) -> Result<ReceivedMessage> {
-        let get = |e: sqlx::Error| corrupt(e.to_string());
-        let id: i64 = row.try_get(0).map_err(get)?;
-        let seq: i64 = row.try_get(1).map_err(get)?;
-        let state = match row.try_get::<i64, _>(2).map_err(get)? {
+    /// Reads a message row. It never fails on what a row holds: a text column that is not
+    /// UTF-8 is read with U+FFFD in place of the bad bytes, properties that are not a JSON
+    /// object of property values are left out, and each such problem is named in
+    /// [`ReadMessage::unreadable`] so that the receive dead-letters the row at once
+    /// (`courier.InvalidWireFormat`) instead of failing every receive of its queue.
+    pub(super) fn row_to_message(&self, row: &SqliteRow, now: i64, locked: bool) -> Result<ReadMessage> {
+        let mut problems = Vec::new();
+        let id: i64 = int(row, 0)?;
+        let seq: i64 = int(row, 1)?;
+        let state = match int(row, 2)? {
             READY | LOCKED => MessageState::Active,
             SCHEDULED => MessageState::Scheduled,
             DEFERRED => MessageState::Deferred,
             DEAD => MessageState::DeadLettered,
-            other => return Err(corrupt(format!("message {seq} has unknown state {other}"))),
+            other => {
+                problems.push(format!("its state {other} is unknown"));
+                MessageState::Active
+            }
         };
-        let delivery_count: i64 = row.try_get(3).map_err(get)?;
-        let locked_until: Option<i64> = row.try_get::<Option<i64>, _>(4).map_err(get)?.filter(|t| *t > now);
-        let ttl_ms: Option<i64> = row.try_get(9).map_err(get)?;
-        let properties = match row.try_get::<Option<String>, _>(16).map_err(get)? {
-            Some(json) => serde_json::from_str::<Properties>(&json)
-                .map_err(|e| corrupt(format!("properties of message {seq}: {e}")))?,
+        let delivery_count: i64 = int(row, 3)?;
+        let locked_until: Option<i64> = opt_int(row, 4)?.filter(|t| *t > now);
+        let ttl_ms: Option<i64> = opt_int(row, 9)?;
+        let properties = match text(row, 16, "properties", &mut problems)? {
+            Some(json) => serde_json::from_str::<Properties>(&json).unwrap_or_else(|e| {
+                problems.push(format!(
+                    "its properties are not a JSON object of property values ({e}): \"{}\"",
+                    shown(json.as_bytes())
+                ));
+                Properties::new()
+            }),
             None => Properties::new(),
         };
-        let body: Vec<u8> = row.try_get(20).map_err(get)?;
+        let body: Option<Vec<u8>> = row.try_get_unchecked(20).map_err(|e| read_error(&e))?;
         let envelope = Envelope {
-            message_id: row.try_get(10).map_err(get)?,
-            correlation_id: row.try_get(11).map_err(get)?,
-            causation_id: row.try_get(12).map_err(get)?,
-            message_type: row.try_get(13).map_err(get)?,
-            content_type: row.try_get(14).map_err(get)?,
-            body: Bytes::from(body),
+            message_id: text(row, 10, "message_id", &mut problems)?.unwrap_or_default(),
+            correlation_id: text(row, 11, "correlation_id", &mut problems)?,
+            causation_id: text(row, 12, "causation_id", &mut problems)?,
+            message_type: text(row, 13, "message_type", &mut problems)?,
+            content_type: text(row, 14, "content_type", &mut problems)?,
+            body: Bytes::from(body.unwrap_or_default()),
             properties,
-            session_id: row.try_get(5).map_err(get)?,
-            reply_to: row.try_get(15).map_err(get)?,
+            session_id: text(row, 5, "session_id", &mut problems)?,
+            reply_to: text(row, 15, "reply_to", &mut problems)?,
             time_to_live: ttl_ms.map(|ms| std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
-            scheduled_enqueue_time: row.try_get::<Option<i64>, _>(7).map_err(get)?.map(from_micros),
+            scheduled_enqueue_time: opt_int(row, 7)?.map(from_micros),
         };
         let broker = BrokerProperties {
             sequence_number: seq,
-            enqueued_time: from_micros(row.try_get(6).map_err(get)?),
+            enqueued_time: from_micros(int(row, 6)?),
             delivery_count: u32::try_from(delivery_count).unwrap_or(u32::MAX),
             lock_token: locked.then(|| make_token(self.epoch, id, delivery_count)),
             locked_until: locked_until.map(from_micros),
             state,
-            expires_at: row.try_get::<Option<i64>, _>(8).map_err(get)?.map(from_micros),
-            dead_letter_reason: row.try_get(17).map_err(get)?,
-            dead_letter_description: row.try_get(18).map_err(get)?,
-            dead_letter_source: row.try_get(19).map_err(get)?,
+            expires_at: opt_int(row, 8)?.map(from_micros),
+            dead_letter_reason: text(row, 17, "dl_reason", &mut problems)?,
+            dead_letter_description: text(row, 18, "dl_description", &mut problems)?,
+            dead_letter_source: text(row, 19, "dl_source", &mut problems)?,
         };
-        Ok(ReceivedMessage { envelope, broker })
+        let unreadable = (!problems.is_empty()).then(|| {
+            format!(
+                "the stored message could not be read as written: {}; the fields are shown with U+FFFD in place of \
+                 bytes that are not UTF-8",
+                problems.join("; ")
+            )
+        });
+        Ok(ReadMessage {
+            message: ReceivedMessage { envelope, broker },
+            unreadable,
+        })
     }
 
-    pub(super) fn rows_to_messages(&self, rows: &[SqliteRow], now: i64, locked: bool) -> Result<Vec<ReceivedMessage>> {
+    /// Reads rows in sequence order.
+    pub(super) fn rows_to_messages(&self, rows: &[SqliteRow], now: i64, locked: bool) -> Result<Vec<ReadMessage>> {
         let mut out = rows
             .iter()
             .map(|r| self.row_to_message(r, now, locked))
             .collect::<Result<Vec<_>>>()?;
-        out.sort_by_key(|m| m.broker.sequence_number);
+        out.sort_by_key(|m| m.message.broker.sequence_number);
         Ok(out)
     }
 
@@ -307,7 +397,11 @@ impl State {
         for sub in self.subscriptions.get(&topic).into_iter().flatten() {
             let Some(s) = self.entities.get(sub) else { continue };
             let ttl = min_opt(ttl, s.default_ttl_ms);
-            let dead = (s.requires_session && fields.session_id.is_none()).then(|| s.display.clone());
+            let dead = (s.requires_session && fields.session_id.is_none()).then(|| DeadMark {
+                reason: "SessionIdMissing",
+                description: None,
+                source: s.display.clone(),
+            });
             out.push(NewRow {
                 id: row_id(s.id, seq),
                 entity: s.id,

@@ -79,7 +79,7 @@ macro_rules! patch_props {
 }
 
 /// Columns written by an insert, in order.
-pub(super) const INSERT_COLUMNS: usize = 19;
+pub(super) const INSERT_COLUMNS: usize = 20;
 
 /// `INSERT` statements for 256, 128, 64, 32 and 16 down to 1 rows: the sends of a batch go
 /// in as few statements as these sizes allow (one for up to 16 rows), each size prepared
@@ -90,7 +90,7 @@ pub(super) static INSERTS: LazyLock<[(usize, String); 20]> = LazyLock::new(|| {
         let mut sql = String::from(
             "INSERT INTO courier_message (id, entity_id, seq, state, session_id, enqueued_at, scheduled_at, \
              expires_at, ttl_ms, message_id, correlation_id, causation_id, message_type, content_type, reply_to, \
-             properties, dl_reason, dl_source, body) VALUES ",
+             properties, dl_reason, dl_description, dl_source, body) VALUES ",
         );
         for r in 0..rows {
             if r > 0 {

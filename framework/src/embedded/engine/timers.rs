@@ -13,10 +13,11 @@ use sqlx::Row;
 use sqlx::sqlite::SqliteConnection;
 
 use crate::message::reasons;
+use crate::message::reasons::INVALID_WIRE_FORMAT;
 
 use super::commands::Kind;
-use super::rows::{Fields, NewRow, Sql, after_ms, entity_of, micros, row_id};
-use super::{Engine, READY, State};
+use super::rows::{DeadMark, Fields, NewRow, ReadMessage, Sql, after_ms, entity_of, micros, row_id};
+use super::{DEAD, Engine, READY, State};
 
 /// The most scheduled messages activated in one statement.
 pub(super) const ACTIVATION_BATCH: i64 = 1000;
@@ -86,20 +87,37 @@ impl Engine {
             for row in rows {
                 let old_id: i64 = row.try_get(0)?;
                 let entity = entity_of(old_id);
+                let Some(info) = self.state.entities.get(&entity).cloned() else {
+                    sqlx::query("DELETE FROM courier_message WHERE id = ?1")
+                        .bind(old_id)
+                        .execute(self.conn.get()?)
+                        .await?;
+                    continue;
+                };
+                let ReadMessage { message, unreadable } = match self.state.row_to_message(&row, now, false) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        // Not even lossily readable: it stays, dead-lettered where it is,
+                        // for an operator to see (never dropped).
+                        tracing::error!(entity = %info.display, error = %e, "a scheduled message could not be read: it was dead-lettered");
+                        sqlx::query(
+                            "UPDATE courier_message SET state = 3, dl_reason = ?2, dl_description = ?3, dl_source = ?4 \
+                             WHERE id = ?1",
+                        )
+                        .bind(old_id)
+                        .bind(INVALID_WIRE_FORMAT)
+                        .bind(e.to_string())
+                        .bind(&info.display)
+                        .execute(self.conn.get()?)
+                        .await?;
+                        self.state.touched.insert(entity);
+                        continue;
+                    }
+                };
                 sqlx::query("DELETE FROM courier_message WHERE id = ?1")
                     .bind(old_id)
                     .execute(self.conn.get()?)
                     .await?;
-                let Some(info) = self.state.entities.get(&entity).cloned() else {
-                    continue;
-                };
-                let message = match self.state.row_to_message(&row, now, false) {
-                    Ok(m) => m,
-                    Err(_) => {
-                        tracing::error!(entity = %info.display, "an unreadable scheduled message was dropped");
-                        continue;
-                    }
-                };
                 let scheduled_at = message.envelope.scheduled_enqueue_time.map(micros);
                 let ttl = message
                     .envelope
@@ -110,6 +128,7 @@ impl Engine {
                 };
                 // Enqueued as if sent now: a new sequence number and enqueued time (S5.4).
                 let fields = Arc::new(Fields::from_message(message));
+                let first_new = new_rows.len();
                 if info.kind == Kind::Topic {
                     self.state
                         .fan_out(entity, seq, ttl, scheduled_at, &fields, now, &mut new_rows);
@@ -126,6 +145,21 @@ impl Engine {
                         dead: None,
                         fields,
                     });
+                }
+                if let Some(why) = unreadable {
+                    // Text that is not UTF-8 or properties that are not JSON: the copies
+                    // go to the dead-letter sub-queue with the reason, not to receivers.
+                    tracing::warn!(entity = %info.display, reason = INVALID_WIRE_FORMAT, description = %why, "a scheduled message could not be read: it was dead-lettered");
+                    for r in &mut new_rows[first_new..] {
+                        let source = self.state.entities.get(&r.entity).map(|e| e.display.clone());
+                        r.state = DEAD;
+                        r.expires_at = None;
+                        r.dead = Some(DeadMark {
+                            reason: INVALID_WIRE_FORMAT,
+                            description: Some(why.clone()),
+                            source: source.unwrap_or_else(|| info.display.clone()),
+                        });
+                    }
                 }
             }
             self.insert_rows(&new_rows).await?;
