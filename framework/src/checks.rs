@@ -72,3 +72,28 @@ pub(crate) fn check_schedule(at: DateTime<Utc>, now: DateTime<Utc>) -> Result<()
     }
     Ok(())
 }
+
+/// The most bytes of a bad field a dead-letter description quotes.
+const QUOTED_BYTES: usize = 256;
+
+/// What a receiver found in a field it could not read, for a dead-letter description:
+/// the bytes as printable ASCII with escapes, cut after 256 bytes (saying how many there
+/// were).
+pub(crate) fn quoted(bytes: &[u8]) -> String {
+    let cut = &bytes[..bytes.len().min(QUOTED_BYTES)];
+    let mut s = cut.escape_ascii().to_string();
+    if cut.len() < bytes.len() {
+        s.push_str(&format!("... ({} bytes in all)", bytes.len()));
+    }
+    s
+}
+
+/// The problem a receiver names when a message's properties are not a JSON object of
+/// property values (booleans, integers, floats, strings).
+pub(crate) fn unreadable_properties(error: &serde_json::Error, json: &str) -> String {
+    format!(
+        "its properties are not a JSON object of property values (booleans, integers, floats, strings): {error}: \
+         \"{}\"",
+        quoted(json.as_bytes())
+    )
+}

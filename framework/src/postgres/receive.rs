@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 
 use super::Shared;
 use super::entities::EntityInfo;
-use super::rows::{columns, rows_to_messages};
+use super::rows::{ReadMessage, columns, read_rows, rows_to_messages};
 use crate::entity::{EntityPath, SubQueue};
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{LockToken, ReceivedMessage, SequenceNumber, reasons};
@@ -213,13 +213,84 @@ impl Link {
             .await
             .map_err(|e| self.shared.closed_or(db_error("cannot receive messages", e)))?;
         let locked = mode == Mode::PeekLock;
-        let mut messages = rows_to_messages(&rows, now, locked.then_some(self.shared.tag))?;
+        let read = read_rows(&rows, now, locked.then_some(self.shared.tag))?;
+        // A row another program wrote with properties Courier cannot read is dead-lettered
+        // now: failing the receive would fail every receive of the queue. The
+        // dead-letter sub-queue itself is always read as it is.
+        let mut messages = Vec::with_capacity(read.len());
+        for r in read {
+            match r.unreadable {
+                Some(ref why) if !dead => {
+                    let why = why.clone();
+                    self.dead_letter_unreadable(r, why, locked).await?;
+                }
+                _ => messages.push(r.message),
+            }
+        }
         if !locked {
             for m in &mut messages {
                 m.broker.delivery_count = m.broker.delivery_count.saturating_add(1);
             }
         }
         Ok(messages)
+    }
+
+    /// Dead-letters a message that could not be read (`courier.InvalidWireFormat`): a
+    /// locked row in place, a taken (deleted) row by inserting it again, its properties
+    /// as they were stored.
+    async fn dead_letter_unreadable(&self, read: ReadMessage, why: String, locked: bool) -> Result<()> {
+        let m = &read.message;
+        tracing::warn!(
+            queue = %self.entity.path,
+            sequence_number = m.broker.sequence_number,
+            message_id = %m.envelope.message_id,
+            reason = reasons::INVALID_WIRE_FORMAT,
+            description = %why,
+            "a stored message could not be read: it was dead-lettered"
+        );
+        let done = if locked {
+            sqlx::query(
+                "UPDATE courier.message SET state = 3, locked_until = NULL, dl_reason = $2, dl_description = $3, \
+                 dl_source = $4 WHERE id = $1 RETURNING pg_notify('courier_transport', entity_id::text)",
+            )
+            .bind(read.id)
+            .bind(reasons::INVALID_WIRE_FORMAT)
+            .bind(&why)
+            .bind(&self.entity.path)
+            .execute(&self.shared.pool)
+            .await
+        } else {
+            let e = &m.envelope;
+            sqlx::query(
+                "INSERT INTO courier.message (entity_id, seq, state, delivery_count, session_id, enqueued_at, ttl_ms, \
+                 message_id, correlation_id, causation_id, message_type, content_type, reply_to, properties, \
+                 dl_reason, dl_description, dl_source, body) VALUES ($1, $2, 3, $3, $4, $5, $6, $7, $8, $9, $10, \
+                 $11, $12, $13::jsonb, $14, $15, $16, $17) RETURNING pg_notify('courier_transport', entity_id::text)",
+            )
+            .bind(self.entity.id)
+            .bind(m.broker.sequence_number)
+            .bind(i32::try_from(m.broker.delivery_count).unwrap_or(i32::MAX))
+            .bind(e.session_id.as_deref())
+            .bind(m.broker.enqueued_time)
+            .bind(e.time_to_live.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
+            .bind(&e.message_id)
+            .bind(e.correlation_id.as_deref())
+            .bind(e.causation_id.as_deref())
+            .bind(e.message_type.as_deref())
+            .bind(e.content_type.as_deref())
+            .bind(e.reply_to.as_deref())
+            .bind(read.raw_properties.as_deref())
+            .bind(reasons::INVALID_WIRE_FORMAT)
+            .bind(&why)
+            .bind(&self.entity.path)
+            .bind(&e.body[..])
+            .execute(&self.shared.pool)
+            .await
+        };
+        done.map(|_| ()).map_err(|e| {
+            self.shared
+                .closed_or(db_error("cannot dead-letter an unreadable message", e))
+        })
     }
 
     /// Receives, waiting up to `max_wait` for the first message.

@@ -8,6 +8,7 @@ use sqlx::Row;
 use sqlx::postgres::PgRow;
 use uuid::Uuid;
 
+use crate::checks::unreadable_properties;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{BrokerProperties, Envelope, LockToken, MessageState, Properties, ReceivedMessage};
 
@@ -36,8 +37,22 @@ fn corrupt(detail: String) -> Error {
     Error::new(ErrorKind::Corrupt { detail })
 }
 
+/// A message row read back, and what in it could not be read as written.
+pub(crate) struct ReadMessage {
+    pub(crate) message: ReceivedMessage,
+    /// The row's id.
+    pub(crate) id: i64,
+    /// The properties as stored (JSON text), kept when they could not be read.
+    pub(crate) raw_properties: Option<String>,
+    /// `Some(description)` when the properties were not a JSON object of property values
+    /// (a row written by another program): the message is shown without them, and a
+    /// receive dead-letters it at once (`courier.InvalidWireFormat`).
+    pub(crate) unreadable: Option<String>,
+}
+
 /// A message row as a receiver (`token` set: locked by this receive) or a browser sees it.
-pub(crate) fn row_to_message(row: &PgRow, now: DateTime<Utc>, token: Option<u32>) -> Result<ReceivedMessage> {
+/// It does not fail on the properties a row holds: see [`ReadMessage::unreadable`].
+pub(crate) fn read_row(row: &PgRow, now: DateTime<Utc>, token: Option<u32>) -> Result<ReadMessage> {
     let get = |e: sqlx::Error| corrupt(format!("an unreadable message row: {e}"));
     let id: i64 = row.try_get(0).map_err(get)?;
     let seq: i64 = row.try_get(1).map_err(get)?;
@@ -54,9 +69,16 @@ pub(crate) fn row_to_message(row: &PgRow, now: DateTime<Utc>, token: Option<u32>
         .map_err(get)?
         .filter(|t| *t > now);
     let ttl_ms: Option<i64> = row.try_get(9).map_err(get)?;
-    let properties = match row.try_get::<Option<String>, _>(16).map_err(get)? {
-        Some(json) => serde_json::from_str::<Properties>(&json)
-            .map_err(|e| corrupt(format!("properties of message {seq}: {e}")))?,
+    let raw_properties: Option<String> = row.try_get(16).map_err(get)?;
+    let mut unreadable = None;
+    let properties = match &raw_properties {
+        Some(json) => serde_json::from_str::<Properties>(json).unwrap_or_else(|e| {
+            unreadable = Some(format!(
+                "the stored message could not be read as written: {}",
+                unreadable_properties(&e, json)
+            ));
+            Properties::new()
+        }),
         None => Properties::new(),
     };
     let body: Vec<u8> = row.try_get(20).map_err(get)?;
@@ -86,17 +108,28 @@ pub(crate) fn row_to_message(row: &PgRow, now: DateTime<Utc>, token: Option<u32>
         dead_letter_description: row.try_get(18).map_err(get)?,
         dead_letter_source: row.try_get(19).map_err(get)?,
     };
-    Ok(ReceivedMessage { envelope, broker })
+    Ok(ReadMessage {
+        message: ReceivedMessage { envelope, broker },
+        id,
+        raw_properties: if unreadable.is_some() { raw_properties } else { None },
+        unreadable,
+    })
 }
 
-/// Rows to messages, in sequence order (`RETURNING` of an `UPDATE` has no order).
-pub(crate) fn rows_to_messages(rows: &[PgRow], now: DateTime<Utc>, token: Option<u32>) -> Result<Vec<ReceivedMessage>> {
+/// Rows read back, in sequence order (`RETURNING` of an `UPDATE` has no order).
+pub(crate) fn read_rows(rows: &[PgRow], now: DateTime<Utc>, token: Option<u32>) -> Result<Vec<ReadMessage>> {
     let mut out = rows
         .iter()
-        .map(|r| row_to_message(r, now, token))
+        .map(|r| read_row(r, now, token))
         .collect::<Result<Vec<_>>>()?;
-    out.sort_by_key(|m| m.broker.sequence_number);
+    out.sort_by_key(|m| m.message.broker.sequence_number);
     Ok(out)
+}
+
+/// Rows to messages, in sequence order, whatever could not be read in them (browsing,
+/// deferred messages, the dead-letter sub-queue: what is there can always be read).
+pub(crate) fn rows_to_messages(rows: &[PgRow], now: DateTime<Utc>, token: Option<u32>) -> Result<Vec<ReceivedMessage>> {
+    Ok(read_rows(rows, now, token)?.into_iter().map(|r| r.message).collect())
 }
 
 /// What a lock token names.

@@ -14,6 +14,7 @@ use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 use uuid::Uuid;
 
+use crate::checks::{quoted, unreadable_properties};
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{
     BrokerProperties, Envelope, LockToken, MessageState, Properties, ReceivedMessage, SequenceNumber,
@@ -179,19 +180,6 @@ impl ReadMessage {
     }
 }
 
-/// The most bytes of a bad field a dead-letter description quotes.
-const SHOWN_BYTES: usize = 256;
-
-/// Bytes as printable ASCII with escapes, cut after [`SHOWN_BYTES`].
-pub(super) fn shown(bytes: &[u8]) -> String {
-    let cut = &bytes[..bytes.len().min(SHOWN_BYTES)];
-    let mut s = cut.escape_ascii().to_string();
-    if cut.len() < bytes.len() {
-        s.push_str(&format!("... ({} bytes in all)", bytes.len()));
-    }
-    s
-}
-
 fn read_error(e: &sqlx::Error) -> Error {
     corrupt(e.to_string())
 }
@@ -214,7 +202,7 @@ fn text(row: &SqliteRow, i: usize, name: &str, problems: &mut Vec<String>) -> Re
         Ok(s) => s,
         Err(e) => {
             let b = e.into_bytes();
-            problems.push(format!("{name} is not UTF-8: \"{}\"", shown(&b)));
+            problems.push(format!("{name} is not UTF-8: \"{}\"", quoted(&b)));
             String::from_utf8_lossy(&b).into_owned()
         }
     }))
@@ -265,10 +253,7 @@ impl State {
         let ttl_ms: Option<i64> = opt_int(row, 9)?;
         let properties = match text(row, 16, "properties", &mut problems)? {
             Some(json) => serde_json::from_str::<Properties>(&json).unwrap_or_else(|e| {
-                problems.push(format!(
-                    "its properties are not a JSON object of property values ({e}): \"{}\"",
-                    shown(json.as_bytes())
-                ));
+                problems.push(unreadable_properties(&e, &json));
                 Properties::new()
             }),
             None => Properties::new(),

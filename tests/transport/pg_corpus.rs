@@ -1,0 +1,154 @@
+//! The bad-input corpus on the Postgres transport: rows another program inserted into
+//! `courier.message` whose properties Courier cannot read (jsonb that is not an object of
+//! booleans, integers, floats and strings). Postgres itself guarantees UTF-8 text and
+//! valid JSON, so the properties' shape is what can be wrong. A receive dead-letters
+//! each such row at once as `courier.InvalidWireFormat`, naming the properties and
+//! keeping them as stored, and hands out the valid messages around it; before the fix the
+//! first such row failed every receive of its queue.
+
+use std::time::Duration;
+
+use courier::reasons::INVALID_WIRE_FORMAT;
+use courier::{EntityPath, Envelope, QueueOptions, ReceivedMessage, SenderOptions, Transport, VirtualClock};
+use courier_tests::pg_transport::{database, transport};
+use uuid::Uuid;
+
+/// Properties a foreign producer could store that are not Courier's.
+const BAD_PROPERTIES: [&str; 6] = [
+    "[1, 2]",
+    "{\"tags\": [\"a\", \"b\"]}",
+    "{\"tenant\": {\"id\": 7}}",
+    "{\"tenant\": null}",
+    "null",
+    "\"tenant=acme\"",
+];
+
+/// Sends `valid-<n>` through Courier, then a foreign row per bad property value, then
+/// `valid-<n+1>`, and so on; returns the queue.
+async fn queue_with_corpus(t: &courier::PostgresTransport) -> String {
+    let q = format!("corpus-{}", Uuid::new_v4().simple());
+    t.create_queue(&q, &QueueOptions::default()).await.unwrap();
+    let sender = t.sender(&q, SenderOptions::default()).await.unwrap();
+    let pool = sqlx::PgPool::connect_with(database().await).await.unwrap();
+    for (n, props) in BAD_PROPERTIES.iter().enumerate() {
+        let mut m = Envelope::new(format!("{{\"n\":{n}}}"));
+        m.message_id = format!("valid-{n}");
+        sender.send(m).await.unwrap();
+        sqlx::query(
+            "INSERT INTO courier.message (entity_id, seq, state, enqueued_at, message_id, message_type, properties, \
+             body) SELECT id, nextval('courier.message_seq'), 0, now(), $2, 'test.Foreign', $3::jsonb, '\\x7b7d' \
+             FROM courier.entity WHERE kind = 0 AND name = $1",
+        )
+        .bind(&q)
+        .bind(format!("bad-{n}"))
+        .bind(props)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    pool.close().await;
+    q
+}
+
+async fn stored_properties(q: &str, message_id: &str) -> Option<String> {
+    let pool = sqlx::PgPool::connect_with(database().await).await.unwrap();
+    let p = sqlx::query_scalar(
+        "SELECT m.properties::text FROM courier.message m JOIN courier.entity e ON e.id = m.entity_id \
+         WHERE e.name = $1 AND m.message_id = $2 AND m.state = 3",
+    )
+    .bind(q)
+    .bind(message_id)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    p
+}
+
+fn check_dead_letters(dead: &[ReceivedMessage]) {
+    let mut ids: Vec<&str> = dead.iter().map(ReceivedMessage::message_id).collect();
+    ids.sort_unstable();
+    let want: Vec<String> = (0..BAD_PROPERTIES.len()).map(|n| format!("bad-{n}")).collect();
+    assert_eq!(ids, want);
+    for m in dead {
+        assert_eq!(m.broker.dead_letter_reason.as_deref(), Some(INVALID_WIRE_FORMAT));
+        let description = m.broker.dead_letter_description.as_deref().unwrap_or_default();
+        assert!(description.contains("properties"), "{description}");
+        assert!(m.envelope.properties.is_empty(), "shown without what could not be read");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_with_unreadable_properties_are_dead_lettered_and_the_queue_keeps_flowing() {
+    let clock = VirtualClock::starting_now();
+    let t = transport(&clock).await;
+    let q = queue_with_corpus(&t).await;
+    let receiver = t.receiver(&EntityPath::queue(&q)).await.unwrap();
+    let mut handled = Vec::new();
+    for _ in 0..20 {
+        let got = receiver.receive(10, Duration::from_millis(200)).await.unwrap();
+        for d in got {
+            handled.push((d.message().message_id().to_owned(), d.message().delivery_count()));
+            d.complete().await.unwrap();
+        }
+        if handled.len() == BAD_PROPERTIES.len() {
+            break;
+        }
+    }
+    let want: Vec<(String, u32)> = (0..BAD_PROPERTIES.len()).map(|n| (format!("valid-{n}"), 1)).collect();
+    assert_eq!(handled, want, "every valid message, in order, at its first delivery");
+
+    let dead = t.peek(&EntityPath::queue(&q).dead_letter(), 0, 100).await.unwrap();
+    check_dead_letters(&dead);
+    for m in &dead {
+        assert_eq!(m.broker.dead_letter_source.as_deref(), Some(q.as_str()));
+    }
+    // What was stored is kept as it was, for an operator to see.
+    assert_eq!(
+        stored_properties(&q, "bad-1").await.as_deref(),
+        Some("{\"tags\": [\"a\", \"b\"]}")
+    );
+
+    // The dead-letter sub-queue is read as it is and can be drained.
+    let dlq = t.receiver(&EntityPath::queue(&q).dead_letter()).await.unwrap();
+    let mut drained = 0;
+    while drained < BAD_PROPERTIES.len() {
+        let got = dlq.receive(10, Duration::from_secs(5)).await.unwrap();
+        assert!(!got.is_empty());
+        for d in got {
+            d.complete().await.unwrap();
+            drained += 1;
+        }
+    }
+    let counts = t.counts(&EntityPath::queue(&q)).await.unwrap();
+    assert_eq!((counts.active, counts.dead_lettered), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receive_and_delete_puts_an_unreadable_row_in_the_dead_letter_queue_with_its_properties() {
+    let clock = VirtualClock::starting_now();
+    let t = transport(&clock).await;
+    let q = queue_with_corpus(&t).await;
+    let receiver = t.receiver(&EntityPath::queue(&q)).await.unwrap();
+    let mut taken = Vec::new();
+    for _ in 0..20 {
+        let got = receiver
+            .receive_and_delete(10, Duration::from_millis(200))
+            .await
+            .unwrap();
+        taken.extend(got.iter().map(|m| m.message_id().to_owned()));
+        if taken.len() == BAD_PROPERTIES.len() {
+            break;
+        }
+    }
+    let want: Vec<String> = (0..BAD_PROPERTIES.len()).map(|n| format!("valid-{n}")).collect();
+    assert_eq!(taken, want);
+    let dead = t.peek(&EntityPath::queue(&q).dead_letter(), 0, 100).await.unwrap();
+    check_dead_letters(&dead);
+    assert_eq!(
+        stored_properties(&q, "bad-2").await.as_deref(),
+        Some("{\"tenant\": {\"id\": 7}}")
+    );
+    let counts = t.counts(&EntityPath::queue(&q)).await.unwrap();
+    assert_eq!((counts.active, counts.dead_lettered), (0, BAD_PROPERTIES.len() as u64));
+}
