@@ -92,6 +92,18 @@ fn bad_cases() -> Vec<Bad> {
         "correlation_id",
     );
     push(
+        107,
+        &|p, _| p.content_type = Some(b"application/json\xff".to_vec()),
+        "courier.InvalidWireFormat",
+        "content_type",
+    );
+    push(
+        108,
+        &|p, _| p.reply_to = Some(b"replies\xc0\xaf".to_vec()),
+        "courier.InvalidWireFormat",
+        "reply_to",
+    );
+    push(
         105,
         &|p, _| p.message_id = Some(vec![b'i'; 200]),
         "courier.InvalidWireFormat",

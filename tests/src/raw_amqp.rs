@@ -55,6 +55,8 @@ pub struct RawProperties {
     pub delivery_mode: Option<u8>,
     /// `correlation_id`.
     pub correlation_id: Option<Vec<u8>>,
+    /// `reply_to`.
+    pub reply_to: Option<Vec<u8>>,
     /// `message_id`.
     pub message_id: Option<Vec<u8>>,
     /// `type`.
@@ -313,6 +315,10 @@ impl RawPublisher {
         }
         if let Some(v) = &p.correlation_id {
             flags |= 1 << 10;
+            short(&mut props, v)?;
+        }
+        if let Some(v) = &p.reply_to {
+            flags |= 1 << 9;
             short(&mut props, v)?;
         }
         if let Some(v) = &p.message_id {
