@@ -61,6 +61,34 @@ mod pages {
     struct Operations;
     #[doc = include_str!("../../docs/postgres.md")]
     struct Postgres;
+    #[doc = include_str!("../../docs/containers.md")]
+    struct Containers;
+}
+
+/// Every page of `docs/` is among the compiled pages above: a new page cannot show code
+/// that nobody builds.
+#[cfg(test)]
+mod pages_listed {
+    #[test]
+    fn every_page_of_docs_is_compiled() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let lib = std::fs::read_to_string(root.join("src/lib.rs")).unwrap_or_default();
+        let mut missing = Vec::new();
+        let pages = std::fs::read_dir(root.join("../docs")).map(|d| d.flatten().collect::<Vec<_>>());
+        let pages = pages.unwrap_or_default();
+        assert!(!pages.is_empty(), "docs/ is next to framework/");
+        for page in pages {
+            let name = page.file_name().to_string_lossy().into_owned();
+            let listed = format!("include_str!(\"../../docs/{name}\")");
+            if name.ends_with(".md") && !lib.contains(&listed) {
+                missing.push(name);
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "add these pages to `mod pages` in lib.rs: {missing:?}"
+        );
+    }
 }
 
 pub mod admin;
