@@ -152,3 +152,90 @@ async fn receive_and_delete_puts_an_unreadable_row_in_the_dead_letter_queue_with
     let counts = t.counts(&EntityPath::queue(&q)).await.unwrap();
     assert_eq!((counts.active, counts.dead_lettered), (0, BAD_PROPERTIES.len() as u64));
 }
+
+/// Any JSON value, nested a few levels.
+fn json() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+    use proptest::prelude::*;
+    let leaf = prop_oneof![
+        Just(serde_json::Value::Null),
+        any::<bool>().prop_map(serde_json::Value::from),
+        any::<i64>().prop_map(serde_json::Value::from),
+        any::<f64>().prop_map(serde_json::Value::from),
+        "[ -~]{0,8}".prop_map(serde_json::Value::from),
+        any::<String>().prop_map(serde_json::Value::from),
+    ];
+    leaf.prop_recursive(3, 16, 4, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::from),
+            proptest::collection::btree_map("[a-z]{1,3}", inner, 0..4)
+                .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// Property test (issue 18, fuzzed decoding of Postgres rows): a row with any jsonb as its
+/// properties is received or dead-lettered, never a failed receive; it is dead-lettered
+/// exactly when its properties are not Courier's. `COURIER_FUZZ_CASES` sets the number of
+/// cases (64: each is a round trip to the server).
+#[test]
+fn any_jsonb_properties_are_received_or_dead_lettered() {
+    use proptest::prelude::*;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let clock = VirtualClock::starting_now();
+    let (t, q, pool) = rt.block_on(async {
+        let t = transport(&clock).await;
+        let q = format!("fuzz-{}", Uuid::new_v4().simple());
+        t.create_queue(&q, &QueueOptions::default()).await.unwrap();
+        let pool = sqlx::PgPool::connect_with(database().await).await.unwrap();
+        (t, q, pool)
+    });
+    let receiver = rt.block_on(t.receiver(&EntityPath::queue(&q))).unwrap();
+    let cases = std::env::var("COURIER_FUZZ_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(64);
+    let config = ProptestConfig {
+        cases,
+        ..ProptestConfig::default()
+    };
+    proptest!(config, |(value in prop_oneof![json(), proptest::collection::btree_map("[a-z]{1,3}", json(), 0..4).prop_map(|m| serde_json::Value::Object(m.into_iter().collect()))])| {
+        let courier_reads = serde_json::from_value::<courier::Properties>(value.clone()).is_ok();
+        let id = format!("fuzz-{}", Uuid::new_v4().simple());
+        let got = rt.block_on(async {
+            sqlx::query(
+                "INSERT INTO courier.message (entity_id, seq, state, enqueued_at, message_id, properties, body) \
+                 SELECT id, nextval('courier.message_seq'), 0, now(), $2, $3, '\\x' FROM courier.entity \
+                 WHERE kind = 0 AND name = $1",
+            )
+            .bind(&q)
+            .bind(&id)
+            .bind(&value)
+            .execute(&pool)
+            .await
+            .unwrap();
+            match receiver.receive(1, Duration::from_millis(100)).await {
+                Ok(got) => {
+                    let n = got.len();
+                    for d in got {
+                        d.complete().await.unwrap();
+                    }
+                    Ok(n)
+                }
+                Err(e) => Err(e),
+            }
+        });
+        let got = got.map_err(|e| TestCaseError::fail(format!("the receive failed: {e}")))?;
+        prop_assert_eq!(got == 1, courier_reads, "{}", value);
+        if !courier_reads {
+            let dead = rt
+                .block_on(t.peek(&EntityPath::queue(&q).dead_letter(), 0, 10_000))
+                .unwrap();
+            prop_assert!(dead.iter().any(|m| m.message_id() == id
+                && m.broker.dead_letter_reason.as_deref() == Some(INVALID_WIRE_FORMAT)));
+        }
+    });
+}

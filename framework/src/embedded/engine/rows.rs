@@ -216,6 +216,74 @@ pub(super) struct DeadMark {
     pub(super) source: String,
 }
 
+/// Reads a message row. It never fails on what a row holds: a text column that is not
+/// UTF-8 is read with U+FFFD in place of the bad bytes, properties that are not a JSON
+/// object of property values are left out, and each such problem is named in
+/// [`ReadMessage::unreadable`] so that the receive dead-letters the row at once
+/// (`courier.InvalidWireFormat`) instead of failing every receive of its queue.
+fn read_row(row: &SqliteRow, epoch: u32, now: i64, locked: bool) -> Result<ReadMessage> {
+    let mut problems = Vec::new();
+    let id: i64 = int(row, 0)?;
+    let seq: i64 = int(row, 1)?;
+    let state = match int(row, 2)? {
+        READY | LOCKED => MessageState::Active,
+        SCHEDULED => MessageState::Scheduled,
+        DEFERRED => MessageState::Deferred,
+        DEAD => MessageState::DeadLettered,
+        other => {
+            problems.push(format!("its state {other} is unknown"));
+            MessageState::Active
+        }
+    };
+    let delivery_count: i64 = int(row, 3)?;
+    let locked_until: Option<i64> = opt_int(row, 4)?.filter(|t| *t > now);
+    let ttl_ms: Option<i64> = opt_int(row, 9)?;
+    let properties = match text(row, 16, "properties", &mut problems)? {
+        Some(json) => serde_json::from_str::<Properties>(&json).unwrap_or_else(|e| {
+            problems.push(unreadable_properties(&e, &json));
+            Properties::new()
+        }),
+        None => Properties::new(),
+    };
+    let body: Option<Vec<u8>> = row.try_get_unchecked(20).map_err(|e| read_error(&e))?;
+    let envelope = Envelope {
+        message_id: text(row, 10, "message_id", &mut problems)?.unwrap_or_default(),
+        correlation_id: text(row, 11, "correlation_id", &mut problems)?,
+        causation_id: text(row, 12, "causation_id", &mut problems)?,
+        message_type: text(row, 13, "message_type", &mut problems)?,
+        content_type: text(row, 14, "content_type", &mut problems)?,
+        body: Bytes::from(body.unwrap_or_default()),
+        properties,
+        session_id: text(row, 5, "session_id", &mut problems)?,
+        reply_to: text(row, 15, "reply_to", &mut problems)?,
+        time_to_live: ttl_ms.map(|ms| std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
+        scheduled_enqueue_time: opt_int(row, 7)?.map(from_micros),
+    };
+    let broker = BrokerProperties {
+        sequence_number: seq,
+        enqueued_time: from_micros(int(row, 6)?),
+        delivery_count: u32::try_from(delivery_count).unwrap_or(u32::MAX),
+        lock_token: locked.then(|| make_token(epoch, id, delivery_count)),
+        locked_until: locked_until.map(from_micros),
+        state,
+        expires_at: opt_int(row, 8)?.map(from_micros),
+        dead_letter_reason: text(row, 17, "dl_reason", &mut problems)?,
+        dead_letter_description: text(row, 18, "dl_description", &mut problems)?,
+        dead_letter_source: text(row, 19, "dl_source", &mut problems)?,
+    };
+    let unreadable = (!problems.is_empty()).then(|| {
+        format!(
+            "the stored message could not be read as written: {}; the fields are shown with U+FFFD in place of \
+             bytes that are not UTF-8",
+            problems.join("; ")
+        )
+    });
+    Ok(ReadMessage {
+        message: ReceivedMessage { envelope, broker },
+        unreadable,
+    })
+}
+
 impl State {
     pub(super) fn now(&self) -> i64 {
         micros(self.clock.now())
@@ -229,72 +297,9 @@ impl State {
         })
     }
 
-    /// Reads a message row. It never fails on what a row holds: a text column that is not
-    /// UTF-8 is read with U+FFFD in place of the bad bytes, properties that are not a JSON
-    /// object of property values are left out, and each such problem is named in
-    /// [`ReadMessage::unreadable`] so that the receive dead-letters the row at once
-    /// (`courier.InvalidWireFormat`) instead of failing every receive of its queue.
+    /// Reads a message row: see [`read_row`].
     pub(super) fn row_to_message(&self, row: &SqliteRow, now: i64, locked: bool) -> Result<ReadMessage> {
-        let mut problems = Vec::new();
-        let id: i64 = int(row, 0)?;
-        let seq: i64 = int(row, 1)?;
-        let state = match int(row, 2)? {
-            READY | LOCKED => MessageState::Active,
-            SCHEDULED => MessageState::Scheduled,
-            DEFERRED => MessageState::Deferred,
-            DEAD => MessageState::DeadLettered,
-            other => {
-                problems.push(format!("its state {other} is unknown"));
-                MessageState::Active
-            }
-        };
-        let delivery_count: i64 = int(row, 3)?;
-        let locked_until: Option<i64> = opt_int(row, 4)?.filter(|t| *t > now);
-        let ttl_ms: Option<i64> = opt_int(row, 9)?;
-        let properties = match text(row, 16, "properties", &mut problems)? {
-            Some(json) => serde_json::from_str::<Properties>(&json).unwrap_or_else(|e| {
-                problems.push(unreadable_properties(&e, &json));
-                Properties::new()
-            }),
-            None => Properties::new(),
-        };
-        let body: Option<Vec<u8>> = row.try_get_unchecked(20).map_err(|e| read_error(&e))?;
-        let envelope = Envelope {
-            message_id: text(row, 10, "message_id", &mut problems)?.unwrap_or_default(),
-            correlation_id: text(row, 11, "correlation_id", &mut problems)?,
-            causation_id: text(row, 12, "causation_id", &mut problems)?,
-            message_type: text(row, 13, "message_type", &mut problems)?,
-            content_type: text(row, 14, "content_type", &mut problems)?,
-            body: Bytes::from(body.unwrap_or_default()),
-            properties,
-            session_id: text(row, 5, "session_id", &mut problems)?,
-            reply_to: text(row, 15, "reply_to", &mut problems)?,
-            time_to_live: ttl_ms.map(|ms| std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0))),
-            scheduled_enqueue_time: opt_int(row, 7)?.map(from_micros),
-        };
-        let broker = BrokerProperties {
-            sequence_number: seq,
-            enqueued_time: from_micros(int(row, 6)?),
-            delivery_count: u32::try_from(delivery_count).unwrap_or(u32::MAX),
-            lock_token: locked.then(|| make_token(self.epoch, id, delivery_count)),
-            locked_until: locked_until.map(from_micros),
-            state,
-            expires_at: opt_int(row, 8)?.map(from_micros),
-            dead_letter_reason: text(row, 17, "dl_reason", &mut problems)?,
-            dead_letter_description: text(row, 18, "dl_description", &mut problems)?,
-            dead_letter_source: text(row, 19, "dl_source", &mut problems)?,
-        };
-        let unreadable = (!problems.is_empty()).then(|| {
-            format!(
-                "the stored message could not be read as written: {}; the fields are shown with U+FFFD in place of \
-                 bytes that are not UTF-8",
-                problems.join("; ")
-            )
-        });
-        Ok(ReadMessage {
-            message: ReceivedMessage { envelope, broker },
-            unreadable,
-        })
+        read_row(row, self.epoch, now, locked)
     }
 
     /// Reads rows in sequence order.
@@ -400,5 +405,112 @@ impl State {
                 fields: fields.clone(),
             });
         }
+    }
+}
+
+/// Property test: a row holding any bytes in its text columns and any text as properties
+/// is read, never an error, and named unreadable exactly when a text is not UTF-8 or the
+/// properties are not Courier's. `COURIER_FUZZ_CASES` sets the number of cases (256).
+#[cfg(test)]
+mod fuzz {
+    use proptest::prelude::*;
+    use sqlx::sqlite::SqlitePoolOptions;
+
+    use super::{READY, read_row};
+    use crate::message::Properties;
+
+    fn cases() -> u32 {
+        std::env::var("COURIER_FUZZ_CASES")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(256)
+    }
+
+    /// Text near what a column holds, or any bytes.
+    fn text() -> impl Strategy<Value = Option<Vec<u8>>> {
+        prop_oneof![
+            Just(None),
+            "[ -~]{0,20}".prop_map(|s| Some(s.into_bytes())),
+            any::<String>().prop_map(|s| Some(s.into_bytes())),
+            proptest::collection::vec(any::<u8>(), 0..40).prop_map(Some),
+        ]
+    }
+
+    fn properties() -> impl Strategy<Value = Option<Vec<u8>>> {
+        prop_oneof![
+            Just(None),
+            r#"\{("[a-z]{1,4}":(-?[0-9]{1,20}|"[ -~]{0,6}"|true|null|\[1\]|\{\}|1\.5e[0-9]{1,3})(,)?){0,3}\}"#
+                .prop_map(|s| Some(s.into_bytes())),
+            text(),
+        ]
+    }
+
+    #[test]
+    fn any_row_is_read_and_named_unreadable_exactly_when_it_is() {
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+            panic!("a runtime");
+        };
+        // One connection, kept: the in-memory database lives as long as it does.
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .min_connections(1)
+            .idle_timeout(None)
+            .max_lifetime(None);
+        let Ok(conn) = rt.block_on(pool.connect("sqlite::memory:")) else {
+            panic!("an in-memory database");
+        };
+        let schema = include_str!("../../../../migrations/sqlite/20261122000001_embedded_broker.sql");
+        if let Err(e) = rt.block_on(sqlx::raw_sql(schema).execute(&conn)) {
+            panic!("the schema: {e}");
+        }
+        let config = ProptestConfig {
+            cases: cases(),
+            ..ProptestConfig::default()
+        };
+        let next = std::sync::atomic::AtomicI64::new(1);
+        proptest!(config, |(texts in proptest::collection::vec(text(), 8), props in properties(), body in proptest::collection::vec(any::<u8>(), 0..20))| {
+            let id = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let row = rt.block_on(async {
+                sqlx::query(
+                    "INSERT INTO courier_message (id, entity_id, seq, state, enqueued_at, message_id, correlation_id, \
+                     causation_id, message_type, content_type, reply_to, session_id, dl_reason, properties, body) \
+                     VALUES (?1, 1, ?1, ?2, 0, COALESCE(CAST(?3 AS TEXT), ''), CAST(?4 AS TEXT), CAST(?5 AS TEXT), \
+                     CAST(?6 AS TEXT), CAST(?7 AS TEXT), CAST(?8 AS TEXT), CAST(?9 AS TEXT), CAST(?10 AS TEXT), \
+                     CAST(?11 AS TEXT), ?12)",
+                )
+                .bind(id)
+                .bind(READY)
+                .bind(texts[0].clone())
+                .bind(texts[1].clone())
+                .bind(texts[2].clone())
+                .bind(texts[3].clone())
+                .bind(texts[4].clone())
+                .bind(texts[5].clone())
+                .bind(texts[6].clone())
+                .bind(texts[7].clone())
+                .bind(props.clone())
+                .bind(body.clone())
+                .execute(&conn)
+                .await?;
+                sqlx::query(concat!("SELECT ", columns!(), " FROM courier_message WHERE id = ?1"))
+                    .bind(id)
+                    .fetch_one(&conn)
+                    .await
+            });
+            let row = row.map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let read = read_row(&row, 7, 0, true).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let texts_ok = texts.iter().all(|t| t.as_ref().is_none_or(|b| std::str::from_utf8(b).is_ok()));
+            let props_ok = match &props {
+                None => true,
+                Some(b) => std::str::from_utf8(b).is_ok_and(|s| serde_json::from_str::<Properties>(s).is_ok()),
+            };
+            prop_assert_eq!(read.unreadable.is_none(), texts_ok && props_ok, "{:?}", read.unreadable);
+            prop_assert_eq!(&read.message.envelope.body[..], &body[..]);
+            if texts_ok {
+                let id_text = texts[0].clone().map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
+                prop_assert_eq!(&read.message.envelope.message_id, &id_text);
+            }
+            prop_assert!(read.message.broker.lock_token.is_some());
+        });
     }
 }
