@@ -132,7 +132,7 @@ async fn endpoint(n: u64, concurrency: usize) -> f64 {
 }
 
 async fn endpoint_with(n: u64, concurrency: usize, prefetch: usize) -> f64 {
-    endpoint_recorded(n, concurrency, prefetch, None).await
+    endpoint_recorded(n, concurrency, prefetch, None, false).await
 }
 
 /// As [`endpoint_with`], reporting to `recorder` when given: the endpoint registers its
@@ -143,6 +143,7 @@ async fn endpoint_recorded(
     concurrency: usize,
     prefetch: usize,
     recorder: Option<&metrics_exporter_prometheus::PrometheusRecorder>,
+    scrape_every_second: bool,
 ) -> f64 {
     let b = prefilled(n).await;
     let seen = Arc::new(AtomicU64::new(0));
@@ -162,7 +163,7 @@ async fn endpoint_recorded(
         .await
         .unwrap();
     drop(guard);
-    let scrapes = recorder.map(|r| {
+    let scrapes = recorder.filter(|_| scrape_every_second).map(|r| {
         let handle = r.handle();
         tokio::spawn(async move {
             let mut bytes = 0;
@@ -176,6 +177,9 @@ async fn endpoint_recorded(
     done.notified().await;
     if let Some(task) = scrapes {
         task.abort();
+    }
+    if let Some(r) = recorder {
+        std::hint::black_box(r.handle().render());
     }
     let report = running.shutdown().await.unwrap();
     let rate = n as f64 / start.elapsed().as_secs_f64();
@@ -214,6 +218,26 @@ fn main() {
                 _ => endpoint(100_000, 16).await,
             };
             println!("{what}: {rate:.0} msg/s");
+            return;
+        }
+        // `--instructions off|on N`: one run of N messages without or with a Prometheus
+        // recorder (rendered once, at the end), for `valgrind --tool=callgrind`, whose
+        // instruction counts do not depend on what else the machine runs. The cost per
+        // message is the difference of two sizes divided by their difference
+        // (docs/observability.md, "What it costs").
+        if let Some(mode) = std::env::args().skip_while(|a| a != "--instructions").nth(1) {
+            let n: u64 = std::env::args()
+                .skip_while(|a| a != "--instructions")
+                .nth(2)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(2_000);
+            let recorder = metrics_exporter_prometheus::PrometheusBuilder::new()
+                .set_buckets(&[0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0])
+                .unwrap()
+                .build_recorder();
+            let with = (mode == "on").then_some(&recorder);
+            let rate = endpoint_recorded(n, 16, 32, with, false).await;
+            println!("instructions {mode}: {n} messages, {rate:.0} msg/s");
             return;
         }
         if std::env::args().any(|a| a == "--metrics") {
@@ -257,9 +281,9 @@ async fn metrics_overhead(n: u64, rounds: usize) {
         let (mut off, mut on) = (Vec::new(), Vec::new());
         for _ in 0..rounds {
             quiesce().await;
-            off.push(endpoint_recorded(n, parallel, parallel * 2, None).await);
+            off.push(endpoint_recorded(n, parallel, parallel * 2, None, true).await);
             quiesce().await;
-            on.push(endpoint_recorded(n, parallel, parallel * 2, Some(&recorder)).await);
+            on.push(endpoint_recorded(n, parallel, parallel * 2, Some(&recorder), true).await);
         }
         let (off, on) = (median(off), median(on));
         println!(

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use courier::saga::SagaContext;
 use courier::testing::TestEndpoint;
-use courier::{Clock, Context, Endpoint, HandlerError, Message, PropertyValue, Routes, TRACEPARENT};
+use courier::{Clock, Context, Endpoint, HandlerError, Message, PropertyValue, Routes, TRACEPARENT, Transport};
 use courier_tests::eventually;
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
 use opentelemetry::trace::{SpanId, SpanKind, TraceContextExt, TraceId, TracerProvider as _};
@@ -375,4 +375,76 @@ async fn a_failed_handling_marks_its_span_as_an_error() {
 #[courier::handler]
 async fn refuse(_msg: ChargeCard) -> Result<(), HandlerError> {
     Err(HandlerError::permanent("the card is blocked"))
+}
+
+#[courier::handler]
+async fn split(msg: PlaceOrder, ctx: &mut Context) -> Result<(), HandlerError> {
+    for part in ["a", "b"] {
+        ctx.send(&ChargeCard {
+            order: format!("{}-{part}", msg.order),
+        })?;
+    }
+    Ok(())
+}
+
+/// Messages a handler creates leave after its handling (here, an endpoint without a
+/// store: right after it): one `dispatch` span, `send {destination}`, under the
+/// processing span, with a link to the `create` span of each message it sends.
+#[tokio::test]
+async fn the_send_after_a_handling_is_a_span_linked_to_each_created_message() {
+    let exporter = tracing_to_memory();
+    let broker = courier::Embedded::builder().in_memory().open().await.unwrap();
+    for q in ["otel-split", "otel-split-out"] {
+        broker.create_queue(q, &courier::QueueOptions::default()).await.unwrap();
+    }
+    let splitter = Endpoint::builder("otel-split")
+        .transport(broker.clone())
+        .routes(
+            Routes::new()
+                .send::<PlaceOrder>("otel-split")
+                .send::<ChargeCard>("otel-split-out"),
+        )
+        .handler(split)
+        .start()
+        .await
+        .unwrap();
+    let request = tracing::info_span!("request", otel.name = "POST /split", otel.kind = "server");
+    let trace = request.context().span().span_context().trace_id();
+    splitter
+        .bus()
+        .send(&PlaceOrder { order: "o-9".into() })
+        .instrument(request.clone())
+        .await
+        .unwrap();
+    drop(request);
+    eventually("the split was handled", || async { splitter.stats().completed == 1 }).await;
+    splitter.shutdown().await.unwrap();
+
+    let spans = spans_of(&exporter, trace);
+    let process = one(&spans, "process otel-split");
+    let creates = named(&spans, "create otel-split-out");
+    assert_eq!(creates.len(), 2, "{:?}", names(&spans));
+    let dispatch = one(&spans, "send otel-split-out");
+    assert_child(dispatch, process);
+    assert_eq!(dispatch.span_kind, SpanKind::Producer);
+    assert_eq!(
+        attribute(dispatch, "messaging.batch.message_count").as_deref(),
+        Some("2")
+    );
+    assert_eq!(
+        attribute(dispatch, "messaging.destination.name").as_deref(),
+        Some("otel-split-out")
+    );
+    let mut linked: Vec<String> = dispatch
+        .links
+        .iter()
+        .map(|l| l.span_context.span_id().to_string())
+        .collect();
+    let mut created: Vec<String> = creates.iter().map(|c| c.span_context.span_id().to_string()).collect();
+    linked.sort();
+    created.sort();
+    assert_eq!(
+        linked, created,
+        "the dispatch links the create span of each message it sends"
+    );
 }

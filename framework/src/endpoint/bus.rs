@@ -344,6 +344,24 @@ impl Bus {
     }
 
     /// Sends what a handler collected: one batch per destination, in the order given.
+    /// The transport's name (`messaging.system` of the spans).
+    pub(crate) fn system(&self) -> &'static str {
+        self.inner.transport.name()
+    }
+
+    /// Sends messages a handler created, after its commit, in a `dispatch` span that links
+    /// each message's `create` span.
+    pub(crate) async fn dispatch_created(&self, outgoing: Vec<Outgoing>) -> Result<()> {
+        if outgoing.is_empty() {
+            return Ok(());
+        }
+        let span = otel::dispatch_span(
+            self.system(),
+            outgoing.iter().map(|o| (o.destination.as_str(), &o.envelope)),
+        );
+        otel::instrument(self.dispatch(outgoing), span).await
+    }
+
     pub(crate) async fn dispatch(&self, outgoing: Vec<Outgoing>) -> Result<()> {
         let mut groups: Vec<(String, bool, Vec<Envelope>)> = Vec::new();
         for out in outgoing {

@@ -13,12 +13,14 @@
 //! | `handle` | `handle {handler}` | internal | `message` |
 //! | `saga`, `timeout` | `saga {saga}`, `timeout {saga}` | internal | `message` |
 //! | `send` | `send {destination}` (`Bus`), `create {destination}` (in a handler) | producer | the current span |
+//! | `dispatch` | `send {destination}` (or `send` for several) | producer | the current span; a link to each message's `create` span |
 //!
 //! The context injected into a message is its `send` span's: outside a handler that span
 //! covers the send itself; inside a handler the message leaves at the commit (or later,
 //! through the outbox, or when a saga timeout is due), so its span is a short `create`
 //! span under the handler's span, as the conventions describe for messages created
-//! before they are sent.
+//! before they are sent. The send itself, after the commit (or by the outbox sweeper), is
+//! a `dispatch` span with a link to the `create` span of each message it sends.
 //!
 //! Without the feature the functions here are empty stand-ins (their span is `NoSpan`),
 //! so the call sites in the runtime, the bus, the handlers and the saga runtime carry no
@@ -72,6 +74,48 @@ mod enabled {
         pub(crate) const MESSAGE_TYPE: &str = "courier.message.type";
         pub(crate) const DESTINATION_KIND: &str = "courier.destination.kind";
         pub(crate) const SAGA_CORRELATION: &str = "courier.saga.correlation";
+        pub(crate) const BATCH_COUNT: &str = "messaging.batch.message_count";
+    }
+
+    /// The span of sending messages created earlier (a handler's, after its commit; the
+    /// outbox's): `send {destination}` (`send` when they go to several), a producer span
+    /// under the current span, with a link to the `create` span of each message (the
+    /// context in its headers) and the number of messages.
+    pub(crate) fn dispatch_span<'a>(
+        system: &'static str,
+        messages: impl Iterator<Item = (&'a str, &'a Envelope)>,
+    ) -> Span {
+        let span = tracing::info_span!("dispatch", otel.name = tracing::field::Empty, otel.kind = "producer");
+        if span.is_disabled() {
+            return span;
+        }
+        let (mut count, mut destination, mut several) = (0_i64, None::<&str>, false);
+        for (to, envelope) in messages {
+            count += 1;
+            match destination {
+                None => destination = Some(to),
+                Some(first) if first != to => several = true,
+                Some(_) => {}
+            }
+            let created = extract(&envelope.properties).span().span_context().clone();
+            if created.is_valid() {
+                span.add_link(created);
+            }
+        }
+        match destination.filter(|_| !several) {
+            Some(to) => {
+                span.record("otel.name", display(format_args!("send {to}")));
+                span.set_attribute(attributes::DESTINATION, to.to_owned());
+            }
+            None => {
+                span.record("otel.name", "send");
+            }
+        }
+        span.set_attribute(attributes::SYSTEM, system);
+        span.set_attribute(attributes::OPERATION_TYPE, "send");
+        span.set_attribute(attributes::OPERATION_NAME, "send");
+        span.set_attribute(attributes::BATCH_COUNT, count);
+        span
     }
 
     /// Makes the `message` span of a delivery (declared with empty `otel.name` and
@@ -329,7 +373,7 @@ mod disabled {
     use crate::endpoint::Failure;
     use crate::endpoint::bus::Outgoing;
     use crate::endpoint::trace::TraceContext;
-    use crate::message::ReceivedMessage;
+    use crate::message::{Envelope, ReceivedMessage};
 
     /// No span: the feature `opentelemetry` is off.
     #[derive(Debug, Clone, Copy)]
@@ -374,6 +418,11 @@ mod disabled {
 
     #[inline]
     pub(crate) fn producer(_: &mut Outgoing, _: &'static str, _: Operation) -> Span {
+        NoSpan
+    }
+
+    #[inline]
+    pub(crate) fn dispatch_span<'a>(_: &'static str, _: impl Iterator<Item = (&'a str, &'a Envelope)>) -> Span {
         NoSpan
     }
 }

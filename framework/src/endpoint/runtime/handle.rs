@@ -283,7 +283,7 @@ pub(super) async fn handle(
                 );
                 return;
             }
-            Ok(Done::Handled(outgoing)) => shared.bus.dispatch(outgoing).await.map_err(Failure::Dispatch),
+            Ok(Done::Handled(outgoing)) => shared.bus.dispatch_created(outgoing).await.map_err(Failure::Dispatch),
             Ok(Done::Committed(stored)) => {
                 let count = stored.len();
                 let stored = shared.outbox.take_stored(stored, |m| m.id);

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use super::Shared;
 use crate::endpoint::bus::{describe_refusal, refused_for_good};
+use crate::endpoint::otel;
 use crate::endpoint::recoverability::reasons;
 use crate::error::{Error, Result};
 use crate::store::OutboxMessage;
@@ -30,8 +31,15 @@ use crate::transport::Sender;
 /// The rows must have been taken in the ledger (`Shared::outbox`); those not dispatched are
 /// given back at the end, so that a redelivery or the sweeper takes them again.
 pub(super) async fn dispatch_stored(shared: &Shared, stored: Vec<OutboxMessage>) -> Result<()> {
+    if stored.is_empty() {
+        return Ok(());
+    }
     let ids: Vec<i64> = stored.iter().map(|m| m.id).collect();
-    let dispatched = dispatch_taken(shared, stored).await;
+    let span = otel::dispatch_span(
+        shared.bus.system(),
+        stored.iter().map(|m| (m.destination.as_str(), &m.envelope)),
+    );
+    let dispatched = otel::instrument(dispatch_taken(shared, stored), span).await;
     shared.outbox.give_back_unsent(&ids);
     dispatched
 }
