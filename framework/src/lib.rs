@@ -127,7 +127,11 @@ pub use codec::{Codec, CodecError, JsonCodec};
 pub use courier_macros::{Message, handler, saga};
 pub use endpoint::bus::{Bus, SendOptions};
 pub use endpoint::context::Context;
-pub use endpoint::handler::{__private, BoxFuture, Declared, Handler, HandlerError, Message, ResultExt};
+pub use endpoint::handler::{BoxFuture, Declared, Handler, HandlerError, Message, ResultExt};
+
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
 pub use endpoint::recoverability::RetryPolicy;
 pub use endpoint::routing::{Routes, default_topic_name};
 pub use endpoint::trace::{TRACEPARENT, TRACESTATE, TraceContext};
