@@ -1,14 +1,15 @@
 //! `courier-chaos`: Courier's promise (each effect exactly once, nothing lost, nothing
 //! stuck) checked under sustained faults.
 //!
-//! `courier-chaos run --config embedded|sqlite|rabbitmq` starts worker processes of one
+//! `courier-chaos run --config embedded|sqlite|rabbitmq|postgres` starts worker processes of one
 //! endpoint (this program's `worker` subcommand), feeds them `--messages` flows (a saga
 //! per key with a timeout, a handler in between, an effect row at each step; see
 //! `workflow.rs`), and meanwhile injects `--faults` faults, one every `--every`: workers
 //! killed and paused, connections dropped, and with `--own-servers` Postgres and RabbitMQ
 //! restarted (containers of the run's own). At the end it stops the workers and checks,
 //! from the database and the queue: every expected effect exactly once, no message left
-//! or dead-lettered, no saga left, no timeout left or dead-lettered, no outbox row left.
+//! or dead-lettered (on the Postgres transport: no row left in `courier.message`, locked
+//! or not), no saga left, no timeout left or dead-lettered, no outbox row left.
 //! It prints a table and exits 0 only if all of that holds (1 if not, 2 on a setup
 //! error). docs/reliability.md gives the commands and the figures.
 
@@ -92,7 +93,8 @@ struct RunArgs {
     /// Milliseconds between faults.
     #[arg(long, default_value_t = 1000)]
     every: u64,
-    /// Start Postgres and RabbitMQ in containers of the run's own and restart each once.
+    /// Start the configuration's servers (Postgres, RabbitMQ) in containers of the run's
+    /// own and restart them: each once, or Postgres twice when it is the only server.
     #[arg(long)]
     own_servers: bool,
     /// Seed of the fault choices.
@@ -112,7 +114,7 @@ async fn main() -> ExitCode {
             .init();
     }
     let outcome = match Cli::parse().command {
-        Command::Run(args) => run(args).await,
+        Command::Run(args) => Box::pin(run(args)).await,
         Command::Worker { place, feed, rate } => worker(place, feed, rate).await.map(|()| true),
     };
     match outcome {
@@ -184,14 +186,24 @@ async fn send_flows(transport: Arc<dyn Transport>, queue: String, n: u64, rate: 
 /// and two thirds of the way, the rest drawn from what the configuration allows.
 fn schedule(args: &RunArgs, setup: &Setup, dice: &mut Dice) -> Vec<Fault> {
     let mut kinds = vec![Fault::Kill, Fault::Pause];
+    if args.config.on_postgres() {
+        kinds.push(Fault::DropPostgres);
+    }
     if args.config == Config::Rabbitmq {
-        kinds.extend([Fault::DropPostgres, Fault::DropRabbit]);
+        kinds.push(Fault::DropRabbit);
     }
     let mut plan: Vec<Fault> = (0..args.faults).map(|_| kinds[dice.below(kinds.len())]).collect();
-    if args.config == Config::Rabbitmq && args.own_servers && setup.pg_restartable() {
+    if args.own_servers && setup.pg_restartable() {
         let n = plan.len();
         plan.insert(n / 3, Fault::RestartPostgres);
-        plan.insert((2 * plan.len()) / 3, Fault::RestartRabbit);
+        // The Postgres transport's only server is restarted twice, RabbitMQ + Postgres
+        // restart each of theirs once.
+        let second = if args.config == Config::Rabbitmq {
+            Fault::RestartRabbit
+        } else {
+            Fault::RestartPostgres
+        };
+        plan.insert((2 * plan.len()) / 3, second);
     }
     plan
 }

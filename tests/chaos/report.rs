@@ -1,5 +1,6 @@
 //! What a chaos run found: progress while it runs, the checks at the end (effects
-//! exactly once, nothing left in the queue, the sagas, the timeouts or the outbox), and
+//! exactly once, nothing left in the queue (or, on the Postgres transport, in
+//! `courier.message`), the sagas, the timeouts or the outbox), and
 //! the table it prints.
 
 use std::collections::HashMap;
@@ -10,8 +11,7 @@ use courier::EntityCounts;
 use crate::Error;
 use crate::RunArgs;
 use crate::faults::Tally;
-use crate::setup::Db;
-use crate::setup::Setup;
+use crate::setup::{Config, Db, Setup};
 use crate::workflow::{self, STEPS};
 
 const DISTINCT: &str =
@@ -102,6 +102,12 @@ pub struct Outcome {
     timeouts_dead: i64,
     outbox_left: i64,
     outbox_dead: i64,
+    /// On the Postgres transport: the rows left in `courier.message` (any entity of the
+    /// run's database), and how many of them carry a lock.
+    transport_rows: Option<(i64, i64)>,
+    /// Those rows, as `message id (type), state, deliveries, reason: description` lines
+    /// (at most five).
+    transport_detail: Vec<String>,
     /// The timeouts left, as `due .. dispatched ..` lines (at most five).
     timeouts_detail: Vec<String>,
 }
@@ -139,6 +145,25 @@ pub async fn check(n: u64, setup: &Setup) -> Result<Outcome, Error> {
     let timeout = db.courier_table("saga_timeout");
     let outbox = db.courier_table("outbox");
     let outbox_dead = db.courier_table("outbox_dead_letters");
+    let transport_rows = if setup.place.config == Config::Postgres {
+        Some((
+            db.count("SELECT COUNT(*) FROM courier.message").await?,
+            db.count("SELECT COUNT(*) FROM courier.message WHERE locked_until IS NOT NULL")
+                .await?,
+        ))
+    } else {
+        None
+    };
+    let transport_detail = if transport_rows.is_some_and(|(n, _)| n > 0) {
+        db.lines(
+            "SELECT message_id || ' (' || COALESCE(message_type, '?') || '), state ' || state || \
+             ', deliveries ' || delivery_count || ', ' || COALESCE(dl_reason, 'no reason') || ': ' || \
+             COALESCE(dl_description, '') FROM courier.message ORDER BY id LIMIT 5",
+        )
+        .await?
+    } else {
+        Vec::new()
+    };
     Ok(Outcome {
         expected: expected_rows(n),
         written,
@@ -162,6 +187,8 @@ pub async fn check(n: u64, setup: &Setup) -> Result<Outcome, Error> {
             .await?,
         outbox_left: db.count(&format!("SELECT COUNT(*) FROM {outbox}")).await?,
         outbox_dead: db.count(&format!("SELECT COUNT(*) FROM {outbox_dead}")).await?,
+        transport_rows,
+        transport_detail,
         timeouts_detail: db
             .lines(&format!(
                 "SELECT correlation || ': due ' || CAST(due_at AS TEXT) || ', claimed ' || \
@@ -212,6 +239,10 @@ pub fn print(
     need(o.sagas_left == 0, "sagas left");
     need(o.timeouts_left == 0, "timeouts left");
     need(o.outbox_left == 0 && o.outbox_dead == 0, "outbox rows left");
+    need(
+        o.transport_rows.is_none_or(|(rows, _)| rows == 0),
+        "rows left in courier.message",
+    );
     println!(
         "courier-chaos: {:?}, {} flows at {}/s, {} worker process(es) ({} started in all), seed {}, {:.1} s",
         args.config,
@@ -237,7 +268,7 @@ pub fn print(
         println!("    recovery after {:<27} {took:>9}", fault.name());
     }
     println!("  outcome");
-    let rows: [(&str, String); 13] = [
+    let mut rows: Vec<(&str, String)> = vec![
         ("effects expected", o.expected.to_string()),
         ("effect rows written", o.written.to_string()),
         ("timeouts come early, asked again", o.early.to_string()),
@@ -258,11 +289,20 @@ pub fn print(
         ),
         ("workers killed at the final stop", killed_at_stop.to_string()),
     ];
+    if let Some((left, locked)) = o.transport_rows {
+        rows.insert(
+            8,
+            ("rows left in courier.message (locked)", format!("{left} ({locked})")),
+        );
+    }
     for (what, value) in rows {
         println!("    {what:<48} {value}");
     }
     for line in &o.timeouts_detail {
         println!("      timeout left: {line}");
+    }
+    for line in &o.transport_detail {
+        println!("      message left: {line}");
     }
     if failures.is_empty() {
         println!("  PASS");

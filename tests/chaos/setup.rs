@@ -1,4 +1,4 @@
-//! What a chaos run runs on: the three configurations, the servers (this machine's, or
+//! What a chaos run runs on: the four configurations, the servers (this machine's, or
 //! containers of the run's own, which it may restart), how a worker process opens its
 //! transport and store, and how the driver reads the outcome from the databases.
 
@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use courier::{
-    AmqpTransport, Embedded, EndpointBuilder, EntityCounts, EntityPath, PostgresStore, QueueOptions, SqliteStore,
-    Store, Transport,
+    AmqpTransport, Embedded, EndpointBuilder, EntityCounts, EntityPath, PostgresStore, PostgresTransport, QueueOptions,
+    SqliteStore, Store, Transport,
 };
 use courier_tests::pg::{PgServer, TestDatabase};
 use sqlx::{PgPool, SqlitePool};
@@ -30,17 +30,25 @@ pub enum Config {
     Sqlite,
     /// RabbitMQ with a Postgres store: several processes compete.
     Rabbitmq,
+    /// The Postgres transport with its one-transaction store (`PostgresTransport::store`):
+    /// several processes compete on the same database.
+    Postgres,
 }
 
 impl Config {
     /// Whether several worker processes may run at once.
     pub fn competing(self) -> bool {
-        self == Config::Rabbitmq
+        matches!(self, Config::Rabbitmq | Config::Postgres)
+    }
+
+    /// Whether the run has a Postgres database (whose connections can be ended).
+    pub fn on_postgres(self) -> bool {
+        matches!(self, Config::Rabbitmq | Config::Postgres)
     }
 
     fn sql(self) -> Sql {
         match self {
-            Config::Rabbitmq => Sql::Postgres,
+            Config::Rabbitmq | Config::Postgres => Sql::Postgres,
             Config::Embedded | Config::Sqlite => Sql::Sqlite,
         }
     }
@@ -64,7 +72,7 @@ pub struct Place {
     /// The AMQP URL (`rabbitmq`).
     #[arg(long)]
     pub amqp: Option<String>,
-    /// The Postgres URL (`rabbitmq`).
+    /// The Postgres URL (`rabbitmq`, `postgres`).
     #[arg(long)]
     pub postgres: Option<String>,
 }
@@ -117,6 +125,15 @@ impl Place {
                     .connection_name(format!("chaos-{}", std::process::id()))
                     .open()
                     .await?;
+                Ok((Arc::new(transport), Arc::new(store)))
+            }
+            Config::Postgres => {
+                // The driver applied the migrations before any worker started.
+                let transport = PostgresTransport::builder(self.need("postgres", self.postgres.as_deref())?)
+                    .migrate(false)
+                    .open()
+                    .await?;
+                let store = transport.store();
                 Ok((Arc::new(transport), Arc::new(store)))
             }
         }
@@ -279,6 +296,36 @@ impl Rabbit {
     }
 }
 
+/// A database of the run's own, migrated (Courier's store and transport tables): on a
+/// Postgres container of the run's own (`own_servers`, restartable), else on
+/// `DATABASE_URL`'s server. Returns the owned server and database, or the borrowed
+/// database, its URL and a store on it.
+async fn postgres_database(
+    own_servers: bool,
+) -> Result<
+    (
+        Option<(PgServer, TestDatabase)>,
+        Option<TestDatabase>,
+        String,
+        PostgresStore,
+    ),
+    Error,
+> {
+    let (pg, pg_shared, url) = if own_servers {
+        let server = PgServer::container().await;
+        let database = server.database().await;
+        let url = database.url();
+        (Some((server, database)), None, url)
+    } else {
+        let database = TestDatabase::create().await;
+        let url = database.url();
+        (None, Some(database), url)
+    };
+    let store = PostgresStore::connect(&url).await?;
+    store.migrate().await?;
+    Ok((pg, pg_shared, url, store))
+}
+
 /// The run's servers and files, made by [`Setup::make`] and removed by [`Setup::remove`].
 pub struct Setup {
     /// Where the workers find things.
@@ -287,7 +334,7 @@ pub struct Setup {
     pub db: Db,
     /// The run's RabbitMQ (`rabbitmq`).
     pub rabbit: Option<Rabbit>,
-    /// The Postgres server (`rabbitmq`): restartable when the run owns it.
+    /// The Postgres server (`rabbitmq`, `postgres`): restartable when the run owns it.
     pg: Option<(PgServer, TestDatabase)>,
     /// Postgres servers not the run's own are only borrowed.
     pg_shared: Option<TestDatabase>,
@@ -336,6 +383,24 @@ impl Setup {
                     _dir: dir,
                 }
             }
+            Config::Postgres => {
+                if !own_servers && std::env::var_os("DATABASE_URL").is_none() {
+                    return fail(
+                        "the postgres configuration runs on a database of its own on DATABASE_URL's server, \
+                         or on a container of its own with --own-servers: set DATABASE_URL, or pass --own-servers",
+                    );
+                }
+                let (pg, pg_shared, database, store) = postgres_database(own_servers).await?;
+                place.postgres = Some(database);
+                Setup {
+                    place,
+                    db: Db::Postgres(store.pool().clone()),
+                    rabbit: None,
+                    pg,
+                    pg_shared,
+                    _dir: dir,
+                }
+            }
             Config::Rabbitmq => {
                 if !own_servers
                     && (std::env::var_os("AMQP_URL").is_none() || std::env::var_os("DATABASE_URL").is_none())
@@ -347,18 +412,7 @@ impl Setup {
                          or on containers of its own with --own-servers: set both, or pass --own-servers",
                     );
                 }
-                let (pg, pg_shared, database) = if own_servers {
-                    let server = PgServer::container().await;
-                    let database = server.database().await;
-                    let url = database.url();
-                    (Some((server, database)), None, url)
-                } else {
-                    let database = TestDatabase::create().await;
-                    let url = database.url();
-                    (None, Some(database), url)
-                };
-                let store = PostgresStore::connect(&database).await?;
-                store.migrate().await?;
+                let (pg, pg_shared, database, store) = postgres_database(own_servers).await?;
                 let (base, container) = if own_servers {
                     let (url, container) = courier_tests::rabbit::own_broker().await;
                     (url, Some(container))

@@ -1,7 +1,9 @@
 //! The small chaos runs of every test run (issue 18): `courier-chaos` on each
 //! configuration, 1,000 flows and 5 faults, must pass its own checks (every effect once,
 //! nothing left in a queue, a saga, a timeout or the outbox). Where a Docker engine
-//! answers, the RabbitMQ + Postgres run has servers of its own and restarts each once.
+//! answers, the RabbitMQ + Postgres run has servers of its own and restarts each once, and
+//! the Postgres transport's run has a Postgres of its own and restarts it twice; without
+//! one, they run on `DATABASE_URL` (and `AMQP_URL`), on a database of their own.
 //! The full-size runs and their figures are in docs/reliability.md.
 //!
 //! Real processes and real time: the harness's checks are about what is left, never how
@@ -74,6 +76,24 @@ fn rabbitmq_and_postgres_under_faults() {
         "5",
         "--seed",
         "13",
+    ];
+    if courier_tests::containers::engine_answers() {
+        args.push("--own-servers");
+    }
+    chaos(&args);
+}
+
+#[test]
+fn the_postgres_transport_under_faults() {
+    let mut args = vec![
+        "--config",
+        "postgres",
+        "--messages",
+        "1000",
+        "--faults",
+        "5",
+        "--seed",
+        "14",
     ];
     if courier_tests::containers::engine_answers() {
         args.push("--own-servers");

@@ -241,3 +241,61 @@ async fn the_locks_of_a_transport_that_went_away_are_released_at_once() {
     // The live holder's lock is still good.
     kept.complete().await.unwrap();
 }
+
+/// A transport whose lock holder's connection was ended (`pg_terminate_backend`, a
+/// restart of Postgres) hands out no message until its keeper holds the lock again: a
+/// lock stamped with a holder that is gone would be released by the next receive at once,
+/// and a busy receiver would take the message again and again until its delivery count
+/// ran out and it was dead-lettered without ever failing (found by courier-chaos).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transport_whose_lock_holder_dropped_does_not_use_up_delivery_counts() {
+    let clock = VirtualClock::starting_now();
+    let q = unique("q");
+    let name = unique("holder-dropped");
+    // The keeper looks at its connection every 3 s.
+    let t = process(&clock, &name, Duration::from_secs(3)).await;
+    t.create_queue(&q, &QueueOptions::default().max_delivery_count(5))
+        .await
+        .unwrap();
+    t.sender(&q, SenderOptions::default())
+        .await
+        .unwrap()
+        .send(Envelope::new("x"))
+        .await
+        .unwrap();
+    let admin = process(&clock, &unique("admin"), Duration::from_secs(1)).await;
+    let ended: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid \
+         WHERE a.application_name = $1 AND l.locktype = 'advisory'",
+    )
+    .bind(&name)
+    .fetch_all(admin.pool())
+    .await
+    .unwrap();
+    assert_eq!(ended, vec![true], "the holder's connection was ended");
+
+    // A busy receiver (an endpoint's, handling what it took) receives again and again.
+    let r = t.receiver(&EntityPath::queue(&q)).await.unwrap();
+    let mut taken = Vec::new();
+    for _ in 0..8 {
+        taken.extend(r.receive(1, Duration::ZERO).await.unwrap());
+    }
+    assert!(
+        taken.len() <= 1,
+        "handed out {} times while its holder was gone",
+        taken.len()
+    );
+    assert_eq!(
+        admin.counts(&EntityPath::queue(&q)).await.unwrap().dead_lettered,
+        0,
+        "dead-lettered without ever failing"
+    );
+
+    // Once the keeper holds the lock again, the message is handled as usual.
+    if taken.is_empty() {
+        taken = r.receive(1, Duration::from_secs(20)).await.unwrap();
+    }
+    let delivery = taken.pop().expect("received once the holder is back");
+    assert_eq!(delivery.message().delivery_count(), 1);
+    delivery.complete().await.unwrap();
+}

@@ -133,14 +133,19 @@ macro_rules! dead_filter {
         "entity_id = $1 AND state = 3 AND (locked_until IS NULL OR locked_until <= $2)"
     };
 }
-/// Locks up to `$6` messages until `$4` for holder `$7`.
+/// Locks up to `$6` messages until `$4` for holder `$7`, only while the holder's advisory
+/// lock is held: a lock stamped with a holder that is gone (its connection ended, the
+/// keeper not yet back) would be ended by the next receive at once, and a busy receiver
+/// would take the same message again and again until its delivery count ran out.
 macro_rules! lock_sql {
     ($filter:ident) => {
         concat!(
             "UPDATE courier.message m SET locked_until = $4, delivery_count = m.delivery_count + 1, holder = $7 \
              FROM (SELECT id FROM courier.message WHERE ",
             $filter!(),
-            " ORDER BY seq LIMIT $6 FOR UPDATE SKIP LOCKED) c WHERE m.id = c.id RETURNING ",
+            " AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted \
+               AND l.objsubid = 1 AND l.classid::bigint = $7 >> 32 AND l.objid::bigint = $7 & 2147483647) \
+             ORDER BY seq LIMIT $6 FOR UPDATE SKIP LOCKED) c WHERE m.id = c.id RETURNING ",
             columns!()
         )
     };
