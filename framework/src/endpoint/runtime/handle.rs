@@ -21,7 +21,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
 use crate::endpoint::Failure;
-use crate::endpoint::bus::Outgoing;
+use crate::endpoint::bus::{Outgoing, describe_sent, name_outgoing, refused_for_good};
 use crate::endpoint::context::{Context, ContextParts};
 use crate::endpoint::observe::Handled;
 use crate::endpoint::recoverability::{headers, reasons};
@@ -227,19 +227,24 @@ pub(super) async fn handle(
                         .collect();
                     let observed = shared.observer.as_ref().map(|_| rows.clone());
                     let destinations: Vec<String> = rows.iter().map(|(d, _, _)| d.clone()).collect();
+                    let sent: Vec<String> = rows.iter().map(|(d, t, e)| name_outgoing(d, *t, e)).collect();
                     let stored = work
                         .store_outgoing(rows, shared.clock.now())
                         .await
                         .map_err(Failure::Store)?;
                     let committed = work.commit().await;
                     ctx.release_held();
-                    // A store that sends at its commit (the embedded broker's own file)
-                    // fails the commit with the transport's refusal of a message.
-                    let committed = committed.map_err(|e| {
-                        if crate::endpoint::bus::refused_for_good(&e) {
-                            Failure::Dispatch(e)
+                    // A store that sends at its commit (the embedded broker's own file,
+                    // the Postgres transport's store) fails the commit with the
+                    // transport's refusal of a message.
+                    let committed = committed.map_err(|error| {
+                        if refused_for_good(&error) {
+                            Failure::RefusedAtCommit {
+                                description: describe_sent(&sent),
+                                error: Box::new(error),
+                            }
                         } else {
-                            Failure::Store(e)
+                            Failure::Store(error)
                         }
                     })?;
                     if let Some(due) = ctx.take_timeout_due() {
