@@ -37,13 +37,19 @@ use super::outbox::dispatch_stored;
 use super::renew::run_renewing;
 use super::{Running, Shared};
 
-/// Why a message without an id is refused by an endpoint with an inbox, and what to do.
-pub(super) fn missing_id_description(endpoint: &str) -> String {
+/// Why a message without an id is refused by an endpoint with an inbox, and what to do;
+/// `transport` ([`Transport::name`](crate::Transport::name)) says where the id goes.
+pub(super) fn missing_id_description(endpoint: &str, transport: &str) -> String {
+    let field = match transport {
+        "amqp" => "on RabbitMQ the message_id property",
+        "postgres" => "on the Postgres transport the message_id column of courier.message",
+        _ => "on RabbitMQ the message_id property, on the Postgres transport the message_id column of courier.message",
+    };
     format!(
         "the message has no message id: endpoint {endpoint} keeps an inbox, which recognises a \
          redelivered message by its id, so it cannot promise to handle this one once; the producer \
-         must set a unique message id on every message (on RabbitMQ the message_id property) and \
-         keep it when it sends the same message again; or build the endpoint with \
+         must set a unique message id on every message ({field}) and keep it when it sends the \
+         same message again; or build the endpoint with \
          EndpointBuilder::accept_messages_without_id(true) to handle such messages at least once"
     )
 }
@@ -66,7 +72,7 @@ pub(super) async fn process(
     if delivery.message().envelope.message_id.is_empty() {
         if shared.store.is_some() && !shared.accept_messages_without_id {
             drop(seat);
-            let description = missing_id_description(&shared.name);
+            let description = missing_id_description(&shared.name, shared.bus.transport().name());
             dead_letter(
                 &shared,
                 delivery,
