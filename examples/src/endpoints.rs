@@ -202,6 +202,8 @@ impl Error for Interrupted {}
 /// The whole story; an error says what went wrong. Ctrl-C ends it early with
 /// [`Interrupted`], after the endpoints' graceful shutdown.
 async fn run() -> Result<(), Box<dyn Error>> {
+    // Listen from the start, so a Ctrl-C while the endpoints start counts too.
+    let mut ctrl_c = tokio::spawn(tokio::signal::ctrl_c());
     let broker = Embedded::in_memory().await?;
     let transport: Arc<dyn Transport> = Arc::new(broker);
     let (news_tx, mut news) = mpsc::unbounded_channel();
@@ -289,7 +291,7 @@ async fn run() -> Result<(), Box<dyn Error>> {
     };
     let told = tokio::select! {
         told = story => Some(told),
-        _ = tokio::signal::ctrl_c() => None,
+        Ok(Ok(())) = &mut ctrl_c => None,
     };
 
     // 4. Graceful shutdown: stop receiving, let running handlers finish.

@@ -192,6 +192,10 @@ async fn refund(msg: RefundPayment, ctx: &mut Context) -> Result<(), HandlerErro
 }
 
 async fn run() -> Result<Vec<String>, Box<dyn Error>> {
+    // Listen from the start (its own handler, because a program started as a script's
+    // background job inherits SIGINT ignored), so a Ctrl-C while the endpoints start
+    // counts too.
+    let mut ctrl_c = tokio::spawn(tokio::signal::ctrl_c());
     let broker = Embedded::in_memory().await?;
     let (tx, mut rx) = mpsc::unbounded_channel();
     let orders = Endpoint::builder("orders")
@@ -242,7 +246,7 @@ async fn run() -> Result<Vec<String>, Box<dyn Error>> {
     };
     let told = tokio::select! {
         told = story => Some(told),
-        _ = tokio::signal::ctrl_c() => None,
+        Ok(Ok(())) = &mut ctrl_c => None,
     };
     for endpoint in [orders, payments, shipping] {
         endpoint.shutdown().await?;

@@ -221,11 +221,10 @@ impl Env {
 
     /// A number in the instance's state.
     async fn field(&self, id: &str, field: &str) -> i64 {
-        let sql = match self.env.kind {
-            StoreKind::Postgres => {
-                format!("SELECT (state->>'{field}')::bigint FROM courier.saga WHERE correlation = '{id}'")
-            }
-            _ => format!("SELECT json_extract(state, '$.{field}') FROM courier_saga WHERE correlation = '{id}'"),
+        let sql = if self.env.kind.postgres() {
+            format!("SELECT (state->>'{field}')::bigint FROM courier.saga WHERE correlation = '{id}'")
+        } else {
+            format!("SELECT json_extract(state, '$.{field}') FROM courier_saga WHERE correlation = '{id}'")
         };
         self.env.count(&sql).await
     }

@@ -210,9 +210,10 @@ impl Shop {
             Some(v) => (", state_version", format!(", {v}")),
             None => ("", String::new()),
         };
-        let (state, now) = match self.env.kind {
-            StoreKind::Postgres => (format!("'{state}'::jsonb"), "now()"),
-            _ => (format!("'{state}'"), "0"),
+        let (state, now) = if self.env.kind.postgres() {
+            (format!("'{state}'::jsonb"), "now()")
+        } else {
+            (format!("'{state}'"), "0")
         };
         self.env
             .exec(&format!(
@@ -225,9 +226,10 @@ impl Shop {
     /// The stored state of an instance, its state version and its (concurrency) version.
     async fn row(&self, correlation: &str) -> (Value, i64, i64) {
         let table = self.env.kind.table("saga");
-        let state = match self.env.kind {
-            StoreKind::Postgres => "state::text",
-            _ => "state",
+        let state = if self.env.kind.postgres() {
+            "state::text"
+        } else {
+            "state"
         };
         let text = self
             .env

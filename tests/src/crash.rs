@@ -49,8 +49,8 @@ impl StoreDb {
     /// and the database.
     ///
     /// # Panics
-    /// If the store cannot be made.
-    #[allow(clippy::unwrap_used)]
+    /// If the store cannot be made, or `kind` is one of the Postgres transport's.
+    #[allow(clippy::unwrap_used, clippy::panic)]
     pub async fn prepare(kind: StoreKind, dir: &Path, broker_db: &Path) -> (String, Self) {
         match kind {
             StoreKind::Sqlite => {
@@ -70,6 +70,9 @@ impl StoreDb {
                 let pool = test_db.pool().await;
                 PostgresStore::from_pool(pool.clone()).migrate().await.unwrap();
                 (test_db.url(), Self::Postgres(pool, Box::new(test_db)))
+            }
+            StoreKind::PgTransport | StoreKind::PgTransportOutbox => {
+                panic!("the crash children receive from an embedded broker file: no {kind:?} store there")
             }
         }
     }

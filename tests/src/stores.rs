@@ -1,10 +1,11 @@
-//! A migrated store of each kind next to an embedded broker on a virtual clock, with a
-//! way to run SQL on the store's database: the environment of the store and saga tests.
+//! A migrated store of each kind next to a broker on a virtual clock (the embedded one,
+//! or for the two Postgres transport kinds the Postgres transport), with a way to run SQL
+//! on the store's database: the environment of the store and saga tests.
 
 use std::sync::Arc;
 
 use courier::conformance::Fixture;
-use courier::{Embedded, PostgresStore, SqliteStore, Store, VirtualClock};
+use courier::{Clock, Embedded, PostgresStore, PostgresTransport, SqliteStore, Store, Transport, VirtualClock};
 
 use crate::pg::TestDatabase;
 
@@ -17,24 +18,46 @@ pub enum StoreKind {
     Postgres,
     /// The embedded broker's own file (`Embedded::store`): one transaction for everything.
     Embedded,
+    /// The Postgres transport's own store (`PostgresTransport::store`), the transport in
+    /// the same database of its own: one transaction for everything.
+    PgTransport,
+    /// `PostgresStore` (inbox and outbox) in the database of the Postgres transport it
+    /// receives from: settling and sending after the commit, as with another broker.
+    PgTransportOutbox,
 }
 
 impl StoreKind {
     /// Every kind.
-    pub const ALL: [StoreKind; 3] = [StoreKind::Sqlite, StoreKind::Postgres, StoreKind::Embedded];
+    pub const ALL: [StoreKind; 5] = [
+        StoreKind::Sqlite,
+        StoreKind::Postgres,
+        StoreKind::Embedded,
+        StoreKind::PgTransport,
+        StoreKind::PgTransportOutbox,
+    ];
 
     /// Whether settling the received message and sending are part of the store's
     /// transaction (no outbox, no dispatch after the commit).
     pub fn one_transaction(self) -> bool {
-        self == StoreKind::Embedded
+        matches!(self, StoreKind::Embedded | StoreKind::PgTransport)
+    }
+
+    /// Whether the store's database is Postgres (else SQLite): which SQL it speaks and
+    /// which transaction type `Context::transaction` gives.
+    pub fn postgres(self) -> bool {
+        match self {
+            StoreKind::Postgres | StoreKind::PgTransport | StoreKind::PgTransportOutbox => true,
+            StoreKind::Sqlite | StoreKind::Embedded => false,
+        }
     }
 
     /// The name of one of Courier's tables in this store (`inbox` → `courier.inbox` or
     /// `courier_inbox`).
     pub fn table(self, name: &str) -> String {
-        match self {
-            StoreKind::Postgres => format!("courier.{name}"),
-            StoreKind::Sqlite | StoreKind::Embedded => format!("courier_{name}"),
+        if self.postgres() {
+            format!("courier.{name}")
+        } else {
+            format!("courier_{name}")
         }
     }
 }
@@ -49,6 +72,7 @@ pub struct StoreEnv {
     pub store: Arc<dyn Store>,
     sqlite: Option<sqlx::SqlitePool>,
     pg: Option<(sqlx::PgPool, TestDatabase)>,
+    pg_transport: Option<PostgresTransport>,
     _dir: tempfile::TempDir,
 }
 
@@ -61,6 +85,7 @@ impl StoreEnv {
     pub async fn new(kind: StoreKind) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let mut fx = None;
+        let mut pg_transport = None;
         let (store, sqlite, pg): (Arc<dyn Store>, _, _) = match kind {
             StoreKind::Embedded => {
                 let clock = VirtualClock::starting_now();
@@ -86,6 +111,26 @@ impl StoreEnv {
                 let pool = db.pool().await;
                 (Arc::new(PostgresStore::from_pool(pool.clone())), None, Some((pool, db)))
             }
+            StoreKind::PgTransport | StoreKind::PgTransportOutbox => {
+                let db = TestDatabase::create().await;
+                let pool = db.pool().await;
+                let clock = VirtualClock::starting_now();
+                let shared: Arc<dyn Clock> = Arc::new(clock.clone());
+                // A pool of its own: its receivers do not wait for the test's statements.
+                let transport = PostgresTransport::from_pool(db.pool().await)
+                    .clock(shared)
+                    .open()
+                    .await
+                    .unwrap();
+                let store: Arc<dyn Store> = if kind == StoreKind::PgTransport {
+                    Arc::new(transport.store())
+                } else {
+                    Arc::new(PostgresStore::from_pool(pool.clone()))
+                };
+                fx = Some(Fixture::new(Arc::new(transport.clone()), clock));
+                pg_transport = Some(transport);
+                (store, None, Some((pool, db)))
+            }
         };
         store.migrate().await.unwrap();
         let fx = match fx {
@@ -98,6 +143,7 @@ impl StoreEnv {
             store,
             sqlite,
             pg,
+            pg_transport,
             _dir: dir,
         }
     }
@@ -172,8 +218,11 @@ impl StoreEnv {
         }
     }
 
-    /// Closes the pools and drops the Postgres database.
+    /// Closes the transport and the pools and drops the Postgres database.
     pub async fn finish(self) {
+        if let Some(transport) = &self.pg_transport {
+            transport.close().await;
+        }
         if let Some((pool, db)) = self.pg {
             pool.close().await;
             db.drop_now().await;

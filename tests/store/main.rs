@@ -1,7 +1,8 @@
-//! The stores (SQLite and Postgres): the inbox makes a redelivered message's effects
-//! happen once, the outbox commits what a handler sends with its writes. Each scenario
-//! runs on both stores; Postgres tests get a database of their own (see
-//! `courier_tests::pg`).
+//! The stores (SQLite, Postgres, the embedded broker's file; on the Postgres transport its
+//! own store and a plain Postgres store): the inbox makes a redelivered message's effects
+//! happen once, the outbox (or the one transaction) commits what a handler sends with its
+//! writes. Each scenario runs on every kind of `StoreKind` (`on_every_store!`); Postgres
+//! tests get a database of their own (see `courier_tests::pg`).
 
 #![allow(
     clippy::unwrap_used,
@@ -31,6 +32,7 @@ use courier_tests::stores::StoreEnv;
 use refused::{
     a_message_refused_at_dispatch_is_never_retried_forever,
     a_message_too_large_to_send_dead_letters_the_handled_message, a_refused_row_left_behind_does_not_block_the_sweeper,
+    an_invalid_destination_or_id_dead_letters_the_handled_message,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
@@ -63,23 +65,20 @@ async fn place(order: PlaceOrder, ctx: &mut Context) -> Result<(), HandlerError>
     let probe = ctx.state::<Probe>()?.clone();
     probe.calls.fetch_add(1, Ordering::SeqCst);
     let endpoint = ctx.endpoint().to_owned();
-    match probe.kind {
-        Kind::Sqlite | Kind::Embedded => {
-            let tx = ctx.transaction::<sqlx::Sqlite>()?;
-            sqlx::query("INSERT INTO orders (id, endpoint) VALUES (?1, ?2)")
-                .bind(&order.id)
-                .bind(&endpoint)
-                .execute(&mut *tx)
-                .await?;
-        }
-        Kind::Postgres => {
-            let tx = ctx.transaction::<sqlx::Postgres>()?;
-            sqlx::query("INSERT INTO orders (id, endpoint) VALUES ($1, $2)")
-                .bind(&order.id)
-                .bind(&endpoint)
-                .execute(&mut *tx)
-                .await?;
-        }
+    if probe.kind.postgres() {
+        let tx = ctx.transaction::<sqlx::Postgres>()?;
+        sqlx::query("INSERT INTO orders (id, endpoint) VALUES ($1, $2)")
+            .bind(&order.id)
+            .bind(&endpoint)
+            .execute(&mut *tx)
+            .await?;
+    } else {
+        let tx = ctx.transaction::<sqlx::Sqlite>()?;
+        sqlx::query("INSERT INTO orders (id, endpoint) VALUES (?1, ?2)")
+            .bind(&order.id)
+            .bind(&endpoint)
+            .execute(&mut *tx)
+            .await?;
     }
     ctx.send(&OrderAccepted { id: order.id.clone() })?;
     if probe.fail_first_attempt && ctx.attempt() == 1 {
@@ -445,6 +444,22 @@ macro_rules! on_every_store {
                 }
             )*
         }
+        mod pg_transport {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(super::Kind::PgTransport).await;
+                }
+            )*
+        }
+        mod pg_transport_outbox {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(super::Kind::PgTransportOutbox).await;
+                }
+            )*
+        }
     };
 }
 
@@ -459,6 +474,7 @@ on_every_store!(
     a_message_too_large_to_send_dead_letters_the_handled_message,
     a_message_refused_at_dispatch_is_never_retried_forever,
     a_refused_row_left_behind_does_not_block_the_sweeper,
+    an_invalid_destination_or_id_dead_letters_the_handled_message,
 );
 
 /// Courier's Postgres tables live in the schema `courier`, with their migrations table;

@@ -42,6 +42,25 @@ async fn sign_up(msg: SignUp, ctx: &mut Context) -> Result<(), HandlerError> {
     Ok(())
 }
 
+/// Sends a mail to `to`, with the message id `id` when one is given.
+#[derive(Debug, Clone, Serialize, Deserialize, courier::Message)]
+#[message(name = "refused.Relay")]
+struct Relay {
+    to: String,
+    id: Option<String>,
+}
+
+#[courier::handler]
+async fn relay(msg: Relay, ctx: &mut Context) -> Result<(), HandlerError> {
+    ctx.state::<Calls>()?.0.fetch_add(1, Ordering::SeqCst);
+    let mut options = SendOptions::new().to(msg.to);
+    if let Some(id) = msg.id {
+        options = options.message_id(id);
+    }
+    ctx.send_with(&ConfirmationMail { email: "a@b".into() }, options)?;
+    Ok(())
+}
+
 /// A too-large mail goes here (it exists: only the size is wrong).
 const MAIL: &str = "mail";
 /// A queue that needs session ids, which the mails lack: only the send can tell.
@@ -59,12 +78,13 @@ async fn start(env: &StoreEnv, calls: &Calls) -> RunningEndpoint {
     Endpoint::builder("signup")
         .transport(env.fx.transport.clone())
         .clock(clock)
-        .routes(Routes::new().send::<SignUp>("signup"))
+        .routes(Routes::new().send::<SignUp>("signup").send::<Relay>("signup"))
         .store(env.store.clone())
         .state(calls.clone())
         // Without the fix a refusal was retried: no retries keeps the old run short.
         .recoverability(RetryPolicy::default().immediate(0).delayed([]))
         .handler(sign_up)
+        .handler(relay)
         .start()
         .await
         .unwrap()
@@ -120,6 +140,64 @@ pub(crate) async fn a_message_too_large_to_send_dead_letters_the_handled_message
     env.finish().await;
 }
 
+/// What no transport accepts whatever the destination: a destination name that is not
+/// one (a space in it) and a message id over 128 bytes. Each is refused when the handler
+/// sends, so the handled message is dead-lettered at once with
+/// `courier.InvalidOutgoingMessage` and a description naming the mail and what is wrong;
+/// nothing is committed, nothing waits in the outbox.
+pub(crate) async fn an_invalid_destination_or_id_dead_letters_the_handled_message(kind: Kind) {
+    let env = StoreEnv::new(kind).await;
+    let calls = Calls::default();
+    let signup = start(&env, &calls).await;
+    let bad_name = Relay {
+        to: "mail box".into(),
+        id: None,
+    };
+    signup.bus().send(&bad_name).await.unwrap();
+    eventually("the first dead letter", || async { signup.stats().dead_lettered == 1 }).await;
+    let long_id = Relay {
+        to: MAIL.into(),
+        id: Some("i".repeat(200)),
+    };
+    signup.bus().send(&long_id).await.unwrap();
+    eventually("the second dead letter", || async { signup.stats().dead_lettered == 2 }).await;
+    let dead = dead_letters(&env).await;
+    assert_eq!(dead.len(), 2);
+    let mut descriptions = Vec::new();
+    for d in &dead {
+        assert_eq!(
+            d.broker.dead_letter_reason.as_deref(),
+            Some(reasons::INVALID_OUTGOING_MESSAGE)
+        );
+        assert_eq!(
+            d.envelope.properties.get(headers::FAILURE_PERMANENT),
+            Some(&PropertyValue::Bool(true))
+        );
+        let description = d.broker.dead_letter_description.clone().unwrap_or_default();
+        assert!(description.contains("refused.ConfirmationMail"), "{description}");
+        descriptions.push(description);
+    }
+    assert!(
+        descriptions
+            .iter()
+            .any(|d| d.contains("invalid entity name \"mail box\"")),
+        "{descriptions:?}"
+    );
+    assert!(
+        descriptions
+            .iter()
+            .any(|d| d.contains("to queue mail") && d.contains("1 to 128 bytes, it has 200")),
+        "{descriptions:?}"
+    );
+    assert_eq!(signup.stats().retried, 0, "no retry can help");
+    assert_eq!(calls.0.load(Ordering::SeqCst), 2);
+    assert_eq!(env.count(&table(&env, "inbox")).await, 0, "nothing committed");
+    assert_eq!(env.count(&table(&env, "outbox")).await, 0, "nothing left to dispatch");
+    assert!(env.queued_ids(MAIL).await.is_empty());
+    signup.shutdown().await.unwrap();
+    env.finish().await;
+}
+
 /// A mail to a queue that requires sessions passes the checks made when the handler
 /// sends (they do not know the destination) and is refused by the send. With an outbox
 /// the handling is committed, the row is moved to the outbox dead letters with
@@ -142,6 +220,10 @@ pub(crate) async fn a_message_refused_at_dispatch_is_never_retried_forever(kind:
             dead[0].broker.dead_letter_reason.as_deref(),
             Some(reasons::INVALID_OUTGOING_MESSAGE)
         );
+        let description = dead[0].broker.dead_letter_description.as_deref().unwrap_or("");
+        assert!(description.contains("refused.ConfirmationMail"), "{description}");
+        assert!(description.contains("queue mail-sessions"), "{description}");
+        assert!(description.contains("requires sessions"), "{description}");
         assert_eq!(env.count(&table(&env, "inbox")).await, 0, "nothing committed");
     } else {
         eventually("the row moved aside", || async {

@@ -218,12 +218,42 @@ pub(crate) fn refused_for_good(e: &Error) -> bool {
 /// destination, and the transport's reason.
 pub(crate) fn describe_refusal(destination: &str, is_topic: bool, envelope: &Envelope, error: &Error) -> String {
     format!(
-        "outgoing message {} (message id {}) to {} {destination} cannot be sent: {}",
+        "outgoing message {} cannot be sent: {}",
+        name_outgoing(destination, is_topic, envelope),
+        error.kind()
+    )
+}
+
+/// An outgoing message as an operator finds it: `type (message id id) to queue name`.
+pub(crate) fn name_outgoing(destination: &str, is_topic: bool, envelope: &Envelope) -> String {
+    format!(
+        "{} (message id {}) to {} {destination}",
         envelope.message_type.as_deref().unwrap_or("(no type)"),
         envelope.message_id,
         if is_topic { "topic" } else { "queue" },
-        error.kind()
     )
+}
+
+/// The most outgoing messages [`describe_sent`] names.
+const NAMED_AT_MOST: usize = 10;
+
+/// What a handling's transaction sent (each as [`name_outgoing`] gives it), for a commit
+/// the transport refused: which message it refused is in the transport's error.
+pub(crate) fn describe_sent(sent: &[String]) -> String {
+    match sent {
+        [one] => format!("the handlers sent outgoing message {one}"),
+        _ => {
+            let mut text = format!(
+                "the handlers sent {} outgoing messages, one of them refused: {}",
+                sent.len(),
+                sent.iter().take(NAMED_AT_MOST).cloned().collect::<Vec<_>>().join("; ")
+            );
+            if sent.len() > NAMED_AT_MOST {
+                text.push_str(&format!("; and {} more", sent.len() - NAMED_AT_MOST));
+            }
+            text
+        }
+    }
 }
 
 /// Sends and publishes typed messages from outside a handler (a web request, a

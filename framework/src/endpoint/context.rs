@@ -379,9 +379,13 @@ impl Context {
         let mut out = match prepare(self.bus.routes(), &*self.clock, intent, message, options, Some(&parent)) {
             Ok(out) => out,
             Err(e) => {
-                // No route (or no encoding) will not change on a retry: a handler that
-                // returns this error fails for good, as for a refused message.
-                if matches!(e.kind(), ErrorKind::NoRoute { .. } | ErrorKind::InvalidMessage { .. }) {
+                // No route, a destination name no transport accepts, or no encoding
+                // will not change on a retry: a handler that returns this error fails
+                // for good, as for a refused message.
+                if matches!(
+                    e.kind(),
+                    ErrorKind::NoRoute { .. } | ErrorKind::InvalidMessage { .. } | ErrorKind::InvalidEntityName { .. }
+                ) {
                     let description = format!("outgoing message {} cannot be sent: {}", M::NAME, e.kind());
                     tracing::warn!(error = %e, "{description}");
                     self.refused.push((e.tracking_id(), description));
@@ -412,8 +416,10 @@ impl Context {
     /// committed or sent. A handler may also handle the error and send something else.
     ///
     /// # Errors
-    /// [`ErrorKind::NoRoute`] or an encoding error ([`ErrorKind::InvalidMessage`]); the
-    /// transport's refusal ([`ErrorKind::MessageTooLarge`], [`ErrorKind::InvalidMessage`],
+    /// [`ErrorKind::NoRoute`], a destination no transport accepts
+    /// ([`ErrorKind::InvalidEntityName`]) or an encoding error
+    /// ([`ErrorKind::InvalidMessage`]), which fail the handler permanently as a refusal
+    /// does; the transport's refusal ([`ErrorKind::MessageTooLarge`], [`ErrorKind::InvalidMessage`],
     /// [`ErrorKind::InvalidScheduleTime`], [`ErrorKind::Unsupported`]).
     pub fn send<M: Message>(&mut self, message: &M) -> Result<()> {
         self.push(Intent::Send, message, SendOptions::default())

@@ -358,7 +358,7 @@ pub(crate) fn error_type(failure: &Failure) -> &'static str {
         Failure::Store(_) => "store",
         Failure::Unfinished { .. } => "unfinished",
         Failure::SagaNotFound { .. } => "saga_not_found",
-        Failure::Refused { .. } => "refused",
+        Failure::Refused { .. } | Failure::RefusedAtCommit { .. } => "refused",
         Failure::Version { .. } => "version",
     }
 }

@@ -88,6 +88,11 @@ pub(crate) enum Failure {
         description: String,
         error: handler::HandlerError,
     },
+    /// A store that sends in its transaction (the embedded broker's file, the Postgres
+    /// transport's store) had its commit refused by the transport for good, for a message
+    /// the handlers sent that only the destination could refuse (`description` names the
+    /// messages of the transaction). Nothing was committed.
+    RefusedAtCommit { description: String, error: Box<Error> },
 }
 
 impl Failure {
@@ -98,7 +103,7 @@ impl Failure {
             Failure::SagaNotFound { reason, .. } => Some(reason),
             Failure::Version { reason, .. } => Some(reason),
             Failure::Handler { error, .. } if error.is_permanent() => Some(reasons::PERMANENT_FAILURE),
-            Failure::Refused { .. } => Some(reasons::INVALID_OUTGOING_MESSAGE),
+            Failure::Refused { .. } | Failure::RefusedAtCommit { .. } => Some(reasons::INVALID_OUTGOING_MESSAGE),
             Failure::Dispatch(e) if bus::refused_for_good(e) => Some(reasons::INVALID_OUTGOING_MESSAGE),
             Failure::Handler { .. }
             | Failure::Panic { .. }
@@ -125,6 +130,7 @@ impl Failure {
             Failure::Version { handler, .. } => *handler,
             Failure::Decode { .. }
             | Failure::Dispatch(_)
+            | Failure::RefusedAtCommit { .. }
             | Failure::Undispatched { .. }
             | Failure::Store(_)
             | Failure::Unfinished { .. }
@@ -171,6 +177,14 @@ impl Failure {
             Failure::Dispatch(e) => {
                 let mut v = vec!["could not send the handler's messages".to_owned()];
                 v.extend(walk(e));
+                v
+            }
+            Failure::RefusedAtCommit { description, error } => {
+                let mut v = vec![format!(
+                    "the transport refused the handling's transaction at its commit, nothing was committed: \
+                     {description}"
+                )];
+                v.extend(walk(error));
                 v
             }
             Failure::Undispatched { count, error } => {

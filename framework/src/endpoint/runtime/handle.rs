@@ -21,7 +21,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
 use crate::endpoint::Failure;
-use crate::endpoint::bus::Outgoing;
+use crate::endpoint::bus::{Outgoing, describe_sent, name_outgoing, refused_for_good};
 use crate::endpoint::context::{Context, ContextParts};
 use crate::endpoint::observe::Handled;
 use crate::endpoint::recoverability::{headers, reasons};
@@ -37,13 +37,19 @@ use super::outbox::dispatch_stored;
 use super::renew::run_renewing;
 use super::{Running, Shared};
 
-/// Why a message without an id is refused by an endpoint with an inbox, and what to do.
-pub(super) fn missing_id_description(endpoint: &str) -> String {
+/// Why a message without an id is refused by an endpoint with an inbox, and what to do;
+/// `transport` ([`Transport::name`](crate::Transport::name)) says where the id goes.
+pub(super) fn missing_id_description(endpoint: &str, transport: &str) -> String {
+    let field = match transport {
+        "amqp" => "on RabbitMQ the message_id property",
+        "postgres" => "on the Postgres transport the message_id column of courier.message",
+        _ => "on RabbitMQ the message_id property, on the Postgres transport the message_id column of courier.message",
+    };
     format!(
         "the message has no message id: endpoint {endpoint} keeps an inbox, which recognises a \
          redelivered message by its id, so it cannot promise to handle this one once; the producer \
-         must set a unique message id on every message (on RabbitMQ the message_id property) and \
-         keep it when it sends the same message again; or build the endpoint with \
+         must set a unique message id on every message ({field}) and keep it when it sends the \
+         same message again; or build the endpoint with \
          EndpointBuilder::accept_messages_without_id(true) to handle such messages at least once"
     )
 }
@@ -66,7 +72,7 @@ pub(super) async fn process(
     if delivery.message().envelope.message_id.is_empty() {
         if shared.store.is_some() && !shared.accept_messages_without_id {
             drop(seat);
-            let description = missing_id_description(&shared.name);
+            let description = missing_id_description(&shared.name, shared.bus.transport().name());
             dead_letter(
                 &shared,
                 delivery,
@@ -227,19 +233,24 @@ pub(super) async fn handle(
                         .collect();
                     let observed = shared.observer.as_ref().map(|_| rows.clone());
                     let destinations: Vec<String> = rows.iter().map(|(d, _, _)| d.clone()).collect();
+                    let sent: Vec<String> = rows.iter().map(|(d, t, e)| name_outgoing(d, *t, e)).collect();
                     let stored = work
                         .store_outgoing(rows, shared.clock.now())
                         .await
                         .map_err(Failure::Store)?;
                     let committed = work.commit().await;
                     ctx.release_held();
-                    // A store that sends at its commit (the embedded broker's own file)
-                    // fails the commit with the transport's refusal of a message.
-                    let committed = committed.map_err(|e| {
-                        if crate::endpoint::bus::refused_for_good(&e) {
-                            Failure::Dispatch(e)
+                    // A store that sends at its commit (the embedded broker's own file,
+                    // the Postgres transport's store) fails the commit with the
+                    // transport's refusal of a message.
+                    let committed = committed.map_err(|error| {
+                        if refused_for_good(&error) {
+                            Failure::RefusedAtCommit {
+                                description: describe_sent(&sent),
+                                error: Box::new(error),
+                            }
                         } else {
-                            Failure::Store(e)
+                            Failure::Store(error)
                         }
                     })?;
                     if let Some(due) = ctx.take_timeout_due() {
