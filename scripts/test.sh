@@ -5,14 +5,19 @@
 #   scripts/test.sh [cargo test arguments]      (default: --workspace)
 #
 # 1. A Docker engine: the one DOCKER_HOST or the default socket names; else, as root, it
-#    installs docker.io and debootstrap with apt when missing and starts dockerd on a
-#    socket of its own (/run/courier-test-docker.sock), stopped again at the end.
-#    Without root and without an engine it says in one line what to install.
+#    installs docker.io (and debootstrap, when an image is to be built) with apt when
+#    missing and starts dockerd on a socket of its own (/run/courier-test-docker.sock),
+#    stopped again at the end. Without root and without an engine it says in one line
+#    what to install.
 # 2. The test images (containers/build.sh: built once, reused while their files are
-#    unchanged).
+#    unchanged), those COURIER_TEST_POSTGRES_IMAGE / COURIER_TEST_RABBITMQ_IMAGE do not
+#    name: with both set (e.g. the official images, where a registry is reachable)
+#    nothing is built, and neither root nor debootstrap is needed.
 # 3. `cargo test` with DATABASE_URL and AMQP_URL unset: each test binary starts one
 #    Postgres and one RabbitMQ container (tests/src/containers.rs).
-# 4. At the end, failed or not: the test containers of exited processes are removed.
+# 4. At the end, failed or not: the test containers of exited processes are removed (each
+#    is also removed by its own watcher once its test process ends; this makes sure it is
+#    done before a dockerd started here is stopped).
 #
 # `cargo test --workspace` alone also works: against DATABASE_URL / AMQP_URL, or an engine
 # that answers. See docs/containers.md.
@@ -30,14 +35,31 @@ forward_policy=""
 
 engine_answers() { docker info >/dev/null 2>&1; }
 
+# The ids of the test containers whose process has exited.
+ended_containers() {
+    docker ps -a --filter label=courier.test.owner --format '{{.ID}} {{.Label "courier.test.owner"}}' |
+        while read -r id pid; do
+            [ -d "/proc/$pid" ] || printf '%s ' "$id"
+        done
+}
+
+# The images to build: those not named.
+to_build=()
+[ -n "${COURIER_TEST_POSTGRES_IMAGE:-}" ] || to_build+=(postgres)
+[ -n "${COURIER_TEST_RABBITMQ_IMAGE:-}" ] || to_build+=(rabbitmq)
+
 cleanup() {
     local status=$?
     if command -v docker >/dev/null && engine_answers; then
-        # Test containers whose process has exited (all of this run's, by now).
-        docker ps -a --filter label=courier.test.owner --format '{{.ID}} {{.Label "courier.test.owner"}}' |
-            while read -r id pid; do
-                [ -d "/proc/$pid" ] || docker rm -f -v "$id" >/dev/null || true
-            done
+        # Test containers whose process has exited (all of this run's, by now): their
+        # watchers may be removing them already; wait (at most 60 s) until they are gone.
+        for _ in $(seq 1 120); do
+            ended="$(ended_containers)"
+            [ -n "$ended" ] || break
+            # shellcheck disable=SC2086
+            docker rm -f -v $ended >/dev/null 2>&1 || true
+            sleep 0.5
+        done
     fi
     if [ -n "$started_pid" ]; then
         say "stopping the dockerd this script started (pid $started_pid)"
@@ -63,15 +85,20 @@ elif [ -z "${DOCKER_HOST:-}" ] && [ -S "$private_socket" ] &&
     export DOCKER_HOST="unix://$private_socket"
     say "Docker engine: $DOCKER_HOST (started earlier by this script)"
 else
+    packages=(docker.io)
+    [ "${#to_build[@]}" -eq 0 ] || packages+=(debootstrap)
     if [ "$(id -u)" != 0 ]; then
-        echo "scripts/test.sh needs a Docker engine: install and start Docker (Debian: sudo apt-get install docker.io debootstrap), or run it as root to have it set up; or set DATABASE_URL and AMQP_URL and run cargo test --workspace" >&2
+        echo "scripts/test.sh needs a Docker engine: install and start Docker (Debian: sudo apt-get install ${packages[*]}), or run it as root to have it set up; or set DATABASE_URL and AMQP_URL and run cargo test --workspace" >&2
         exit 1
     fi
-    if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
-        say "installing docker.io and debootstrap with apt"
+    missing=()
+    command -v dockerd >/dev/null || missing+=(docker.io)
+    if [ "${#to_build[@]}" -gt 0 ] && ! command -v debootstrap >/dev/null; then missing+=(debootstrap); fi
+    if [ "${#missing[@]}" -gt 0 ]; then
+        say "installing ${missing[*]} with apt"
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq
-        apt-get install -y -qq docker.io debootstrap >/dev/null
+        apt-get install -y -qq "${missing[@]}" >/dev/null
         phase_done "engine install"
     fi
     if command -v iptables >/dev/null; then
@@ -88,22 +115,24 @@ else
 fi
 
 # --- 2. the images ----------------------------------------------------------------------
-# The base image is made with debootstrap (only when it is missing: containers/build.sh).
-if ! command -v debootstrap >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    say "installing debootstrap with apt"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
-fi
-base="$(bash containers/build.sh base)"
-phase_done "base image ($base)"
-if [ -z "${COURIER_TEST_POSTGRES_IMAGE:-}" ]; then
-    COURIER_TEST_POSTGRES_IMAGE="$(bash containers/build.sh postgres)"
-    export COURIER_TEST_POSTGRES_IMAGE
-    phase_done "postgres image ($COURIER_TEST_POSTGRES_IMAGE)"
-fi
-if [ -z "${COURIER_TEST_RABBITMQ_IMAGE:-}" ]; then
-    COURIER_TEST_RABBITMQ_IMAGE="$(bash containers/build.sh rabbitmq)"
-    export COURIER_TEST_RABBITMQ_IMAGE
-    phase_done "rabbitmq image ($COURIER_TEST_RABBITMQ_IMAGE)"
+if [ "${#to_build[@]}" -eq 0 ]; then
+    say "images named: $COURIER_TEST_POSTGRES_IMAGE, $COURIER_TEST_RABBITMQ_IMAGE (nothing to build)"
+else
+    # The base image is made with debootstrap (only when it is missing: containers/build.sh).
+    if ! command -v debootstrap >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        say "installing debootstrap with apt"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
+    fi
+    base="$(bash containers/build.sh base)"
+    phase_done "base image ($base)"
+    for server in "${to_build[@]}"; do
+        reference="$(bash containers/build.sh "$server")"
+        case "$server" in
+            postgres) export COURIER_TEST_POSTGRES_IMAGE="$reference" ;;
+            rabbitmq) export COURIER_TEST_RABBITMQ_IMAGE="$reference" ;;
+        esac
+        phase_done "$server image ($reference)"
+    done
 fi
 
 # --- 3. the suite -----------------------------------------------------------------------

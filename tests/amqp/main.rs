@@ -13,6 +13,7 @@
 )]
 
 mod foreign;
+mod leftovers;
 mod malformed;
 mod scheduled;
 mod support;

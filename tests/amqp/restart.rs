@@ -1,12 +1,18 @@
-//! RabbitMQ restarts in the middle of a run (the test binary's RabbitMQ container stopped
-//! and started again; on `AMQP_URL`, `rabbitmqctl stop_app` / `start_app`): the endpoint
-//! reconnects with backoff, declares its topology again and goes on consuming;
-//! deliveries in flight come back and the inbox drops the repeats; sends during the
-//! outage fail with a transient error (and succeed when sent again) or wait within the
-//! connect timeout. No job is lost and none has its effect twice.
+//! RabbitMQ restarts in the middle of a run: the endpoint reconnects with backoff,
+//! declares its topology again and goes on consuming; deliveries in flight come back and
+//! the inbox drops the repeats; sends during the outage fail with a transient error (and
+//! succeed when sent again) or wait within the connect timeout. No job is lost and none
+//! has its effect twice.
 //!
-//! A test binary of its own: cargo runs test binaries one after another, so no other
-//! test sees the broker go away.
+//! The broker restarted is one the test started ([`RestartableBroker`]): when a Docker
+//! engine answers, a RabbitMQ container of its own (stopped and started again), even when
+//! `AMQP_URL` is set. Without an engine the test never restarts the broker `AMQP_URL`
+//! names: it works in a virtual host of its own there and has the broker close that
+//! vhost's connections (`rabbitmqctl close_all_connections -p`, the close a client gets
+//! when the broker shuts down), again and again for the length of the outage; other
+//! vhosts' connections are not touched.
+//!
+//! A test binary of its own, so that the broker's pauses do not slow other tests down.
 
 #![allow(
     clippy::unwrap_used,
@@ -21,14 +27,23 @@ mod support;
 
 use std::time::Duration;
 
+use courier::AmqpTransport;
 use courier_tests::eventually;
+use courier_tests::rabbit::RestartableBroker;
 use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rabbitmq_restart_mid_run_loses_no_job_and_repeats_no_effect() {
     let (db, store) = database().await;
+    let broker = RestartableBroker::start().await;
     let name = unique("restart");
-    let transport = rabbit(&store, None).await;
+    let transport = std::sync::Arc::new(
+        AmqpTransport::builder(broker.url())
+            .schedules(&store)
+            .open()
+            .await
+            .unwrap(),
+    );
     let running = endpoint(&name, transport.clone(), &store, 1)
         .concurrency(8)
         .start()
@@ -37,7 +52,9 @@ async fn a_rabbitmq_restart_mid_run_loses_no_job_and_repeats_no_effect() {
     send_jobs(&running, 0..300).await;
     eventually("some jobs handled", || async { effects(&store).await.1 >= 30 }).await;
 
-    let restart = tokio::spawn(courier_tests::rabbit::restart_broker(Duration::from_secs(2)));
+    let broker = std::sync::Arc::new(broker);
+    let restarting = broker.clone();
+    let restart = tokio::spawn(async move { restarting.restart(Duration::from_secs(2)).await });
     // Send while the broker goes down and comes back, and 100 more after: every send
     // either succeeds or fails with a transient error and is sent again (the same job with
     // the same message id; a repeated effect would show as a second row).
@@ -68,11 +85,20 @@ async fn a_rabbitmq_restart_mid_run_loses_no_job_and_repeats_no_effect() {
     wait_effects(&store, i64::from(n)).await;
     assert!(transport.connections_made() >= 2, "the transport reconnected");
     eprintln!(
-        "restart: {n} jobs, {transient_failures} sends failed with a transient error and were sent \
-         again; {} connections made",
+        "restart ({}): {n} jobs, {transient_failures} sends failed with a transient error and were \
+         sent again; {} connections made",
+        if broker.is_container() {
+            "a container of the test's own, stopped and started"
+        } else {
+            "the connections of a vhost of the test's own, closed by the broker"
+        },
         transport.connections_made()
     );
     running.shutdown().await.unwrap();
     cleanup(&transport, &name).await;
+    drop(transport);
+    if let Ok(broker) = std::sync::Arc::try_unwrap(broker) {
+        broker.remove().await;
+    }
     db.drop_now().await;
 }

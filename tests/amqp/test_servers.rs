@@ -10,6 +10,9 @@ use crate::support::Job;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_test_gets_a_database_and_a_vhost_of_its_own() {
+    // Containers, when it starts them, from the images the rest of the suite uses (the
+    // repository's own unless COURIER_TEST_*_IMAGE names others): no registry needed.
+    courier_tests::containers::images_for_test_servers();
     let (a, b) = (postgres_database().await.unwrap(), postgres_database().await.unwrap());
     assert_ne!(a.name(), b.name());
     let pool_a = a.pool(2).await.unwrap();

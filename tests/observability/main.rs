@@ -358,7 +358,9 @@ async fn the_outbox_and_inbox_of_a_postgres_store_are_sampled() {
     let db = courier_tests::pg::TestDatabase::create().await;
     let store = courier::PostgresStore::from_pool(db.pool().await);
     store.migrate().await.unwrap();
-    backlog_sampled_with(Arc::new(store), "obs-backlog-pg").await;
+    backlog_sampled_with(Arc::new(store.clone()), "obs-backlog-pg").await;
+    store.pool().close().await;
+    db.drop_now().await;
 }
 
 /// The RabbitMQ transport counts a reconnection after a dropped connection. The counter

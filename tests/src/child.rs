@@ -22,6 +22,15 @@
 //! [`courier_tests::crash_saga::CrashFlow`] on a store as `outbox` takes it, starts
 //! instance `flow-1` (whose timeout is due an hour later), prints `COMMITTED` once the
 //! start is handled and waits to be killed, long before the timeout is due.
+//!
+//! The test servers' cleanup (`tests/amqp/leftovers.rs`), modes without a broker file:
+//! `courier-test-child watch <container>` starts the watcher of a container name
+//! (`courier::test_servers::remove_when_process_ends`) and prints `READY`;
+//! `courier-test-child containers` starts a Postgres container of the harness's
+//! (testcontainers) and one of `courier::test_servers` and prints `READY`;
+//! `courier-test-child databases` makes a database of the harness's and one of
+//! `courier::test_servers` (and, with `AMQP_URL` set, a vhost) and prints `READY` and
+//! their names. Each then waits to be killed.
 
 #![allow(clippy::print_stdout, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -35,6 +44,9 @@ use courier::{Capabilities, SendError, SequenceNumber};
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
+    if matches!(args[1].as_str(), "watch" | "containers" | "databases") {
+        servers(&args[1], args.get(2)).await;
+    }
     let (mode, db, queue) = (args[1].as_str(), &args[2], &args[3]);
     let broker = Embedded::open(db).await.expect("open broker");
     broker.create_queue(queue, &QueueOptions::default()).await.unwrap();
@@ -277,4 +289,37 @@ async fn saga(broker: Embedded, queue: &str, store: &str) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     stall::<()>("COMMITTED").await;
+}
+
+/// The modes of the test servers' cleanup: make something, print `READY ...`, wait.
+async fn servers(mode: &str, container: Option<&String>) -> ! {
+    let mut line = String::from("READY");
+    // Kept alive until the process is killed.
+    let mut keep: Vec<Box<dyn std::any::Any>> = Vec::new();
+    match mode {
+        "watch" => {
+            courier::test_servers::remove_when_process_ends(container.expect("a container name")).unwrap();
+        }
+        "containers" => {
+            courier_tests::containers::images_for_test_servers();
+            keep.push(Box::new(courier_tests::pg::PgServer::container().await));
+            keep.push(Box::new(courier::test_servers::postgres_database().await.unwrap()));
+        }
+        _ => {
+            let harness = courier_tests::pg::TestDatabase::create().await;
+            let fixture = courier::test_servers::postgres_database().await.unwrap();
+            line = format!("READY {} {}", harness.name, fixture.name());
+            if std::env::var_os("AMQP_URL").is_some() {
+                let vhost = courier::test_servers::rabbitmq_vhost().await.unwrap();
+                line = format!("{line} {}", vhost.name());
+            }
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}").unwrap();
+    out.flush().unwrap();
+    drop(out);
+    loop {
+        std::future::pending::<()>().await;
+    }
 }

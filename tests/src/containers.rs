@@ -7,10 +7,13 @@
 //! (`name:tag`, e.g. `postgres:17-alpine` where a registry is reachable).
 //!
 //! A container serves one test process (a test binary) and lives in a static, whose
-//! destructor never runs: every container carries the label `courier.test.owner` with the
-//! id of the process that started it, and the first container request of a process
-//! removes the containers whose owner is no longer running. `scripts/test.sh` also removes
-//! every labelled container when the suite ends, failed or not.
+//! destructor never runs. It is removed when that process ends, however it ends, by a
+//! watcher started with it ([`watched_name`], through
+//! `courier::test_servers::remove_when_process_ends`). Every container also carries the
+//! label `courier.test.owner` with the id of the process that started it: the first
+//! container request of a process removes the containers whose owner is no longer running
+//! (those whose watcher could not run), and `scripts/test.sh` does the same when the suite
+//! ends, failed or not.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -62,8 +65,20 @@ pub fn engine_answers() -> bool {
 /// # Errors
 /// When the image cannot be built, with the build's own message.
 pub fn image(server: Server) -> Result<(String, String), String> {
-    let reference = match std::env::var(server.override_var()) {
-        Ok(reference) => reference,
+    let reference = image_reference(server)?;
+    match reference.rsplit_once(':') {
+        Some((name, tag)) if !name.is_empty() && !tag.contains('/') => Ok((name.to_owned(), tag.to_owned())),
+        _ => Ok((reference, "latest".to_owned())),
+    }
+}
+
+/// [`image`] as one reference (`name:tag`).
+///
+/// # Errors
+/// When the image cannot be built, with the build's own message.
+pub fn image_reference(server: Server) -> Result<String, String> {
+    match std::env::var(server.override_var()) {
+        Ok(reference) => Ok(reference),
         Err(_) => {
             let script = repo_root().join("containers").join("build.sh");
             let out = Command::new("bash")
@@ -80,13 +95,49 @@ pub fn image(server: Server) -> Result<(String, String), String> {
                     server.override_var()
                 ));
             }
-            String::from_utf8_lossy(&out.stdout).trim().to_owned()
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
         }
-    };
-    match reference.rsplit_once(':') {
-        Some((name, tag)) if !name.is_empty() && !tag.contains('/') => Ok((name.to_owned(), tag.to_owned())),
-        _ => Ok((reference, "latest".to_owned())),
     }
+}
+
+/// Makes `courier::test_servers` start the same images as the harness (the repository's
+/// own, built on first use, or those `COURIER_TEST_*_IMAGE` names) instead of the
+/// official ones, which need a registry. Only for the servers it will start containers
+/// for: when an engine answers and `DATABASE_URL` / `AMQP_URL` is not set. Once per
+/// process; call it before the first `postgres_database` / `rabbitmq_vhost`.
+///
+/// # Panics
+/// When an image is needed and cannot be built, with the build's message.
+#[allow(clippy::panic)]
+pub fn images_for_test_servers() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        if !engine_answers() {
+            return;
+        }
+        if std::env::var_os("DATABASE_URL").is_none() {
+            let reference = image_reference(Server::Postgres).unwrap_or_else(|e| panic!("{e}"));
+            courier::test_servers::set_postgres_image(&reference);
+        }
+        if std::env::var_os("AMQP_URL").is_none() {
+            let reference = image_reference(Server::RabbitMq).unwrap_or_else(|e| panic!("{e}"));
+            courier::test_servers::set_rabbitmq_image(&reference);
+        }
+    });
+}
+
+/// A fresh container name (`courier-test-<pid>-<random>`) whose container, once started
+/// under it, is removed when this process ends, however it ends (a watcher started now:
+/// `courier::test_servers::remove_when_process_ends`). Pass it to `with_container_name`.
+///
+/// # Panics
+/// When the watcher cannot be started (no `sh`).
+#[allow(clippy::panic)]
+pub fn watched_name() -> String {
+    let name = format!("courier-test-{}-{}", std::process::id(), uuid::Uuid::new_v4().simple());
+    courier::test_servers::remove_when_process_ends(&name)
+        .unwrap_or_else(|e| panic!("start the watcher of container {name}: {e}"));
+    name
 }
 
 /// A free TCP port on this host, for a container port mapped to a fixed host port (which a

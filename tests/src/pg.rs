@@ -77,6 +77,7 @@ impl PgServer {
             .with_cmd(["-c", "fsync=off", "-c", "max_connections=300"])
             .with_mapped_port(port, 5432.tcp())
             .with_label(containers::OWNER_LABEL, containers::owner())
+            .with_container_name(containers::watched_name())
             .with_startup_timeout(std::time::Duration::from_secs(120))
             .start()
             .await
@@ -121,19 +122,16 @@ impl PgServer {
         }
     }
 
-    /// Creates a fresh database on this server.
-    #[allow(clippy::expect_used)]
+    /// Creates a fresh database on this server, with `courier::test_servers`'s names
+    /// (the host and the id of this process in them): the databases of this host's test
+    /// processes that have ended are dropped first, on this server.
     pub async fn database(&self) -> TestDatabase {
-        let name = format!("courier_t_{}", uuid::Uuid::new_v4().simple());
-        let mut conn = self.admin.connect().await.expect("connect to Postgres");
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
-            .execute(&mut conn)
+        let db = courier::test_servers::postgres_database_on(&self.admin)
             .await
-            .expect("create the test database");
-        conn.close().await.ok();
+            .unwrap_or_else(|e| panic_with(&format!("create the test database: {e}")));
         TestDatabase {
-            options: self.admin.clone().database(&name),
-            name,
+            options: db.options(),
+            name: db.name().to_owned(),
             admin: self.admin.clone(),
         }
     }
@@ -144,11 +142,12 @@ fn panic_with(message: &str) -> ! {
     panic!("{message}")
 }
 
-/// A database created for one test, dropped by [`TestDatabase::drop_now`].
+/// A database created for one test, dropped by [`TestDatabase::drop_now`], or else by a
+/// later test process once this one has ended (see [`PgServer::database`]).
 pub struct TestDatabase {
     /// Options that connect to it.
     pub options: PgConnectOptions,
-    /// Its name (`courier_t_` and a random suffix).
+    /// Its name (`courier_test_<host>_<pid>_<random>`).
     pub name: String,
     admin: PgConnectOptions,
 }

@@ -1,7 +1,9 @@
 //! The Postgres transport for the tests: one database per test process (created on the
 //! server of [`crate::pg`], migrated once), shared by the tests of the process, which stay
 //! apart by their own queue and topic names; each fixture opens a transport of its own
-//! on a virtual clock.
+//! on a virtual clock. The database lives in a static and is never dropped by its process:
+//! a later test process drops it once this one has ended (its name carries the host and
+//! the process id, see [`crate::pg::PgServer::database`]).
 
 use std::sync::Arc;
 

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use courier::conformance::Fixture;
+use courier::test_servers::TestVhost;
 use courier::{
     AmqpTransport, Clock, Context, Endpoint, EndpointBuilder, HandlerError, PostgresStore, Routes, ScheduleStore,
     SqliteStore, Store, VirtualClock,
@@ -68,6 +69,7 @@ async fn start_container() -> (String, ContainerAsync<GenericImage>) {
         .with_wait_for(WaitFor::message_on_stdout("Server startup complete"))
         .with_mapped_port(port, 5672.tcp())
         .with_label(containers::OWNER_LABEL, containers::owner())
+        .with_container_name(containers::watched_name())
         .with_startup_timeout(std::time::Duration::from_secs(120))
         .start()
         .await
@@ -121,37 +123,108 @@ pub async fn amqp_fixture() -> Fixture {
     fx
 }
 
-/// Restarts the test broker: its container (stopped, then started after `pause`) when
-/// the tests started one, or else the application of the RabbitMQ on this machine that
-/// `AMQP_URL` names (`rabbitmqctl stop_app`, a pause, `start_app`). Connections drop;
-/// durable queues and their messages stay.
-///
-/// # Panics
-/// When the broker cannot be restarted, saying why.
-#[allow(clippy::expect_used, clippy::panic)]
-pub async fn restart_broker(pause: std::time::Duration) {
-    let (_, container) = URL.get().expect("amqp_url() was called first");
-    if let Some(c) = container {
-        c.stop().await.expect("stop the RabbitMQ container");
-        tokio::time::sleep(pause).await;
-        c.start().await.expect("start the RabbitMQ container again");
-        return;
-    }
-    for step in ["stop_app", "start_app"] {
-        let out = tokio::process::Command::new("rabbitmqctl")
-            .arg(step)
-            .output()
+/// A RabbitMQ of a test's own, which it may restart without touching a broker other
+/// tests use: a container of its own when a Docker engine answers (whatever `AMQP_URL`
+/// says), else a virtual host of its own on the broker `AMQP_URL` names (made with
+/// `courier::test_servers::rabbitmq_vhost`, so that broker must be on this machine, with
+/// `rabbitmqctl`).
+pub struct RestartableBroker {
+    url: String,
+    own: Own,
+}
+
+enum Own {
+    Container(Box<ContainerAsync<GenericImage>>),
+    Vhost(TestVhost),
+}
+
+impl RestartableBroker {
+    /// Starts the container or makes the vhost.
+    ///
+    /// # Panics
+    /// Without an engine and without `AMQP_URL`, or when the vhost cannot be made, saying
+    /// why.
+    #[allow(clippy::panic)]
+    pub async fn start() -> Self {
+        if containers::engine_answers() {
+            let (url, container) = start_container().await;
+            return RestartableBroker {
+                url,
+                own: Own::Container(Box::new(container)),
+            };
+        }
+        if std::env::var_os("AMQP_URL").is_none() {
+            panic!(
+                "{}",
+                containers::nothing_there("RabbitMQ", "AMQP_URL", "amqp://user:password@host:5672/%2f")
+            );
+        }
+        let vhost = courier::test_servers::rabbitmq_vhost()
             .await
-            .unwrap_or_else(|e| {
-                panic!("this test restarts the local RabbitMQ with rabbitmqctl {step}, which failed to run: {e}")
-            });
-        assert!(
-            out.status.success(),
-            "rabbitmqctl {step} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        if step == "stop_app" {
-            tokio::time::sleep(pause).await;
+            .unwrap_or_else(|e| panic!("a vhost of the test's own on AMQP_URL's broker: {e}"));
+        RestartableBroker {
+            url: vhost.url().to_owned(),
+            own: Own::Vhost(vhost),
+        }
+    }
+
+    /// Its AMQP URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Whether it is a container (restarted for real) rather than a vhost.
+    pub fn is_container(&self) -> bool {
+        matches!(self.own, Own::Container(_))
+    }
+
+    /// A restart as the test's clients see it. The container: stopped, started again
+    /// after `pause` (durable queues and their messages stay). The vhost: the broker
+    /// closes every connection to it, again and again during `pause` (reconnections too),
+    /// with `rabbitmqctl close_all_connections -p <vhost>`, the close a client gets when
+    /// the broker shuts down; connections to other vhosts are not touched.
+    ///
+    /// # Panics
+    /// When the container cannot be stopped or started, or `rabbitmqctl` fails.
+    #[allow(clippy::expect_used, clippy::panic)]
+    pub async fn restart(&self, pause: std::time::Duration) {
+        match &self.own {
+            Own::Container(c) => {
+                c.stop().await.expect("stop the RabbitMQ container");
+                tokio::time::sleep(pause).await;
+                c.start().await.expect("start the RabbitMQ container again");
+            }
+            Own::Vhost(vhost) => {
+                let until = tokio::time::Instant::now() + pause;
+                loop {
+                    let out = tokio::process::Command::new("rabbitmqctl")
+                        .args(["close_all_connections", "-p", vhost.name(), "courier restart test"])
+                        .output()
+                        .await
+                        .unwrap_or_else(|e| panic!("rabbitmqctl close_all_connections did not run: {e}"));
+                    assert!(
+                        out.status.success(),
+                        "rabbitmqctl close_all_connections failed: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                    if tokio::time::Instant::now() >= until {
+                        return;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+            }
+        }
+    }
+
+    /// Removes the container or deletes the vhost.
+    pub async fn remove(self) {
+        match self.own {
+            Own::Container(c) => {
+                let _ = c.rm().await;
+            }
+            Own::Vhost(v) => {
+                let _ = v.delete().await;
+            }
         }
     }
 }

@@ -6,24 +6,41 @@
 //!
 //! 1. `DATABASE_URL` / `AMQP_URL`, when set (your team's servers). A vhost is created with
 //!    `rabbitmqctl`, so on `AMQP_URL` only for a broker on this machine.
-//! 2. A Docker engine that answers `docker info`: one container per test process, from
-//!    `COURIER_TEST_POSTGRES_IMAGE` (default `postgres:17-alpine`) or
-//!    `COURIER_TEST_RABBITMQ_IMAGE` (default `rabbitmq:3.13`), on a host port Docker picks,
-//!    labelled `courier.test.owner=<process id>`; the containers of processes that have
-//!    ended are removed when the next test process starts one.
+//! 2. A Docker engine that answers `docker info`: one container per test process, on a
+//!    host port Docker picks, labelled `courier.test.owner=<process id>`. The image is
+//!    `COURIER_TEST_POSTGRES_IMAGE` / `COURIER_TEST_RABBITMQ_IMAGE` when set, else the one
+//!    named with [`set_postgres_image`] / [`set_rabbitmq_image`], else the official
+//!    `postgres:17-alpine` / `rabbitmq:3.13` (which need a registry).
 //! 3. The servers on this machine's default ports: Postgres on 127.0.0.1:5432 as user
 //!    `postgres`, RabbitMQ on 127.0.0.1:5672 as `guest` (with `rabbitmqctl` for vhosts).
+//!
+//! # Cleanup
+//!
+//! A test drops what it made ([`TestDatabase::drop_database`], [`TestVhost::delete`]);
+//! what a failed or killed test left is dropped by a later one. Names carry the host and
+//! the id of the process that made them (`courier_test_<host>_<pid>_<random>`, vhosts with
+//! `-`), and each new database or vhost drops first, on the same server, those of this
+//! host whose process has ended. A container is removed when its test process ends,
+//! however it ends (a watcher started with it: [`remove_when_process_ends`]), and any
+//! labelled container of an ended process when the next one is started.
 //!
 //! The `docker` and `rabbitmqctl` commands are run as child processes; nothing here
 //! talks to Docker's API directly.
 
-use std::process::Command;
 use std::str::FromStr;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection};
 use tokio::sync::OnceCell;
+
+mod docker;
+mod owner;
+
+use docker::{docker_answers, run, start_container};
+pub use owner::remove_when_process_ends;
+use owner::{DATABASE_PREFIX, ended_here, unique_name};
 
 /// Why a test server could not be provided.
 #[derive(Debug, thiserror::Error)]
@@ -87,9 +104,42 @@ pub const OWNER_LABEL: &str = "courier.test.owner";
 
 const READY_WITHIN: Duration = Duration::from_secs(120);
 
+/// The images named in code.
+static POSTGRES_IMAGE: Mutex<Option<String>> = Mutex::new(None);
+#[cfg(feature = "amqp")]
+static RABBITMQ_IMAGE: Mutex<Option<String>> = Mutex::new(None);
+
+/// Names the Postgres image the test containers start from (`name:tag`), in place of
+/// `postgres:17-alpine`: e.g. one built on a machine without a registry. The image must
+/// honour `POSTGRES_USER` / `POSTGRES_PASSWORD` and listen on 5432, as the official one
+/// does. `COURIER_TEST_POSTGRES_IMAGE`, when set, wins. Call it before the first
+/// [`postgres_database`] of the process: its container is started once.
+pub fn set_postgres_image(reference: &str) {
+    *POSTGRES_IMAGE.lock().unwrap_or_else(PoisonError::into_inner) = Some(reference.to_owned());
+}
+
+/// Names the RabbitMQ image the test containers start from (`name:tag`), in place of
+/// `rabbitmq:3.13`. The image must let `guest` in from outside on 5672 and have
+/// `rabbitmqctl`. `COURIER_TEST_RABBITMQ_IMAGE`, when set, wins. Call it before the first
+/// [`rabbitmq_vhost`] of the process.
+#[cfg(feature = "amqp")]
+pub fn set_rabbitmq_image(reference: &str) {
+    *RABBITMQ_IMAGE.lock().unwrap_or_else(PoisonError::into_inner) = Some(reference.to_owned());
+}
+
+/// The image to start: `variable`'s, else the one set in code (`set`), else `default`.
+fn image(variable: &str, set: &Mutex<Option<String>>, default: &str) -> String {
+    std::env::var(variable).ok().unwrap_or_else(|| {
+        set.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .unwrap_or_else(|| default.to_owned())
+    })
+}
+
 /// A database created for one test on the test Postgres server. Drop it with
-/// [`TestDatabase::drop_database`] (a test that fails leaves it behind: its name is
-/// unique, so later runs are not disturbed).
+/// [`TestDatabase::drop_database`]; one a failed test left is dropped by a later test
+/// (see [Cleanup](crate::test_servers#cleanup)).
 #[derive(Debug, Clone)]
 pub struct TestDatabase {
     name: String,
@@ -98,7 +148,8 @@ pub struct TestDatabase {
 }
 
 impl TestDatabase {
-    /// Its name (`test_` and 32 hex digits).
+    /// Its name: `courier_test_`, 8 hex digits naming this host, the id of the process
+    /// that made it and 16 random hex digits, joined by `_`.
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -150,9 +201,21 @@ static POSTGRES: OnceCell<PgConnectOptions> = OnceCell::const_new();
 /// [`ServerError::NoServer`] when there is no server; the server's or Docker's error
 /// otherwise.
 pub async fn postgres_database() -> Result<TestDatabase, ServerError> {
-    let admin = POSTGRES.get_or_try_init(postgres_server).await?.clone();
-    let name = format!("test_{}", uuid::Uuid::new_v4().simple());
+    let admin = POSTGRES.get_or_try_init(postgres_server).await?;
+    postgres_database_on(admin).await
+}
+
+/// Creates a fresh database on the Postgres server `admin` connects to, as a user who may
+/// create databases: a server your tests started themselves (e.g. with testcontainers).
+/// Named and cleaned up as [`postgres_database`]'s are: the databases of this host's ended
+/// test processes on that server are dropped first (best effort).
+///
+/// # Errors
+/// When the server cannot be reached or refuses to create the database.
+pub async fn postgres_database_on(admin: &PgConnectOptions) -> Result<TestDatabase, ServerError> {
+    let name = unique_name(DATABASE_PREFIX, '_');
     let mut conn = admin.connect().await?;
+    drop_ended_databases(&mut conn).await;
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
         .execute(&mut conn)
         .await?;
@@ -160,8 +223,28 @@ pub async fn postgres_database() -> Result<TestDatabase, ServerError> {
     Ok(TestDatabase {
         options: admin.clone().database(&name),
         name,
-        admin,
+        admin: admin.clone(),
     })
+}
+
+/// Drops the test databases of this host whose process has ended (best effort: a
+/// database another user owns stays).
+async fn drop_ended_databases(conn: &mut sqlx::PgConnection) {
+    let Ok(names) =
+        sqlx::query_scalar::<_, String>("SELECT datname FROM pg_database WHERE starts_with(datname::text, $1)")
+            .bind(DATABASE_PREFIX)
+            .fetch_all(&mut *conn)
+            .await
+    else {
+        return;
+    };
+    for name in names.iter().filter(|n| ended_here(n, DATABASE_PREFIX, '_')) {
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"
+        )))
+        .execute(&mut *conn)
+        .await;
+    }
 }
 
 async fn postgres_server() -> Result<PgConnectOptions, ServerError> {
@@ -172,7 +255,7 @@ async fn postgres_server() -> Result<PgConnectOptions, ServerError> {
         });
     }
     if docker_answers().await {
-        let image = std::env::var("COURIER_TEST_POSTGRES_IMAGE").unwrap_or_else(|_| "postgres:17-alpine".into());
+        let image = image("COURIER_TEST_POSTGRES_IMAGE", &POSTGRES_IMAGE, "postgres:17-alpine");
         let (id, port) = start_container(
             &image,
             "5432",
@@ -226,7 +309,8 @@ async fn postgres_server() -> Result<PgConnectOptions, ServerError> {
 }
 
 /// A virtual host created for one test on the test RabbitMQ. Delete it with
-/// [`TestVhost::delete`].
+/// [`TestVhost::delete`]; one a failed test left is deleted by a later test (see
+/// [Cleanup](crate::test_servers#cleanup)).
 #[cfg(feature = "amqp")]
 #[derive(Debug, Clone)]
 pub struct TestVhost {
@@ -237,7 +321,8 @@ pub struct TestVhost {
 
 #[cfg(feature = "amqp")]
 impl TestVhost {
-    /// Its name (`test-` and 32 hex digits).
+    /// Its name: `courier-test-`, 8 hex digits naming this host, the id of the process
+    /// that made it and 16 random hex digits, joined by `-`.
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -252,7 +337,7 @@ impl TestVhost {
     /// # Errors
     /// When `rabbitmqctl delete_vhost` fails.
     pub async fn delete(self) -> Result<(), ServerError> {
-        self.broker.rabbitmqctl(&["delete_vhost", &self.name]).await
+        self.broker.rabbitmqctl(&["delete_vhost", &self.name]).await.map(drop)
     }
 }
 
@@ -268,13 +353,26 @@ struct Broker {
 
 #[cfg(feature = "amqp")]
 impl Broker {
-    async fn rabbitmqctl(&self, args: &[&str]) -> Result<(), ServerError> {
+    /// Runs `rabbitmqctl` with `args`; its output.
+    async fn rabbitmqctl(&self, args: &[&str]) -> Result<String, ServerError> {
         let mut command: Vec<String> = match &self.container {
             Some(id) => vec!["docker".into(), "exec".into(), id.clone(), "rabbitmqctl".into()],
             None => vec!["rabbitmqctl".into()],
         };
         command.extend(args.iter().map(|a| (*a).to_owned()));
-        run(command).await.map(drop)
+        run(command).await
+    }
+
+    /// Deletes the test vhosts of this host whose process has ended (best effort).
+    async fn delete_ended_vhosts(&self) {
+        let Ok(listing) = self.rabbitmqctl(&["list_vhosts", "--silent", "name"]).await else {
+            return;
+        };
+        for name in listing.lines().map(str::trim) {
+            if owner::ended_here(name, owner::VHOST_PREFIX, '-') {
+                let _ = self.rabbitmqctl(&["delete_vhost", name]).await;
+            }
+        }
     }
 }
 
@@ -290,7 +388,8 @@ static RABBITMQ: OnceCell<Broker> = OnceCell::const_new();
 #[cfg(feature = "amqp")]
 pub async fn rabbitmq_vhost() -> Result<TestVhost, ServerError> {
     let broker = RABBITMQ.get_or_try_init(rabbitmq_server).await?.clone();
-    let name = format!("test-{}", uuid::Uuid::new_v4().simple());
+    let name = unique_name(owner::VHOST_PREFIX, '-');
+    broker.delete_ended_vhosts().await;
     broker.rabbitmqctl(&["add_vhost", &name]).await?;
     broker
         .rabbitmqctl(&["set_permissions", "-p", &name, &broker.user, ".*", ".*", ".*"])
@@ -334,7 +433,7 @@ async fn rabbitmq_server() -> Result<Broker, ServerError> {
         });
     }
     if docker_answers().await {
-        let image = std::env::var("COURIER_TEST_RABBITMQ_IMAGE").unwrap_or_else(|_| "rabbitmq:3.13".into());
+        let image = image("COURIER_TEST_RABBITMQ_IMAGE", &RABBITMQ_IMAGE, "rabbitmq:3.13");
         let (id, port) = start_container(&image, "5672", &[]).await?;
         // Ready when rabbitmqctl answers for a booted node.
         let deadline = tokio::time::Instant::now() + READY_WITHIN;
@@ -366,93 +465,4 @@ async fn rabbitmq_server() -> Result<Broker, ServerError> {
         what: "RabbitMQ",
         hint: "set AMQP_URL, or start a Docker engine, or a broker on 127.0.0.1:5672 (with rabbitmqctl)",
     })
-}
-
-/// Whether `docker info` succeeds.
-async fn docker_answers() -> bool {
-    run(vec!["docker".into(), "info".into()]).await.is_ok()
-}
-
-/// Starts a container of `image` with `port` published on a host port Docker picks;
-/// returns its id and that port. Removes first the test containers of ended processes.
-async fn start_container(image: &str, port: &str, extra: &[&str]) -> Result<(String, u16), ServerError> {
-    remove_orphans().await;
-    let mut command: Vec<String> = ["docker", "run", "-d", "-p"].iter().map(|s| (*s).to_owned()).collect();
-    command.push(format!("127.0.0.1::{port}"));
-    command.push("--label".into());
-    command.push(format!("{OWNER_LABEL}={}", std::process::id()));
-    command.extend(extra.iter().map(|s| (*s).to_owned()));
-    command.push(image.to_owned());
-    let id = run(command).await?.trim().to_owned();
-    let mapped = run(vec!["docker".into(), "port".into(), id.clone(), format!("{port}/tcp")]).await?;
-    let host_port = mapped
-        .lines()
-        .find_map(|line| line.rsplit_once(':').and_then(|(_, p)| p.trim().parse::<u16>().ok()))
-        .ok_or_else(|| ServerError::Command {
-            command: format!("docker port {id} {port}/tcp"),
-            output: mapped.clone(),
-        })?;
-    Ok((id, host_port))
-}
-
-/// Removes the labelled containers whose process has ended (best effort).
-async fn remove_orphans() {
-    // Whether a process runs is read from /proc: without it, nothing is removed.
-    if !std::path::Path::new("/proc/self").exists() {
-        return;
-    }
-    let format = format!("{{{{.ID}}}} {{{{.Label \"{OWNER_LABEL}\"}}}}");
-    let Ok(listing) = run(vec![
-        "docker".into(),
-        "ps".into(),
-        "-a".into(),
-        "--filter".into(),
-        format!("label={OWNER_LABEL}"),
-        "--format".into(),
-        format,
-    ])
-    .await
-    else {
-        return;
-    };
-    for line in listing.lines() {
-        let Some((id, pid)) = line.split_once(' ') else {
-            continue;
-        };
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = run(vec![
-                "docker".into(),
-                "rm".into(),
-                "-f".into(),
-                "-v".into(),
-                id.to_owned(),
-            ])
-            .await;
-        }
-    }
-}
-
-/// Runs a command to its end; its stdout when it succeeds.
-async fn run(command: Vec<String>) -> Result<String, ServerError> {
-    let line = command.join(" ");
-    let result = tokio::task::spawn_blocking(move || {
-        let (program, args) = command.split_first().map_or(("", &[][..]), |(p, a)| (p.as_str(), a));
-        Command::new(program).args(args).output()
-    })
-    .await;
-    match result {
-        Ok(Ok(out)) if out.status.success() => Ok(String::from_utf8_lossy(&out.stdout).into_owned()),
-        Ok(Ok(out)) => Err(ServerError::Command {
-            command: line,
-            output: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-        }),
-        Ok(Err(e)) => Err(ServerError::Command {
-            command: line,
-            output: e.to_string(),
-        }),
-        Err(e) => Err(ServerError::Command {
-            command: line,
-            output: e.to_string(),
-        }),
-    }
 }
