@@ -6,13 +6,14 @@ use chrono::{DateTime, Utc};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::Envelope;
+use crate::message::reasons::{INVALID_WIRE_FORMAT, MESSAGE_TOO_LARGE};
 
 /// The default limit on a message's size: 1 MiB.
 pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 1024 * 1024;
 /// The longest message id accepted.
 pub const MAX_MESSAGE_ID_LEN: usize = 128;
 /// How far ahead a message may be scheduled (about 100 years).
-const MAX_SCHEDULE_AHEAD: chrono::Duration = chrono::Duration::days(100 * 366);
+pub(crate) const MAX_SCHEDULE_AHEAD: chrono::Duration = chrono::Duration::days(100 * 366);
 
 /// The checks a message passes before it is accepted for `entity` (every transport
 /// applies the same).
@@ -96,4 +97,89 @@ pub(crate) fn unreadable_properties(error: &serde_json::Error, json: &str) -> St
          \"{}\"",
         quoted(json.as_bytes())
     )
+}
+
+/// Why a receiver refuses a message it read back: the dead-letter reason and the
+/// description.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    pub(crate) reason: &'static str,
+    pub(crate) description: String,
+}
+
+/// What a receiver of the embedded broker or the Postgres transport refuses in a stored
+/// message that another program wrote: `unreadable` (what could not be read as written,
+/// already described), and what a Courier sender would have refused (an id or a session
+/// id of more than 128 bytes, a message over `max_message_size`, named by `setting`).
+/// RabbitMQ's receiver refuses the same (`amqp/inspect.rs`). The reason is
+/// `courier.MessageTooLarge` when the size is the only problem, else
+/// `courier.InvalidWireFormat`. An empty message id is not refused here: the endpoint
+/// decides (`courier.MissingMessageId`, or `accept_messages_without_id`).
+pub(crate) fn stored_refusal(
+    unreadable: Option<String>,
+    m: &Envelope,
+    max_message_size: usize,
+    setting: &str,
+) -> Option<Refusal> {
+    let mut problems: Vec<String> = unreadable.into_iter().collect();
+    if m.message_id.len() > MAX_MESSAGE_ID_LEN {
+        problems.push(format!(
+            "message_id has {} bytes; Courier's message ids have 1 to {MAX_MESSAGE_ID_LEN} (a Courier sender \
+             refuses a longer one): \"{}\"",
+            m.message_id.len(),
+            quoted(m.message_id.as_bytes())
+        ));
+    }
+    if let Some(s) = &m.session_id
+        && (s.is_empty() || s.len() > MAX_MESSAGE_ID_LEN)
+    {
+        problems.push(format!(
+            "session_id has {} bytes; Courier's session ids have 1 to {MAX_MESSAGE_ID_LEN}",
+            s.len()
+        ));
+    }
+    let size = m.size();
+    let too_large = size > max_message_size;
+    if too_large {
+        problems.push(format!(
+            "the message has {size} bytes (body, ids and properties); this transport's limit is \
+             {max_message_size} ({setting})"
+        ));
+    }
+    (!problems.is_empty()).then(|| Refusal {
+        reason: if too_large && problems.len() == 1 {
+            MESSAGE_TOO_LARGE
+        } else {
+            INVALID_WIRE_FORMAT
+        },
+        description: problems.join("; "),
+    })
+}
+
+/// The dead-letter description of a stored message in the scheduled state without a
+/// scheduled time (another program's row): it would never become due.
+pub(crate) const NO_SCHEDULED_TIME: &str =
+    "the message is stored as scheduled but has no scheduled time, so it would never become due";
+/// The dead-letter description of a stored message scheduled more than 100 years ahead
+/// (another program's row), around the time (RFC 3339, UTC).
+pub(crate) const FAR_SCHEDULE: [&str; 2] = [
+    "the message is scheduled for ",
+    ", more than 100 years ahead, which no Courier sender accepts (a time in the wrong unit?); it would never \
+     become due",
+];
+
+/// The dead-letter description of a stored message in the scheduled state that no
+/// Courier sender could have scheduled: `at` more than 100 years after `now`, or no time
+/// at all. `None` when `at` is a time a sender accepts.
+pub(crate) fn impossible_schedule(at: Option<DateTime<Utc>>, now: DateTime<Utc>) -> Option<String> {
+    match at {
+        None => Some(NO_SCHEDULED_TIME.to_owned()),
+        Some(at) if at > now + MAX_SCHEDULE_AHEAD => Some(format!(
+            "{}{}{}",
+            FAR_SCHEDULE[0],
+            at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            FAR_SCHEDULE[1]
+        )),
+        Some(_) => None,
+    }
 }

@@ -12,6 +12,7 @@
     unreachable_pub
 )]
 
+mod corpus;
 mod foreign;
 mod leftovers;
 mod malformed;

@@ -13,6 +13,8 @@ use courier::recoverability::reasons;
 use courier::{Embedded, Endpoint, EntityPath, QueueOptions, ReceivedMessage, RetryPolicy, Routes, Transport};
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool};
 
+use courier_tests::corpus as shared;
+
 use super::support::*;
 
 /// One raw row: each text column as SQL (a literal, `NULL`, or a `CAST(X'..' AS TEXT)` for
@@ -396,5 +398,171 @@ async fn an_unreadable_scheduled_row_is_dead_lettered_when_due_not_dropped() {
         dead[0].broker.dead_letter_description
     );
     assert_eq!(broker.counts(&EntityPath::queue(queue)).await.unwrap().active, 0);
+    broker.close().await;
+}
+
+/// A row stored as scheduled without a scheduled time, or at the largest time the column
+/// holds, would never become due (before the fix it stayed in the file for good, counted
+/// as scheduled): the broker dead-letters it when it opens, saying why.
+#[tokio::test]
+async fn a_scheduled_row_that_can_never_become_due_is_dead_lettered_when_the_broker_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let queue = "corpus-never-due";
+    let path = broker_file(&dir, queue).await;
+    let row = |id| Raw {
+        case: "scheduled, never due",
+        expect: Some(INVALID_WIRE_FORMAT),
+        message_id: id,
+        message_type: ORDER,
+        content_type: JSON,
+        properties: "NULL",
+        body: "CAST('{\"id\":1}' AS BLOB)",
+    };
+    insert_raw(&path, queue, &[row("'no-time'")], 1, None).await;
+    insert_raw(&path, queue, &[row("'at-the-end-of-time'")], 1, Some(i64::MAX)).await;
+    let broker = Embedded::open(&path).await.unwrap();
+    let dead = dead_letters_of(&broker, queue).await;
+    let got: Vec<(&str, Option<&str>)> = dead
+        .iter()
+        .map(|m| (m.message_id(), m.broker.dead_letter_reason.as_deref()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("no-time", Some(INVALID_WIRE_FORMAT)),
+            ("at-the-end-of-time", Some(INVALID_WIRE_FORMAT))
+        ]
+    );
+    let description = |i: usize| dead[i].broker.dead_letter_description.clone().unwrap_or_default();
+    assert!(description(0).contains("no scheduled time"), "{}", description(0));
+    assert!(
+        description(1).contains("more than 100 years ahead"),
+        "{}",
+        description(1)
+    );
+    assert_eq!(dead[1].broker.dead_letter_source.as_deref(), Some(queue));
+    let counts = broker.counts(&EntityPath::queue(queue)).await.unwrap();
+    assert_eq!((counts.scheduled, counts.dead_lettered), (0, 2));
+    broker.close().await;
+}
+
+/// Writes the shared corpus (`courier_tests::corpus`) into queue `queue` of the closed
+/// broker file at `path`, as another program would: one row per message, bound as given
+/// (a row the table refuses is reported by its label), and the broken saga row.
+async fn insert_corpus(path: &std::path::Path, queue: &str, corpus: &shared::Corpus) -> Vec<String> {
+    let pool = SqlitePool::connect_with(SqliteConnectOptions::new().filename(path))
+        .await
+        .unwrap();
+    let (entity, mut seq): (i64, i64) =
+        sqlx::query_as("SELECT id, next_seq FROM courier_entity WHERE name = ?1 AND parent = 0")
+            .bind(queue)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let now = chrono::Utc::now().timestamp_micros();
+    let mut refused = Vec::new();
+    for (case, raw) in corpus.sequence(shared::Producer::EmbeddedRows) {
+        if let Some((correlation, state)) = case.and_then(|c| c.saga_row) {
+            sqlx::query(
+                "INSERT INTO courier_saga (saga_type, correlation, state, version, created_at, updated_at) \
+                 VALUES ('corpus.Booking', ?1, ?2, 1, ?3, ?3)",
+            )
+            .bind(correlation)
+            .bind(state)
+            .bind(now)
+            .execute(&pool)
+            .await
+            .unwrap();
+        }
+        let scheduled = raw.scheduled.map(|s| s.at().timestamp_micros());
+        let inserted = sqlx::query(
+            "INSERT INTO courier_message (id, entity_id, seq, state, delivery_count, enqueued_at, scheduled_at, \
+             message_id, correlation_id, message_type, content_type, properties, body) \
+             VALUES (?1, ?2, ?3, ?4, 0, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+        )
+        .bind((entity << 40) | seq)
+        .bind(entity)
+        .bind(seq)
+        .bind(if scheduled.is_some() { 1 } else { 0 })
+        .bind(now)
+        .bind(scheduled)
+        .bind(raw.message_id())
+        .bind(raw.correlation_id.as_deref())
+        .bind(raw.message_type.as_deref())
+        .bind(raw.content_type.as_deref())
+        .bind(raw.properties_json())
+        .bind(raw.body.as_slice())
+        .execute(&pool)
+        .await;
+        match inserted {
+            Ok(_) => seq += 1,
+            Err(e) => {
+                assert!(e.to_string().contains("NOT NULL"), "{}: {e}", raw.label);
+                refused.push(raw.label.clone());
+            }
+        }
+    }
+    sqlx::query("UPDATE courier_entity SET next_seq = ?1 WHERE id = ?2")
+        .bind(seq)
+        .bind(entity)
+        .execute(&pool)
+        .await
+        .unwrap();
+    pool.close().await;
+    refused
+}
+
+/// Issue 18, point 3: the corpus every transport shares (`courier_tests::corpus`), as rows
+/// another program wrote into the broker's file, handled by an endpoint with the
+/// broker's own store, a plain handler and a saga with a timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shared_corpus_written_as_rows_is_dead_lettered_case_by_case_and_the_valid_messages_are_handled_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let queue = "corpus-shared";
+    let path = broker_file(&dir, queue).await;
+    let corpus = shared::corpus();
+    let refused = insert_corpus(&path, queue, &corpus).await;
+
+    let broker = Embedded::open(&path).await.unwrap();
+    let seen = shared::Seen::default();
+    let endpoint = shared::endpoint(
+        Endpoint::builder(queue).transport(broker.clone()).store(broker.store()),
+        queue,
+        &seen,
+    )
+    .start()
+    .await
+    .unwrap();
+    let transport: Arc<dyn Transport> = Arc::new(broker.clone());
+    let (handled, want_dead) = shared::totals(&corpus, shared::Producer::EmbeddedRows);
+    let settled = shared::settle(|| async {
+        let c = counts(&transport, queue).await;
+        seen.calls().len() >= handled && c.active == 0 && c.scheduled == 0 && c.dead_lettered >= want_dead as u64
+    })
+    .await;
+    let outcome = shared::Outcome {
+        calls: seen.calls(),
+        dead: dead_letters_of(&broker, queue).await,
+        refused,
+    };
+    for line in shared::check(&corpus, shared::Producer::EmbeddedRows, &outcome) {
+        eprintln!("{line}");
+    }
+    let c = counts(&transport, queue).await;
+    assert!(settled, "nothing left active or scheduled: {c:?}");
+    // Nothing stuck: the valid booking closed (its timeout cancelled), the broken one
+    // kept as stored for an operator.
+    let pool = broker.read_pool();
+    let sagas: Vec<String> = sqlx::query_scalar("SELECT correlation FROM courier_saga")
+        .fetch_all(pool)
+        .await
+        .unwrap();
+    assert_eq!(sagas, [shared::BROKEN_BOOKING]);
+    let timeouts: i64 = sqlx::query_scalar("SELECT count(*) FROM courier_saga_timeout")
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    assert_eq!(timeouts, 0, "no timeout left");
+    endpoint.shutdown().await.unwrap();
     broker.close().await;
 }

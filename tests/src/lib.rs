@@ -23,6 +23,7 @@ pub async fn embedded_fixture() -> Fixture {
 }
 
 pub mod containers;
+pub mod corpus;
 pub mod crash;
 pub mod crash_saga;
 pub mod pg;

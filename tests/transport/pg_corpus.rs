@@ -6,10 +6,14 @@
 //! keeping them as stored, and hands out the valid messages around it; before the fix the
 //! first such row failed every receive of its queue.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use courier::reasons::INVALID_WIRE_FORMAT;
-use courier::{EntityPath, Envelope, QueueOptions, ReceivedMessage, SenderOptions, Transport, VirtualClock};
+use courier::{
+    Clock, Endpoint, EntityPath, Envelope, QueueOptions, ReceivedMessage, SenderOptions, Transport, VirtualClock,
+};
+use courier_tests::corpus as shared;
 use courier_tests::pg_transport::{database, transport};
 use uuid::Uuid;
 
@@ -238,4 +242,197 @@ fn any_jsonb_properties_are_received_or_dead_lettered() {
                 && m.broker.dead_letter_reason.as_deref() == Some(INVALID_WIRE_FORMAT)));
         }
     });
+}
+
+/// Inserts the shared corpus (`courier_tests::corpus`) into queue `q` as another program
+/// would (`INSERT INTO courier.message`), and the broken saga row; returns the labels of
+/// the rows the table refused.
+async fn insert_shared_corpus(pool: &sqlx::PgPool, q: &str, corpus: &shared::Corpus) -> Vec<String> {
+    let mut refused = Vec::new();
+    for (case, raw) in corpus.sequence(shared::Producer::PostgresRows) {
+        if let Some((correlation, state)) = case.and_then(|c| c.saga_row) {
+            sqlx::query(
+                "INSERT INTO courier.saga (saga_type, correlation, state, version, created_at, updated_at) \
+                 VALUES ('corpus.Booking', $1, $2::jsonb, 1, now(), now())",
+            )
+            .bind(correlation)
+            .bind(state)
+            .execute(pool)
+            .await
+            .unwrap();
+        }
+        let scheduled = raw.scheduled.map(shared::Scheduled::at);
+        let inserted = sqlx::query(
+            "INSERT INTO courier.message (entity_id, seq, state, enqueued_at, scheduled_at, message_id, \
+             correlation_id, message_type, content_type, properties, body) \
+             SELECT id, nextval('courier.message_seq'), $2, now(), $3, $4, $5, $6, $7, $8::jsonb, $9 \
+             FROM courier.entity WHERE kind = 0 AND name = $1",
+        )
+        .bind(q)
+        .bind(if scheduled.is_some() { 1_i16 } else { 0 })
+        .bind(scheduled)
+        .bind(raw.message_id())
+        .bind(raw.correlation_id.as_deref())
+        .bind(raw.message_type.as_deref())
+        .bind(raw.content_type.as_deref())
+        .bind(raw.properties_json())
+        .bind(raw.body.as_slice())
+        .execute(pool)
+        .await;
+        if let Err(e) = inserted {
+            assert!(e.to_string().contains("not-null"), "{}: {e}", raw.label);
+            refused.push(raw.label.clone());
+        }
+    }
+    refused
+}
+
+/// Issue 18, point 3: the corpus every transport shares (`courier_tests::corpus`), as rows
+/// another program inserted, handled by an endpoint with the transport's own store
+/// (`PgTransportStore`), a plain handler and a saga with a timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shared_corpus_inserted_as_rows_is_dead_lettered_case_by_case_and_the_valid_messages_are_handled_once() {
+    let clock = VirtualClock::starting_now();
+    let t = Arc::new(transport(&clock).await);
+    let q = format!("corpus-{}", Uuid::new_v4().simple());
+    t.create_queue(&q, &QueueOptions::default()).await.unwrap();
+    let pool = sqlx::PgPool::connect_with(database().await).await.unwrap();
+    let corpus = shared::corpus();
+    let refused = insert_shared_corpus(&pool, &q, &corpus).await;
+
+    let seen = shared::Seen::default();
+    let shared_clock: Arc<dyn Clock> = Arc::new(clock.clone());
+    let endpoint = shared::endpoint(
+        Endpoint::builder(q.clone())
+            .transport(t.clone())
+            .store(t.store())
+            .clock(shared_clock),
+        &q,
+        &seen,
+    )
+    .start()
+    .await
+    .unwrap();
+    let path = EntityPath::queue(&q);
+    let (handled, want_dead) = shared::totals(&corpus, shared::Producer::PostgresRows);
+    let settled = shared::settle(|| async {
+        let c = t.counts(&path).await.unwrap();
+        seen.calls().len() >= handled && c.active == 0 && c.scheduled == 0 && c.dead_lettered >= want_dead as u64
+    })
+    .await;
+    let outcome = shared::Outcome {
+        calls: seen.calls(),
+        dead: t.peek(&path.clone().dead_letter(), 0, 100).await.unwrap(),
+        refused,
+    };
+    for line in shared::check(&corpus, shared::Producer::PostgresRows, &outcome) {
+        eprintln!("{line}");
+    }
+    let c = t.counts(&path).await.unwrap();
+    assert!(settled, "nothing left active or scheduled: {c:?}");
+    // Nothing stuck: the valid booking closed (its timeout cancelled), the broken one
+    // kept as stored for an operator.
+    let sagas: Vec<String> =
+        sqlx::query_scalar("SELECT correlation FROM courier.saga WHERE saga_type = 'corpus.Booking'")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(sagas, [shared::BROKEN_BOOKING]);
+    let timeouts: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM courier.saga_timeout WHERE saga_type = 'corpus.Booking'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert_eq!(timeouts, 0, "no timeout left");
+    endpoint.shutdown().await.unwrap();
+    pool.close().await;
+}
+
+/// Times only Postgres can store (`infinity`, `-infinity`) and a scheduled row without a
+/// time, in the columns another program may fill. Before the fix, reading a row whose
+/// time chrono cannot hold panicked in sqlx's decoding ("`NaiveDateTime + TimeDelta`
+/// overflowed"), failing the receive (`Closed`) every time: the queue stopped. A row
+/// scheduled at `infinity` or without a time never became due. Now the infinite times
+/// read as the nearest time chrono holds and are handled; the impossible schedules are
+/// dead-lettered saying why; the valid message behind them is received.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_with_infinite_or_missing_times_do_not_stop_the_queue() {
+    let clock = VirtualClock::starting_now();
+    let t = transport(&clock).await;
+    let q = format!("corpus-times-{}", Uuid::new_v4().simple());
+    t.create_queue(&q, &QueueOptions::default()).await.unwrap();
+    let pool = sqlx::PgPool::connect_with(database().await).await.unwrap();
+    let rows = [
+        ("scheduled-infinity", 1_i16, "now()", Some("infinity")),
+        ("scheduled-minus-infinity", 1, "now()", Some("-infinity")),
+        ("scheduled-null", 1, "now()", None),
+        ("enqueued-minus-infinity", 0, "'-infinity'::timestamptz", None),
+        ("enqueued-infinity", 0, "'infinity'::timestamptz", None),
+    ];
+    for (id, state, enqueued, scheduled) in rows {
+        // The enqueued time is one of the literals above, never input.
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO courier.message (entity_id, seq, state, enqueued_at, scheduled_at, message_id, \
+             message_type, body) SELECT id, nextval('courier.message_seq'), $2, {enqueued}, $3::timestamptz, $4, \
+             'test.Foreign', '\\x7b7d' FROM courier.entity WHERE kind = 0 AND name = $1"
+        )))
+        .bind(&q)
+        .bind(state)
+        .bind(scheduled)
+        .bind(id)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    let sender = t.sender(&q, SenderOptions::default()).await.unwrap();
+    sender.send(Envelope::new("{}").with_message_id("valid")).await.unwrap();
+    let receiver = t.receiver(&EntityPath::queue(&q)).await.unwrap();
+    let mut got = Vec::new();
+    for _ in 0..20 {
+        for d in receiver.receive(10, Duration::from_millis(200)).await.unwrap() {
+            got.push((d.message().message_id().to_owned(), d.message().delivery_count()));
+            d.complete().await.unwrap();
+        }
+        if got.len() == 4 {
+            break;
+        }
+    }
+    got.sort();
+    let want: Vec<(String, u32)> = [
+        "enqueued-infinity",
+        "enqueued-minus-infinity",
+        "scheduled-minus-infinity",
+        "valid",
+    ]
+    .iter()
+    .map(|id| ((*id).to_owned(), 1))
+    .collect();
+    assert_eq!(got, want, "each at its first delivery");
+    let mut dead = t.peek(&EntityPath::queue(&q).dead_letter(), 0, 100).await.unwrap();
+    dead.sort_by(|a, b| a.message_id().cmp(b.message_id()));
+    let dead: Vec<(&str, Option<&str>, String)> = dead
+        .iter()
+        .map(|m| {
+            (
+                m.message_id(),
+                m.broker.dead_letter_reason.as_deref(),
+                m.broker.dead_letter_description.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    assert_eq!(
+        (dead[0].0, dead[0].1),
+        ("scheduled-infinity", Some(INVALID_WIRE_FORMAT))
+    );
+    assert!(
+        dead[0].2.contains("scheduled for infinity, more than 100 years ahead"),
+        "{}",
+        dead[0].2
+    );
+    assert_eq!((dead[1].0, dead[1].1), ("scheduled-null", Some(INVALID_WIRE_FORMAT)));
+    assert!(dead[1].2.contains("no scheduled time"), "{}", dead[1].2);
+    let counts = t.counts(&EntityPath::queue(&q)).await.unwrap();
+    assert_eq!((counts.active, counts.scheduled), (0, 0));
+    pool.close().await;
 }

@@ -173,7 +173,7 @@ impl EmbeddedBuilder {
         }
         let read_pool = reads::pool(self.path.as_deref(), &options, self.read_connections);
         let epoch = u32::from_be_bytes(uuid::Uuid::new_v4().as_bytes()[..4].try_into().unwrap_or([0, 0, 0, 1]));
-        let mut engine = Engine::start(conn, self.clock.clone(), epoch).await?;
+        let mut engine = Engine::start(conn, self.clock.clone(), epoch, self.max_message_size).await?;
         if let Some(owner) = owner {
             engine.keep(Box::new(owner));
         }

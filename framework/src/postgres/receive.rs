@@ -16,6 +16,7 @@ use tokio::sync::oneshot;
 use super::Shared;
 use super::entities::EntityInfo;
 use super::rows::{ReadMessage, columns, read_rows, rows_to_messages};
+use crate::checks::{FAR_SCHEDULE, MAX_SCHEDULE_AHEAD, NO_SCHEDULED_TIME, Refusal, stored_refusal};
 use crate::entity::{EntityPath, SubQueue};
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{LockToken, ReceivedMessage, SequenceNumber, reasons};
@@ -57,8 +58,10 @@ enum Mode {
 pub(crate) async fn maintain(shared: &Shared, entity: &EntityInfo, now: DateTime<Utc>) -> Result<()> {
     sqlx::query(
         "WITH due AS (DELETE FROM courier.message m WHERE m.id IN ( \
-                 SELECT id FROM courier.message WHERE entity_id = $1 AND state = 1 AND scheduled_at <= $2 \
-                 ORDER BY scheduled_at, id LIMIT $6 FOR UPDATE SKIP LOCKED) RETURNING m.*), \
+                 SELECT id FROM courier.message WHERE entity_id = $1 AND state = 1 \
+                 AND (scheduled_at <= $2 OR scheduled_at IS NULL OR scheduled_at > $9) \
+                 ORDER BY scheduled_at, id LIMIT $6 FOR UPDATE SKIP LOCKED) \
+                 RETURNING m.*, (m.scheduled_at IS NULL OR m.scheduled_at > $9) AS impossible), \
          n AS MATERIALIZED (SELECT nextval('courier.message_seq') AS seq \
                  FROM generate_series(1, (SELECT count(*) FROM due))), \
          no AS (SELECT seq, row_number() OVER (ORDER BY seq) AS ord FROM n), \
@@ -68,15 +71,22 @@ pub(crate) async fn maintain(shared: &Shared, entity: &EntityInfo, now: DateTime
          act AS (INSERT INTO courier.message (entity_id, seq, state, session_id, enqueued_at, scheduled_at, \
                    expires_at, ttl_ms, message_id, correlation_id, causation_id, message_type, content_type, \
                    reply_to, properties, dl_reason, dl_description, dl_source, body) \
-                 SELECT t.id, no.seq, CASE WHEN t.requires_session AND d.session_id IS NULL THEN 3 ELSE 0 END, \
-                   d.session_id, d.scheduled_at, d.scheduled_at, \
-                   d.scheduled_at + LEAST(d.ttl_ms, t.default_ttl_ms) * interval '1 millisecond', \
+                 SELECT t.id, no.seq, \
+                   CASE WHEN d.impossible OR (t.requires_session AND d.session_id IS NULL) THEN 3 ELSE 0 END, \
+                   d.session_id, CASE WHEN d.impossible THEN $2 ELSE d.scheduled_at END, \
+                   CASE WHEN d.impossible THEN NULL ELSE d.scheduled_at END, \
+                   CASE WHEN NOT d.impossible \
+                     THEN d.scheduled_at + LEAST(d.ttl_ms, t.default_ttl_ms) * interval '1 millisecond' END, \
                    LEAST(d.ttl_ms, t.default_ttl_ms), d.message_id, d.correlation_id, d.causation_id, \
                    d.message_type, d.content_type, d.reply_to, d.properties, \
-                   CASE WHEN t.requires_session AND d.session_id IS NULL THEN 'SessionIdMissing' END, \
-                   CASE WHEN t.requires_session AND d.session_id IS NULL \
+                   CASE WHEN d.impossible THEN $10 \
+                        WHEN t.requires_session AND d.session_id IS NULL THEN 'SessionIdMissing' END, \
+                   CASE WHEN d.scheduled_at IS NULL THEN $13 \
+                        WHEN d.impossible THEN $11 || coalesce(to_char(d.scheduled_at AT TIME ZONE 'UTC', \
+                          'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), d.scheduled_at::text) || $12 \
+                        WHEN t.requires_session AND d.session_id IS NULL \
                         THEN 'the subscription requires sessions and the message has no session id' END, \
-                   CASE WHEN t.requires_session AND d.session_id IS NULL THEN t.path END, d.body \
+                   CASE WHEN d.impossible OR (t.requires_session AND d.session_id IS NULL) THEN t.path END, d.body \
                  FROM d JOIN no USING (ord) CROSS JOIN t RETURNING entity_id), \
          orphaned AS (UPDATE courier.message m SET locked_until = $2 WHERE m.id IN ( \
                    SELECT id FROM courier.message o WHERE o.entity_id = $3 AND o.locked_until > $2 \
@@ -108,6 +118,13 @@ pub(crate) async fn maintain(shared: &Shared, entity: &EntityInfo, now: DateTime
     .bind(MAINTENANCE_BATCH)
     .bind(reasons::TTL_EXPIRED)
     .bind(reasons::MAX_DELIVERY_COUNT_EXCEEDED)
+    // A scheduled row no sender could have written (another program's: more than 100
+    // years ahead, or no time) is "due" at once, dead-lettered instead of activated.
+    .bind(now + MAX_SCHEDULE_AHEAD)
+    .bind(reasons::INVALID_WIRE_FORMAT)
+    .bind(FAR_SCHEDULE[0])
+    .bind(FAR_SCHEDULE[1])
+    .bind(NO_SCHEDULED_TIME)
     .execute(&shared.pool)
     .await
     .map_err(|e| shared.closed_or(db_error("cannot activate scheduled or expired messages", e)))?;
@@ -219,17 +236,25 @@ impl Link {
             .map_err(|e| self.shared.closed_or(db_error("cannot receive messages", e)))?;
         let locked = mode == Mode::PeekLock;
         let read = read_rows(&rows, now, locked.then_some(self.shared.tag))?;
-        // A row another program wrote with properties Courier cannot read is dead-lettered
-        // now: failing the receive would fail every receive of the queue. The
-        // dead-letter sub-queue itself is always read as it is.
+        // A row another program wrote with properties Courier cannot read, or that breaks
+        // a rule every Courier sender keeps (an id over 128 bytes, a message over the size
+        // limit), is dead-lettered now: failing the receive would fail every receive of
+        // the queue. The dead-letter sub-queue itself is always read as it is.
         let mut messages = Vec::with_capacity(read.len());
-        for r in read {
-            match r.unreadable {
-                Some(ref why) if !dead => {
-                    let why = why.clone();
-                    self.dead_letter_unreadable(r, why, locked).await?;
-                }
-                _ => messages.push(r.message),
+        for mut r in read {
+            if dead {
+                messages.push(r.message);
+                continue;
+            }
+            let refusal = stored_refusal(
+                r.unreadable.take(),
+                &r.message.envelope,
+                self.shared.max_message_size,
+                "PgTransportBuilder::max_message_size",
+            );
+            match refusal {
+                Some(refusal) => self.dead_letter_refused(r, refusal, locked).await?,
+                None => messages.push(r.message),
             }
         }
         if !locked {
@@ -240,18 +265,22 @@ impl Link {
         Ok(messages)
     }
 
-    /// Dead-letters a message that could not be read (`courier.InvalidWireFormat`): a
-    /// locked row in place, a taken (deleted) row by inserting it again, its properties
-    /// as they were stored.
-    async fn dead_letter_unreadable(&self, read: ReadMessage, why: String, locked: bool) -> Result<()> {
+    /// Dead-letters a message a receive refused (`courier.InvalidWireFormat` or
+    /// `courier.MessageTooLarge`): a locked row in place, a taken (deleted) row by
+    /// inserting it again, its properties as they were stored.
+    async fn dead_letter_refused(&self, read: ReadMessage, refusal: Refusal, locked: bool) -> Result<()> {
         let m = &read.message;
+        let Refusal {
+            reason,
+            description: why,
+        } = refusal;
         tracing::warn!(
             queue = %self.entity.path,
             sequence_number = m.broker.sequence_number,
             message_id = %m.envelope.message_id,
-            reason = reasons::INVALID_WIRE_FORMAT,
+            reason,
             description = %why,
-            "a stored message could not be read: it was dead-lettered"
+            "a stored message was refused: it was dead-lettered"
         );
         let done = if locked {
             sqlx::query(
@@ -259,7 +288,7 @@ impl Link {
                  dl_source = $4 WHERE id = $1 RETURNING pg_notify('courier_transport', entity_id::text)",
             )
             .bind(read.id)
-            .bind(reasons::INVALID_WIRE_FORMAT)
+            .bind(reason)
             .bind(&why)
             .bind(&self.entity.path)
             .execute(&self.shared.pool)
@@ -285,7 +314,7 @@ impl Link {
             .bind(e.content_type.as_deref())
             .bind(e.reply_to.as_deref())
             .bind(read.raw_properties.as_deref())
-            .bind(reasons::INVALID_WIRE_FORMAT)
+            .bind(reason)
             .bind(&why)
             .bind(&self.entity.path)
             .bind(&e.body[..])
@@ -294,7 +323,7 @@ impl Link {
         };
         done.map(|_| ()).map_err(|e| {
             self.shared
-                .closed_or(db_error("cannot dead-letter an unreadable message", e))
+                .closed_or(db_error("cannot dead-letter a refused message", e))
         })
     }
 

@@ -22,16 +22,46 @@ pub(crate) const DEAD: i16 = 3;
 /// messages (sent, abandoned, unlocked, activated, dead-lettered).
 pub(crate) const CHANNEL: &str = "courier_transport";
 
+/// A time column of the table aliased `m`, read so that it always decodes: Postgres
+/// stores `infinity`, `-infinity` and years up to 294276, which the decoding of sqlx
+/// (chrono) cannot represent and panics on ("`NaiveDateTime + TimeDelta` overflowed").
+/// Another program may write such a time; it is read as the nearest time chrono holds
+/// (year 262142, or 4713 BC), and its comparisons in SQL are untouched.
+macro_rules! time_column {
+    ($c:literal) => {
+        concat!(
+            "CASE WHEN m.",
+            $c,
+            " > '262142-01-01 00:00:00+00' THEN '262142-01-01 00:00:00+00'::timestamptz \
+             WHEN m.",
+            $c,
+            " = '-infinity' THEN '4713-01-01 00:00:00+00 BC'::timestamptz ELSE m.",
+            $c,
+            " END"
+        )
+    };
+}
+
 /// The columns a message is read with, of the table aliased `m`, in the order
 /// [`row_to_message`] expects. SQL is built only from literals (`concat!`), never input.
 macro_rules! columns {
     () => {
-        "m.id, m.seq, m.state, m.delivery_count, m.locked_until, m.session_id, m.enqueued_at, m.scheduled_at, \
-         m.expires_at, m.ttl_ms, m.message_id, m.correlation_id, m.causation_id, m.message_type, m.content_type, \
-         m.reply_to, m.properties::text, m.dl_reason, m.dl_description, m.dl_source, m.body, m.entity_id"
+        concat!(
+            "m.id, m.seq, m.state, m.delivery_count, ",
+            $crate::postgres::rows::time_column!("locked_until"),
+            ", m.session_id, ",
+            $crate::postgres::rows::time_column!("enqueued_at"),
+            ", ",
+            $crate::postgres::rows::time_column!("scheduled_at"),
+            ", ",
+            $crate::postgres::rows::time_column!("expires_at"),
+            ", m.ttl_ms, m.message_id, m.correlation_id, m.causation_id, m.message_type, m.content_type, \
+             m.reply_to, m.properties::text, m.dl_reason, m.dl_description, m.dl_source, m.body, m.entity_id"
+        )
     };
 }
 pub(crate) use columns;
+pub(crate) use time_column;
 
 fn corrupt(detail: String) -> Error {
     Error::new(ErrorKind::Corrupt { detail })

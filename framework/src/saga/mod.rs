@@ -69,6 +69,11 @@ pub mod headers {
     pub const TIMEOUT_DUE: &str = "courier.saga.timeout_due";
 }
 
+/// The longest correlation value of a saga instance, in bytes. An instance is stored and
+/// found by it (a database index holds it, and Postgres refuses an index entry of more
+/// than about 2700 bytes); a message whose correlation is longer fails permanently,
+/// dead-lettered with a description naming its length, before any handler runs.
+pub const MAX_CORRELATION: usize = 1024;
 /// The longest timeout key, in bytes.
 pub const MAX_TIMEOUT_KEY: usize = 256;
 /// The longest correlation property name, in bytes.

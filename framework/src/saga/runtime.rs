@@ -407,6 +407,20 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
     async fn run(&self, ctx: &mut Context) -> Result<(), Failure> {
         let message = crate::version::decode_message::<M>(&ctx.received().envelope)?;
         let (correlation, timeout_id) = self.correlation(&message, ctx)?;
+        // (A value looked up through a correlation property is not an instance's
+        // correlation: one that long finds no instance, as any value no instance holds.)
+        if self.property.is_none() && correlation.len() > super::MAX_CORRELATION {
+            return Err(self.permanent(format!(
+                "the correlation value of this {} message is {} bytes, over saga {}'s limit of {} bytes \
+                 (saga::MAX_CORRELATION: the store indexes it): \"{}\"; correlate by a shorter value, such as an \
+                 id, or a hash of this one",
+                M::NAME,
+                correlation.len(),
+                S::NAME,
+                super::MAX_CORRELATION,
+                crate::checks::quoted(correlation.as_bytes())
+            )));
+        }
         otel::saga_correlation(&correlation);
         let endpoint_name = ctx.endpoint_name();
         let store_error = |e: Error| {

@@ -25,7 +25,7 @@ use super::entities::load_entities;
 use super::lease::Conn;
 use super::receive::Waiter;
 use super::rows::{Sql, from_micros, read_token, storage, storage_error};
-use super::timers::refresh_due_times;
+use super::timers::{dead_letter_impossible_schedules, refresh_due_times};
 use super::{Engine, State};
 
 /// The most commands served in one transaction.
@@ -36,7 +36,14 @@ pub(super) const LINGER_AFTER: usize = 4;
 pub(super) const LINGER: std::time::Duration = std::time::Duration::from_micros(150);
 
 impl Engine {
-    pub(crate) async fn start(mut conn: SqliteConnection, clock: Arc<dyn Clock>, epoch: u32) -> Result<Self> {
+    /// The engine on `conn`, with the broker's `max_message_size` (a stored message over
+    /// it is refused at receipt, as a send refuses it).
+    pub(crate) async fn start(
+        mut conn: SqliteConnection,
+        clock: Arc<dyn Clock>,
+        epoch: u32,
+        max_message_size: usize,
+    ) -> Result<Self> {
         // Locks are volatile (S2.7): whatever a previous process held is released, and its
         // locked messages are ready again with their delivery count kept.
         for sql in [
@@ -60,8 +67,12 @@ impl Engine {
             next_session_unlock: None,
             next_expiry: None,
             releases: Vec::new(),
+            max_message_size,
         };
         load_entities(&mut conn, &mut state).await.map_err(storage_error)?;
+        dead_letter_impossible_schedules(&mut conn, &state)
+            .await
+            .map_err(storage_error)?;
         refresh_due_times(&mut conn, &mut state).await.map_err(storage_error)?;
         Ok(Self {
             conn: Conn(Some(conn)),

@@ -88,6 +88,9 @@ struct State {
     next_expiry: Option<i64>,
     /// Locks handed to receivers that had gone: `(row id, delivery count)`.
     releases: Vec<(i64, i64)>,
+    /// The broker's limit on a message's size: a stored message over it (written by
+    /// another program) is refused at receipt.
+    max_message_size: usize,
 }
 
 pub(crate) struct Engine {

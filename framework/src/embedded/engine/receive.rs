@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
+use crate::checks::{Refusal, stored_refusal};
 use crate::entity::SubQueue;
 use crate::error::{Error, ErrorKind, Result};
-use crate::message::reasons::INVALID_WIRE_FORMAT;
 use crate::message::{ReceivedMessage, SequenceNumber};
 
 use super::commands::EntityInfo;
@@ -173,19 +173,30 @@ impl Engine {
             Err(e) => return Ok(Err(e)),
         };
         // A row that cannot be read as written (text that is not UTF-8, properties that
-        // are not a JSON object) is dead-lettered now: failing the receive would fail
-        // every receive of the queue, and the messages behind it would never be handled.
-        // The dead-letter sub-queue itself is always read as it is.
+        // are not a JSON object), or that breaks a rule every Courier sender keeps (an id
+        // over 128 bytes, a message over the size limit), is dead-lettered now: failing
+        // the receive would fail every receive of the queue, and the messages behind it
+        // would never be handled. The dead-letter sub-queue itself is always read as it is.
         let mut messages = Vec::with_capacity(read.len());
-        let mut unreadable = Vec::new();
+        let mut refused = Vec::new();
         for r in read {
-            match r.unreadable {
-                Some(why) if !dead => unreadable.push((r.message, why)),
-                _ => messages.push(r.message),
+            if dead {
+                messages.push(r.message);
+                continue;
+            }
+            let max = self.state.max_message_size;
+            match stored_refusal(
+                r.unreadable,
+                &r.message.envelope,
+                max,
+                "EmbeddedBuilder::max_message_size",
+            ) {
+                Some(refusal) => refused.push((r.message, refusal)),
+                None => messages.push(r.message),
             }
         }
-        if !unreadable.is_empty() {
-            self.dead_letter_unreadable(&info, unreadable, locked).await?;
+        if !refused.is_empty() {
+            self.dead_letter_refused(&info, refused, locked).await?;
         }
         if locked {
             if !rows.is_empty() {
@@ -199,24 +210,31 @@ impl Engine {
         Ok(Ok(messages))
     }
 
-    /// Dead-letters messages that could not be read (`courier.InvalidWireFormat`, the
-    /// description naming each field): a locked row in place, a taken (deleted) row by
-    /// inserting it again, as read, with its sequence number.
-    async fn dead_letter_unreadable(
+    /// Dead-letters messages a receive refused (`courier.InvalidWireFormat` or
+    /// `courier.MessageTooLarge`, the description naming each problem): a locked row in
+    /// place, a taken (deleted) row by inserting it again, as read, with its sequence number.
+    async fn dead_letter_refused(
         &mut self,
         info: &EntityInfo,
-        unreadable: Vec<(ReceivedMessage, String)>,
+        refused: Vec<(ReceivedMessage, Refusal)>,
         locked: bool,
     ) -> Sql {
         let mut taken = Vec::new();
-        for (message, why) in unreadable {
+        for (
+            message,
+            Refusal {
+                reason,
+                description: why,
+            },
+        ) in refused
+        {
             let seq = message.broker.sequence_number;
             tracing::warn!(
                 queue = %info.display,
                 sequence_number = seq,
-                reason = INVALID_WIRE_FORMAT,
+                reason,
                 description = %why,
-                "a stored message could not be read: it was dead-lettered"
+                "a stored message was refused: it was dead-lettered"
             );
             if locked {
                 sqlx::query(
@@ -224,7 +242,7 @@ impl Engine {
                      dl_source = ?4 WHERE id = ?1",
                 )
                 .bind(row_id(info.id, seq))
-                .bind(INVALID_WIRE_FORMAT)
+                .bind(reason)
                 .bind(&why)
                 .bind(&info.display)
                 .execute(self.conn.get()?)
@@ -243,7 +261,7 @@ impl Engine {
                         .time_to_live
                         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
                     dead: Some(DeadMark {
-                        reason: INVALID_WIRE_FORMAT,
+                        reason,
                         description: Some(why),
                         source: info.display.clone(),
                     }),

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use sqlx::Row;
 use sqlx::sqlite::SqliteConnection;
 
+use crate::checks::{Refusal, impossible_schedule, stored_refusal};
 use crate::message::reasons;
 use crate::message::reasons::INVALID_WIRE_FORMAT;
 
@@ -101,7 +102,7 @@ impl Engine {
                         // for an operator to see (never dropped).
                         tracing::error!(entity = %info.display, error = %e, "a scheduled message could not be read: it was dead-lettered");
                         sqlx::query(
-                            "UPDATE courier_message SET state = 3, dl_reason = ?2, dl_description = ?3, dl_source = ?4 \
+                            "UPDATE courier_message SET state = 3, scheduled_at = NULL, dl_reason = ?2, dl_description = ?3, dl_source = ?4 \
                              WHERE id = ?1",
                         )
                         .bind(old_id)
@@ -118,6 +119,12 @@ impl Engine {
                     .bind(old_id)
                     .execute(self.conn.get()?)
                     .await?;
+                let refusal = stored_refusal(
+                    unreadable,
+                    &message.envelope,
+                    self.state.max_message_size,
+                    "EmbeddedBuilder::max_message_size",
+                );
                 let scheduled_at = message.envelope.scheduled_enqueue_time.map(micros);
                 let ttl = message
                     .envelope
@@ -146,16 +153,21 @@ impl Engine {
                         fields,
                     });
                 }
-                if let Some(why) = unreadable {
-                    // Text that is not UTF-8 or properties that are not JSON: the copies
-                    // go to the dead-letter sub-queue with the reason, not to receivers.
-                    tracing::warn!(entity = %info.display, reason = INVALID_WIRE_FORMAT, description = %why, "a scheduled message could not be read: it was dead-lettered");
+                if let Some(Refusal {
+                    reason,
+                    description: why,
+                }) = refusal
+                {
+                    // Text that is not UTF-8, properties that are not JSON, an id or a size
+                    // no sender accepts: the copies go to the dead-letter sub-queue with the
+                    // reason, not to receivers.
+                    tracing::warn!(entity = %info.display, reason, description = %why, "a scheduled message was refused: it was dead-lettered");
                     for r in &mut new_rows[first_new..] {
                         let source = self.state.entities.get(&r.entity).map(|e| e.display.clone());
                         r.state = DEAD;
                         r.expires_at = None;
                         r.dead = Some(DeadMark {
-                            reason: INVALID_WIRE_FORMAT,
+                            reason,
                             description: Some(why.clone()),
                             source: source.unwrap_or_else(|| info.display.clone()),
                         });
@@ -235,6 +247,43 @@ impl Engine {
         .await?;
         Ok(())
     }
+}
+
+/// Dead-letters the scheduled rows no Courier sender could have written (another
+/// program's): due more than 100 years after `now`, or without a scheduled time. They
+/// would never become due; in the dead-letter sub-queue an operator sees them, with a
+/// description naming the time (the row's own time is cleared: it is no time). Run when the broker opens (another program writes the
+/// file while no broker has it open).
+pub(super) async fn dead_letter_impossible_schedules(conn: &mut SqliteConnection, state: &State) -> Sql<usize> {
+    let now = state.clock.now();
+    let horizon = micros(now + crate::checks::MAX_SCHEDULE_AHEAD);
+    let rows: Vec<(i64, i64, Option<i64>)> = sqlx::query_as(
+        "SELECT id, entity_id, scheduled_at FROM courier_message WHERE state = 1 \
+         AND (scheduled_at IS NULL OR scheduled_at > ?1)",
+    )
+    .bind(horizon)
+    .fetch_all(&mut *conn)
+    .await?;
+    for (id, entity, at) in &rows {
+        let at = at.map(super::rows::from_micros);
+        let Some(why) = impossible_schedule(at, now) else {
+            continue;
+        };
+        let source = state.entities.get(entity).map(|e| e.display.clone());
+        tracing::warn!(entity = ?source, reason = INVALID_WIRE_FORMAT, description = %why,
+            "a scheduled message no sender could have scheduled: it was dead-lettered");
+        sqlx::query(
+            "UPDATE courier_message SET state = 3, scheduled_at = NULL, dl_reason = ?2, dl_description = ?3, \
+             dl_source = ?4 WHERE id = ?1",
+        )
+        .bind(id)
+        .bind(INVALID_WIRE_FORMAT)
+        .bind(&why)
+        .bind(source)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(rows.len())
 }
 
 pub(super) async fn refresh_due_times(conn: &mut SqliteConnection, state: &mut State) -> Sql {
