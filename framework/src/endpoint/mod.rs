@@ -169,7 +169,11 @@ impl Failure {
             }
             Failure::Panic { text, .. } => vec![format!("handler panicked: {text}")],
             Failure::Dispatch(e) => {
-                let mut v = vec!["could not send the handler's messages".to_owned()];
+                let first = match bus::missing_destination(e) {
+                    Some(queue) => bus::missing_queue_text(queue),
+                    None => "could not send the handler's messages".to_owned(),
+                };
+                let mut v = vec![first];
                 v.extend(walk(e));
                 v
             }
@@ -178,6 +182,7 @@ impl Failure {
                     "the handling is committed, but {count} outgoing messages could not be dispatched; they stay \
                      in the outbox and the outbox sweeper keeps sending them"
                 )];
+                v.extend(bus::missing_destination(error).map(bus::missing_queue_text));
                 v.extend(walk(error));
                 v
             }
@@ -683,6 +688,7 @@ impl EndpointBuilder {
                 sources.push(crate::entity::EntityPath::subscription(topic, self.name.clone()));
             }
         }
+        routing::warn_missing_queues(&*transport, &self.name, &self.routes).await;
         let config = runtime::Config {
             name: self.name.into(),
             transport,

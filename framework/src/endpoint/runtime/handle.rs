@@ -21,7 +21,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
 use crate::endpoint::Failure;
-use crate::endpoint::bus::Outgoing;
+use crate::endpoint::bus::{self, Outgoing};
 use crate::endpoint::context::{Context, ContextParts};
 use crate::endpoint::observe::Handled;
 use crate::endpoint::recoverability::{headers, reasons};
@@ -227,21 +227,27 @@ pub(super) async fn handle(
                         .collect();
                     let observed = shared.observer.as_ref().map(|_| rows.clone());
                     let destinations: Vec<String> = rows.iter().map(|(d, _, _)| d.clone()).collect();
-                    let stored = work
-                        .store_outgoing(rows, shared.clock.now())
-                        .await
-                        .map_err(Failure::Store)?;
-                    let committed = work.commit().await;
-                    ctx.release_held();
-                    // A store that sends at its commit (the embedded broker's own file)
-                    // fails the commit with the transport's refusal of a message.
-                    let committed = committed.map_err(|e| {
-                        if crate::endpoint::bus::refused_for_good(&e) {
+                    let queues: Vec<String> = rows
+                        .iter()
+                        .filter(|(_, is_topic, _)| !is_topic)
+                        .map(|(d, _, _)| d.clone())
+                        .collect();
+                    // A store that sends in its transaction (the embedded broker's own
+                    // file, the Postgres transport's store) fails with the transport's
+                    // refusal of a message, or its finding no queue the handlers sent to:
+                    // a send's failure, not the store's.
+                    let failure = |e: crate::error::Error| {
+                        let missing = bus::missing_destination(&e).is_some_and(|p| queues.iter().any(|q| q == p));
+                        if missing || bus::refused_for_good(&e) {
                             Failure::Dispatch(e)
                         } else {
                             Failure::Store(e)
                         }
-                    })?;
+                    };
+                    let stored = work.store_outgoing(rows, shared.clock.now()).await.map_err(failure)?;
+                    let committed = work.commit().await;
+                    ctx.release_held();
+                    let committed = committed.map_err(failure)?;
                     if let Some(due) = ctx.take_timeout_due() {
                         shared.timeouts.stored(due);
                     }
