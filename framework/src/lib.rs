@@ -136,9 +136,9 @@ pub use endpoint::recoverability::RetryPolicy;
 pub use endpoint::routing::{Routes, default_topic_name};
 pub use endpoint::trace::{TRACEPARENT, TRACESTATE, TraceContext};
 pub use endpoint::{
-    DEFAULT_CONCURRENCY, DEFAULT_GROUP_COMMIT, DEFAULT_MAX_LOCK_RENEWAL, DEFAULT_RECEIVE_WAIT,
-    DEFAULT_SHUTDOWN_TIMEOUT, Endpoint, EndpointBuilder, EndpointStats, IntoStore, IntoTransport, RunningEndpoint,
-    ShutdownReport,
+    DEFAULT_CONCURRENCY, DEFAULT_GROUP_COMMIT, DEFAULT_MAX_LOCK_RENEWAL, DEFAULT_MAX_TIMEOUT_DISPATCHES,
+    DEFAULT_RECEIVE_WAIT, DEFAULT_SHUTDOWN_TIMEOUT, Endpoint, EndpointBuilder, EndpointStats, IntoStore, IntoTransport,
+    RunningEndpoint, ShutdownReport,
 };
 pub use entity::{
     EntityCounts, EntityPath, MAX_LOCK_DURATION, MAX_NAME_LEN, MAX_TIME_TO_LIVE, QueueOptions, SubQueue,

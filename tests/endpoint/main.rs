@@ -12,6 +12,7 @@
 
 mod corpus;
 mod crash;
+mod missing_queue;
 mod refused;
 mod support;
 mod tracing_capture;

@@ -1,13 +1,17 @@
 //! Timeouts that must not loop or linger (issue 13): a timeout whose handler keeps
-//! failing is dead-lettered once and never sent again; one waiting for a delayed retry is
-//! not sent a second time beside it; a start message that arrives twice leaves one
-//! timeout. On the three stores.
+//! failing is dead-lettered once and never sent again; one the broker dead-letters by
+//! itself is sent a bounded number of times; one waiting for a delayed retry is not sent
+//! a second time beside it; a start message that arrives twice leaves one timeout. On the
+//! three stores.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use courier::{Clock, Endpoint, EntityPath, RetryPolicy, RunningEndpoint, SendOptions, SenderOptions};
+use courier::{
+    Clock, Endpoint, EndpointBuilder, EntityPath, QueueOptions, RetryPolicy, RunningEndpoint, SendOptions,
+    SenderOptions,
+};
 use courier_tests::eventually;
 use courier_tests::stores::StoreKind;
 
@@ -22,6 +26,16 @@ impl Env {
     /// As `start_counting`, the replies of the first `lost` claims that take something
     /// lost after their commit.
     async fn start_losing(&self, policy: RetryPolicy, lost: u32) -> (RunningEndpoint, Arc<CountingClaims>) {
+        self.start_configured(policy, lost, |b| b).await
+    }
+
+    /// As `start_losing`, the builder finished by `configure`.
+    async fn start_configured(
+        &self,
+        policy: RetryPolicy,
+        lost: u32,
+        configure: impl FnOnce(EndpointBuilder) -> EndpointBuilder,
+    ) -> (RunningEndpoint, Arc<CountingClaims>) {
         let store = Arc::new(CountingClaims {
             inner: self.env.store.clone(),
             claims: AtomicU32::new(0),
@@ -35,10 +49,8 @@ impl Env {
             .store(store.clone())
             .state(self.probe.clone())
             .recoverability(policy)
-            .saga::<Flow>()
-            .start()
-            .await
-            .unwrap();
+            .saga::<Flow>();
+        let flows = configure(flows).start().await.unwrap();
         (flows, store)
     }
 
@@ -60,11 +72,16 @@ impl Env {
     }
 
     async fn dead_lettered_timeouts(&self) -> i64 {
+        self.dead_lettered_timeouts_with(courier::recoverability::reasons::RETRIES_EXHAUSTED)
+            .await
+    }
+
+    /// The timeout rows marked dead-lettered with `reason`.
+    async fn dead_lettered_timeouts_with(&self, reason: &str) -> i64 {
         self.env
             .count(&format!(
-                "SELECT COUNT(*) FROM {} WHERE dead_lettered_at IS NOT NULL AND dead_letter_reason = '{}'",
+                "SELECT COUNT(*) FROM {} WHERE dead_lettered_at IS NOT NULL AND dead_letter_reason = '{reason}'",
                 self.env.kind.table("saga_timeout"),
-                courier::recoverability::reasons::RETRIES_EXHAUSTED
             ))
             .await
     }
@@ -133,6 +150,58 @@ async fn a_timeout_that_keeps_failing_is_dead_lettered_once(kind: StoreKind) {
     letter.complete().await.unwrap();
     eventually("the resubmitted timeout handled", || async { env.fired() == 1 }).await;
     eventually("its row gone", || async { env.rows("saga_timeout").await == 0 }).await;
+    flows.shutdown().await.unwrap();
+    env.finish().await;
+}
+
+/// Regression (issue 13 audit): a timeout whose message the broker dead-letters by itself
+/// (its max delivery count reached; here the queue allows one delivery and the endpoint's
+/// immediate retry hands the message back) is never settled by a handling: the endpoint
+/// does not see the dead-lettering, so the row stayed claimed and was sent again after
+/// every five-minute reclaim wait, forever. Now it is sent at most
+/// `max_timeout_dispatches` times, then its row is marked dead-lettered with its reason.
+async fn a_timeout_the_broker_dead_letters_is_sent_a_bounded_number_of_times(kind: StoreKind) {
+    const MAX: u32 = 3;
+    let env = Env::new(kind).await;
+    env.probe.failing.store(true, Ordering::SeqCst);
+    // Created beforehand (by an operator, say) with one delivery: the endpoint keeps it.
+    env.env
+        .fx
+        .transport
+        .create_queue("flows", &QueueOptions::default().max_delivery_count(1))
+        .await
+        .unwrap();
+    let policy = RetryPolicy::none().immediate(3);
+    let (flows, store) = env.start_configured(policy, 0, |b| b.max_timeout_dispatches(MAX)).await;
+    handled(&flows, &begin("f-broker", Some(60)), 1).await;
+    env.advance(61);
+    eventually("the broker dead-letters the first copy", || async {
+        env.dead_letters().await == 1
+    })
+    .await;
+    assert_eq!(flows.stats().dead_lettered, 0, "not the endpoint: the broker");
+    let exhausted = courier::recoverability::reasons::TIMEOUT_DISPATCHES_EXHAUSTED;
+    // Two hours: past the reclaim wait many times over.
+    for _ in 0..24 {
+        env.advance_past_claims(301, &store).await;
+    }
+    eventually("the last copy dead-lettered by the broker", || async {
+        env.dead_letters().await == MAX as usize
+    })
+    .await;
+    assert_eq!(
+        env.probe.attempts.load(Ordering::SeqCst),
+        MAX,
+        "sent {MAX} times, no more"
+    );
+    assert_eq!(flows.stats().timeouts_dispatched, u64::from(MAX));
+    assert_eq!(
+        env.dead_lettered_timeouts_with(exhausted).await,
+        1,
+        "the row is marked dead-lettered, with its reason"
+    );
+    assert_eq!(flows.stats().timeouts_dead_lettered, 1);
+    assert_eq!(env.rows("saga_timeout").await, 1, "kept for operators");
     flows.shutdown().await.unwrap();
     env.finish().await;
 }
@@ -231,6 +300,7 @@ async fn a_claim_whose_reply_was_lost_is_taken_again_after_the_lease(kind: Store
 on_every_store!(
     a_claim_whose_reply_was_lost_is_taken_again_after_the_lease,
     a_timeout_that_keeps_failing_is_dead_lettered_once,
+    a_timeout_the_broker_dead_letters_is_sent_a_bounded_number_of_times,
     a_timeout_waiting_for_a_delayed_retry_is_not_sent_again,
     a_start_that_arrives_twice_leaves_one_timeout,
 );

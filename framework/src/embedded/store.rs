@@ -221,7 +221,7 @@ impl Store for EmbeddedStore {
             .await
             .map_err(|e| db_error("cannot begin claiming timeouts", e))?;
         // Enqueued in this transaction: nothing to confirm, the rows are marked `now`.
-        let due = sqlite_saga::claim_due(conn(&mut lease)?, endpoint, claim, claim.now).await?;
+        let (due, dead_lettered) = sqlite_saga::claim_due(conn(&mut lease)?, endpoint, claim, claim.now).await?;
         let claimed = due.len();
         let (reply, rx) = oneshot::channel();
         lease.give_back(Some(Finish {
@@ -238,6 +238,7 @@ impl Store for EmbeddedStore {
         Ok(DueTimeouts {
             claimed,
             to_send: Vec::new(),
+            dead_lettered,
         })
     }
 

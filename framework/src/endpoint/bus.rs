@@ -197,6 +197,25 @@ pub(crate) fn prepare<M: Message>(
     })
 }
 
+/// The queue or topic that a send failing with `e` did not find: the destination does not
+/// exist (yet). Retried: the endpoint that receives from it may start later.
+pub(crate) fn missing_destination(e: &Error) -> Option<&str> {
+    match e.kind() {
+        ErrorKind::EntityNotFound { path } => Some(path),
+        _ => None,
+    }
+}
+
+/// What a handling whose send found no queue `queue` says first: what it is, and what to
+/// do.
+pub(crate) fn missing_queue_text(queue: &str) -> String {
+    format!(
+        "the destination queue `{queue}` does not exist: create it (an endpoint creates its own queue \
+         when it starts: start the endpoint that receives from `{queue}`, or create the queue with \
+         Transport::create_queue or the broker's tools); the message is retried until then"
+    )
+}
+
 /// Whether a send that failed with `e` will fail the same way every time, whatever
 /// happens at the broker meanwhile: the error is not transient, and it is about the
 /// message (its size, fields, schedule, destination name, or a capability the transport

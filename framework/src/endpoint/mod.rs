@@ -175,7 +175,11 @@ impl Failure {
             }
             Failure::Panic { text, .. } => vec![format!("handler panicked: {text}")],
             Failure::Dispatch(e) => {
-                let mut v = vec!["could not send the handler's messages".to_owned()];
+                let first = match bus::missing_destination(e) {
+                    Some(queue) => bus::missing_queue_text(queue),
+                    None => "could not send the handler's messages".to_owned(),
+                };
+                let mut v = vec![first];
                 v.extend(walk(e));
                 v
             }
@@ -192,6 +196,7 @@ impl Failure {
                     "the handling is committed, but {count} outgoing messages could not be dispatched; they stay \
                      in the outbox and the outbox sweeper keeps sending them"
                 )];
+                v.extend(bus::missing_destination(error).map(bus::missing_queue_text));
                 v.extend(walk(error));
                 v
             }
@@ -332,6 +337,9 @@ pub const DEFAULT_RECEIVE_WAIT: Duration = Duration::from_secs(1);
 pub const DEFAULT_GROUP_COMMIT: usize = 1;
 /// How long a graceful shutdown waits for running handlers by default.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most times a saga timeout is sent by default (see
+/// [`EndpointBuilder::max_timeout_dispatches`]).
+pub const DEFAULT_MAX_TIMEOUT_DISPATCHES: u32 = 10;
 
 /// Configures an [`Endpoint`]; [`start`](EndpointBuilder::start) runs it.
 #[must_use]
@@ -352,6 +360,7 @@ pub struct EndpointBuilder {
     extensions: Extensions,
     store: Option<Arc<dyn crate::store::Store>>,
     inbox_retention: Duration,
+    max_timeout_dispatches: u32,
     sagas: Vec<&'static str>,
     saga_stats: Arc<sagas::SagaStats>,
     /// Mistakes found while adding sagas, reported by `start`.
@@ -394,6 +403,7 @@ impl EndpointBuilder {
             extensions: Extensions::default(),
             store: None,
             inbox_retention: crate::store::DEFAULT_INBOX_RETENTION,
+            max_timeout_dispatches: DEFAULT_MAX_TIMEOUT_DISPATCHES,
             sagas: Vec::new(),
             saga_stats: Arc::default(),
             errors: Vec::new(),
@@ -539,6 +549,24 @@ impl EndpointBuilder {
         self
     }
 
+    /// The most times the endpoint's timeout dispatcher sends one saga timeout (default
+    /// [`DEFAULT_MAX_TIMEOUT_DISPATCHES`], 10; at least 1).
+    ///
+    /// A timeout is sent when due, and again after five minutes if no handling settled
+    /// it (its message may have been lost). A handling settles it by handling its message,
+    /// or by dead-lettering it (the row is then marked dead-lettered). When the broker
+    /// dead-letters the message by itself (its max delivery count reached: a handler that
+    /// kills the process each time, a RabbitMQ delivery limit), nothing settles the row;
+    /// after this many sends the dispatcher marks it dead-lettered with the reason
+    /// [`TIMEOUT_DISPATCHES_EXHAUSTED`](crate::recoverability::reasons::TIMEOUT_DISPATCHES_EXHAUSTED)
+    /// instead of sending it again, and logs a warning. Operators see it in
+    /// `courier::admin` and `courier timeouts`; a copy still in the queue, or one
+    /// resubmitted from the dead-letter queue, is still handled.
+    pub fn max_timeout_dispatches(mut self, n: u32) -> Self {
+        self.max_timeout_dispatches = n;
+        self
+    }
+
     /// Whether an endpoint with a [`store`](Self::store) handles messages that arrived
     /// without a message id (default `false`).
     ///
@@ -652,6 +680,9 @@ impl EndpointBuilder {
         if !self.sagas.is_empty() && self.store.is_none() {
             return invalid("an endpoint with sagas needs a store: call EndpointBuilder::store");
         }
+        if self.max_timeout_dispatches == 0 {
+            return invalid("max_timeout_dispatches must be at least 1");
+        }
         if self.inbox_retention < Duration::from_secs(60) {
             return invalid("inbox_retention must be at least a minute (redeliveries would be handled again)");
         }
@@ -671,6 +702,7 @@ impl EndpointBuilder {
                 sources.push(crate::entity::EntityPath::subscription(topic, self.name.clone()));
             }
         }
+        routing::warn_missing_queues(&*transport, &self.name, &self.routes).await;
         let config = runtime::Config {
             name: self.name.into(),
             transport,
@@ -686,6 +718,7 @@ impl EndpointBuilder {
             extensions: Arc::new(self.extensions),
             store: self.store,
             inbox_retention: self.inbox_retention,
+            max_timeout_dispatches: self.max_timeout_dispatches,
             sources,
             has_sagas: !self.sagas.is_empty(),
             saga_stats: self.saga_stats,

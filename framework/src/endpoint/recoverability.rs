@@ -37,6 +37,15 @@ pub mod reasons {
     /// [`Store::dead_letter_outbox`](crate::Store::dead_letter_outbox)): it was moved to the
     /// outbox's dead letters with this reason instead of being retried forever.
     pub const DISPATCH_REFUSED: &str = "courier.DispatchRefused";
+    /// Not a message's: the reason on a saga timeout's row (`dead_letter_reason`, shown by
+    /// `courier::admin` and `courier timeouts`) that the timeout dispatcher marked
+    /// dead-lettered because it had sent the timeout its most times
+    /// ([`EndpointBuilder::max_timeout_dispatches`](crate::EndpointBuilder::max_timeout_dispatches),
+    /// 10 by default) and no handling settled it: the broker dead-lettered its message
+    /// by itself (max delivery count reached, e.g. a handler that kills the process), or
+    /// it was lost each time. The copies the broker dead-lettered are in the queue's
+    /// dead-letter queue; resubmitting one handles the timeout as usual.
+    pub const TIMEOUT_DISPATCHES_EXHAUSTED: &str = "courier.TimeoutDispatchesExhausted";
 }
 
 /// The headers (application properties) the endpoint writes on a retried or

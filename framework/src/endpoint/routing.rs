@@ -3,8 +3,9 @@
 use std::collections::BTreeMap;
 
 use crate::endpoint::handler::Message;
-use crate::entity::{MAX_NAME_LEN, validate_name};
+use crate::entity::{EntityPath, MAX_NAME_LEN, validate_name};
 use crate::error::{Error, ErrorKind, Result};
+use crate::transport::Transport;
 
 /// The routing table shared by the endpoints and buses of an application.
 ///
@@ -150,6 +151,40 @@ pub(crate) fn missing_routes(
             missing.join("; ")
         )
     })
+}
+
+/// Logs a warning at the start of endpoint `endpoint` that lists the queues its routes
+/// send to and that do not exist (each with the types routed to it): a send to one fails
+/// the handling, which is retried until the queue exists. Only what the transport can
+/// tell: a queue whose lookup fails otherwise is not listed. The endpoint's own queue
+/// exists (it was just created).
+pub(crate) async fn warn_missing_queues(transport: &dyn Transport, endpoint: &str, routes: &Routes) {
+    let mut queues: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (name, queue) in routes.commands() {
+        if queue != endpoint {
+            queues.entry(queue).or_default().push(name);
+        }
+    }
+    let mut missing = Vec::new();
+    for (queue, types) in queues {
+        match transport.counts(&EntityPath::queue(queue)).await {
+            Err(e) if matches!(e.kind(), ErrorKind::EntityNotFound { .. }) => {
+                missing.push(format!("`{queue}` (for {})", types.join(", ")));
+            }
+            Err(e) => tracing::debug!(queue, error = %e, "could not check that a routed queue exists"),
+            Ok(_) => {}
+        }
+    }
+    if !missing.is_empty() {
+        tracing::warn!(
+            endpoint,
+            missing = %missing.join(", "),
+            "routed destination queues do not exist: {}. A handling that sends to one fails and is retried \
+             until it exists: create each (an endpoint creates its own queue when it starts: start the \
+             endpoint that receives from it, or create it with Transport::create_queue)",
+            missing.join(", ")
+        );
+    }
 }
 
 #[cfg(test)]

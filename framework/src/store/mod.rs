@@ -196,6 +196,15 @@ pub struct TimeoutClaim {
     pub reclaim_before: DateTime<Utc>,
     /// The most taken.
     pub limit: i64,
+    /// The most times a timeout is sent. A taken timeout already sent this many times
+    /// is not sent again: its row is marked dead-lettered at `now` with the reason
+    /// [`TIMEOUT_DISPATCHES_EXHAUSTED`](crate::recoverability::reasons::TIMEOUT_DISPATCHES_EXHAUSTED)
+    /// (the state an endpoint's dead-lettering of its message sets) and its id returned
+    /// in [`DueTimeouts::dead_lettered`]. This bounds a timeout whose message the broker
+    /// dead-letters by itself (its max delivery count reached) and which no endpoint
+    /// therefore settles. A claim whose send failed ([`Store::unclaim_timeouts`]) does not
+    /// count. At least 1.
+    pub max_dispatches: u32,
 }
 
 impl TimeoutClaim {
@@ -212,11 +221,15 @@ impl TimeoutClaim {
 /// Due timeouts a store claimed for dispatch.
 #[derive(Debug, Default)]
 pub struct DueTimeouts {
-    /// How many were claimed.
+    /// How many were claimed to be sent.
     pub claimed: usize,
     /// Their messages, to send to the endpoint's queue; empty when the store enqueued
     /// them itself in the claiming transaction (a store in the broker's own database).
     pub to_send: Vec<Envelope>,
+    /// The ids of taken timeouts that had been sent
+    /// [`TimeoutClaim::max_dispatches`] times already: marked dead-lettered instead of
+    /// sent.
+    pub dead_lettered: Vec<String>,
 }
 
 fn saga_unsupported<T>() -> Result<T> {
@@ -453,7 +466,8 @@ pub trait Store: Send + Sync + 'static {
         Ok(())
     }
 
-    /// Reverts a claim whose messages could not be sent, so the next round sends them.
+    /// Reverts a claim whose messages could not be sent, so the next round sends them
+    /// (the claim does not count as a dispatch: see [`TimeoutClaim::max_dispatches`]).
     async fn unclaim_timeouts(&self, ids: &[String]) -> Result<()> {
         let _ = ids;
         saga_unsupported()

@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{PgConnection, Postgres, Row, Transaction};
 
+use crate::endpoint::recoverability::reasons;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::Envelope;
 use crate::message::LockToken;
@@ -360,41 +361,54 @@ impl Store for PostgresStore {
 
     async fn claim_due_timeouts(&self, endpoint: &str, claim: TimeoutClaim) -> Result<DueTimeouts> {
         // SKIP LOCKED: instances of the endpoint in several processes claim disjoint rows.
+        // SET reads the row as it was: a row sent its most times (`$6`) keeps its claim
+        // time and count and gets the dead-letter mark instead; RETURNING reads it as it
+        // is now.
         let rows = sqlx::query(
             "WITH due AS ( \
                SELECT id FROM courier.saga_timeout \
-               WHERE endpoint = $1 AND dispatched_at IS NULL AND due_at <= $5 \
+               WHERE endpoint = $1 AND dispatched_at IS NULL AND dead_lettered_at IS NULL AND due_at <= $5 \
                ORDER BY due_at LIMIT $4 FOR UPDATE SKIP LOCKED), \
              lost AS ( \
                SELECT id FROM courier.saga_timeout \
                WHERE endpoint = $1 AND dispatched_at IS NOT NULL AND dead_lettered_at IS NULL \
                  AND dispatched_at < $3 \
                ORDER BY due_at LIMIT $4 FOR UPDATE SKIP LOCKED) \
-             UPDATE courier.saga_timeout SET dispatched_at = $2 \
+             UPDATE courier.saga_timeout SET \
+               dispatched_at = CASE WHEN dispatches >= $6 THEN dispatched_at ELSE $2 END, \
+               dispatches = CASE WHEN dispatches >= $6 THEN dispatches ELSE dispatches + 1 END, \
+               dead_lettered_at = CASE WHEN dispatches >= $6 THEN $7 ELSE dead_lettered_at END, \
+               dead_letter_reason = CASE WHEN dispatches >= $6 THEN $8 ELSE dead_letter_reason END \
              WHERE id IN (SELECT id FROM due UNION ALL SELECT id FROM lost) \
-             RETURNING envelope::text, body, due_at",
+             RETURNING envelope::text, body, due_at, id, dead_lettered_at IS NOT NULL",
         )
         .bind(endpoint)
         .bind(claim.marked_at)
         .bind(claim.reclaim_before)
         .bind(claim.limit)
         .bind(claim.due_until)
+        .bind(i32::try_from(claim.max_dispatches.max(1)).unwrap_or(i32::MAX))
+        .bind(claim.now)
+        .bind(reasons::TIMEOUT_DISPATCHES_EXHAUSTED)
         .fetch_all(&self.pool)
         .await
         .map_err(|e| db_error("cannot claim due saga timeouts", e))?;
-        let to_send = rows
-            .into_iter()
-            .map(|r| {
-                let get = |e| db_error("cannot read a saga timeout", e);
-                let json: String = r.try_get(0).map_err(get)?;
-                let body: Vec<u8> = r.try_get(1).map_err(get)?;
-                let due: DateTime<Utc> = r.try_get(2).map_err(get)?;
-                Ok(claim.schedule(StoredEnvelope::join(&json, body)?, due))
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let (mut to_send, mut dead_lettered) = (Vec::new(), Vec::new());
+        for r in rows {
+            let get = |e| db_error("cannot read a saga timeout", e);
+            if r.try_get::<bool, _>(4).map_err(get)? {
+                dead_lettered.push(r.try_get(3).map_err(get)?);
+                continue;
+            }
+            let json: String = r.try_get(0).map_err(get)?;
+            let body: Vec<u8> = r.try_get(1).map_err(get)?;
+            let due: DateTime<Utc> = r.try_get(2).map_err(get)?;
+            to_send.push(claim.schedule(StoredEnvelope::join(&json, body)?, due));
+        }
         Ok(DueTimeouts {
             claimed: to_send.len(),
             to_send,
+            dead_lettered,
         })
     }
 
@@ -426,11 +440,15 @@ impl Store for PostgresStore {
         if ids.is_empty() {
             return Ok(());
         }
-        sqlx::query("UPDATE courier.saga_timeout SET dispatched_at = NULL WHERE id = ANY($1)")
-            .bind(ids)
-            .execute(&self.pool)
-            .await
-            .map_err(|e| db_error("cannot release saga timeouts", e))?;
+        // The send failed: the claim does not count as a dispatch.
+        sqlx::query(
+            "UPDATE courier.saga_timeout SET dispatched_at = NULL, dispatches = GREATEST(dispatches - 1, 0) \
+             WHERE id = ANY($1)",
+        )
+        .bind(ids)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| db_error("cannot release saga timeouts", e))?;
         Ok(())
     }
 

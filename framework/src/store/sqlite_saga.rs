@@ -5,6 +5,7 @@
 use chrono::{DateTime, Utc};
 use sqlx::{Row, SqliteConnection};
 
+use crate::endpoint::recoverability::reasons;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::Envelope;
 use crate::store::{StoredEnvelope, StoredSaga, Timeout, TimeoutClaim, db_error};
@@ -270,43 +271,58 @@ pub(crate) async fn take_timeout(conn: &mut SqliteConnection, id: &str) -> Resul
 }
 
 /// Marks due (and long unhandled) timeouts dispatched at `mark` and returns their
-/// messages.
+/// messages; and, in the same statement, marks those already sent
+/// `claim.max_dispatches` times dead-lettered instead, returning their ids.
 pub(crate) async fn claim_due(
     conn: &mut SqliteConnection,
     endpoint: &str,
     claim: TimeoutClaim,
     mark: DateTime<Utc>,
-) -> Result<Vec<Envelope>> {
+) -> Result<(Vec<Envelope>, Vec<String>)> {
+    // SET reads the row as it was: a row sent its most times keeps its claim time and
+    // count and gets the dead-letter mark; RETURNING reads it as it is now.
     let rows = sqlx::query(
-        "UPDATE courier_saga_timeout SET dispatched_at = ?2 WHERE id IN ( \
+        "UPDATE courier_saga_timeout SET \
+           dispatched_at = CASE WHEN dispatches >= ?6 THEN dispatched_at ELSE ?2 END, \
+           dispatches = CASE WHEN dispatches >= ?6 THEN dispatches ELSE dispatches + 1 END, \
+           dead_lettered_at = CASE WHEN dispatches >= ?6 THEN ?7 ELSE dead_lettered_at END, \
+           dead_letter_reason = CASE WHEN dispatches >= ?6 THEN ?8 ELSE dead_letter_reason END \
+         WHERE id IN ( \
            SELECT id FROM ( \
              SELECT id, due_at FROM courier_saga_timeout \
-               WHERE endpoint = ?1 AND dispatched_at IS NULL AND due_at <= ?5 \
+               WHERE endpoint = ?1 AND dispatched_at IS NULL AND dead_lettered_at IS NULL AND due_at <= ?5 \
              UNION ALL \
              SELECT id, due_at FROM courier_saga_timeout \
                WHERE endpoint = ?1 AND dispatched_at IS NOT NULL AND dead_lettered_at IS NULL \
                  AND dispatched_at < ?3) \
            ORDER BY due_at LIMIT ?4) \
-         RETURNING envelope, body, due_at",
+         RETURNING envelope, body, due_at, id, dead_lettered_at IS NOT NULL",
     )
     .bind(endpoint)
     .bind(micros(mark))
     .bind(micros(claim.reclaim_before))
     .bind(claim.limit)
     .bind(micros(claim.due_until))
+    .bind(i64::from(claim.max_dispatches.max(1)))
+    .bind(micros(claim.now))
+    .bind(reasons::TIMEOUT_DISPATCHES_EXHAUSTED)
     .fetch_all(conn)
     .await
     .map_err(|e| db_error("cannot claim due saga timeouts", e))?;
-    rows.into_iter()
-        .map(|r| {
-            let get = |e| db_error("cannot read a saga timeout", e);
-            let json: String = r.try_get(0).map_err(get)?;
-            let body: Vec<u8> = r.try_get(1).map_err(get)?;
-            let due: i64 = r.try_get(2).map_err(get)?;
-            let due = DateTime::from_timestamp_micros(due).unwrap_or(claim.now);
-            Ok(claim.schedule(StoredEnvelope::join(&json, body)?, due))
-        })
-        .collect()
+    let (mut to_send, mut dead_lettered) = (Vec::new(), Vec::new());
+    for r in rows {
+        let get = |e| db_error("cannot read a saga timeout", e);
+        if r.try_get::<i64, _>(4).map_err(get)? != 0 {
+            dead_lettered.push(r.try_get(3).map_err(get)?);
+            continue;
+        }
+        let json: String = r.try_get(0).map_err(get)?;
+        let body: Vec<u8> = r.try_get(1).map_err(get)?;
+        let due: i64 = r.try_get(2).map_err(get)?;
+        let due = DateTime::from_timestamp_micros(due).unwrap_or(claim.now);
+        to_send.push(claim.schedule(StoredEnvelope::join(&json, body)?, due));
+    }
+    Ok((to_send, dead_lettered))
 }
 
 pub(crate) async fn next_due(conn: &mut SqliteConnection, endpoint: &str) -> Result<Option<DateTime<Utc>>> {
@@ -344,11 +360,15 @@ pub(crate) async fn unclaim(conn: &mut SqliteConnection, ids: &[String]) -> Resu
         return Ok(());
     }
     let list = serde_json::to_string(ids).unwrap_or_else(|_| "[]".to_owned());
-    sqlx::query("UPDATE courier_saga_timeout SET dispatched_at = NULL WHERE id IN (SELECT value FROM json_each(?1))")
-        .bind(list)
-        .execute(conn)
-        .await
-        .map_err(|e| db_error("cannot release saga timeouts", e))?;
+    // The send failed: the claim does not count as a dispatch.
+    sqlx::query(
+        "UPDATE courier_saga_timeout SET dispatched_at = NULL, dispatches = MAX(dispatches - 1, 0) \
+         WHERE id IN (SELECT value FROM json_each(?1))",
+    )
+    .bind(list)
+    .execute(conn)
+    .await
+    .map_err(|e| db_error("cannot release saga timeouts", e))?;
     Ok(())
 }
 

@@ -21,7 +21,7 @@ use tokio::sync::OwnedSemaphorePermit;
 use tracing::Instrument;
 
 use crate::endpoint::Failure;
-use crate::endpoint::bus::{Outgoing, describe_sent, name_outgoing, refused_for_good};
+use crate::endpoint::bus::{self, Outgoing, describe_sent, name_outgoing};
 use crate::endpoint::context::{Context, ContextParts};
 use crate::endpoint::observe::Handled;
 use crate::endpoint::recoverability::{headers, reasons};
@@ -234,17 +234,19 @@ pub(super) async fn handle(
                     let observed = shared.observer.as_ref().map(|_| rows.clone());
                     let destinations: Vec<String> = rows.iter().map(|(d, _, _)| d.clone()).collect();
                     let sent: Vec<String> = rows.iter().map(|(d, t, e)| name_outgoing(d, *t, e)).collect();
-                    let stored = work
-                        .store_outgoing(rows, shared.clock.now())
-                        .await
-                        .map_err(Failure::Store)?;
-                    let committed = work.commit().await;
-                    ctx.release_held();
-                    // A store that sends at its commit (the embedded broker's own file,
-                    // the Postgres transport's store) fails the commit with the
-                    // transport's refusal of a message.
-                    let committed = committed.map_err(|error| {
-                        if refused_for_good(&error) {
+                    let queues: Vec<String> = rows
+                        .iter()
+                        .filter(|(_, is_topic, _)| !is_topic)
+                        .map(|(d, _, _)| d.clone())
+                        .collect();
+                    // A store that sends in its transaction (the embedded broker's own
+                    // file, the Postgres transport's store) fails with the transport's
+                    // finding no queue the handlers sent to (a send's failure, retried),
+                    // or its refusal of a message (for good, naming what was sent).
+                    let failure = |error: crate::error::Error| {
+                        if bus::missing_destination(&error).is_some_and(|p| queues.iter().any(|q| q == p)) {
+                            Failure::Dispatch(error)
+                        } else if bus::refused_for_good(&error) {
                             Failure::RefusedAtCommit {
                                 description: describe_sent(&sent),
                                 error: Box::new(error),
@@ -252,7 +254,11 @@ pub(super) async fn handle(
                         } else {
                             Failure::Store(error)
                         }
-                    })?;
+                    };
+                    let stored = work.store_outgoing(rows, shared.clock.now()).await.map_err(failure)?;
+                    let committed = work.commit().await;
+                    ctx.release_held();
+                    let committed = committed.map_err(failure)?;
                     if let Some(due) = ctx.take_timeout_due() {
                         shared.timeouts.stored(due);
                     }

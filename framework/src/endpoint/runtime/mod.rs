@@ -70,6 +70,8 @@ pub(crate) struct Config {
     pub(crate) extensions: Arc<Extensions>,
     pub(crate) store: Option<Arc<dyn Store>>,
     pub(crate) inbox_retention: Duration,
+    /// The most times a saga timeout is sent (`EndpointBuilder::max_timeout_dispatches`).
+    pub(crate) max_timeout_dispatches: u32,
     pub(crate) sources: Vec<EntityPath>,
     pub(crate) has_sagas: bool,
     pub(crate) saga_stats: Arc<SagaStats>,

@@ -154,7 +154,10 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
                 .map(|w| workers::start(w, stop.clone())),
         );
         if config.has_sagas {
-            receive_loops.extend(TimeoutDispatcher::new(shared.clone()).map(|w| workers::start(w, stop.clone())));
+            receive_loops.extend(
+                TimeoutDispatcher::new(shared.clone(), config.max_timeout_dispatches)
+                    .map(|w| workers::start(w, stop.clone())),
+            );
         }
     }
     tracing::info!(endpoint = %config.name, sources = config.sources.len(), "endpoint started");

@@ -2,9 +2,16 @@
 //! are due. It sleeps until the earliest one it knows of (the store's, or one a handler
 //! just committed) comes within [`TIMEOUT_LOOKAHEAD`], at most [`TIMEOUT_POLL`].
 //!
-//! Counts: `EndpointStats::timeouts_dispatched` (timeouts claimed and sent). It claims
-//! timeouts through the store (`Store::claim_due_timeouts`) and sends them as scheduled
-//! messages; it never settles a message or runs a saga.
+//! Counts: `EndpointStats::timeouts_dispatched` (timeouts claimed and sent), and
+//! `timeouts_dead_lettered` for those it stops sending. It claims timeouts through the
+//! store (`Store::claim_due_timeouts`) and sends them as scheduled messages; it never
+//! settles a message or runs a saga.
+//!
+//! A sent timeout that no handling settled is sent again after [`TIMEOUT_RECLAIM_AFTER`]
+//! (its message may have been lost), at most `EndpointBuilder::max_timeout_dispatches`
+//! times in all: a timeout whose message the broker dead-letters by itself (max delivery
+//! count reached) is never settled by a handling, and was sent again every five minutes,
+//! forever. At the limit the claim marks its row dead-lettered instead.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -51,11 +58,13 @@ pub(in crate::endpoint::runtime) struct TimeoutDispatcher {
     store: Arc<dyn Store>,
     lookahead: chrono::Duration,
     next: DateTime<Utc>,
+    /// The most times one timeout is sent.
+    max_dispatches: u32,
 }
 
 impl TimeoutDispatcher {
     /// A dispatcher of the endpoint's store (`None` without a store).
-    pub(in crate::endpoint::runtime) fn new(shared: Arc<Shared>) -> Option<Self> {
+    pub(in crate::endpoint::runtime) fn new(shared: Arc<Shared>, max_dispatches: u32) -> Option<Self> {
         let store = shared.store.clone()?;
         let next = shared.clock.now();
         Some(Self {
@@ -63,6 +72,7 @@ impl TimeoutDispatcher {
             store,
             lookahead: chrono_of(TIMEOUT_LOOKAHEAD),
             next,
+            max_dispatches,
         })
     }
 }
@@ -77,6 +87,7 @@ impl Worker for TimeoutDispatcher {
             due_until: now + lookahead,
             reclaim_before: now - chrono_of(TIMEOUT_RECLAIM_AFTER),
             limit: TIMEOUT_BATCH,
+            max_dispatches: self.max_dispatches,
         };
         match store.claim_due_timeouts(&shared.name, claim).await {
             Ok(due) => {
@@ -84,6 +95,19 @@ impl Worker for TimeoutDispatcher {
                     .stats
                     .timeouts_dispatched
                     .fetch_add(due.claimed as u64, Ordering::Relaxed);
+                for id in &due.dead_lettered {
+                    shared.stats.timeouts_dead_lettered.fetch_add(1, Ordering::Relaxed);
+                    shared.metrics.timeout_dead_lettered();
+                    tracing::warn!(
+                        timeout = %id,
+                        dispatches = self.max_dispatches,
+                        reason = crate::recoverability::reasons::TIMEOUT_DISPATCHES_EXHAUSTED,
+                        "saga timeout sent {} times and never settled (its message was dead-lettered by the \
+                         broker, e.g. at its max delivery count, or lost each time): marked dead-lettered, \
+                         it will not be sent again; see the queue's dead-letter queue",
+                        self.max_dispatches
+                    );
+                }
                 if !due.to_send.is_empty() {
                     let ids: Vec<String> = due.to_send.iter().map(|e| e.message_id.clone()).collect();
                     let sent = match shared.bus.sender(&shared.name, false).await {
@@ -109,7 +133,8 @@ impl Worker for TimeoutDispatcher {
                         }
                     }
                 }
-                if i64::try_from(due.claimed).unwrap_or(i64::MAX) >= TIMEOUT_BATCH {
+                let taken = due.claimed.saturating_add(due.dead_lettered.len());
+                if i64::try_from(taken).unwrap_or(i64::MAX) >= TIMEOUT_BATCH {
                     return Tick::Again;
                 }
             }
