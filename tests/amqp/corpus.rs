@@ -54,6 +54,7 @@ fn properties(raw: &Raw) -> Result<RawProperties, String> {
             _ => raw.message_id().map(String::into_bytes),
         },
         kind: raw.message_type.clone().map(String::into_bytes),
+        reply_to: None,
     })
 }
 
