@@ -220,8 +220,9 @@ fn main() {
             println!("{what}: {rate:.0} msg/s");
             return;
         }
-        // `--instructions off|on N`: one run of N messages without or with a Prometheus
-        // recorder (rendered once, at the end), for `valgrind --tool=callgrind`, whose
+        // `--instructions off|on|raw N`: one run of N messages without or with a Prometheus
+        // recorder (rendered once, at the end), or of the embedded broker alone (`raw`),
+        // for `valgrind --tool=callgrind`, whose
         // instruction counts do not depend on what else the machine runs. The cost per
         // message is the difference of two sizes divided by their difference
         // (docs/observability.md, "What it costs").
@@ -235,8 +236,11 @@ fn main() {
                 .set_buckets(&[0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0])
                 .unwrap()
                 .build_recorder();
-            let with = (mode == "on").then_some(&recorder);
-            let rate = endpoint_recorded(n, 16, 32, with, false).await;
+            let rate = match mode.as_str() {
+                // The embedded broker alone: receive and complete, 16 at a time, 2 loops.
+                "raw" => raw(n, 16, 2).await,
+                _ => endpoint_recorded(n, 16, 32, (mode == "on").then_some(&recorder), false).await,
+            };
             println!("instructions {mode}: {n} messages, {rate:.0} msg/s");
             return;
         }
