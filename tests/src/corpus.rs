@@ -15,7 +15,7 @@
 //! the problem, every valid message handled once at delivery count 1.
 //!
 //! Where a producer cannot send a case as written, the case says what happens instead
-//! ([`Case::on`]): a table refuses a row without a message id (`NOT NULL`); an AMQP short
+//! (`Case::on`): a table refuses a row without a message id (`NOT NULL`); an AMQP short
 //! string holds at most 255 bytes, so the 10,000-character id is sent as 255 and a 100 KB
 //! correlation id cannot be sent at all; AMQP has no scheduled time a producer can set.
 
