@@ -14,7 +14,9 @@ use crate::message::{Envelope, PropertyValue};
 use crate::saga::{Saga, SagaHandlers};
 use crate::store::StoredSaga;
 
-fn cases() -> u32 {
+/// The number of cases each property test runs: `COURIER_FUZZ_CASES`, or 256 (shared by
+/// every fuzz module of the crate).
+pub(crate) fn cases() -> u32 {
     std::env::var("COURIER_FUZZ_CASES")
         .ok()
         .and_then(|n| n.parse().ok())

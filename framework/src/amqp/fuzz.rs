@@ -16,13 +16,7 @@ use super::inspect::inspect;
 use super::wire::decode;
 use crate::checks::MAX_MESSAGE_ID_LEN;
 
-/// The number of cases: `COURIER_FUZZ_CASES`, or proptest's default.
-fn cases() -> u32 {
-    std::env::var("COURIER_FUZZ_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(256)
-}
+use crate::fuzz::cases;
 
 /// A short string as the patched parser makes it from received bytes (at most 255).
 fn short_string() -> impl Strategy<Value = ShortString> {

@@ -677,12 +677,7 @@ mod fuzz {
     use crate::error::ErrorKind;
     use crate::message::{Envelope, PropertyValue};
 
-    fn cases() -> u32 {
-        std::env::var("COURIER_FUZZ_CASES")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(256)
-    }
+    use crate::fuzz::cases;
 
     fn property() -> impl Strategy<Value = PropertyValue> {
         prop_oneof![

@@ -419,12 +419,7 @@ mod fuzz {
     use super::{READY, read_row};
     use crate::message::Properties;
 
-    fn cases() -> u32 {
-        std::env::var("COURIER_FUZZ_CASES")
-            .ok()
-            .and_then(|n| n.parse().ok())
-            .unwrap_or(256)
-    }
+    use crate::fuzz::cases;
 
     /// Text near what a column holds, or any bytes.
     fn text() -> impl Strategy<Value = Option<Vec<u8>>> {
