@@ -145,7 +145,21 @@ impl Shop {
         Self { env, orders }
     }
 
+    /// Sends `message` and waits until it is handled. Whatever the endpoint was doing
+    /// before (a timeout that fired) is finished first: a completion counted late would
+    /// otherwise pass for this message's.
     async fn handle<M: courier::Message>(&self, message: &M) {
+        eventually("the endpoint idle", || async {
+            let queue = self
+                .env
+                .fx
+                .transport
+                .counts(&EntityPath::queue("orders"))
+                .await
+                .unwrap();
+            queue.active == 0 && self.orders.stats().running == 0
+        })
+        .await;
         let before = self.orders.stats();
         self.orders.bus().send(message).await.unwrap();
         eventually("the message handled", || async {
