@@ -13,6 +13,7 @@
 )]
 
 mod sagas;
+mod subscriptions;
 mod stores;
 
 use std::future::Future;

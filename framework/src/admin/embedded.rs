@@ -126,14 +126,11 @@ impl EmbeddedAdmin {
         }
     }
 
+    /// The broker, for a change of the dead letters of `queue` (a queue or a
+    /// subscription; a topic holds none).
     async fn queue_for_change(&self, queue: &str) -> AdminResult<&Embedded> {
         let broker = self.writer()?;
-        if self.entity(queue).await?.1 != EntityKind::Queue {
-            return Err(AdminError::refused(format!(
-                "{queue} is a subscription: resubmitting and deleting its dead letters is not supported yet \
-                 (only queues); read them with `dead-letters list`"
-            )));
-        }
+        self.entity(queue).await?;
         Ok(broker)
     }
 }

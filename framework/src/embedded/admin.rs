@@ -1,6 +1,6 @@
 //! The operations API's writes on the embedded broker's file, through the engine's
 //! connection (a lease, the way a handler's transaction gets it): moving a dead letter
-//! back to its queue, deleting one, completing a saga instance. Each is ONE SQLite
+//! back to its queue or subscription, deleting one, completing a saga instance. Each is ONE SQLite
 //! transaction, so an interrupted resubmit leaves the message either in the dead-letter
 //! sub-queue or back in its queue. The reads are in `crate::admin::embedded`.
 
@@ -31,14 +31,23 @@ async fn begin(lease: &mut Lease, what: &'static str) -> AdminResult<()> {
     Ok(())
 }
 
-/// The id of queue `name` (dead letters are resubmitted to queues only).
-async fn queue_id(conn: &mut SqliteConnection, name: &str) -> AdminResult<i64> {
-    sqlx::query_scalar("SELECT id FROM courier_entity WHERE parent = 0 AND kind = 0 AND name = ?1")
-        .bind(name)
-        .fetch_optional(conn)
-        .await
-        .map_err(|e| AdminError::db("cannot look up a queue", e))?
-        .ok_or_else(|| AdminError::not_found(format!("queue {name}")))
+/// The id of the queue or subscription (`topic/subscriptions/name`) `name` whose dead
+/// letters are changed.
+async fn entity_id(conn: &mut SqliteConnection, name: &str) -> AdminResult<i64> {
+    match name.split_once("/subscriptions/") {
+        Some((topic, sub)) => sqlx::query_scalar(
+            "SELECT s.id FROM courier_entity s JOIN courier_entity t ON t.id = s.parent \
+             WHERE t.parent = 0 AND t.kind = 1 AND t.name = ?1 AND s.kind = 2 AND s.name = ?2",
+        )
+        .bind(topic)
+        .bind(sub),
+        None => sqlx::query_scalar("SELECT id FROM courier_entity WHERE parent = 0 AND kind = 0 AND name = ?1")
+            .bind(name),
+    }
+    .fetch_optional(conn)
+    .await
+    .map_err(|e| AdminError::db("cannot look up a queue", e))?
+    .ok_or_else(|| AdminError::not_found(format!("queue {name}")))
 }
 
 /// The headers a failed handling wrote: not carried back to the queue, so the resubmitted
@@ -48,14 +57,15 @@ fn is_failure_header(name: &str) -> bool {
 }
 
 impl Embedded {
-    /// Moves dead letter `seq` of queue `queue` back to the queue in one transaction: the
-    /// row leaves the dead-letter sub-queue and a message with the same id, body and
-    /// headers (the failure headers removed) is enqueued, delivery count zero. `false`
+    /// Moves dead letter `seq` of `queue` (a queue or `topic/subscriptions/name`) back to
+    /// it in one transaction: the row leaves the dead-letter sub-queue and a message with
+    /// the same id, body and headers (the failure headers removed) is enqueued, delivery
+    /// count zero; a subscription's goes back to that subscription alone. `false`
     /// when it is not there (or a receiver of the dead-letter sub-queue holds it).
     pub(crate) async fn resubmit_dead_letter(&self, queue: &str, seq: SequenceNumber) -> AdminResult<bool> {
         let mut lease = self.lease().await.map_err(AdminError::from_error)?;
         begin(&mut lease, "cannot begin resubmitting a dead letter").await?;
-        let entity = queue_id(conn(&mut lease)?, queue).await?;
+        let entity = entity_id(conn(&mut lease)?, queue).await?;
         let now = super::engine::micros(self.shared.clock.now());
         // Dropping the lease before it is given back rolls this DELETE back.
         let row = sqlx::query(
@@ -76,7 +86,8 @@ impl Embedded {
         let (reply, rx) = oneshot::channel();
         lease.give_back(Some(Finish {
             complete: None,
-            sends: vec![(queue.to_owned(), false, vec![envelope])],
+            sends: Vec::new(),
+            put_back: Some((entity, vec![envelope])),
             max_message_size: self.shared.max_message_size,
             reply,
         }));
@@ -96,7 +107,7 @@ impl Embedded {
     ) -> AdminResult<Vec<SequenceNumber>> {
         let mut lease = self.lease().await.map_err(AdminError::from_error)?;
         begin(&mut lease, "cannot begin resubmitting dead letters").await?;
-        let entity = queue_id(conn(&mut lease)?, queue).await?;
+        let entity = entity_id(conn(&mut lease)?, queue).await?;
         let now = super::engine::micros(self.shared.clock.now());
         let wanted = serde_json::to_string(seqs).unwrap_or_else(|_| "[]".into());
         // Dropping the lease before it is given back rolls this DELETE back.
@@ -128,7 +139,8 @@ impl Embedded {
         let (reply, rx) = oneshot::channel();
         lease.give_back(Some(Finish {
             complete: None,
-            sends: vec![(queue.to_owned(), false, taken.into_iter().map(|(_, e)| e).collect())],
+            sends: Vec::new(),
+            put_back: Some((entity, taken.into_iter().map(|(_, e)| e).collect())),
             max_message_size: self.shared.max_message_size,
             reply,
         }));
@@ -147,7 +159,7 @@ impl Embedded {
     ) -> AdminResult<Vec<SequenceNumber>> {
         let mut lease = self.lease().await.map_err(AdminError::from_error)?;
         begin(&mut lease, "cannot begin deleting dead letters").await?;
-        let entity = queue_id(conn(&mut lease)?, queue).await?;
+        let entity = entity_id(conn(&mut lease)?, queue).await?;
         let now = super::engine::micros(self.shared.clock.now());
         let wanted = serde_json::to_string(seqs).unwrap_or_else(|_| "[]".into());
         let mut deleted: Vec<SequenceNumber> = sqlx::query_scalar(
@@ -170,7 +182,7 @@ impl Embedded {
     pub(crate) async fn delete_dead_letter(&self, queue: &str, seq: SequenceNumber) -> AdminResult<bool> {
         let mut lease = self.lease().await.map_err(AdminError::from_error)?;
         begin(&mut lease, "cannot begin deleting a dead letter").await?;
-        let entity = queue_id(conn(&mut lease)?, queue).await?;
+        let entity = entity_id(conn(&mut lease)?, queue).await?;
         let now = super::engine::micros(self.shared.clock.now());
         let deleted = sqlx::query(
             "DELETE FROM courier_message WHERE entity_id = ?1 AND seq = ?2 AND state = 3 \

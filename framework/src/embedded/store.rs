@@ -133,6 +133,7 @@ crate::store::sqlite_saga::sqlite_unit_of_work!(EmbeddedWork, {
         lease.give_back(Some(Finish {
             complete: lock,
             sends,
+            put_back: None,
             max_message_size,
             reply,
         }));
@@ -231,6 +232,7 @@ impl Store for EmbeddedStore {
             } else {
                 vec![(endpoint.to_owned(), false, due)]
             },
+            put_back: None,
             max_message_size: self.broker.shared.max_message_size,
             reply,
         }));

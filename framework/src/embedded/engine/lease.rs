@@ -90,6 +90,7 @@ impl Engine {
         let Finish {
             complete,
             sends,
+            put_back,
             max_message_size,
             reply,
         } = f;
@@ -150,6 +151,22 @@ impl Engine {
                     return Ok(Err(e));
                 }
                 if let Err(e) = self.rows_for_send(entity, messages, now, &mut rows) {
+                    return Ok(Err(e));
+                }
+            }
+            if let Some((entity, messages)) = put_back {
+                let info = match self.state.entity(entity) {
+                    Ok(i) => i,
+                    Err(e) => return Ok(Err(e)),
+                };
+                let (display, requires_session) = (info.display.clone(), info.requires_session);
+                if let Some(e) = messages.iter().find_map(|m| {
+                    crate::embedded::check_envelope(max_message_size, m, &display, requires_session, from_micros(now))
+                        .err()
+                }) {
+                    return Ok(Err(e));
+                }
+                if let Err(e) = self.rows_for_put_back(entity, messages, now, &mut rows) {
                     return Ok(Err(e));
                 }
             }
