@@ -12,8 +12,8 @@
     unreachable_pub
 )]
 
+mod resubmit;
 mod sagas;
-mod subscriptions;
 mod stores;
 
 use std::future::Future;

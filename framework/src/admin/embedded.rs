@@ -25,7 +25,7 @@ use super::{
     SagaTypeSummary, StoreAdmin, TimeoutFilter, check_reason, log_completed, page_size,
 };
 use crate::clock::{Clock, SystemClock};
-use crate::embedded::Embedded;
+use crate::embedded::{Embedded, Moved};
 use crate::message::{Properties, SequenceNumber};
 use crate::recoverability::headers;
 
@@ -318,17 +318,23 @@ impl QueueAdmin for EmbeddedAdmin {
 
     async fn resubmit(&self, queue: &str, sequence_number: SequenceNumber) -> AdminResult<()> {
         let broker = self.queue_for_change(queue).await?;
-        if broker.resubmit_dead_letter(queue, sequence_number).await? {
-            Ok(())
-        } else {
-            Err(AdminError::not_found(format!(
-                "dead letter {sequence_number} of {queue}"
-            )))
+        let moved = broker.resubmit_dead_letters(queue, &[sequence_number]).await?;
+        if let Some((_, why)) = moved.refused.into_iter().next() {
+            return Err(AdminError::refused(format!(
+                "dead letter {sequence_number} of {queue} cannot go back: {why}"
+            )));
         }
+        if moved.done.is_empty() {
+            return Err(AdminError::not_found(format!(
+                "dead letter {sequence_number} of {queue}"
+            )));
+        }
+        Ok(())
     }
 
-    /// Moves up to 1000 messages per transaction: each message moves or stays as a whole,
-    /// and a batch costs about what one send of as many messages costs.
+    /// Moves up to 1000 messages per transaction, inside the database (the bodies are
+    /// not read out): each message moves or stays as a whole, and a batch costs about
+    /// what one send of as many messages costs.
     async fn resubmit_many(&self, queue: &str, sequence_numbers: &[SequenceNumber]) -> AdminResult<BatchOutcome> {
         let broker = self.queue_for_change(queue).await?;
         in_batches(sequence_numbers, |batch| broker.resubmit_dead_letters(queue, batch)).await
@@ -347,7 +353,13 @@ impl QueueAdmin for EmbeddedAdmin {
     /// Deletes up to 1000 messages per transaction.
     async fn delete_many(&self, queue: &str, sequence_numbers: &[SequenceNumber]) -> AdminResult<BatchOutcome> {
         let broker = self.queue_for_change(queue).await?;
-        in_batches(sequence_numbers, |batch| broker.delete_dead_letters(queue, batch)).await
+        in_batches(sequence_numbers, |batch| async move {
+            Ok(Moved {
+                done: broker.delete_dead_letters(queue, batch).await?,
+                refused: Vec::new(),
+            })
+        })
+        .await
     }
 
     async fn delete_dead_letter(&self, queue: &str, sequence_number: SequenceNumber) -> AdminResult<()> {
@@ -367,21 +379,24 @@ impl QueueAdmin for EmbeddedAdmin {
 const BATCH: usize = 1000;
 
 /// Runs `step` on `seqs` in batches of [`BATCH`] (each one transaction) and reports each
-/// sequence number: moved, not there, or failed with its batch (still in the dead-letter
-/// sub-queue).
+/// sequence number: moved, not there, refused (with why) or failed with its batch (still
+/// in the dead-letter sub-queue).
 async fn in_batches<'a, F, Fut>(seqs: &'a [SequenceNumber], step: F) -> AdminResult<BatchOutcome>
 where
     F: Fn(&'a [SequenceNumber]) -> Fut,
-    Fut: std::future::Future<Output = AdminResult<Vec<SequenceNumber>>>,
+    Fut: std::future::Future<Output = AdminResult<Moved>>,
 {
     let mut outcome = BatchOutcome::default();
     for batch in seqs.chunks(BATCH) {
         match step(batch).await {
-            Ok(done) => {
-                outcome
-                    .not_found
-                    .extend(batch.iter().filter(|s| done.binary_search(s).is_err()));
+            Ok(Moved { done, refused }) => {
+                outcome.not_found.extend(
+                    batch
+                        .iter()
+                        .filter(|s| done.binary_search(s).is_err() && !refused.iter().any(|(r, _)| r == *s)),
+                );
                 outcome.done.extend(done);
+                outcome.failed.extend(refused);
             }
             Err(e @ (AdminError::Refused { .. } | AdminError::Unavailable { .. } | AdminError::NotFound { .. })) => {
                 return Err(e);

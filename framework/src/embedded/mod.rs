@@ -43,6 +43,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio::time::Instant;
 
+pub(crate) use self::admin::Moved;
 use self::engine::{
     AcceptRequest, Command, EntityInfo, Kind, LockRef, ReceiveMode, ReceiveRequest, SessionKey, SessionOp,
 };

@@ -67,6 +67,19 @@ pub mod headers {
     pub const FAILURE_TIME: &str = "courier.failure.time";
     /// Whether the handler marked the failure permanent (a boolean).
     pub const FAILURE_PERMANENT: &str = "courier.failure.permanent";
+
+    /// Every header above: what a resubmit of a dead letter (`courier::admin`) leaves
+    /// out, so the message starts its retries again and carries no stale failure.
+    pub const FAILURE_HEADERS: [&str; 8] = [
+        DELAYED_RETRIES,
+        FAILURE_ERROR,
+        FAILURE_CHAIN,
+        FAILURE_HANDLER,
+        FAILURE_ENDPOINT,
+        FAILURE_ATTEMPTS,
+        FAILURE_TIME,
+        FAILURE_PERMANENT,
+    ];
 }
 
 /// How an endpoint retries a message whose handling failed.

@@ -292,9 +292,11 @@ pub(crate) struct Finish {
     /// `(entity, row id, delivery count)` of the lock to complete.
     pub(crate) complete: Option<(i64, i64, i64)>,
     pub(crate) sends: Vec<(String, bool, Vec<Envelope>)>,
-    /// Messages put back into one entity by id (an operator's resubmit of dead letters):
-    /// a queue, or ONE subscription of a topic (not fanned out to the others again).
-    pub(crate) put_back: Option<(i64, Vec<Envelope>)>,
+    /// Dead letters an operator resubmits: `(entity, sequence numbers)` of a queue or of
+    /// ONE subscription of a topic (not fanned out to the others again), chosen in the
+    /// lease's transaction (dead-lettered, not locked), moved back by the engine
+    /// (`put_back.rs`).
+    pub(crate) put_back: Option<(i64, Vec<SequenceNumber>)>,
     /// The broker's largest message (the sender's checks apply).
     pub(crate) max_message_size: usize,
     pub(crate) reply: Reply<()>,

@@ -154,23 +154,12 @@ impl Engine {
                     return Ok(Err(e));
                 }
             }
-            if let Some((entity, messages)) = put_back {
-                let info = match self.state.entity(entity) {
-                    Ok(i) => i,
-                    Err(e) => return Ok(Err(e)),
-                };
-                let (display, requires_session) = (info.display.clone(), info.requires_session);
-                if let Some(e) = messages.iter().find_map(|m| {
-                    crate::embedded::check_envelope(max_message_size, m, &display, requires_session, from_micros(now))
-                        .err()
-                }) {
-                    return Ok(Err(e));
-                }
-                if let Err(e) = self.rows_for_put_back(entity, messages, now, &mut rows) {
-                    return Ok(Err(e));
-                }
-            }
             self.insert_rows(&rows).await?;
+            if let Some((entity, seqs)) = put_back
+                && let Err(e) = self.put_back(entity, &seqs, now).await?
+            {
+                return Ok(Err(e));
+            }
             self.serve_waiters(now, &mut outcomes).await?;
             self.flush_sequences().await?;
             sqlx::query("COMMIT").execute(self.conn.get()?).await?;

@@ -48,6 +48,7 @@ mod browse;
 mod commands;
 mod entities;
 mod lease;
+mod put_back;
 mod receive;
 mod rows;
 mod send;

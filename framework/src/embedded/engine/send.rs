@@ -11,7 +11,7 @@ use crate::message::{Envelope, SequenceNumber};
 use super::commands::{Outcome, SendCommand, outcome};
 use super::rows::{NewRow, Sql, row_id};
 use super::sql::INSERTS;
-use super::{Engine, Kind, READY, SCHEDULED, State};
+use super::{Engine, READY, SCHEDULED, State};
 
 impl Engine {
     /// Serves the sends of a batch with as few INSERT statements as possible.
@@ -45,37 +45,6 @@ impl Engine {
         let first = self.state.alloc_seq(entity, messages.len() as i64)?;
         let seqs: Vec<SequenceNumber> = (first..first + messages.len() as i64).collect();
         for (seq, msg) in seqs.iter().zip(messages) {
-            self.state.rows_for(&info, *seq, msg, now, rows);
-        }
-        Ok(seqs)
-    }
-
-    /// The rows of messages put back into `entity` by an operator: a queue, or one
-    /// subscription of a topic, whose copy is not fanned out to the other subscriptions
-    /// again. A subscription's sequence numbers are drawn from its topic, which numbers
-    /// every subscription's rows (a row's id is its entity and number: one drawn from the
-    /// subscription itself could be the topic's next message's).
-    pub(super) fn rows_for_put_back(
-        &mut self,
-        entity: i64,
-        messages: Vec<Envelope>,
-        now: i64,
-        rows: &mut Vec<NewRow>,
-    ) -> Result<Vec<SequenceNumber>> {
-        let info = self.state.entity(entity)?.clone();
-        let numbered_by = match info.kind {
-            Kind::Queue => entity,
-            Kind::Subscription => info.parent,
-            Kind::Topic => {
-                return Err(Error::new(ErrorKind::InvalidOperation {
-                    reason: format!("{} is a topic: its messages are in its subscriptions", info.display),
-                }));
-            }
-        };
-        let first = self.state.alloc_seq(numbered_by, messages.len() as i64)?;
-        let seqs: Vec<SequenceNumber> = (first..first + messages.len() as i64).collect();
-        for (seq, msg) in seqs.iter().zip(messages) {
-            // Not a topic: one row, in `entity`.
             self.state.rows_for(&info, *seq, msg, now, rows);
         }
         Ok(seqs)
