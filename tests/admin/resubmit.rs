@@ -77,8 +77,8 @@ async fn a_subscriptions_dead_letter_goes_back_to_that_subscription_alone() {
     let (first, second) = (page.items[0].sequence_number, page.items[1].sequence_number);
 
     admin.resubmit(name, first).await.unwrap();
-    // A message published after the resubmit is numbered after it, in both subscriptions:
-    // the resubmitted copy's number came from the topic, so nothing collides.
+    // Put back in place: it keeps its number, so it comes before a message published
+    // after the resubmit.
     publisher
         .send(Envelope::new("{}").with_message_id("e-4"))
         .await

@@ -111,7 +111,10 @@ pub trait QueueAdmin: Send + Sync {
 
     /// Moves one dead letter back to the queue it came from, in one transaction: same
     /// message id and body and headers, without the failure and retry headers, the
-    /// delivery count at zero; it is enqueued as a new message (new sequence number).
+    /// delivery count at zero, its time-to-live counted from now. Whether it keeps its
+    /// sequence number depends on the broker: the embedded broker puts it back in place
+    /// (received before the messages sent after it failed, as an abandoned message is);
+    /// the others enqueue it anew.
     ///
     /// # Errors
     /// [`AdminError::NotFound`] if it is not there (already moved or deleted, or locked

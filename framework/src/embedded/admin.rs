@@ -57,9 +57,10 @@ pub(crate) struct Moved {
 
 impl Embedded {
     /// Moves the dead letters `seqs` of `queue` (a queue or `topic/subscriptions/name`)
-    /// back to it in ONE transaction (each of them moves or none does), in sequence order:
-    /// the same message id, body and headers (the failure headers removed), a new sequence
-    /// number, delivery count zero; a subscription's go back to that subscription alone.
+    /// back to it in ONE transaction (each of them moves or none does), in place
+    /// (`engine/put_back.rs`): the same message id, body, headers (the failure headers
+    /// removed) and sequence number, delivery count zero; a subscription's go back to that
+    /// subscription alone.
     /// Those not there (or held by a receiver of the dead-letter sub-queue) are left out;
     /// those the entity would refuse (no session id where sessions are required) stay
     /// where they are and are returned with the reason.

@@ -294,7 +294,7 @@ pub(crate) struct Finish {
     pub(crate) sends: Vec<(String, bool, Vec<Envelope>)>,
     /// Dead letters an operator resubmits: `(entity, sequence numbers)` of a queue or of
     /// ONE subscription of a topic (not fanned out to the others again), chosen in the
-    /// lease's transaction (dead-lettered, not locked), moved back by the engine
+    /// lease's transaction (dead-lettered, not locked), put back in place by the engine
     /// (`put_back.rs`).
     pub(crate) put_back: Option<(i64, Vec<SequenceNumber>)>,
     /// The broker's largest message (the sender's checks apply).
