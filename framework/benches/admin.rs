@@ -59,6 +59,19 @@ async fn dead_letter_all(broker: &Embedded, queue: &str, n: usize) {
     }
 }
 
+/// The CPU time this process has used (user + system, every thread), from
+/// /proc/self/stat: less sensitive than wall time to what else the machine runs.
+fn cpu_time() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name (which is in parentheses).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name; the
+    // kernel counts them in ticks of 1/100 s.
+    Duration::from_millis((ticks(11) + ticks(12)) * 10)
+}
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -73,7 +86,9 @@ async fn main() {
     broker.create_queue("orders", &QueueOptions::default()).await.unwrap();
     broker.create_queue("peer", &QueueOptions::default()).await.unwrap();
 
+    let cpu = cpu_time();
     let send_rate = send_all(&broker, "orders", n).await;
+    let send_cpu = cpu_time() - cpu;
     dead_letter_all(&broker, "orders", n).await;
     let admin = EmbeddedAdmin::new(broker.clone());
 
@@ -106,16 +121,20 @@ async fn main() {
     }
 
     let start = Instant::now();
+    let cpu = cpu_time();
     let all = admin.all_dead_letters("orders").await.unwrap();
     let collected = start.elapsed();
     let outcome = admin.resubmit_many("orders", &all).await.unwrap();
     let resubmit = start.elapsed();
+    let resubmit_cpu = cpu_time() - cpu;
     assert_eq!(outcome.done.len(), n);
     let resubmit_rate = n as f64 / resubmit.as_secs_f64();
 
     // The peer again after the resubmit, on a queue of its own: the file is as large as
     // it was for the resubmit.
+    let cpu = cpu_time();
     let send_rate_after = send_all(&broker, "peer", n).await;
+    let send_cpu_after = cpu_time() - cpu;
     let peer = (send_rate + send_rate_after) / 2.0;
 
     println!("admin on the embedded broker, {n} dead letters of {BODY} B");
@@ -126,5 +145,13 @@ async fn main() {
     println!("  resubmit all: {resubmit_rate:.0} msg/s ({resubmit:?}, of which {collected:?} to list them)");
     println!("  send (peer, batches of {BATCH}): {send_rate:.0} msg/s before, {send_rate_after:.0} msg/s after");
     println!("  resubmit all / send: {:.0}%", 100.0 * resubmit_rate / peer);
+    let per = |d: Duration| d.as_secs_f64() * 1e6 / n as f64;
+    println!(
+        "  CPU time a message: send {:.1} us before, {:.1} us after; resubmit {:.1} us; send / resubmit: {:.0}%",
+        per(send_cpu),
+        per(send_cpu_after),
+        per(resubmit_cpu),
+        100.0 * per(send_cpu + send_cpu_after) / 2.0 / per(resubmit_cpu)
+    );
     broker.close().await;
 }

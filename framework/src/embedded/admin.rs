@@ -71,29 +71,36 @@ impl Embedded {
         let now = super::engine::micros(self.shared.clock.now());
         let wanted = serde_json::to_string(seqs).unwrap_or_else(|_| "[]".into());
         // Dropping the lease before it is given back rolls this transaction back.
-        let found: Vec<(SequenceNumber, bool)> = sqlx::query_as(
-            "SELECT m.seq, m.session_id IS NULL AND e.requires_session <> 0 FROM courier_message m \
+        // Two JSON arrays in one row, not a row a message (each row crosses the driver's
+        // channel, which cost more than the move itself).
+        let (movable, refused): (String, String) = sqlx::query_as(
+            "SELECT json_group_array(seq) FILTER (WHERE NOT refused), json_group_array(seq) FILTER (WHERE refused) \
+             FROM (SELECT m.seq, m.session_id IS NULL AND e.requires_session <> 0 AS refused FROM courier_message m \
              JOIN courier_entity e ON e.id = m.entity_id WHERE m.entity_id = ?1 AND m.state = 3 \
-             AND (m.locked_until IS NULL OR m.locked_until <= ?2) AND m.seq IN (SELECT value FROM json_each(?3)) \
-             ORDER BY m.seq",
+             AND (m.locked_until IS NULL OR m.locked_until <= ?2) AND m.seq IN (SELECT value FROM json_each(?3)))",
         )
         .bind(entity)
         .bind(now)
         .bind(wanted)
-        .fetch_all(conn(&mut lease)?)
+        .fetch_one(conn(&mut lease)?)
         .await
         .map_err(|e| AdminError::db("cannot find dead letters", e))?;
-        let mut moved = Moved::default();
-        for (seq, refused) in found {
-            if refused {
-                moved.refused.push((
-                    seq,
-                    format!("it has no session id and {queue} requires sessions: it can only be deleted"),
-                ));
-            } else {
-                moved.done.push(seq);
-            }
-        }
+        let seqs_of = |json: &str| -> AdminResult<Vec<SequenceNumber>> {
+            let mut seqs: Vec<SequenceNumber> = serde_json::from_str(json)
+                .map_err(|e| AdminError::db("cannot find dead letters", sqlx::Error::Decode(Box::new(e))))?;
+            seqs.sort_unstable();
+            Ok(seqs)
+        };
+        let moved = Moved {
+            done: seqs_of(&movable)?,
+            refused: seqs_of(&refused)?
+                .into_iter()
+                .map(|seq| {
+                    let why = format!("it has no session id and {queue} requires sessions: it can only be deleted");
+                    (seq, why)
+                })
+                .collect(),
+        };
         if moved.done.is_empty() {
             return Ok(moved);
         }

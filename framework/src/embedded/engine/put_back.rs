@@ -36,8 +36,14 @@ static UPDATE: LazyLock<String> = LazyLock::new(|| {
          properties = CASE WHEN properties IS NOT NULL AND json_valid(properties) \
            THEN json_remove(properties, {remove}) ELSE properties END, \
          dl_reason = NULL, dl_description = NULL, dl_source = NULL \
-         WHERE state = 3 AND id IN (SELECT (?1 << {SEQ_BITS}) | value FROM json_each(?3)) \
-         RETURNING expires_at"
+         WHERE state = 3 AND id IN (SELECT (?1 << {SEQ_BITS}) | value FROM json_each(?3))"
+    )
+});
+
+static SHORTEST: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT MIN(expires_at) FROM courier_message \
+         WHERE id IN (SELECT (?1 << {SEQ_BITS}) | value FROM json_each(?2))"
     )
 });
 
@@ -52,13 +58,19 @@ impl Engine {
             return Ok(Err(e));
         }
         let wanted = serde_json::to_string(seqs).unwrap_or_else(|_| "[]".into());
-        let expiries: Vec<Option<i64>> = sqlx::query_scalar(UPDATE.as_str())
+        sqlx::query(UPDATE.as_str())
             .bind(entity)
             .bind(now)
             .bind(&wanted)
-            .fetch_all(self.conn.get()?)
+            .execute(self.conn.get()?)
             .await?;
-        State::note(&mut self.state.next_expiry, expiries.into_iter().flatten().min());
+        // One row back, not one a message (each row crosses the driver's channel).
+        let shortest: Option<i64> = sqlx::query_scalar(SHORTEST.as_str())
+            .bind(entity)
+            .bind(&wanted)
+            .fetch_one(self.conn.get()?)
+            .await?;
+        State::note(&mut self.state.next_expiry, shortest);
         self.state.touched.insert(entity);
         Ok(Ok(()))
     }
