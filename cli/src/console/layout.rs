@@ -39,6 +39,7 @@ button.danger{color:#cf222e}button.danger:hover{background:#cf222e;color:#fff}
 button.primary{background:#1f883d;color:#fff;border-color:#1a7f37}
 input[type=text],input[type=password],select{padding:.25em .5em;border:1px solid #d0d7de;border-radius:6px}
 .actions{display:flex;gap:.5em;align-items:center;flex-wrap:wrap;margin:.5em 0 1em}
+td .actions{flex-wrap:nowrap;margin:0}
 .filters{display:flex;gap:1em;align-items:end;flex-wrap:wrap;margin:.5em 0 1em}
 .filters label{display:flex;flex-direction:column;font-size:.88em;color:#656d76}
 td.err{max-width:28em;overflow-wrap:anywhere}

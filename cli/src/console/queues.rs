@@ -52,12 +52,14 @@ pub(crate) fn encode(value: &str) -> String {
 
 /// `GET /`: the dashboard.
 pub(crate) async fn dashboard(axum::extract::State(state): Shared) -> PageResult {
-    let describe: Vec<String> = state
-        .queues
-        .iter()
-        .map(|q| q.describe())
-        .chain(state.store.iter().map(|s| s.describe()))
-        .collect();
+    let mut describe: Vec<String> = state.queues.iter().map(|q| q.describe()).collect();
+    if let Some(store) = &state.store {
+        // The embedded broker's file is both: name it once.
+        let store = store.describe();
+        if !describe.contains(&store) {
+            describe.push(store);
+        }
+    }
     let queue_table = match &state.queues {
         None => html! { p.muted { "No broker: start the console with --embedded FILE to see queues." } },
         Some(admin) => {
