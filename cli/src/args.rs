@@ -82,10 +82,12 @@ pub(crate) enum Command {
 
 /// `courier serve`: where the console listens and how it is protected.
 #[derive(Debug, Args)]
-#[command(after_help = "Security: without a token the console listens only on loopback and answers only \
+#[command(
+    after_help = "Security: without a token the console listens only on loopback and answers only \
      requests addressed to a loopback name; any other address needs --token (or COURIER_CONSOLE_TOKEN), which \
      every request must present (the login form sets a cookie; scripts send `Authorization: Bearer TOKEN`). \
-     Every change is a POST with a CSRF token. See docs/operations.md, \"Web console\".")]
+     Every change is a POST with a CSRF token. See docs/operations.md, \"Web console\"."
+)]
 pub(crate) struct ServeArgs {
     /// The address to listen on (IP:PORT). Anything but loopback needs a token.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]

@@ -36,7 +36,11 @@ pub(crate) async fn serve(args: &ServeArgs, to: &Connections) -> Exit {
     let shown = listener.local_addr().unwrap_or(args.listen);
     eprintln!(
         "courier console on http://{shown}/ ({}); Ctrl-C stops it",
-        if args.token.is_some() { "access token required" } else { "loopback only, no token" }
+        if args.token.is_some() {
+            "access token required"
+        } else {
+            "loopback only, no token"
+        }
     );
     let stop = async {
         if let Err(e) = tokio::signal::ctrl_c().await {

@@ -116,11 +116,7 @@ async fn shop(always_fail: bool) -> (Embedded, RunningEndpoint, Arc<Shop>) {
     let endpoint = Endpoint::builder("shop")
         .transport(broker.clone())
         .store(broker.store())
-        .routes(
-            Routes::new()
-                .send::<PlaceOrder>("shop")
-                .send::<CheckoutStarted>("shop"),
-        )
+        .routes(Routes::new().send::<PlaceOrder>("shop").send::<CheckoutStarted>("shop"))
         .handler(place_order)
         .saga::<Checkout>()
         .state(state.clone())
@@ -140,7 +136,13 @@ async fn dead_letter(broker: &Embedded, queue: &str, body: impl Into<bytes::Byte
     sender.send(m).await.unwrap();
     let receiver = broker.receiver(&EntityPath::queue(queue)).await.unwrap();
     loop {
-        if let Some(d) = receiver.receive(1, Duration::from_secs(5)).await.unwrap().into_iter().next() {
+        if let Some(d) = receiver
+            .receive(1, Duration::from_secs(5))
+            .await
+            .unwrap()
+            .into_iter()
+            .next()
+        {
             d.dead_letter(reason, "dead-lettered by the test").await.unwrap();
             return;
         }
@@ -350,14 +352,20 @@ async fn every_page_shows_what_the_broker_and_the_store_hold() {
         let items = (0..=i).map(|n| format!("sku-{}", 100 + n)).collect();
         endpoint
             .bus()
-            .send(&CheckoutStarted { cart: cart.into(), items })
+            .send(&CheckoutStarted {
+                cart: cart.into(),
+                items,
+            })
             .await
             .unwrap();
     }
     for order_id in [7, 8, 9] {
         endpoint
             .bus()
-            .send(&PlaceOrder { order_id, amount_cents: 1250 })
+            .send(&PlaceOrder {
+                order_id,
+                amount_cents: 1250,
+            })
             .await
             .unwrap();
     }
@@ -370,9 +378,19 @@ async fn every_page_shows_what_the_broker_and_the_store_hold() {
     broker.create_queue("billing", &QueueOptions::default()).await.unwrap();
     let sender = broker.sender("billing", SenderOptions::default()).await.unwrap();
     for n in 0..4 {
-        sender.send(Envelope::new(format!("{{\"invoice\":{n}}}"))).await.unwrap();
+        sender
+            .send(Envelope::new(format!("{{\"invoice\":{n}}}")))
+            .await
+            .unwrap();
     }
-    dead_letter(&broker, "images", vec![0x89, b'P', b'N', b'G', 0, 1, 2, 255], "media.Thumbnail", "MaxDeliveryCountExceeded").await;
+    dead_letter(
+        &broker,
+        "images",
+        vec![0x89, b'P', b'N', b'G', 0, 1, 2, 255],
+        "media.Thumbnail",
+        "MaxDeliveryCountExceeded",
+    )
+    .await;
 
     let base = serve(over(&admin).sample_every(Duration::from_secs(1))).await;
     let b = Browser::start().await;
@@ -383,17 +401,43 @@ async fn every_page_shows_what_the_broker_and_the_store_hold() {
     assert_eq!(b.text(&format!("{row} td.dead")).await, "0");
     assert_eq!(b.text("#queues tr[data-queue=\"shop\"] td.dead").await, "3");
     assert_eq!(b.text("#queues tr[data-queue=\"images\"] td.dead").await, "1");
-    assert!(b.has("#queues tr[data-queue=\"shop\"] svg.spark").await, "a sparkline per queue");
-    assert!(b.text("#store").await.contains("3 saga instances"), "{}", b.text("#store").await);
+    assert!(
+        b.has("#queues tr[data-queue=\"shop\"] svg.spark").await,
+        "a sparkline per queue"
+    );
+    assert!(
+        b.text("#store").await.contains("3 saga instances"),
+        "{}",
+        b.text("#store").await
+    );
     b.screenshot("dashboard").await;
 
-    b.client.find(Locator::Css("#queues tr[data-queue=\"shop\"] td.dead a")).await.unwrap().click().await.unwrap();
+    b.client
+        .find(Locator::Css("#queues tr[data-queue=\"shop\"] td.dead a"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     assert_eq!(b.text("h1").await, "Dead letters of shop");
-    assert_eq!(b.client.find_all(Locator::Css("#dead-letters tbody tr")).await.unwrap().len(), 3);
+    assert_eq!(
+        b.client
+            .find_all(Locator::Css("#dead-letters tbody tr"))
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
     assert!(b.text("#dead-letters").await.contains("the tax service answered 503"));
     b.screenshot("dead-letters").await;
 
-    b.client.find(Locator::Css("#dead-letters a.message-id")).await.unwrap().click().await.unwrap();
+    b.client
+        .find(Locator::Css("#dead-letters a.message-id"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     assert!(b.text("h1").await.starts_with("Dead letter "));
     assert!(b.text("#error").await.contains("the tax service answered 503"));
     assert!(b.text("#body").await.contains("\"order_id\": 7"), "JSON shown pretty");
@@ -401,26 +445,60 @@ async fn every_page_shows_what_the_broker_and_the_store_hold() {
     b.screenshot("dead-letter").await;
 
     b.client.goto(&format!("{base}/dlq?queue=images")).await.unwrap();
-    b.client.find(Locator::Css("#dead-letters a.message-id")).await.unwrap().click().await.unwrap();
-    assert!(b.text("#body").await.contains("89 50 4e 47 00 01 02 ff"), "bytes in hex");
+    b.client
+        .find(Locator::Css("#dead-letters a.message-id"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    assert!(
+        b.text("#body").await.contains("89 50 4e 47 00 01 02 ff"),
+        "bytes in hex"
+    );
 
     b.client.goto(&format!("{base}/sagas")).await.unwrap();
     assert!(b.text("#saga-types").await.contains("shop.Checkout"));
-    b.client.find(Locator::LinkText("shop.Checkout")).await.unwrap().click().await.unwrap();
-    assert_eq!(b.client.find_all(Locator::Css("#sagas tbody tr")).await.unwrap().len(), 3);
+    b.client
+        .find(Locator::LinkText("shop.Checkout"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    assert_eq!(
+        b.client.find_all(Locator::Css("#sagas tbody tr")).await.unwrap().len(),
+        3
+    );
     b.screenshot("sagas").await;
     let filter = b.client.form(Locator::Css("form.filters")).await.unwrap();
     filter.set_by_name("correlation", "1043").await.unwrap();
     filter.submit().await.unwrap();
-    assert_eq!(b.client.find_all(Locator::Css("#sagas tbody tr")).await.unwrap().len(), 1);
-    b.client.find(Locator::LinkText("cart-1043")).await.unwrap().click().await.unwrap();
+    assert_eq!(
+        b.client.find_all(Locator::Css("#sagas tbody tr")).await.unwrap().len(),
+        1
+    );
+    b.client
+        .find(Locator::LinkText("cart-1043"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     assert_eq!(b.text("#version").await, "1");
     assert!(b.text("#state").await.contains("sku-101"));
     assert!(b.text("#timeouts").await.contains("shop.CheckoutExpired"));
     b.screenshot("saga").await;
 
     b.client.goto(&format!("{base}/timeouts")).await.unwrap();
-    assert_eq!(b.client.find_all(Locator::Css("#timeouts tbody tr")).await.unwrap().len(), 3);
+    assert_eq!(
+        b.client
+            .find_all(Locator::Css("#timeouts tbody tr"))
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
     b.screenshot("timeouts").await;
     b.client.goto(&format!("{base}/timeouts?overdue=on")).await.unwrap();
     assert!(b.has("#no-timeouts").await, "none is overdue");
@@ -430,14 +508,37 @@ async fn every_page_shows_what_the_broker_and_the_store_hold() {
 
     // Completing a saga by hand: the reason is required (the form says so, and the
     // server refuses an empty one).
-    b.client.goto(&format!("{base}/sagas/instance?saga=shop.Checkout&correlation=cart-1042")).await.unwrap();
-    let csrf = b.client.find(Locator::Css("input[name=csrf]")).await.unwrap().attr("value").await.unwrap().unwrap();
+    b.client
+        .goto(&format!(
+            "{base}/sagas/instance?saga=shop.Checkout&correlation=cart-1042"
+        ))
+        .await
+        .unwrap();
+    let csrf = b
+        .client
+        .find(Locator::Css("input[name=csrf]"))
+        .await
+        .unwrap()
+        .attr("value")
+        .await
+        .unwrap()
+        .unwrap();
     let form = format!("csrf={csrf}&saga=shop.Checkout&correlation=cart-1042&reason=+");
     let refused = http("POST", &format!("{base}/sagas/complete"), &[], Some(&form)).await;
     assert_eq!(refused.status, 400, "{}", refused.body);
-    assert!(admin.saga("shop.Checkout", "cart-1042").await.is_ok(), "not completed without a reason");
-    let complete = b.client.form(Locator::Css("form[action=\"/sagas/complete\"]")).await.unwrap();
-    complete.set_by_name("reason", "the customer paid by phone").await.unwrap();
+    assert!(
+        admin.saga("shop.Checkout", "cart-1042").await.is_ok(),
+        "not completed without a reason"
+    );
+    let complete = b
+        .client
+        .form(Locator::Css("form[action=\"/sagas/complete\"]"))
+        .await
+        .unwrap();
+    complete
+        .set_by_name("reason", "the customer paid by phone")
+        .await
+        .unwrap();
     complete.submit().await.unwrap();
     assert!(b.text("#flash").await.contains("cart-1042"));
     assert!(admin.saga("shop.Checkout", "cart-1042").await.is_err(), "completed");
@@ -454,17 +555,36 @@ async fn a_resubmitted_dead_letter_is_handled_by_the_running_endpoint() {
     let admin = EmbeddedAdmin::new(broker.clone());
     endpoint
         .bus()
-        .send(&PlaceOrder { order_id: 1, amount_cents: 990 })
+        .send(&PlaceOrder {
+            order_id: 1,
+            amount_cents: 990,
+        })
         .await
         .unwrap();
-    eventually("the poison message in the DLQ", || async { dead_count(&admin, "shop").await == 1 }).await;
+    eventually("the poison message in the DLQ", || async {
+        dead_count(&admin, "shop").await == 1
+    })
+    .await;
     assert_eq!(shop.placed.load(Ordering::SeqCst), 0);
 
     let base = serve(over(&admin)).await;
     let b = Browser::start().await;
     b.client.goto(&format!("{base}/")).await.unwrap();
-    b.client.find(Locator::Css("#queues tr[data-queue=\"shop\"] td.dead a")).await.unwrap().click().await.unwrap();
-    assert_eq!(b.client.find_all(Locator::Css("#dead-letters tbody tr")).await.unwrap().len(), 1);
+    b.client
+        .find(Locator::Css("#queues tr[data-queue=\"shop\"] td.dead a"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    assert_eq!(
+        b.client
+            .find_all(Locator::Css("#dead-letters tbody tr"))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
     b.client
         .find(Locator::XPath("//table[@id='dead-letters']//button[text()='Resubmit']"))
         .await
@@ -493,13 +613,26 @@ async fn markup_in_a_dead_letter_shows_as_text_and_never_runs() {
     let admin = EmbeddedAdmin::new(broker.clone());
     let body = "<script>alert(1)</script>";
     let marker = "<img src=x onerror=\"document.title='pwned'\">";
-    dead_letter(&broker, "xss", body, marker, "<b>bold</b><script>document.title='pwned'</script>").await;
+    dead_letter(
+        &broker,
+        "xss",
+        body,
+        marker,
+        "<b>bold</b><script>document.title='pwned'</script>",
+    )
+    .await;
     let base = serve(over(&admin)).await;
     let b = Browser::start().await;
 
     b.client.goto(&format!("{base}/dlq?queue=xss")).await.unwrap();
     assert!(b.text("#dead-letters").await.contains(marker), "the type as text");
-    b.client.find(Locator::Css("#dead-letters a.message-id")).await.unwrap().click().await.unwrap();
+    b.client
+        .find(Locator::Css("#dead-letters a.message-id"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
     assert_eq!(b.text("#body").await, body);
     assert!(b.text("#reason").await.contains("<b>bold</b>"));
     assert!(b.text("#fields").await.contains(marker));
@@ -511,7 +644,10 @@ async fn markup_in_a_dead_letter_shows_as_text_and_never_runs() {
         )
         .await
         .unwrap();
-    assert!(untouched[0].as_str().unwrap().starts_with("Dead letter"), "no script changed the title: {untouched}");
+    assert!(
+        untouched[0].as_str().unwrap().starts_with("Dead letter"),
+        "no script changed the title: {untouched}"
+    );
     assert_eq!(untouched[1], 0, "no element made of the message's data: {untouched}");
     assert!(b.client.get_alert_text().await.is_err(), "no alert open");
     b.close().await;
@@ -541,18 +677,48 @@ async fn changes_need_the_csrf_token_and_requests_the_access_token() {
     let page = http("GET", &format!("{base}/dlq?queue=orders"), &auth, None).await;
     assert_eq!(page.status, 200);
     let csrf = csrf_of(&page.body);
-    let no_csrf = http("POST", &format!("{base}/dlq/delete"), &auth, Some(&format!("{change}&confirmed=1"))).await;
+    let no_csrf = http(
+        "POST",
+        &format!("{base}/dlq/delete"),
+        &auth,
+        Some(&format!("{change}&confirmed=1")),
+    )
+    .await;
     assert_eq!(no_csrf.status, 403, "{}", no_csrf.body);
-    let wrong = http("POST", &format!("{base}/dlq/delete"), &auth, Some(&format!("{change}&confirmed=1&csrf=x{csrf}"))).await;
+    let wrong = http(
+        "POST",
+        &format!("{base}/dlq/delete"),
+        &auth,
+        Some(&format!("{change}&confirmed=1&csrf=x{csrf}")),
+    )
+    .await;
     assert_eq!(wrong.status, 403);
     let origin = [("authorization", bearer.as_str()), ("origin", "https://evil.example")];
-    let foreign = http("POST", &format!("{base}/dlq/delete"), &origin, Some(&format!("{change}&confirmed=1&csrf={csrf}"))).await;
+    let foreign = http(
+        "POST",
+        &format!("{base}/dlq/delete"),
+        &origin,
+        Some(&format!("{change}&confirmed=1&csrf={csrf}")),
+    )
+    .await;
     assert_eq!(foreign.status, 403);
-    let get_changes_nothing = http("GET", &format!("{base}/dlq/delete?{change}&confirmed=1&csrf={csrf}"), &auth, None).await;
+    let get_changes_nothing = http(
+        "GET",
+        &format!("{base}/dlq/delete?{change}&confirmed=1&csrf={csrf}"),
+        &auth,
+        None,
+    )
+    .await;
     assert_eq!(get_changes_nothing.status, 405);
     assert_eq!(dead_count(&admin, "orders").await, 1, "nothing was deleted");
 
-    let ok = http("POST", &format!("{base}/dlq/delete"), &auth, Some(&format!("{change}&confirmed=1&csrf={csrf}"))).await;
+    let ok = http(
+        "POST",
+        &format!("{base}/dlq/delete"),
+        &auth,
+        Some(&format!("{change}&confirmed=1&csrf={csrf}")),
+    )
+    .await;
     assert_eq!(ok.status, 303, "{}", ok.body);
     assert_eq!(dead_count(&admin, "orders").await, 0);
 
@@ -577,14 +743,27 @@ async fn changes_need_the_csrf_token_and_requests_the_access_token() {
     let logged = http("POST", &format!("{base}/login"), &[], Some(&form)).await;
     assert_eq!(logged.status, 303);
     let cookie = logged.headers["set-cookie"].to_str().unwrap().to_owned();
-    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
     let session = cookie.split(';').next().unwrap();
-    assert_eq!(http("GET", &format!("{base}/"), &[("cookie", session)], None).await.status, 200);
+    assert_eq!(
+        http("GET", &format!("{base}/"), &[("cookie", session)], None)
+            .await
+            .status,
+        200
+    );
 
     // Without a token: loopback names only.
     let open = serve(over(&admin)).await;
     assert_eq!(http("GET", &format!("{open}/"), &[], None).await.status, 200);
-    assert_eq!(http("GET", &format!("{open}/"), &[("host", "console.example:80")], None).await.status, 403);
+    assert_eq!(
+        http("GET", &format!("{open}/"), &[("host", "console.example:80")], None)
+            .await
+            .status,
+        403
+    );
 }
 
 /// `courier serve` refuses a non-loopback address without a token, saying what to do.
@@ -601,7 +780,10 @@ async fn serve_refuses_a_public_address_without_a_token() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains("--token") && stderr.contains("COURIER_CONSOLE_TOKEN"), "{stderr}");
+    assert!(
+        stderr.contains("--token") && stderr.contains("COURIER_CONSOLE_TOKEN"),
+        "{stderr}"
+    );
 }
 
 /// (e) `courier serve` with a store URL that carries a password never shows it.
@@ -615,7 +797,10 @@ async fn the_console_never_shows_a_connection_password() {
             let password = user_info.split_once(':').unwrap().1.to_owned();
             (url.clone(), password)
         }
-        _ => (url.replacen("://postgres@", "://postgres:console-s3cret-pw@", 1), "console-s3cret-pw".to_owned()),
+        _ => (
+            url.replacen("://postgres@", "://postgres:console-s3cret-pw@", 1),
+            "console-s3cret-pw".to_owned(),
+        ),
     };
     assert!(url.contains(&format!(":{password}@")), "a password in {url}");
     courier::PostgresStore::connect(&url).await.unwrap();
@@ -646,11 +831,22 @@ async fn the_console_never_shows_a_connection_password() {
         .trim_end_matches('/')
         .to_owned();
     assert!(!first.contains(&password), "{first}");
-    let pages = ["/", "/sagas", "/sagas/list?saga=none", "/sagas/instance?saga=none&correlation=x", "/timeouts", "/outbox"];
+    let pages = [
+        "/",
+        "/sagas",
+        "/sagas/list?saga=none",
+        "/sagas/instance?saga=none&correlation=x",
+        "/timeouts",
+        "/outbox",
+    ];
     let mut shown = String::new();
     for p in pages {
         let a = http("GET", &format!("{base}{p}"), &[], None).await;
-        assert!(!a.body.contains(&format!(":{password}@")), "{p} shows the password: {}", a.body);
+        assert!(
+            !a.body.contains(&format!(":{password}@")),
+            "{p} shows the password: {}",
+            a.body
+        );
         shown.push_str(&a.body);
     }
     assert!(shown.contains(":***@"), "the store is named, its password hidden");

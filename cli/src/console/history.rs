@@ -85,7 +85,9 @@ pub(crate) fn start_sampler(history: Weak<History>, admin: Arc<dyn QueueAdmin>, 
             };
             match admin.queues().await {
                 Ok(queues) => history.record(admin.now(), &queues),
-                Err(e) => tracing::warn!(error = %e, broker = %admin.describe(), "the console cannot sample the queues' counts"),
+                Err(e) => {
+                    tracing::warn!(error = %e, broker = %admin.describe(), "the console cannot sample the queues' counts")
+                }
             }
         }
     });
@@ -114,12 +116,24 @@ pub(crate) fn sparkline(series: &[(DateTime<Utc>, u64)], now: DateTime<Utc>, cur
         .collect();
     let line: Vec<String> = xy.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
     let first_x = xy.first().map_or(W - 1.0, |p| p.0);
-    let area = format!("{first_x:.1},{:.1} {} {:.1},{:.1}", H - 2.0, line.join(" "), W - 1.0, H - 2.0);
-    let (stroke, fill) = if current > 0 { ("#cf222e", "#ffebe9") } else { ("#8c959f", "#eaeef2") };
+    let area = format!(
+        "{first_x:.1},{:.1} {} {:.1},{:.1}",
+        H - 2.0,
+        line.join(" "),
+        W - 1.0,
+        H - 2.0
+    );
+    let (stroke, fill) = if current > 0 {
+        ("#cf222e", "#ffebe9")
+    } else {
+        ("#8c959f", "#eaeef2")
+    };
     let peak = points.iter().map(|p| p.1).max().unwrap_or(0);
     let label = format!(
         "dead letters over the last hour (sampled since {}): now {current}, at most {peak}",
-        series.first().map_or_else(|| "now".to_owned(), |s| s.0.format("%H:%M:%S UTC").to_string())
+        series
+            .first()
+            .map_or_else(|| "now".to_owned(), |s| s.0.format("%H:%M:%S UTC").to_string())
     );
     html! {
         svg.spark xmlns="http://www.w3.org/2000/svg" width=(W) height=(H) viewBox=(format!("0 0 {W} {H}")) role="img" aria-label=(label) {

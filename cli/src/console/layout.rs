@@ -42,13 +42,14 @@ input[type=text],input[type=password],select{padding:.25em .5em;border:1px solid
 td .actions{flex-wrap:nowrap;margin:0}
 .filters{display:flex;gap:1em;align-items:end;flex-wrap:wrap;margin:.5em 0 1em}
 .filters label{display:flex;flex-direction:column;font-size:.88em;color:#656d76}
+td.id{white-space:nowrap;font-family:ui-monospace,monospace;font-size:.88em}
 td.err{max-width:28em;overflow-wrap:anywhere}
 td.spark{padding:.2em .7em}
 svg.spark{display:block}
 "#;
 
 /// A page: the navigation, an optional logout button, `body`.
-pub(crate) fn frame(title: &str, logout_csrf: Option<&str>, body: Markup) -> Markup {
+pub(crate) fn frame(title: &str, logout_csrf: Option<&str>, body: &Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -80,7 +81,7 @@ pub(crate) fn frame(title: &str, logout_csrf: Option<&str>, body: Markup) -> Mar
 
 /// A page for a request that passed the guard (with a logout button when a token is in
 /// force).
-pub(crate) fn page(state: &super::State, title: &str, body: Markup) -> Markup {
+pub(crate) fn page(state: &super::State, title: &str, body: &Markup) -> Markup {
     frame(title, state.access.as_ref().map(|_| state.csrf.as_str()), body)
 }
 
@@ -124,7 +125,9 @@ impl From<AdminError> for PageError {
                      a receiver): go back to the list and look again."
                 ),
             ),
-            AdminError::Refused { .. } => Self::new(StatusCode::CONFLICT, "Refused", format!("{text}. Nothing was changed.")),
+            AdminError::Refused { .. } => {
+                Self::new(StatusCode::CONFLICT, "Refused", format!("{text}. Nothing was changed."))
+            }
             _ if e.is_transient() => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "Unavailable",
@@ -152,7 +155,7 @@ impl IntoResponse for PageError {
             p.flash.bad { (self.detail) }
             p { a href="/" { "Back to the queues" } }
         };
-        (self.status, frame(&self.title, None, body)).into_response()
+        (self.status, frame(&self.title, None, &body)).into_response()
     }
 }
 
@@ -210,7 +213,11 @@ pub(crate) fn opt(v: Option<&str>) -> Markup {
 pub(crate) fn short(text: &str, max: usize) -> String {
     let mut chars = text.chars();
     let cut: String = chars.by_ref().take(max).collect();
-    if chars.next().is_some() { format!("{cut}…") } else { cut }
+    if chars.next().is_some() {
+        format!("{cut}…")
+    } else {
+        cut
+    }
 }
 
 /// Parses an age typed in a filter: `90s`, `15m`, `2h`, `3d`, or seconds.
@@ -225,7 +232,11 @@ pub(crate) fn parse_age(text: &str) -> Result<chrono::Duration, PageError> {
         "m" => 60,
         "h" => 3600,
         "d" => 86_400,
-        _ => return Err(PageError::bad_request(format!("\"{text}\" is not an age: write 90s, 15m, 2h or 3d"))),
+        _ => {
+            return Err(PageError::bad_request(format!(
+                "\"{text}\" is not an age: write 90s, 15m, 2h or 3d"
+            )));
+        }
     };
     Ok(chrono::Duration::seconds(n.saturating_mul(seconds)))
 }
@@ -248,7 +259,7 @@ mod tests {
 
     #[test]
     fn values_are_escaped() {
-        let page = frame("t", None, html! { pre { (opt(Some("<script>alert(1)</script>"))) } }).into_string();
+        let page = frame("t", None, &html! { pre { (opt(Some("<script>alert(1)</script>"))) } }).into_string();
         assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{page}");
         assert!(!page.contains("<script>"));
     }

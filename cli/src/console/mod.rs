@@ -271,7 +271,9 @@ mod tests {
 
     #[test]
     fn a_non_loopback_address_needs_a_token_of_some_length() {
-        let any: SocketAddr = "0.0.0.0:8080".parse().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 8080)));
+        let any: SocketAddr = "0.0.0.0:8080"
+            .parse()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 8080)));
         let local = SocketAddr::from(([127, 0, 0, 1], 8080));
         let v6 = SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, 8080));
         assert!(Console::new().check_listen(local).is_ok());
@@ -279,7 +281,10 @@ mod tests {
         let err = Console::new().check_listen(any);
         assert!(matches!(err, Err(ConsoleError::TokenRequired { .. })), "{err:?}");
         let message = err.map_or_else(|e| e.to_string(), |()| String::new());
-        assert!(message.contains("--token") && message.contains("COURIER_CONSOLE_TOKEN"), "{message}");
+        assert!(
+            message.contains("--token") && message.contains("COURIER_CONSOLE_TOKEN"),
+            "{message}"
+        );
         assert!(matches!(
             Console::new().token("short").check_listen(any),
             Err(ConsoleError::WeakToken { len: 5 })

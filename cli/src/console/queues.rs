@@ -137,7 +137,7 @@ pub(crate) async fn dashboard(axum::extract::State(state): Shared) -> PageResult
     Ok(page(
         &state,
         "Queues",
-        html! {
+        &html! {
             h1 { "Queues" }
             @if !describe.is_empty() { p.muted.small { "Connected to " (describe.join(" · ")) } }
             (queue_table)
@@ -192,7 +192,13 @@ pub(crate) async fn dead_letters(axum::extract::State(state): Shared, Query(q): 
         @if list.total == 0 {
             p #empty.muted { "No dead letters in " (q.queue) "." }
         } @else {
-            p { (list.total) " " (plural(list.total, "message", "messages")) " in the dead-letter queue." }
+            p {
+                (list.total) " " (plural(list.total, "message", "messages")) " in the dead-letter queue"
+                @if list.total > list.items.len() as u64 {
+                    "; these " (list.items.len()) " from sequence number " (q.after + 1) " on"
+                }
+                "."
+            }
             form method="post" action="/dlq/resubmit" {
                 input type="hidden" name="csrf" value=(csrf);
                 input type="hidden" name="queue" value=(q.queue);
@@ -206,7 +212,7 @@ pub(crate) async fn dead_letters(axum::extract::State(state): Shared, Query(q): 
                             tr data-seq=(d.sequence_number) {
                                 td { input type="checkbox" name="seq" value=(d.sequence_number) aria-label="select"; }
                                 td.n { a href=(message_link(&q.queue, d.sequence_number)) { (d.sequence_number) } }
-                                td { a.message-id href=(message_link(&q.queue, d.sequence_number)) { (d.message_id) } }
+                                td.id { a.message-id href=(message_link(&q.queue, d.sequence_number)) { (d.message_id) } }
                                 td { (opt(d.message_type.as_deref())) }
                                 td { (when(d.enqueued_at, now)) }
                                 td.n { (d.delivery_count) }
@@ -240,7 +246,7 @@ pub(crate) async fn dead_letters(axum::extract::State(state): Shared, Query(q): 
             }
         }
     };
-    Ok(page(&state, &format!("Dead letters of {}", q.queue), body).into_response())
+    Ok(page(&state, &format!("Dead letters of {}", q.queue), &body).into_response())
 }
 
 fn plural(n: u64, one: &'static str, many: &'static str) -> &'static str {
@@ -285,7 +291,7 @@ pub(crate) async fn dead_letter(axum::extract::State(state): Shared, Query(q): Q
             }
         }
     };
-    Ok(page(&state, &format!("Dead letter {}", d.message_id), body).into_response())
+    Ok(page(&state, &format!("Dead letter {}", d.message_id), &body).into_response())
 }
 
 fn fields(d: &DeadLetter, now: chrono::DateTime<chrono::Utc>) -> Markup {
@@ -299,7 +305,7 @@ fn fields(d: &DeadLetter, now: chrono::DateTime<chrono::Utc>) -> Markup {
             dt { "Description" } dd #description { (opt(d.description.as_deref())) }
             dt { "Delivery count" } dd { (d.delivery_count) }
             dt { "Enqueued" } dd { (time(d.enqueued_at)) " (" (when(d.enqueued_at, now)) ")" }
-            dt { "Dead-lettered at" } dd { (opt(d.source.as_deref())) }
+            dt { "Dead-lettered in" } dd { (opt(d.source.as_deref())) }
             dt { "Correlation id" } dd { (opt(d.correlation_id.as_deref())) }
             dt { "Causation id" } dd { (opt(d.causation_id.as_deref())) }
             dt { "Content type" } dd { (opt(d.content_type.as_deref())) }
@@ -361,7 +367,13 @@ fn hex_dump(bytes: &[u8], total: usize) -> String {
             }
         }
         out.push(' ');
-        out.extend(chunk.iter().map(|&b| if b.is_ascii_graphic() || b == b' ' { b as char } else { '.' }));
+        out.extend(chunk.iter().map(|&b| {
+            if b.is_ascii_graphic() || b == b' ' {
+                b as char
+            } else {
+                '.'
+            }
+        }));
         out.push('\n');
     }
     if total > bytes.len() {
@@ -463,7 +475,11 @@ async fn change(state: &State, pairs: &[(String, String)], resubmit: bool) -> Pa
         } }
         p { a href=(dlq_link(&c.queue, 0)) { "Back to the dead letters of " (c.queue) } }
     };
-    Ok((StatusCode::INTERNAL_SERVER_ERROR, page(state, "Some changes failed", body)).into_response())
+    Ok((
+        StatusCode::INTERNAL_SERVER_ERROR,
+        page(state, "Some changes failed", &body),
+    )
+        .into_response())
 }
 
 /// The confirmation form of a change.
@@ -498,7 +514,7 @@ fn confirm(state: &State, c: &Change, seqs: &[SequenceNumber], resubmit: bool) -
             a href=(dlq_link(&c.queue, 0)) { "Cancel" }
         }
     };
-    page(state, &title, body)
+    page(state, &title, &body)
 }
 
 #[cfg(test)]
@@ -508,15 +524,25 @@ mod tests {
     #[test]
     fn bytes_are_dumped_in_hex_with_their_ascii() {
         let dump = hex_dump(&[0xff, 0x00, b'A', b'<'], 4);
-        assert_eq!(dump, "00000000  ff 00 41 3c                                      ..A<\n");
+        assert_eq!(
+            dump,
+            "00000000  ff 00 41 3c                                      ..A<\n"
+        );
         assert_eq!(encode("events/subscriptions/a b"), "events%2Fsubscriptions%2Fa+b");
     }
 
     #[test]
     fn a_change_form_names_one_selected_or_all() {
-        let pairs = |v: &[(&str, &str)]| v.iter().map(|(a, b)| ((*a).to_owned(), (*b).to_owned())).collect::<Vec<_>>();
+        let pairs = |v: &[(&str, &str)]| {
+            v.iter()
+                .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+                .collect::<Vec<_>>()
+        };
         let c = Change::parse(&pairs(&[("queue", "q"), ("seq", "3"), ("seq", "5"), ("one", "7")])).ok();
-        assert_eq!(c.as_ref().map(|c| (c.one, c.selected.clone())), Some((Some(7), vec![3, 5])));
+        assert_eq!(
+            c.as_ref().map(|c| (c.one, c.selected.clone())),
+            Some((Some(7), vec![3, 5]))
+        );
         assert!(Change::parse(&pairs(&[("seq", "3")])).is_err(), "no queue");
         assert!(Change::parse(&pairs(&[("queue", "q"), ("seq", "x")])).is_err());
     }

@@ -225,10 +225,11 @@ fn unauthorized(state: &ConsoleState, message: Option<&str>) -> Response {
             button type="submit" { "Log in" }
         }
     };
-    let mut response = (StatusCode::UNAUTHORIZED, layout::frame("Log in", None, body)).into_response();
-    response
-        .headers_mut()
-        .insert(WWW_AUTHENTICATE, HeaderValue::from_static("Bearer realm=\"courier console\""));
+    let mut response = (StatusCode::UNAUTHORIZED, layout::frame("Log in", None, &body)).into_response();
+    response.headers_mut().insert(
+        WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"courier console\""),
+    );
     response
 }
 
@@ -277,10 +278,25 @@ mod tests {
 
     #[test]
     fn loopback_names_are_recognised_with_and_without_a_port() {
-        for host in ["localhost", "localhost:8080", "127.0.0.1:80", "127.1.2.3", "[::1]:8080", "[::1]", "LOCALHOST"] {
+        for host in [
+            "localhost",
+            "localhost:8080",
+            "127.0.0.1:80",
+            "127.1.2.3",
+            "[::1]:8080",
+            "[::1]",
+            "LOCALHOST",
+        ] {
             assert!(is_loopback_host(host), "{host}");
         }
-        for host in ["", "example.com", "10.0.0.5:8080", "[fe80::1]:80", "localhost.evil.com", "127.0.0.1.nip.io"] {
+        for host in [
+            "",
+            "example.com",
+            "10.0.0.5:8080",
+            "[fe80::1]:80",
+            "localhost.evil.com",
+            "127.0.0.1.nip.io",
+        ] {
             assert!(!is_loopback_host(host), "{host}");
         }
     }

@@ -30,7 +30,11 @@ fn saga_link(saga: &str) -> String {
 }
 
 fn instance_link(saga: &str, correlation: &str) -> String {
-    format!("/sagas/instance?saga={}&correlation={}", encode(saga), encode(correlation))
+    format!(
+        "/sagas/instance?saga={}&correlation={}",
+        encode(saga),
+        encode(correlation)
+    )
 }
 
 /// `GET /sagas`: saga types with their number of instances.
@@ -52,7 +56,7 @@ pub(crate) async fn saga_types(axum::extract::State(state): Shared) -> PageResul
             }
         }
     };
-    Ok(page(&state, "Sagas", body).into_response())
+    Ok(page(&state, "Sagas", &body).into_response())
 }
 
 /// The filters of a saga's instances.
@@ -122,7 +126,7 @@ pub(crate) async fn sagas(axum::extract::State(state): Shared, Query(q): Query<S
             @if list.len() >= 200 { p.muted.small { "The first 200; narrow the filter to see others." } }
         }
     };
-    Ok(page(&state, &format!("Instances of {}", q.saga), body).into_response())
+    Ok(page(&state, &format!("Instances of {}", q.saga), &body).into_response())
 }
 
 /// One instance's address.
@@ -164,7 +168,7 @@ pub(crate) async fn saga(axum::extract::State(state): Shared, Query(q): Query<In
             button.danger type="submit" { "Complete" }
         }
     };
-    Ok(page(&state, &format!("{} {}", q.saga, q.correlation), body).into_response())
+    Ok(page(&state, &format!("{} {}", q.saga, q.correlation), &body).into_response())
 }
 
 /// The completion form.
@@ -187,7 +191,9 @@ pub(crate) async fn complete(
             "Completing a saga by hand needs a reason (it is logged): go back and say why. Nothing was changed.",
         ));
     }
-    let done = admin.complete_saga(&form.saga, &form.correlation, form.reason.trim()).await?;
+    let done = admin
+        .complete_saga(&form.saga, &form.correlation, form.reason.trim())
+        .await?;
     tracing::info!(saga = %form.saga, correlation = %form.correlation, version = done.version, "completed from the web console");
     Ok(Redirect::to(&format!(
         "{}&completed={}&version={}",
@@ -257,7 +263,7 @@ pub(crate) async fn timeouts(axum::extract::State(state): Shared, Query(q): Quer
         }
         (timeout_table(&list, now, true))
     };
-    Ok(page(&state, "Timeouts", body).into_response())
+    Ok(page(&state, "Timeouts", &body).into_response())
 }
 
 /// The outbox page's choice.
@@ -307,5 +313,5 @@ pub(crate) async fn outbox(axum::extract::State(state): Shared, Query(q): Query<
             }
         }
     };
-    Ok(page(&state, "Outbox", body).into_response())
+    Ok(page(&state, "Outbox", &body).into_response())
 }
