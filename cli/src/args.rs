@@ -10,7 +10,8 @@ const EXIT_CODES: &str = "Exit codes: 0 ok; 1 the operation failed; 2 bad usage;
      message, a saga instance, or some of the messages given); 4 refused (a file in use by a running broker, an \
      empty reason, ...); 5 cannot connect; 6 not confirmed.";
 
-/// Look at and repair a Courier system: queues, dead letters, sagas, timeouts, outbox.
+/// Look at and repair a Courier system: queues, dead letters, sagas, timeouts, outbox;
+/// from the command line, or in a browser with `courier serve` (the web console).
 #[derive(Debug, Parser)]
 #[command(name = "courier", version, after_help = EXIT_CODES)]
 pub(crate) struct Cli {
