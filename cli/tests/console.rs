@@ -854,3 +854,60 @@ async fn the_console_never_shows_a_connection_password() {
     child.wait().unwrap();
     db.drop_database().await.unwrap();
 }
+
+/// Errors are pages with the status that fits and what to do: 400 for a wrong address,
+/// 404 for what is not there, 409 for a change refused (a broker file another broker
+/// holds), 404 for a part the console was not given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_pages_with_the_status_that_fits() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("app.db");
+    let running = Embedded::open(&file).await.unwrap();
+    dead_letter(&running, "orders", "{}", "shop.PlaceOrder", "test.Poison").await;
+    // The file is held by the broker above: this admin can only read it.
+    let read_only = EmbeddedAdmin::open(&file).await.unwrap();
+    assert!(read_only.is_read_only());
+    let seq = read_only.all_dead_letters("orders").await.unwrap()[0];
+    let base = serve(Console::new().queues(Arc::new(read_only.clone()))).await;
+
+    let get = |path: &str| {
+        let url = format!("{base}{path}");
+        async move { http("GET", &url, &[], None).await }
+    };
+    let no_queue = get("/dlq").await;
+    assert_eq!(no_queue.status, 400);
+    assert!(no_queue.body.contains("open it from the console"), "{}", no_queue.body);
+    let missing = get("/dlq?queue=nope").await;
+    assert_eq!(missing.status, 404);
+    assert!(missing.body.contains("go back to the list"), "{}", missing.body);
+    assert_eq!(
+        get(&format!("/dlq/message?queue=orders&seq={}", seq + 1000))
+            .await
+            .status,
+        404
+    );
+    assert_eq!(get("/no/such/page").await.status, 404);
+    let no_store = get("/sagas").await;
+    assert_eq!(no_store.status, 404);
+    assert!(
+        no_store.body.contains("--embedded FILE, --postgres URL"),
+        "{}",
+        no_store.body
+    );
+
+    let page = get(&format!("/dlq/message?queue=orders&seq={seq}")).await;
+    assert_eq!(page.status, 200, "reading works");
+    let csrf = csrf_of(&page.body);
+    let refused = http(
+        "POST",
+        &format!("{base}/dlq/resubmit"),
+        &[],
+        Some(&format!("csrf={csrf}&queue=orders&one={seq}")),
+    )
+    .await;
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    assert!(refused.body.contains("stop that process first"), "{}", refused.body);
+    assert_eq!(dead_count(&read_only, "orders").await, 1);
+    read_only.close().await;
+    running.close().await;
+}

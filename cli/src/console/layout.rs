@@ -159,6 +159,40 @@ impl IntoResponse for PageError {
     }
 }
 
+/// A query string, or a page saying what is wrong with it (400).
+pub(crate) struct Q<T>(pub(crate) T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> axum::extract::FromRequestParts<S> for Q<T> {
+    type Rejection = PageError;
+
+    async fn from_request_parts(parts: &mut axum::http::request::Parts, state: &S) -> Result<Self, PageError> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(Q(v)),
+            Err(e) => Err(PageError::bad_request(format!(
+                "{}: this page's address is incomplete or wrong; open it from the console's links.",
+                e.body_text()
+            ))),
+        }
+    }
+}
+
+/// A form, or a page saying what is wrong with it (400).
+pub(crate) struct F<T>(pub(crate) T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> axum::extract::FromRequest<S> for F<T> {
+    type Rejection = PageError;
+
+    async fn from_request(request: axum::extract::Request, state: &S) -> Result<Self, PageError> {
+        match axum::Form::<T>::from_request(request, state).await {
+            Ok(axum::Form(v)) => Ok(F(v)),
+            Err(e) => Err(PageError::bad_request(format!(
+                "{}: send the form from the console's pages. Nothing was changed.",
+                e.body_text()
+            ))),
+        }
+    }
+}
+
 /// What a handler returns.
 pub(crate) type PageResult = Result<Response, PageError>;
 

@@ -5,7 +5,6 @@
 
 use std::fmt::Write as _;
 
-use axum::extract::Query;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
 use courier::admin::{BatchOutcome, BodyView, DeadLetter, EntityKind, QueueAdmin, TimeoutFilter};
@@ -14,7 +13,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::history::sparkline;
-use super::layout::{PageError, PageResult, age, opt, page, short, time, when};
+use super::layout::{F, PageError, PageResult, Q, age, opt, page, short, time, when};
 use super::{Shared, State};
 
 /// Dead letters per page.
@@ -113,9 +112,11 @@ pub(crate) async fn dashboard(axum::extract::State(state): Shared) -> PageResult
         Some(store) => {
             let line = async {
                 let types = store.saga_types().await?;
-                let overdue = store.timeouts(&TimeoutFilter::default().overdue().limit(1000)).await?;
-                let outbox = store.outbox(1000).await?;
-                Ok::<_, courier::admin::AdminError>((types, overdue.len(), outbox.len()))
+                let overdue = store
+                    .timeouts(&TimeoutFilter::default().overdue().limit(COUNT_UP_TO))
+                    .await?;
+                let outbox = store.outbox(COUNT_UP_TO).await?;
+                Ok::<_, courier::admin::AdminError>((types, up_to(overdue.len()), up_to(outbox.len())))
             }
             .await;
             match line {
@@ -125,7 +126,7 @@ pub(crate) async fn dashboard(axum::extract::State(state): Shared) -> PageResult
                         a href="/sagas" { (types.iter().map(|t| t.instances).sum::<u64>()) " saga instances" }
                         " in " (types.len()) " types · "
                         a href="/timeouts?overdue=on" {
-                            @if overdue > 0 { span.bad { (overdue) " overdue timeouts" } } @else { "0 overdue timeouts" }
+                            @if overdue != "0" { span.bad { (overdue) " overdue timeouts" } } @else { "0 overdue timeouts" }
                         }
                         " · " a href="/outbox" { (outbox) " outbox messages waiting" }
                     }
@@ -145,6 +146,18 @@ pub(crate) async fn dashboard(axum::extract::State(state): Shared) -> PageResult
         },
     )
     .into_response())
+}
+
+/// The dashboard counts overdue timeouts and outbox rows up to this many.
+const COUNT_UP_TO: u32 = 1000;
+
+/// A count read with a limit of [`COUNT_UP_TO`]: `1000+` when it reached it.
+fn up_to(n: usize) -> String {
+    if n >= COUNT_UP_TO as usize {
+        format!("{n}+")
+    } else {
+        n.to_string()
+    }
 }
 
 fn kind(k: EntityKind) -> &'static str {
@@ -171,7 +184,7 @@ pub(crate) struct ListQuery {
 }
 
 /// `GET /dlq?queue=Q&after=N`: a page of dead letters.
-pub(crate) async fn dead_letters(axum::extract::State(state): Shared, Query(q): Query<ListQuery>) -> PageResult {
+pub(crate) async fn dead_letters(axum::extract::State(state): Shared, Q(q): Q<ListQuery>) -> PageResult {
     let admin = queues(&state)?;
     let list = admin.dead_letters(&q.queue, q.after, PAGE).await?;
     let now = admin.now();
@@ -265,7 +278,7 @@ pub(crate) struct MessageQuery {
 }
 
 /// `GET /dlq/message?queue=Q&seq=N`: one dead letter in full.
-pub(crate) async fn dead_letter(axum::extract::State(state): Shared, Query(q): Query<MessageQuery>) -> PageResult {
+pub(crate) async fn dead_letter(axum::extract::State(state): Shared, Q(q): Q<MessageQuery>) -> PageResult {
     let admin = queues(&state)?;
     let d = admin.dead_letter(&q.queue, q.seq).await?;
     let now = admin.now();
@@ -417,16 +430,13 @@ impl Change {
 }
 
 /// `POST /dlq/resubmit`.
-pub(crate) async fn resubmit(
-    axum::extract::State(state): Shared,
-    form: axum::Form<Vec<(String, String)>>,
-) -> PageResult {
-    change(&state, &form.0, true).await
+pub(crate) async fn resubmit(axum::extract::State(state): Shared, F(form): F<Vec<(String, String)>>) -> PageResult {
+    change(&state, &form, true).await
 }
 
 /// `POST /dlq/delete`.
-pub(crate) async fn delete(axum::extract::State(state): Shared, form: axum::Form<Vec<(String, String)>>) -> PageResult {
-    change(&state, &form.0, false).await
+pub(crate) async fn delete(axum::extract::State(state): Shared, F(form): F<Vec<(String, String)>>) -> PageResult {
+    change(&state, &form, false).await
 }
 
 async fn change(state: &State, pairs: &[(String, String)], resubmit: bool) -> PageResult {

@@ -3,14 +3,13 @@
 //! completes it by hand with a required reason), pending and overdue timeouts, and the
 //! outbox (waiting rows, or its dead letters).
 
-use axum::extract::Query;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect};
 use courier::admin::{PendingTimeout, SagaFilter, StoreAdmin, TimeoutFilter, TimeoutState};
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::layout::{PageError, PageResult, opt, page, parse_age, short, time, when};
+use super::layout::{F, PageError, PageResult, Q, opt, page, parse_age, short, time, when};
 use super::queues::encode;
 use super::{Shared, State};
 
@@ -74,7 +73,7 @@ pub(crate) struct SagasQuery {
 
 /// `GET /sagas/list?saga=S&correlation=&older_than=&timeout=`: instances, least recently
 /// updated first.
-pub(crate) async fn sagas(axum::extract::State(state): Shared, Query(q): Query<SagasQuery>) -> PageResult {
+pub(crate) async fn sagas(axum::extract::State(state): Shared, Q(q): Q<SagasQuery>) -> PageResult {
     let admin = store(&state)?;
     let now = admin.now();
     let mut filter = SagaFilter::default().limit(200);
@@ -138,7 +137,7 @@ pub(crate) struct InstanceQuery {
 
 /// `GET /sagas/instance?saga=S&correlation=C`: state, version, pending timeouts, and the
 /// completion form.
-pub(crate) async fn saga(axum::extract::State(state): Shared, Query(q): Query<InstanceQuery>) -> PageResult {
+pub(crate) async fn saga(axum::extract::State(state): Shared, Q(q): Q<InstanceQuery>) -> PageResult {
     let admin = store(&state)?;
     let s = admin.saga(&q.saga, &q.correlation).await?;
     let now = admin.now();
@@ -181,10 +180,7 @@ pub(crate) struct CompleteForm {
 }
 
 /// `POST /sagas/complete`: completes one instance by hand.
-pub(crate) async fn complete(
-    axum::extract::State(state): Shared,
-    axum::Form(form): axum::Form<CompleteForm>,
-) -> PageResult {
+pub(crate) async fn complete(axum::extract::State(state): Shared, F(form): F<CompleteForm>) -> PageResult {
     let admin = store(&state)?;
     if form.reason.trim().is_empty() {
         return Err(PageError::bad_request(
@@ -242,7 +238,7 @@ pub(crate) struct TimeoutsQuery {
 }
 
 /// `GET /timeouts?overdue=on`: pending timeouts, earliest due first.
-pub(crate) async fn timeouts(axum::extract::State(state): Shared, Query(q): Query<TimeoutsQuery>) -> PageResult {
+pub(crate) async fn timeouts(axum::extract::State(state): Shared, Q(q): Q<TimeoutsQuery>) -> PageResult {
     let admin = store(&state)?;
     let overdue = q.overdue.is_some_and(|v| !v.is_empty());
     let mut filter = TimeoutFilter::default().limit(500);
@@ -273,7 +269,7 @@ pub(crate) struct OutboxQuery {
 }
 
 /// `GET /outbox?dead=on`: messages stored and not dispatched, or the outbox's dead letters.
-pub(crate) async fn outbox(axum::extract::State(state): Shared, Query(q): Query<OutboxQuery>) -> PageResult {
+pub(crate) async fn outbox(axum::extract::State(state): Shared, Q(q): Q<OutboxQuery>) -> PageResult {
     let admin = store(&state)?;
     let dead = q.dead.is_some_and(|v| !v.is_empty());
     let list = if dead {
