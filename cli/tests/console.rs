@@ -20,8 +20,8 @@ use std::time::Duration;
 use courier::admin::{EmbeddedAdmin, QueueAdmin, StoreAdmin};
 use courier::saga::SagaContext;
 use courier::{
-    Context, Embedded, Endpoint, EntityPath, Envelope, HandlerError, QueueOptions, Routes, RunningEndpoint,
-    SenderOptions, Transport,
+    Clock, Context, Embedded, Endpoint, EntityPath, Envelope, HandlerError, QueueOptions, Routes, RunningEndpoint,
+    SenderOptions, Transport, VirtualClock,
 };
 use courier_cli::console::Console;
 use fantoccini::{Client, ClientBuilder, Locator};
@@ -106,9 +106,31 @@ async fn place_order(_order: PlaceOrder, ctx: &mut Context) -> Result<(), Handle
     Ok(())
 }
 
-/// An embedded broker in memory with the endpoint `shop` (orders and the checkout saga).
-async fn shop(always_fail: bool) -> (Embedded, RunningEndpoint, Arc<Shop>) {
-    let broker = Embedded::in_memory().await.unwrap();
+/// An embedded broker in a file of a temporary directory (a file, as an operator's: its
+/// readers never wait for its writer, where an in-memory broker's readers can meet
+/// "table is locked").
+async fn broker_file(clock: Arc<dyn Clock>) -> (tempfile::TempDir, Embedded) {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Embedded::builder()
+        .path(dir.path().join("app.db"))
+        .clock(clock)
+        .open()
+        .await
+        .unwrap();
+    (dir, broker)
+}
+
+/// An embedded broker with the endpoint `shop` (orders and the checkout saga).
+async fn shop(always_fail: bool) -> (tempfile::TempDir, Embedded, RunningEndpoint, Arc<Shop>) {
+    shop_on(always_fail, Arc::new(courier::SystemClock)).await
+}
+
+/// [`shop`] on `clock`.
+async fn shop_on(
+    always_fail: bool,
+    clock: Arc<dyn Clock>,
+) -> (tempfile::TempDir, Embedded, RunningEndpoint, Arc<Shop>) {
+    let (dir, broker) = broker_file(clock.clone()).await;
     let state = Arc::new(Shop {
         always_fail,
         ..Shop::default()
@@ -119,11 +141,12 @@ async fn shop(always_fail: bool) -> (Embedded, RunningEndpoint, Arc<Shop>) {
         .routes(Routes::new().send::<PlaceOrder>("shop").send::<CheckoutStarted>("shop"))
         .handler(place_order)
         .saga::<Checkout>()
+        .clock(clock)
         .state(state.clone())
         .start()
         .await
         .unwrap();
-    (broker, endpoint, state)
+    (dir, broker, endpoint, state)
 }
 
 /// Puts `body` in the dead-letter queue of `queue` (created if missing), as a receiver
@@ -162,14 +185,20 @@ where
     }
 }
 
+/// The dead-letter count of `queue` (read again after a transient failure).
 async fn dead_count(admin: &EmbeddedAdmin, queue: &str) -> u64 {
-    admin
-        .queues()
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|q| q.name == queue)
-        .map_or(0, |q| q.dead_lettered)
+    loop {
+        match admin.queues().await {
+            Ok(queues) => {
+                return queues
+                    .into_iter()
+                    .find(|q| q.name == queue)
+                    .map_or(0, |q| q.dead_lettered);
+            }
+            Err(e) if e.is_transient() => tokio::time::sleep(Duration::from_millis(10)).await,
+            Err(e) => panic!("cannot count the dead letters of {queue}: {e}"),
+        }
+    }
 }
 
 /// Serves `console` on a free loopback port in this process; its base URL.
@@ -334,6 +363,18 @@ async fn http(method: &str, url: &str, headers: &[(&str, &str)], form: Option<&s
     }
 }
 
+/// How many points the sparkline of `queue` has on a dashboard page.
+fn sparkline_points(page: &str, queue: &str) -> usize {
+    let Some(row) = page.split(&format!("data-queue=\"{queue}\"")).nth(1) else {
+        return 0;
+    };
+    let row = row.split("</tr>").next().unwrap_or_default();
+    row.split("<polyline points=\"")
+        .nth(1)
+        .and_then(|p| p.split('"').next())
+        .map_or(0, |p| p.split(' ').count())
+}
+
 /// The CSRF token of a page's forms.
 fn csrf_of(page: &str) -> String {
     let at = page.find("name=\"csrf\" value=\"").expect("a form with the CSRF token") + 19;
@@ -346,8 +387,34 @@ fn csrf_of(page: &str) -> String {
 /// checked, with a screenshot of each when asked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_page_shows_what_the_broker_and_the_store_hold() {
-    let (broker, endpoint, _shop) = shop(true).await;
+    let clock = VirtualClock::starting_now();
+    let (_dir, broker, endpoint, _shop) = shop_on(true, Arc::new(clock.clone())).await;
     let admin = EmbeddedAdmin::new(broker.clone());
+    let base = serve(over(&admin).sample_every(Duration::from_millis(100))).await;
+
+    // An hour of dead-letter history, on the virtual clock: a poison order now and then,
+    // the console's sampler recording each step (seen in the sparkline's points).
+    let mut order_id = 0;
+    for (step, dead) in [0, 1, 1, 2, 2, 3].into_iter().enumerate() {
+        while dead_count(&admin, "shop").await < dead {
+            order_id += 1;
+            endpoint
+                .bus()
+                .send(&PlaceOrder {
+                    order_id,
+                    amount_cents: 1250,
+                })
+                .await
+                .unwrap();
+            let want = dead_count(&admin, "shop").await + 1;
+            eventually("a dead letter", || async { dead_count(&admin, "shop").await == want }).await;
+        }
+        eventually("the sampler to record the step", || async {
+            sparkline_points(&http("GET", &format!("{base}/"), &[], None).await.body, "shop") > step + 1
+        })
+        .await;
+        clock.advance(Duration::from_secs(10 * 60));
+    }
     for (i, cart) in ["cart-1042", "cart-1043", "cart-1044"].into_iter().enumerate() {
         let items = (0..=i).map(|n| format!("sku-{}", 100 + n)).collect();
         endpoint
@@ -359,19 +426,8 @@ async fn every_page_shows_what_the_broker_and_the_store_hold() {
             .await
             .unwrap();
     }
-    for order_id in [7, 8, 9] {
-        endpoint
-            .bus()
-            .send(&PlaceOrder {
-                order_id,
-                amount_cents: 1250,
-            })
-            .await
-            .unwrap();
-    }
-    eventually("three dead letters and three sagas", || async {
-        dead_count(&admin, "shop").await == 3
-            && admin.sagas("shop.Checkout", &Default::default()).await.unwrap().len() == 3
+    eventually("three sagas", || async {
+        admin.sagas("shop.Checkout", &Default::default()).await.unwrap().len() == 3
     })
     .await;
     // A queue nobody receives from: active messages, and a binary dead letter.
@@ -392,7 +448,6 @@ async fn every_page_shows_what_the_broker_and_the_store_hold() {
     )
     .await;
 
-    let base = serve(over(&admin).sample_every(Duration::from_secs(1))).await;
     let b = Browser::start().await;
 
     b.client.goto(&format!("{base}/")).await.unwrap();
@@ -404,6 +459,19 @@ async fn every_page_shows_what_the_broker_and_the_store_hold() {
     assert!(
         b.has("#queues tr[data-queue=\"shop\"] svg.spark").await,
         "a sparkline per queue"
+    );
+    let points = b
+        .client
+        .find(Locator::Css("#queues tr[data-queue=\"shop\"] svg.spark polyline"))
+        .await
+        .unwrap()
+        .attr("points")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        points.split(' ').count() >= 7,
+        "the samples of the hour and now: {points}"
     );
     assert!(
         b.text("#store").await.contains("3 saga instances"),
@@ -440,7 +508,7 @@ async fn every_page_shows_what_the_broker_and_the_store_hold() {
         .unwrap();
     assert!(b.text("h1").await.starts_with("Dead letter "));
     assert!(b.text("#error").await.contains("the tax service answered 503"));
-    assert!(b.text("#body").await.contains("\"order_id\": 7"), "JSON shown pretty");
+    assert!(b.text("#body").await.contains("\"order_id\": 1"), "JSON shown pretty");
     assert!(b.text("#headers").await.contains("courier.failure.error"));
     b.screenshot("dead-letter").await;
 
@@ -551,7 +619,7 @@ async fn every_page_shows_what_the_broker_and_the_store_hold() {
 /// handles it; the page then shows no dead letter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resubmitted_dead_letter_is_handled_by_the_running_endpoint() {
-    let (broker, endpoint, shop) = shop(false).await;
+    let (_dir, broker, endpoint, shop) = shop(false).await;
     let admin = EmbeddedAdmin::new(broker.clone());
     endpoint
         .bus()
@@ -609,7 +677,7 @@ async fn a_resubmitted_dead_letter_is_handled_by_the_running_endpoint() {
 /// (c) A dead letter's body, type and reason with markup show as text; nothing runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn markup_in_a_dead_letter_shows_as_text_and_never_runs() {
-    let broker = Embedded::in_memory().await.unwrap();
+    let (_dir, broker) = broker_file(Arc::new(courier::SystemClock)).await;
     let admin = EmbeddedAdmin::new(broker.clone());
     let body = "<script>alert(1)</script>";
     let marker = "<img src=x onerror=\"document.title='pwned'\">";
@@ -658,7 +726,7 @@ async fn markup_in_a_dead_letter_shows_as_text_and_never_runs() {
 /// that lets the browser in; a console without a token refuses a non-loopback Host.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_need_the_csrf_token_and_requests_the_access_token() {
-    let broker = Embedded::in_memory().await.unwrap();
+    let (_dir, broker) = broker_file(Arc::new(courier::SystemClock)).await;
     let admin = EmbeddedAdmin::new(broker.clone());
     dead_letter(&broker, "orders", "{}", "shop.PlaceOrder", "test.Poison").await;
     let seq = admin.all_dead_letters("orders").await.unwrap()[0];

@@ -35,7 +35,7 @@ pub(crate) struct History {
 
 impl History {
     pub(crate) fn new(every: Duration) -> Self {
-        let per_hour = 3600 / every.as_secs().max(1);
+        let per_hour = 3_600_000 / every.as_millis().max(1);
         let capacity = usize::try_from(per_hour).unwrap_or(usize::MAX).saturating_add(2);
         Self {
             capacity,

@@ -163,10 +163,10 @@ impl Console {
     }
 
     /// How often the dead-letter counts are sampled for the dashboard's sparklines (the
-    /// history is kept in memory for an hour; at least one second).
+    /// history is kept in memory for an hour; at least every 100 ms).
     #[must_use]
     pub fn sample_every(mut self, every: Duration) -> Self {
-        self.sample_every = every.max(Duration::from_secs(1));
+        self.sample_every = every.max(Duration::from_millis(100));
         self
     }
 
