@@ -221,6 +221,10 @@ fn over(admin: &EmbeddedAdmin) -> Console {
 struct Browser {
     client: Client,
     driver: Child,
+    /// The chromedriver's port and the session, to end it from `drop` when a test failed
+    /// (killing chromedriver alone would leave its Chromium running).
+    port: u16,
+    session: Option<String>,
     _profile: tempfile::TempDir,
 }
 
@@ -284,12 +288,16 @@ impl Browser {
                 }
             }
         };
-        client.set_window_size(1280, 900).await.unwrap();
-        Self {
+        let session = client.session_id().await.unwrap();
+        let browser = Self {
             client,
             driver,
+            port,
+            session,
             _profile: profile,
-        }
+        };
+        browser.client.set_window_size(1280, 900).await.unwrap();
+        browser
     }
 
     /// The text of the first element `css` selects (waiting for it to appear).
@@ -321,13 +329,26 @@ impl Browser {
 
     async fn close(mut self) {
         self.client.clone().close().await.unwrap();
-        let _ = self.driver.kill();
-        let _ = self.driver.wait();
+        self.session = None;
     }
 }
 
 impl Drop for Browser {
     fn drop(&mut self) {
+        // A test that failed did not close its session: end it (and so its Chromium) with
+        // a blocking request, then stop chromedriver.
+        if let Some(session) = self.session.take() {
+            use std::io::{Read, Write};
+            if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+                let _ = write!(
+                    stream,
+                    "DELETE /session/{session} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nConnection: close\r\n\r\n",
+                    self.port
+                );
+                let _ = stream.read_to_end(&mut Vec::new());
+            }
+        }
         let _ = self.driver.kill();
         let _ = self.driver.wait();
     }
