@@ -11,10 +11,11 @@
 //! The console is built over the traits [`QueueAdmin`] and [`StoreAdmin`], so every
 //! broker and store that implements them works without a change here.
 //!
-//! Security (see `security.rs`): without a token it answers only requests addressed to a
-//! loopback name, and [`Console::serve`] refuses to listen on another address; with a
-//! token every request must present it (a login form sets an `HttpOnly`,
-//! `SameSite=Strict` cookie, or the header `Authorization: Bearer TOKEN`). Every change is
+//! Security (see `security.rs`): without a token it answers only requests from loopback
+//! addressed to a loopback name, and [`Console::serve`] refuses to listen on another
+//! address; with a token every request must present it (a login form sets an
+//! `HttpOnly`, `SameSite=Strict` cookie, or the header `Authorization: Bearer TOKEN`).
+//! Every change is
 //! a POST carrying the process's CSRF token; GET never changes anything. Every value
 //! from a message or a store is HTML-escaped (maud escapes by default), and connection
 //! passwords are never shown (the admins' `describe()`).
@@ -190,9 +191,11 @@ impl Console {
     /// sampler of dead-letter counts (a task that ends when the router is dropped), so
     /// it must be called inside a Tokio runtime.
     ///
-    /// Without a token the router answers only requests whose `Host` is a loopback
-    /// name (`localhost`, `127.0.0.1`, `[::1]`): serve it on loopback only, or give a
-    /// token.
+    /// Without a token the router answers only requests from a loopback address whose
+    /// `Host` is a loopback name (`localhost`, `127.0.0.1`, `[::1]`); it learns the
+    /// peer's address from axum's `ConnectInfo`, so serve it with
+    /// `into_make_service_with_connect_info::<SocketAddr>()` (else it refuses every
+    /// request), or give a token.
     ///
     /// # Errors
     /// [`ConsoleError::WeakToken`] if the token is too short.
@@ -245,7 +248,9 @@ impl Console {
     ) -> Result<(), ConsoleError> {
         self.check_listen(listener.local_addr()?)?;
         let router = self.router()?;
-        axum::serve(listener, router).with_graceful_shutdown(shutdown).await?;
+        axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
+            .with_graceful_shutdown(shutdown)
+            .await?;
         Ok(())
     }
 }

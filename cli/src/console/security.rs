@@ -1,10 +1,14 @@
 //! The checks every request passes before a page handler sees it ([`guard`]), and the
 //! login form.
 //!
-//! - Without an access token, only requests addressed to a loopback name (`Host:
-//!   localhost`, `127.0.0.1`, `[::1]`, any port) are answered: a web page of another site
-//!   cannot read the console through DNS rebinding, and a console served on another
-//!   address by mistake refuses everyone (403).
+//! - Without an access token, only requests from a loopback address (the peer's address,
+//!   which the server must provide: [`Console::serve`](super::Console::serve) does, a
+//!   router served otherwise needs `into_make_service_with_connect_info::<SocketAddr>()`)
+//!   and addressed to a loopback name (`Host: localhost`, `127.0.0.1`, `[::1]`, any port)
+//!   are answered, others get 403: a console served on another address by mistake
+//!   refuses everyone else, and a web page of another site cannot read it through DNS
+//!   rebinding. (Behind a reverse proxy on the same machine every request comes from
+//!   loopback: give such a console a token.)
 //! - With a token, every request but the login form's must carry the session cookie the
 //!   login sets (`HttpOnly`, `SameSite=Strict`; a random value per process, so restarting
 //!   the console logs everyone out) or `Authorization: Bearer TOKEN`; else 401 with the
@@ -17,7 +21,9 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::header::{
     AUTHORIZATION, CACHE_CONTROL, CONTENT_SECURITY_POLICY, COOKIE, HOST, ORIGIN, REFERER, REFERRER_POLICY, SET_COOKIE,
     WWW_AUTHENTICATE, X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
@@ -159,6 +165,21 @@ async fn check(state: &ConsoleState, request: Request) -> Result<(Request, bool)
         .and_then(|h| h.to_str().ok())
         .unwrap_or_default()
         .to_owned();
+    let peer = request.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+    if state.access.is_none() && !peer.is_some_and(|p| p.ip().is_loopback()) {
+        let who = peer.map_or_else(|| "an unknown address".to_owned(), |p| p.ip().to_string());
+        return Err(PageError::new(
+            StatusCode::FORBIDDEN,
+            "Not from loopback",
+            format!(
+                "This console has no access token, so it answers only requests from this machine (loopback), and \
+                 this one comes from {who}. Start it with a token (--token or COURIER_CONSOLE_TOKEN) to open it \
+                 from elsewhere. (An application that serves Console::router itself must serve it with \
+                 into_make_service_with_connect_info::<SocketAddr>(), or give a token.)"
+            ),
+        )
+        .into_response());
+    }
     if state.access.is_none() && !is_loopback_host(&host) {
         return Err(PageError::new(
             StatusCode::FORBIDDEN,
