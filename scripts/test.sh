@@ -138,7 +138,7 @@ else
 fi
 
 # --- 3. the browser ---------------------------------------------------------------------
-# The web console's tests (cli/tests/console.rs) drive a headless Chromium through
+# The web console's tests (cli/tests/console/) drive a headless Chromium through
 # chromedriver: as root, install Debian's packages when missing; otherwise those tests
 # fail saying what to install.
 if ! command -v chromedriver >/dev/null || ! command -v chromium >/dev/null; then
