@@ -13,9 +13,11 @@
 #    unchanged), those COURIER_TEST_POSTGRES_IMAGE / COURIER_TEST_RABBITMQ_IMAGE do not
 #    name: with both set (e.g. the official images, where a registry is reachable)
 #    nothing is built, and neither root nor debootstrap is needed.
-# 3. `cargo test` with DATABASE_URL and AMQP_URL unset: each test binary starts one
+# 3. Headless Chromium and chromedriver (Debian's chromium, chromium-driver) for the web
+#    console's browser tests: installed with apt as root when missing.
+# 4. `cargo test` with DATABASE_URL and AMQP_URL unset: each test binary starts one
 #    Postgres and one RabbitMQ container (tests/src/containers.rs).
-# 4. At the end, failed or not: the test containers of exited processes are removed (each
+# 5. At the end, failed or not: the test containers of exited processes are removed (each
 #    is also removed by its own watcher once its test process ends; this makes sure it is
 #    done before a dockerd started here is stopped).
 #
@@ -135,7 +137,23 @@ else
     done
 fi
 
-# --- 3. the suite -----------------------------------------------------------------------
+# --- 3. the browser ---------------------------------------------------------------------
+# The web console's tests (cli/tests/console/) drive a headless Chromium through
+# chromedriver: as root, install Debian's packages when missing; otherwise those tests
+# fail saying what to install.
+if ! command -v chromedriver >/dev/null || ! command -v chromium >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        say "installing chromium and chromium-driver with apt (the console's browser tests)"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq chromium chromium-driver >/dev/null
+        phase_done "browser install"
+    else
+        say "no chromium/chromedriver: the console's browser tests will fail (Debian: sudo apt-get install chromium chromium-driver)"
+    fi
+fi
+
+# --- 4. the suite -----------------------------------------------------------------------
 [ "$#" -gt 0 ] || set -- --workspace
 say "cargo test $* (servers in containers)"
 status=0

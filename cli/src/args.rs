@@ -10,7 +10,8 @@ const EXIT_CODES: &str = "Exit codes: 0 ok; 1 the operation failed; 2 bad usage;
      message, a saga instance, or some of the messages given); 4 refused (a file in use by a running broker, an \
      empty reason, ...); 5 cannot connect; 6 not confirmed.";
 
-/// Look at and repair a Courier system: queues, dead letters, sagas, timeouts, outbox.
+/// Look at and repair a Courier system: queues, dead letters, sagas, timeouts, outbox;
+/// from the command line, or in a browser with `courier serve` (the web console).
 #[derive(Debug, Parser)]
 #[command(name = "courier", version, after_help = EXIT_CODES)]
 pub(crate) struct Cli {
@@ -75,6 +76,31 @@ pub(crate) enum Command {
     Timeouts(TimeoutArgs),
     /// Messages stored in the outbox and not dispatched yet.
     Outbox(OutboxArgs),
+    /// Serve the web console: the same pages in a browser (dashboard, dead letters,
+    /// sagas, timeouts, outbox), until Ctrl-C.
+    Serve(ServeArgs),
+}
+
+/// `courier serve`: where the console listens and how it is protected.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Security: without a token the console listens only on loopback and answers only \
+     requests addressed to a loopback name; any other address needs --token (or COURIER_CONSOLE_TOKEN), which \
+     every request must present (the login form sets a cookie; scripts send `Authorization: Bearer TOKEN`). \
+     Every change is a POST with a CSRF token. See docs/operations.md, \"Web console\"."
+)]
+pub(crate) struct ServeArgs {
+    /// The address to listen on (IP:PORT). Anything but loopback needs a token.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub(crate) listen: std::net::SocketAddr,
+    /// The access token every request must present (at least 16 characters; e.g. the
+    /// output of `openssl rand -hex 32`). Prefer the environment variable.
+    #[arg(long, value_name = "TOKEN", env = "COURIER_CONSOLE_TOKEN", hide_env_values = true)]
+    pub(crate) token: Option<String>,
+    /// How often the dashboard's dead-letter counts are sampled (its sparklines show the
+    /// last hour of these samples, kept in memory from the console's start).
+    #[arg(long, value_name = "AGE", default_value = "30s", value_parser = crate::output::parse_age)]
+    pub(crate) sample_every: chrono::Duration,
 }
 
 #[derive(Debug, Subcommand)]

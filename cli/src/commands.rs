@@ -103,6 +103,8 @@ impl Run<'_> {
             Command::Sagas(cmd) => self.sagas(cmd).await,
             Command::Timeouts(args) => self.timeouts(args).await,
             Command::Outbox(args) => self.outbox(args).await,
+            // Started by main (serve.rs): it serves until Ctrl-C rather than printing.
+            Command::Serve(_) => Err(Failure::Usage("`serve` is not a printing command".into())),
         }
     }
 

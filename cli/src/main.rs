@@ -1,15 +1,17 @@
 //! `courier`: the operations command line of Courier. Lists queues and their dead
 //! letters, resubmits or deletes dead letters, shows and completes saga instances, lists
-//! pending and overdue timeouts and the outbox; against an embedded broker's file
+//! pending and overdue timeouts and the outbox; serves the same as web pages (`serve`,
+//! the library's `courier_cli::console`); against an embedded broker's file
 //! (`--embedded`), a Postgres store (`--postgres`) or a SQLite store (`--sqlite`).
 //!
 //! A thin layer over `courier::admin`: `args.rs` is the grammar, `commands.rs` runs the
-//! commands, `output.rs` prints. Exit codes are documented in `--help` and in
+//! commands, `output.rs` prints, `serve.rs` starts the web console. Exit codes are documented in `--help` and in
 //! docs/operations.md. Install with `cargo install --path cli`.
 
 mod args;
 mod commands;
 mod output;
+mod serve;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -17,7 +19,7 @@ use std::sync::Arc;
 use clap::Parser;
 use courier::admin::{AdminError, EmbeddedAdmin, PostgresAdmin, QueueAdmin, SqliteAdmin, StoreAdmin};
 
-use crate::args::Cli;
+use crate::args::{Cli, Command};
 use crate::commands::{Connections, Failure, Run};
 use crate::output::Out;
 
@@ -103,6 +105,13 @@ async fn run(cli: Cli) -> Exit {
             return code_of(&e);
         }
     };
+    if let Command::Serve(args) = &cli.command {
+        let exit = serve::serve(args, &to).await;
+        if let Some(e) = &to.embedded {
+            e.close().await;
+        }
+        return exit;
+    }
     let mut run = Run {
         json: cli.json,
         yes: cli.yes,

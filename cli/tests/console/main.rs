@@ -1,0 +1,28 @@
+//! The web console in a real browser: headless Chromium driven over WebDriver
+//! (chromedriver, started by each test on a free port), against a console served in
+//! this process over the operations API of an embedded broker that runs endpoints here.
+//!
+//! Needs the Debian packages `chromium` and `chromium-driver` (.ci/run and scripts/test.sh
+//! install them when run as root); a missing chromedriver fails the test with what to
+//! install. `CHROMEDRIVER` names another chromedriver, `CHROMIUM` another browser.
+//!
+//! With `COURIER_CONSOLE_SCREENSHOTS=DIR` the tour of the pages saves a PNG of each in DIR
+//! (docs/console/ holds the ones the docs show):
+//! `COURIER_CONSOLE_SCREENSHOTS=docs/console cargo test -p courier-cli --test console`.
+
+//!
+//! Modules: `fixture.rs` (the system under test: an embedded broker in a file, the
+//! endpoint `shop` with a failing handler and a saga, the console served in-process),
+//! `browser.rs` (Chromium over WebDriver), `http.rs` (a plain HTTP client); the tests:
+//! `pages.rs` (every page, with the screenshots, and the error pages), `dead_letters.rs`
+//! (resubmit to a running endpoint, markup shown as text), `security.rs` (tokens, CSRF,
+//! loopback, passwords).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
+
+mod browser;
+mod dead_letters;
+mod fixture;
+mod http;
+mod pages;
+mod security;
