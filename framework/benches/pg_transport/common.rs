@@ -163,7 +163,7 @@ pub(crate) fn baseline(rt: &tokio::runtime::Runtime, secs: u32, clients: usize) 
     let db = rt.block_on(fresh_database());
     let out = std::process::Command::new("bash")
         .arg(&script)
-        .arg(db.url())
+        .arg(with_database(&database_url(), db.name()))
         .arg(secs.to_string())
         .arg(clients.to_string())
         .output();
@@ -191,11 +191,40 @@ pub(crate) fn baseline(rt: &tokio::runtime::Runtime, secs: u32, clients: usize) 
     Ok((rate(1)?, rate(10)?))
 }
 
-/// One measured drain: `n` messages handled, from the start of the consumer to the end
-/// of its graceful shutdown.
+/// `url` naming database `name` instead, its query string kept (a URL psql takes: the
+/// test database's own URL carries sqlx's options).
+fn with_database(url: &str, name: &str) -> String {
+    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+    let (scheme, rest) = base.split_once("://").expect("DATABASE_URL is a postgres:// URL");
+    let authority = rest.split_once('/').map_or(rest, |(a, _)| a);
+    match query {
+        Some(q) => format!("{scheme}://{authority}/{name}?{q}"),
+        None => format!("{scheme}://{authority}/{name}"),
+    }
+}
+
+/// Waits until `left` (a `SELECT count(*)` of the messages not yet completed) reads 0:
+/// called once the last handler ran, so its polls cost nothing during the drain.
+pub(crate) async fn completed(pool: &sqlx::PgPool, left: &str) {
+    loop {
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(left.to_owned()))
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        if n == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// One measured drain: `n` prefilled messages, timed from the start of the consumer until
+/// the database shows every one completed (the consumer's shutdown is not timed).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Drain {
     pub(crate) rate: f64,
+    /// How long the consumer's graceful shutdown took after that (not in `rate`).
+    pub(crate) shutdown: Duration,
     /// Postgres transactions (commits and rollbacks) in the system's database per
     /// message, everything included (fetching, handling, completing, bookkeeping).
     pub(crate) tx_per_msg: f64,

@@ -11,8 +11,8 @@ use courier::prelude::*;
 use courier::test_servers::TestDatabase;
 
 use crate::common::{
-    CREATE_ORDERS, Drain, INSERT_ORDER, PlaceOrder, Progress, admin_connection, fresh_database, order_bytes, order_key,
-    xacts,
+    CREATE_ORDERS, Drain, INSERT_ORDER, PlaceOrder, Progress, admin_connection, completed, fresh_database, order_bytes,
+    order_key, xacts,
 };
 
 /// The handler: read the message, insert one row in the unit of work's transaction.
@@ -78,8 +78,11 @@ pub(crate) async fn drain(n: u64, handlers: usize, group: usize, pool: u32) -> D
         .await
         .unwrap();
     progress.done.notified().await;
-    let report = running.shutdown().await.unwrap();
+    completed(transport.pool(), "SELECT count(*) FROM courier.message").await;
     let rate = n as f64 / start.elapsed().as_secs_f64();
+    let stopping = Instant::now();
+    let report = running.shutdown().await.unwrap();
+    let shutdown = stopping.elapsed();
     assert_eq!(report.completed, n, "every message completed");
 
     let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM orders")
@@ -97,5 +100,9 @@ pub(crate) async fn drain(n: u64, handlers: usize, group: usize, pool: u32) -> D
     tokio::time::sleep(Duration::from_millis(300)).await;
     let tx_per_msg = (xacts(&mut admin, db.name()).await - before) as f64 / n as f64;
     db.drop_database().await.unwrap();
-    Drain { rate, tx_per_msg }
+    Drain {
+        rate,
+        shutdown,
+        tx_per_msg,
+    }
 }
