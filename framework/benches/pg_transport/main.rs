@@ -11,8 +11,8 @@
 //!   20, the same for all);
 //! - `--parts baseline,courier,apalis,graphile,counter`: which parts run (default all);
 //! - `--senders 1,8,32` and `--counter-secs S` (default 5, quick 1): the numbering part;
-//! - `--soak SECS` (with `--soak-every S`, default 60): only the soak of point 3, see
-//!   `soak.rs`.
+//! - `--soak SECS` (with `--soak-every S`, default 60, and `--soak-vacuum`): only the
+//!   soak of point 3, see `soak.rs`.
 //!
 //! `DATABASE_URL` names the server (default `postgres://postgres@127.0.0.1:5432/postgres`);
 //! its user must be allowed to create databases. Each measured system runs in a database
@@ -155,7 +155,8 @@ fn main() {
         let every = arg("--soak-every").unwrap_or(60);
         let handlers = opts.handlers.first().copied().unwrap_or(8);
         let group = arg("--group").unwrap_or(1);
-        rt.block_on(soak::soak(secs, every, handlers, group, opts.pool));
+        let vacuum = std::env::args().any(|a| a == "--soak-vacuum");
+        rt.block_on(soak::soak(secs, every, handlers, group, opts.pool, vacuum));
         return;
     }
 

@@ -3,7 +3,8 @@
 //! senders keeping a bounded backlog in its queue, and the size of `courier.message`
 //! (table, indexes, TOAST), its live and dead rows and its autovacuum runs before, every
 //! `--soak-every` seconds (default 60), and after; then the autovacuum settings in force
-//! on the table.
+//! on the table. `--soak-vacuum` adds a `VACUUM courier.message` after each sample, for a
+//! server whose autovacuum is off.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -83,7 +84,8 @@ fn row(label: &str, handled: u64, rate: f64, s: &Sample) {
     );
 }
 
-async fn settings(transport: &PostgresTransport) {
+/// Prints the autovacuum settings in force on the table; whether autovacuum runs at all.
+async fn settings(transport: &PostgresTransport) -> bool {
     let options: Option<Vec<String>> =
         sqlx::query_scalar("SELECT reloptions FROM pg_class WHERE oid = 'courier.message'::regclass")
             .fetch_one(transport.pool())
@@ -102,12 +104,23 @@ async fn settings(transport: &PostgresTransport) {
     .fetch_all(transport.pool())
     .await
     .unwrap();
+    let on = server.iter().any(|(k, v)| k == "autovacuum" && v == "on");
     let server: Vec<String> = server.into_iter().map(|(k, v)| format!("{k}={v}")).collect();
     println!("server settings: {}", server.join(", "));
+    if !on {
+        println!(
+            "WARNING: autovacuum is off on this server: nothing reclaims the deleted rows' space, so the \
+             table grows with every message (run with --soak-vacuum for a VACUUM after each sample instead, \
+             or on a server with autovacuum on)"
+        );
+    }
+    on
 }
 
 /// Runs the soak for `secs` seconds, sampling every `every` seconds.
-pub(crate) async fn soak(secs: u64, every: u64, handlers: usize, group: usize, pool: u32) {
+/// With `vacuum`, runs `VACUUM courier.message` after each sample (a stand-in for a
+/// server whose autovacuum is off).
+pub(crate) async fn soak(secs: u64, every: u64, handlers: usize, group: usize, pool: u32, vacuum: bool) {
     let (db, transport) = open(pool).await;
     println!(
         "soak: {secs} s at full speed, {handlers} handlers at once, group_commit({group}), pool {pool}, \
@@ -115,6 +128,9 @@ pub(crate) async fn soak(secs: u64, every: u64, handlers: usize, group: usize, p
         db.name()
     );
     settings(&transport).await;
+    if vacuum {
+        println!("--soak-vacuum: VACUUM courier.message after each sample");
+    }
     println!();
     println!(
         "| when | handled | msg/s since last | courier.message total | heap | indexes | TOAST | live rows | dead rows | autovacuums (last) | load |"
@@ -163,6 +179,17 @@ pub(crate) async fn soak(secs: u64, every: u64, handlers: usize, group: usize, p
         let rate = (seen - last_seen) as f64 / last_at.elapsed().as_secs_f64();
         row(&format!("{:.0} s", start.elapsed().as_secs_f64()), seen, rate, &s);
         (last_at, last_seen) = (Instant::now(), seen);
+        if vacuum {
+            let began = Instant::now();
+            sqlx::query("VACUUM courier.message")
+                .execute(transport.pool())
+                .await
+                .unwrap();
+            println!(
+                "| (VACUUM, {:.1} s) | | | | | | | | | | |",
+                began.elapsed().as_secs_f64()
+            );
+        }
     }
     stop.store(true, Ordering::Relaxed);
     while senders.join_next().await.is_some() {}
