@@ -9,6 +9,8 @@
 //!   (`UPDATE ... RETURNING`), which is gap-free and commits in number order, because the
 //!   row lock is held until the commit: each sender waits for the one before it to commit
 //!   (its WAL flush included);
+//! - `sequence + notify`: the same with a `pg_notify` in the statement, as the transport's
+//!   send does (Postgres serialises the commits of notifying transactions);
 //! - `courier`: the transport's own `Sender::send` (the sequence, plus its notification),
 //!   for reference.
 //!
@@ -34,6 +36,9 @@ const SCHEMA: &[&str] = &[
 ];
 
 const BY_SEQUENCE: &str = "INSERT INTO bench_message (queue, seq, body) VALUES ($1, nextval('bench_seq'), $2)";
+const BY_SEQUENCE_NOTIFY: &str = "WITH m AS (INSERT INTO bench_message (queue, seq, body) \
+                                  VALUES ($1, nextval('bench_seq'), $2) RETURNING queue) \
+                                  SELECT pg_notify('bench', queue::text) FROM m";
 const BY_COUNTER: &str = "WITH c AS (UPDATE bench_counter SET next_seq = next_seq + 1 WHERE queue = $1 \
                           RETURNING next_seq) \
                           INSERT INTO bench_message (queue, seq, body) SELECT $1, next_seq, $2 FROM c";
@@ -42,6 +47,7 @@ const BY_COUNTER: &str = "WITH c AS (UPDATE bench_counter SET next_seq = next_se
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Numbering {
     Sequence,
+    SequenceNotify,
     Counter,
     Courier,
 }
@@ -50,6 +56,7 @@ impl Numbering {
     pub(crate) fn label(self) -> &'static str {
         match self {
             Self::Sequence => "one sequence (the transport's choice), raw SQL",
+            Self::SequenceNotify => "one sequence + pg_notify in the same statement, raw SQL",
             Self::Counter => "gap-free counter row per queue, raw SQL",
             Self::Courier => "Courier's Sender::send (sequence + notify)",
         }
@@ -95,6 +102,14 @@ pub(crate) async fn sends(numbering: Numbering, senders: usize, secs: f64) -> f6
                     (Some(sender), _) => sender.send(Envelope::new(body.clone())).await.unwrap(),
                     (None, Numbering::Counter) => {
                         sqlx::query(BY_COUNTER)
+                            .bind(1_i32)
+                            .bind(&body)
+                            .execute(&pool)
+                            .await
+                            .unwrap();
+                    }
+                    (None, Numbering::SequenceNotify) => {
+                        sqlx::query(BY_SEQUENCE_NOTIFY)
                             .bind(1_i32)
                             .bind(&body)
                             .execute(&pool)

@@ -230,7 +230,12 @@ fn main() {
             "numbering (S3.1): senders to one queue, one 1 KiB message per transaction, {} s each",
             opts.counter_secs
         );
-        for numbering in [Numbering::Sequence, Numbering::Counter, Numbering::Courier] {
+        for numbering in [
+            Numbering::Sequence,
+            Numbering::SequenceNotify,
+            Numbering::Counter,
+            Numbering::Courier,
+        ] {
             for &s in &opts.senders {
                 quiesce(1);
                 let (rate, load) = with_load(|| rt.block_on(counter::sends(numbering, s, opts.counter_secs)));
