@@ -89,6 +89,13 @@ pub(crate) async fn sends(numbering: Numbering, senders: usize, secs: f64) -> f6
         Some(t) => Some(t.sender("q", SenderOptions::default()).await.unwrap()),
         None => None,
     };
+    // Every connection opened before the clock starts.
+    let warm = transport.as_ref().map_or(&pool, |t| t.pool());
+    let mut held = Vec::new();
+    for _ in 0..senders {
+        held.push(warm.acquire().await.unwrap());
+    }
+    drop(held);
     let body = serde_json::to_vec(&PlaceOrder::new(0)).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let sent = Arc::new(AtomicU64::new(0));

@@ -10,7 +10,7 @@
 //!   grouped runs (default 10); `--pool P`: connections of each system's pool (default
 //!   20, the same for all);
 //! - `--parts baseline,courier,apalis,graphile,counter`: which parts run (default all);
-//! - `--senders 1,8,32` and `--counter-secs S` (default 5, quick 1): the numbering part;
+//! - `--senders 1,8,32` and `--counter-secs S` (default 5, quick 2): the numbering part;
 //! - `--soak SECS` (with `--soak-every S`, default 60, and `--soak-vacuum`): only the
 //!   soak of point 3, see `soak.rs`.
 //!
@@ -91,7 +91,7 @@ impl Opts {
                     .to_vec()
             }),
             senders: list("--senders").unwrap_or_else(|| if quick { vec![1, 8] } else { vec![1, 8, 32] }),
-            counter_secs: arg("--counter-secs").unwrap_or(if quick { 1.0 } else { 5.0 }),
+            counter_secs: arg("--counter-secs").unwrap_or(if quick { 2.0 } else { 5.0 }),
         }
     }
 
