@@ -443,6 +443,7 @@ async fn a_lost_dispatch_is_reclaimed(kind: StoreKind) {
                 reclaim_before: now - chrono::Duration::minutes(5),
                 limit: 10,
                 max_dispatches: courier::DEFAULT_MAX_TIMEOUT_DISPATCHES,
+                enqueue: false,
             },
         )
         .await

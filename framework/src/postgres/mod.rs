@@ -28,7 +28,7 @@ mod rows;
 mod send;
 mod sessions;
 mod settle;
-mod store;
+pub(crate) mod store;
 mod wake;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -414,5 +414,9 @@ impl Transport for PostgresTransport {
         if self.shared.owns_pool {
             self.shared.pool.close().await;
         }
+    }
+
+    fn as_any(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        Some(self)
     }
 }
