@@ -202,7 +202,13 @@ impl PgTransportBuilder {
         let wakers = Arc::new(wake::Wakers::default());
         let listener = wake::listen(&pool, Arc::downgrade(&wakers)).await?;
         let holder = holder::new_key();
-        let keeper = holder::hold(&pool, holder, self.poll_interval.max(Duration::from_secs(1))).await?;
+        let keeper = holder::hold(
+            &pool,
+            holder,
+            self.poll_interval.max(Duration::from_secs(1)),
+            Arc::downgrade(&wakers),
+        )
+        .await?;
         Ok(PostgresTransport {
             shared: Arc::new(Shared {
                 pool,
