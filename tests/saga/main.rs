@@ -443,7 +443,8 @@ async fn a_lost_dispatch_is_reclaimed(kind: StoreKind) {
                 reclaim_before: now - chrono::Duration::minutes(5),
                 limit: 10,
                 max_dispatches: courier::DEFAULT_MAX_TIMEOUT_DISPATCHES,
-                enqueue: false,
+                // As the dispatcher of an endpoint on the store's own broker claims.
+                enqueue: kind.one_transaction(),
             },
         )
         .await
@@ -489,6 +490,19 @@ impl courier::Store for CountingClaims {
     }
     async fn migrate(&self) -> courier::Result<()> {
         self.inner.migrate().await
+    }
+    fn unit_of_work_scope(&self, transport: &dyn courier::Transport) -> courier::UnitOfWorkScope {
+        self.inner.unit_of_work_scope(transport)
+    }
+    async fn schedule_retry(
+        &self,
+        endpoint: &str,
+        lock: courier::LockToken,
+        copy: courier::Envelope,
+        timeout: Option<&str>,
+        due: chrono::DateTime<chrono::Utc>,
+    ) -> courier::Result<bool> {
+        self.inner.schedule_retry(endpoint, lock, copy, timeout, due).await
     }
     async fn begin(
         &self,
@@ -686,6 +700,14 @@ macro_rules! on_every_store {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $scenario() {
                     super::$scenario(courier_tests::stores::StoreKind::Embedded).await;
+                }
+            )*
+        }
+        mod pg_transport {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(courier_tests::stores::StoreKind::PgTransport).await;
                 }
             )*
         }
