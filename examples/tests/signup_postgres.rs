@@ -8,7 +8,7 @@
 //! (`courier::test_servers::postgres_database`: `DATABASE_URL`'s server, or a container).
 
 #![cfg(unix)]
-#![allow(clippy::expect_used, clippy::print_stdout)] // a test program: a failed step fails the test
+#![allow(clippy::expect_used, clippy::panic, clippy::print_stdout)] // a test program: a failed step fails the test
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;

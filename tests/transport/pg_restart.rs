@@ -45,14 +45,14 @@ async fn record(_job: CrashJob, ctx: &mut Context) -> Result<(), HandlerError> {
 /// The server that goes away: a container of the test's own, or the shared server where
 /// only the test's database goes away.
 enum Outage {
-    Container(PgServer),
+    Container(Box<PgServer>),
     Database(&'static PgServer),
 }
 
 impl Outage {
     async fn server() -> Self {
         if courier_tests::containers::engine_answers() {
-            Outage::Container(PgServer::container().await)
+            Outage::Container(Box::new(PgServer::container().await))
         } else {
             Outage::Database(PgServer::shared().await)
         }
@@ -145,7 +145,7 @@ async fn a_postgres_restart_mid_run_loses_nothing_and_repeats_nothing() {
         .execute(&pool)
         .await
         .unwrap();
-    let transport = PostgresTransport::builder(&db.url())
+    let transport = PostgresTransport::builder(db.url())
         .poll_interval(Duration::from_millis(250))
         .open()
         .await

@@ -40,9 +40,14 @@
 //! lives in Postgres alone: queues, topics and scheduled messages in the Postgres transport,
 //! sagas and inbox beside them, one Postgres transaction per message
 //! (`PostgresTransport::store()`); a run killed with SIGKILL resumes as on the other
-//! brokers (the killed run's message locks end when its connections go). Not yet: two
-//! runs at once on one database (each run's audit hears only the replies its own process
-//! handled, so a run whose audit another process answered waits in vain).
+//! brokers (the killed run's message locks end when its connections go). Several runs
+//! may share one database at once (start the others without `--fresh` once the first has
+//! printed `new scenario`): they compete on the queues, and each hears every handler's
+//! news, whichever process handled it, through a topic (`signup.News`, published in the
+//! handler's transaction) that each run subscribes to with an endpoint of its own
+//! (`signup-watch-<run>`, deleted at the end of the run; a run killed with SIGKILL leaves
+//! it, and `--fresh` deletes the topic with it). On the other brokers the news goes to
+//! the process's own `main` (`story::Newsroom`).
 //! `--fresh` on RabbitMQ deletes the example's queues instead of the file.
 //!
 //! Kill it and run it again (without `--fresh`): the workflows continue where they were.
