@@ -190,7 +190,7 @@ pub use store::PostgresStore;
 pub use store::SqliteStore;
 pub use store::{
     Begin, CommitGroup, Committed, DEFAULT_INBOX_RETENTION, DueTimeouts, OutboxDeadLetter, OutboxMessage, Store,
-    StoreBacklog, StoredSaga, Timeout, TimeoutClaim, UnitOfWork,
+    StoreBacklog, StoredSaga, Timeout, TimeoutClaim, UnitOfWork, UnitOfWorkScope,
 };
 
 /// The names most programs need: `use courier::prelude::*;`.

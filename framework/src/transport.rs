@@ -576,4 +576,11 @@ pub trait Transport: Send + Sync + 'static {
 
     /// Closes the broker connection; later calls fail with [`ErrorKind::Closed`].
     async fn close(&self);
+
+    /// This transport as [`Any`](std::any::Any), so that a store in the broker's own
+    /// database recognises it ([`Store::unit_of_work_scope`](crate::Store::unit_of_work_scope)).
+    /// The default: `None` (no store shares its database).
+    fn as_any(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        None
+    }
 }

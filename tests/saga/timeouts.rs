@@ -184,6 +184,14 @@ async fn a_timeout_the_broker_dead_letters_is_sent_a_bounded_number_of_times(kin
     // Two hours: past the reclaim wait many times over.
     for _ in 0..24 {
         env.advance_past_claims(301, &store).await;
+        // Every copy sent is handled (and dead-lettered by the broker) before the clock
+        // jumps again: a jump while it is locked would end its one delivery before its
+        // handler ran (the Postgres transport enqueues it in the claim, and its receive
+        // may come after the next jump).
+        eventually("no copy in flight", || async {
+            env.dead_letters().await as u64 == flows.stats().timeouts_dispatched
+        })
+        .await;
     }
     eventually("the last copy dead-lettered by the broker", || async {
         env.dead_letters().await == MAX as usize

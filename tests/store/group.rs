@@ -1,6 +1,9 @@
 //! Group commit on Postgres (`EndpointBuilder::group_commit`): messages received together
 //! share one transaction, and each keeps the guarantees it has alone. Every order row
-//! records `txid_current()`, so a test sees which handlings shared a transaction.
+//! records `txid_current()`, so a test sees which handlings shared a transaction. Each
+//! scenario runs on a `PostgresStore` (beside the embedded broker) and on the Postgres
+//! transport's own store, where the group's transaction also sends every member's
+//! messages and completes its received message.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -92,8 +95,8 @@ struct Env {
 }
 
 impl Env {
-    async fn new(acts: &[(&str, Act)], quiet: bool) -> Self {
-        let env = StoreEnv::new(StoreKind::Postgres).await;
+    async fn new(kind: StoreKind, acts: &[(&str, Act)], quiet: bool) -> Self {
+        let env = StoreEnv::new(kind).await;
         env.exec("CREATE TABLE orders (id TEXT NOT NULL, tx BIGINT NOT NULL)")
             .await;
         for q in ["orders", "accepted"] {
@@ -207,9 +210,8 @@ fn ids(v: &[&str]) -> BTreeSet<String> {
 }
 
 /// Eight orders, four handlers, groups of four: two transactions, every effect once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn members_commit_together() {
-    let env = Env::new(&[], false).await;
+async fn members_commit_together(kind: StoreKind) {
+    let env = Env::new(kind, &[], false).await;
     let all = ["1", "2", "3", "4", "5", "6", "7", "8"];
     env.send(&all).await;
     let running = env.endpoint(4).start().await.unwrap();
@@ -233,9 +235,8 @@ async fn members_commit_together() {
 /// A group's outbox rows are stamped by the endpoint's clock, as a message's alone (the
 /// outbox sweeper compares them with that clock). Regression: the group used the wall
 /// clock.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn outbox_rows_of_a_group_carry_the_endpoint_clock() {
-    let env = Env::new(&[], false).await;
+async fn outbox_rows_of_a_group_carry_the_endpoint_clock(kind: StoreKind) {
+    let env = Env::new(kind, &[], false).await;
     for sql in [
         "CREATE TABLE stamps (created_at TIMESTAMPTZ NOT NULL)",
         "CREATE FUNCTION keep_stamp() RETURNS trigger AS \
@@ -265,9 +266,8 @@ async fn outbox_rows_of_a_group_carry_the_endpoint_clock() {
 
 /// A member fails after writing and sending: it is rolled back alone (to its savepoint),
 /// the other three commit together, and its retry commits it once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failing_member_is_rolled_back_alone() {
-    let env = Env::new(&[("2", Act::FailFirst)], false).await;
+async fn a_failing_member_is_rolled_back_alone(kind: StoreKind) {
+    let env = Env::new(kind, &[("2", Act::FailFirst)], false).await;
     env.send(&["1", "2", "3", "4"]).await;
     let running = env.endpoint(4).start().await.unwrap();
     drained(&env, &running, 4).await;
@@ -295,9 +295,9 @@ async fn a_failing_member_is_rolled_back_alone() {
 /// transaction. Each such member is found by the next statement after it (the next
 /// member's savepoint, or the group's own statements before COMMIT), rolled back to its
 /// savepoint and retried; the others commit; nothing is lost.
-async fn swallowed_failures(culprits: &[&str], quiet: bool) {
+async fn swallowed_failures(kind: StoreKind, culprits: &[&str], quiet: bool) {
     let acts: Vec<(&str, Act)> = culprits.iter().map(|c| (*c, Act::SwallowFirst)).collect();
-    let env = Env::new(&acts, quiet).await;
+    let env = Env::new(kind, &acts, quiet).await;
     let all = ["1", "2", "3", "4"];
     env.send(&all).await;
     let running = env.endpoint(4).start().await.unwrap();
@@ -322,37 +322,32 @@ async fn swallowed_failures(culprits: &[&str], quiet: bool) {
 }
 
 /// The culprit is followed by another member, whose savepoint finds it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_swallowed_failure_is_found_by_the_next_member() {
-    swallowed_failures(&["2"], false).await;
+async fn a_swallowed_failure_is_found_by_the_next_member(kind: StoreKind) {
+    swallowed_failures(kind, &["2"], false).await;
 }
 
 /// The culprit is the last member (members take turns in the order received): the
 /// group's outbox statement finds it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_swallowed_failure_in_the_last_member_is_found() {
-    swallowed_failures(&["4"], false).await;
+async fn a_swallowed_failure_in_the_last_member_is_found(kind: StoreKind) {
+    swallowed_failures(kind, &["4"], false).await;
 }
 
 /// No member sends anything, so no outbox statement follows the last one: the group
 /// checks the transaction itself before its COMMIT.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_swallowed_failure_without_outgoing_messages_is_found() {
-    swallowed_failures(&["4"], true).await;
+async fn a_swallowed_failure_without_outgoing_messages_is_found(kind: StoreKind) {
+    swallowed_failures(kind, &["4"], true).await;
 }
 
 /// Every member is a culprit.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_swallowed_failure_is_found() {
-    swallowed_failures(&["1", "2", "3", "4"], false).await;
+async fn every_swallowed_failure_is_found(kind: StoreKind) {
+    swallowed_failures(kind, &["1", "2", "3", "4"], false).await;
 }
 
 /// Regression: alone (no group), a handler that swallowed a failed statement and sent
 /// nothing had its COMMIT silently turned into a rollback, and the message was completed
 /// with none of its effects. It now fails and is retried.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn alone_a_swallowed_failure_is_retried_not_lost() {
-    let env = Env::new(&[("1", Act::SwallowFirst)], true).await;
+async fn alone_a_swallowed_failure_is_retried_not_lost(kind: StoreKind) {
+    let env = Env::new(kind, &[("1", Act::SwallowFirst)], true).await;
     env.send(&["1"]).await;
     let running = env.endpoint(1).start().await.unwrap();
     drained(&env, &running, 1).await;
@@ -366,9 +361,8 @@ async fn alone_a_swallowed_failure_is_retried_not_lost() {
 /// A message the endpoint cannot handle (unknown type) leaves its group before the
 /// store: it is dead-lettered, and the inbox record the group made for it is deleted,
 /// so a corrected copy with the same id would be handled.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_member_that_leaves_keeps_no_inbox_record() {
-    let env = Env::new(&[], false).await;
+async fn a_member_that_leaves_keeps_no_inbox_record(kind: StoreKind) {
+    let env = Env::new(kind, &[], false).await;
     let order = |id: &str| {
         Order { id: id.to_owned() }
             .to_envelope()
@@ -402,9 +396,8 @@ async fn a_member_that_leaves_keeps_no_inbox_record() {
 
 /// A message already processed (its id in the inbox) arrives in a group: it is completed
 /// without its handler, and the others are handled.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_duplicate_in_a_group_is_not_handled_again() {
-    let env = Env::new(&[], false).await;
+async fn a_duplicate_in_a_group_is_not_handled_again(kind: StoreKind) {
+    let env = Env::new(kind, &[], false).await;
     let now = env.env.fx.clock.now();
     match env.env.store.begin("orders", "m-2", None, now).await.unwrap() {
         courier::Begin::Fresh(work) => drop(work.commit().await.unwrap()),
@@ -425,9 +418,8 @@ async fn a_duplicate_in_a_group_is_not_handled_again() {
 
 /// A group's row locks last until the group commits: a message of a second instance that
 /// needs the same id waits for it and then sees a duplicate. Both instances run groups.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_grouping_instances_share_the_work_once() {
-    let env = Env::new(&[], false).await;
+async fn two_grouping_instances_share_the_work_once(kind: StoreKind) {
+    let env = Env::new(kind, &[], false).await;
     let all: Vec<String> = (1..=40).map(|i| i.to_string()).collect();
     let refs: Vec<&str> = all.iter().map(String::as_str).collect();
     env.send(&refs).await;
@@ -450,9 +442,8 @@ async fn two_grouping_instances_share_the_work_once() {
 /// The shutdown deadline passes while one member's handler hangs and the next waits for
 /// its turn: both are stopped, and the group's transaction does not stay open. Nothing is
 /// left locked, so after a restart both messages are done, each once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hard_stop_leaves_no_transaction_open() {
-    let env = Env::new(&[("1", Act::Hang)], false).await;
+async fn a_hard_stop_leaves_no_transaction_open(kind: StoreKind) {
+    let env = Env::new(kind, &[("1", Act::Hang)], false).await;
     env.send(&["1", "2"]).await;
     let running = env
         .endpoint(2)
@@ -479,4 +470,106 @@ async fn a_hard_stop_leaves_no_transaction_open() {
     assert!(rows.values().all(|t| t.len() == 1), "once each: {rows:?}");
     assert_eq!(env.inbox().await, ids(&["1", "2"]));
     env.env.finish().await;
+}
+
+/// A member's lock goes stale while its handler runs (another process locked its message
+/// again: the delivery count moved on). On the Postgres transport's own store its
+/// completion is part of the group's transaction and fenced by the lock token: its write
+/// and its send are rolled back to its savepoint, and the other members commit together
+/// all the same. Elsewhere (an outbox store) it commits with the group, and its
+/// redelivery is recognised as a duplicate. Either way, every effect once.
+async fn a_member_whose_lock_went_stale_does_not_poison_the_group(kind: StoreKind) {
+    let env = Env::new(kind, &[("2", Act::Hang)], false).await;
+    env.send(&["1", "2", "3", "4"]).await;
+    let running = env.endpoint(4).start().await.unwrap();
+    eventually("the second member hangs", || async { env.script.calls("2") == 1 }).await;
+    let stolen = sqlx::query("UPDATE courier.message SET delivery_count = delivery_count + 1 WHERE message_id = 'm-2'")
+        .execute(env.env.pg())
+        .await
+        .unwrap();
+    assert_eq!(stolen.rows_affected(), 1);
+    env.script.gate.add_permits(10);
+    eventually("the first group ended", || async {
+        running.stats().completed >= 3 && running.stats().running == 0
+    })
+    .await;
+    // The stale member's message comes back once its (stolen) lock expires.
+    env.env.fx.clock.advance(std::time::Duration::from_secs(61));
+    drained(&env, &running, 4).await;
+    let stats = running.stats();
+    running.shutdown().await.unwrap();
+
+    let rows = env.rows().await;
+    assert_eq!(rows.len(), 4, "{rows:?}");
+    assert!(rows.values().all(|t| t.len() == 1), "once each: {rows:?}");
+    let others: BTreeSet<i64> = ["1", "3", "4"].iter().map(|id| rows[*id][0]).collect();
+    assert_eq!(others.len(), 1, "the other three committed together: {rows:?}");
+    assert_eq!(env.accepted().await.len(), 4, "every message sent once");
+    assert_eq!(env.inbox().await, ids(&["1", "2", "3", "4"]));
+    if kind.one_transaction() {
+        assert_eq!(env.script.calls("2"), 2, "handled again after its rollback");
+        assert!(!others.contains(&rows["2"][0]), "its retry committed later: {rows:?}");
+        assert_eq!(stats.duplicates, 0);
+    } else {
+        assert_eq!(stats.duplicates, 1, "its redelivery found in the inbox");
+    }
+    let dead = env.env.fx.transport.counts(&EntityPath::queue("orders")).await.unwrap();
+    assert_eq!(dead.dead_lettered, 0);
+    env.env.finish().await;
+}
+
+/// Every scenario on the Postgres store beside the transport and on the Postgres
+/// transport's own store (group commit in the one transaction).
+macro_rules! on_both_stores {
+    ($($scenario:ident),* $(,)?) => {
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(courier_tests::stores::StoreKind::Postgres).await;
+                }
+            )*
+        }
+        mod pg_transport {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    super::$scenario(courier_tests::stores::StoreKind::PgTransport).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both_stores!(
+    members_commit_together,
+    a_failing_member_is_rolled_back_alone,
+    a_swallowed_failure_is_found_by_the_next_member,
+    a_swallowed_failure_in_the_last_member_is_found,
+    a_swallowed_failure_without_outgoing_messages_is_found,
+    every_swallowed_failure_is_found,
+    alone_a_swallowed_failure_is_retried_not_lost,
+    a_member_that_leaves_keeps_no_inbox_record,
+    a_duplicate_in_a_group_is_not_handled_again,
+    two_grouping_instances_share_the_work_once,
+    a_hard_stop_leaves_no_transaction_open,
+);
+
+/// On the Postgres transport (its lock tokens are rows the test can move on), with its
+/// own store and with a `PostgresStore` beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_lock_went_stale_does_not_poison_the_group_in_one_transaction() {
+    a_member_whose_lock_went_stale_does_not_poison_the_group(StoreKind::PgTransport).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_lock_went_stale_does_not_poison_the_group_with_an_outbox() {
+    a_member_whose_lock_went_stale_does_not_poison_the_group(StoreKind::PgTransportOutbox).await;
+}
+
+/// Outbox rows exist only beside a transport (the transport's own store sends in the
+/// transaction).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbox_rows_of_a_group_carry_the_endpoint_clock_on_postgres() {
+    outbox_rows_of_a_group_carry_the_endpoint_clock(StoreKind::Postgres).await;
 }

@@ -8,6 +8,7 @@ mod embedded_durability;
 mod embedded_engine;
 mod pg_corpus;
 mod pg_foreign;
+mod pg_one_transaction;
 mod pg_transport;
 mod pg_unit_of_work;
 

@@ -211,6 +211,64 @@ async fn a_receiver_recovers_after_its_connections_are_killed() {
     got.pop().unwrap().complete().await.unwrap();
 }
 
+/// The connection a transport LISTENs on is killed (with every other of its
+/// connections) while nothing polls (one poll an hour): the transport listens again on a
+/// new connection, so a message another process sends afterwards still ends a waiting
+/// receive long before its poll would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receiver_is_woken_again_after_its_listen_connection_is_killed() {
+    let clock = VirtualClock::starting_now();
+    let q = unique("q");
+    let name = unique("listening");
+    let t = process(&clock, &name, Duration::from_secs(3600)).await;
+    t.create_queue(&q, &QueueOptions::default()).await.unwrap();
+    let r = t.receiver(&EntityPath::queue(&q)).await.unwrap();
+    assert!(r.receive(1, Duration::ZERO).await.unwrap().is_empty());
+
+    let admin = process(&clock, &unique("admin"), Duration::from_secs(3600)).await;
+    let listening = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND query LIKE 'LISTEN%'";
+    let killed: Vec<bool> =
+        sqlx::query_scalar("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1")
+            .bind(&name)
+            .fetch_all(admin.pool())
+            .await
+            .unwrap();
+    assert!(killed.iter().any(|k| *k), "the transport's connections were found");
+    courier_tests::eventually("a new LISTEN connection", || async {
+        sqlx::query_scalar::<_, i64>(listening)
+            .bind(&name)
+            .fetch_one(admin.pool())
+            .await
+            .unwrap()
+            == 1
+    })
+    .await;
+
+    let waiting = {
+        let r = r.clone();
+        tokio::spawn(async move {
+            // A call on a killed pooled connection may fail once (transient).
+            loop {
+                match r.receive(1, Duration::from_secs(60)).await {
+                    Ok(d) => return d,
+                    Err(e) => assert!(e.is_transient(), "{e}"),
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    admin
+        .sender(&q, SenderOptions::default())
+        .await
+        .unwrap()
+        .send(Envelope::new("after the kill"))
+        .await
+        .unwrap();
+    let got = waiting.await.unwrap();
+    assert_eq!(got.len(), 1, "woken by the notification, not by the end of the wait");
+    got.into_iter().next().unwrap().complete().await.unwrap();
+}
+
 /// Locks are volatile (S2.7): the locks of a transport that went away (its process died,
 /// here it closed) end at once, not after their lock duration; the clock does not move.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -39,8 +39,10 @@ pub(crate) struct Audits {
     run: String,
     /// Audits begun so far.
     begun: u32,
-    /// Replies ignored: those to an earlier run's audits, and those to an earlier audit
-    /// of this run (one that ended before all its replies were read).
+    /// Replies ignored: those to another run's audits (an earlier run's, whose `Audit`
+    /// messages were still queued, or, on the Postgres transport, a run at the same time:
+    /// every run hears every reply), and those to an earlier audit of this run (one that
+    /// ended before all its replies were read).
     ignored_earlier_runs: u32,
     ignored_this_run: u32,
     /// The earlier runs' audits that were answered in this run.
@@ -94,8 +96,8 @@ impl Audits {
         if self.ignored_earlier_runs > 0 {
             let audits = self.earlier.len();
             parts.push(format!(
-                "{} to {audits} audit{} of an earlier run (its Audit messages were still queued when \
-                 it was stopped)",
+                "{} to {audits} audit{} of another run (an earlier run's Audit messages still queued \
+                 when it was stopped, or a run at the same time)",
                 self.ignored_earlier_runs,
                 if audits == 1 { "" } else { "s" },
             ));
@@ -133,7 +135,7 @@ mod tests {
         assert!(!audits.answers_current(&old));
         assert_eq!(audits.ignored(), 3);
         let report = audits.report().unwrap();
-        assert!(report.starts_with("ignored 3 replies to other audits: 2 to 1 audit of an earlier run"));
+        assert!(report.starts_with("ignored 3 replies to other audits: 2 to 1 audit of another run"));
         assert!(report.ends_with("; 1 to an earlier audit of this run"), "{report}");
         assert_eq!(Audits::new(3).report(), None);
     }
@@ -170,14 +172,14 @@ pub(crate) async fn audit_done(q: Audit, ctx: &mut Context) -> Result<(), Handle
 }
 
 /// A saga's answer to an audit: it has an instance for the user, in `phase`.
-pub(crate) fn found(ctx: &Context, q: Audit, saga: &'static str, phase: &'static str) -> Result<(), HandlerError> {
+pub(crate) fn found(ctx: &mut Context, q: Audit, saga: &'static str, phase: &'static str) -> Result<(), HandlerError> {
     tell(
         ctx,
         News::Found {
             audit: q.audit,
             user_id: q.user_id,
-            saga,
-            phase,
+            saga: saga.to_owned(),
+            phase: phase.to_owned(),
         },
     )
 }

@@ -40,9 +40,14 @@
 //! lives in Postgres alone: queues, topics and scheduled messages in the Postgres transport,
 //! sagas and inbox beside them, one Postgres transaction per message
 //! (`PostgresTransport::store()`); a run killed with SIGKILL resumes as on the other
-//! brokers (the killed run's message locks end when its connections go). Not yet: two
-//! runs at once on one database (each run's audit hears only the replies its own process
-//! handled, so a run whose audit another process answered waits in vain).
+//! brokers (the killed run's message locks end when its connections go). Several runs
+//! may share one database at once (start the others without `--fresh` once the first has
+//! printed `new scenario`): they compete on the queues, and each hears every handler's
+//! news, whichever process handled it, through a topic (`signup.News`, published in the
+//! handler's transaction) that each run subscribes to with an endpoint of its own
+//! (`signup-watch-<run>`, deleted at the end of the run; a run killed with SIGKILL leaves
+//! it, and `--fresh` deletes the topic with it). On the other brokers the news goes to
+//! the process's own `main` (`story::Newsroom`).
 //! `--fresh` on RabbitMQ deletes the example's queues instead of the file.
 //!
 //! Kill it and run it again (without `--fresh`): the workflows continue where they were.
@@ -123,7 +128,7 @@ use tracing_subscriber::prelude::*;
 
 use crate::audit::audit_done;
 use crate::setup::{Scenario, find_scenario, open, routes};
-use crate::story::{Newsroom, Timing, clock_text, length_text};
+use crate::story::{Heard, NewsNote, Newsroom, Timing, clock_text, hear, length_text};
 use crate::users::{Arrive, CAST, Outcome, Persona};
 use crate::watch::{Watch, print_stats};
 use crate::workflow::{Login, SignUp, send_confirmation_mail, send_login_code};
@@ -328,7 +333,20 @@ async fn run(
     // The endpoints. `users` and `accounts` add the plain `audit_done` AFTER their sagas:
     // the handlers of one message type run in the order they were added.
     let (news_tx, mut news) = mpsc::unbounded_channel();
-    let newsroom = Newsroom(news_tx);
+    // On the Postgres transport several runs may share the work: every handler's news
+    // goes to every run, through a topic each run subscribes to with an endpoint of its
+    // own, started before the others so that a fresh run hears all of its story.
+    let broadcast = options.transport.is_some();
+    let newsroom = if broadcast {
+        Newsroom::Broadcast
+    } else {
+        Newsroom::Local(news_tx.clone())
+    };
+    let watch_name = format!(
+        "signup-watch-{:x}-{}",
+        Utc::now().timestamp_millis(),
+        std::process::id()
+    );
     let endpoint = |name: &str| {
         Endpoint::builder(name)
             .transport(transport.clone())
@@ -339,6 +357,21 @@ async fn run(
             .shutdown_timeout(SHUTDOWN_TIMEOUT)
     };
     let endpoints = async {
+        let watcher = if broadcast {
+            let watcher = Endpoint::builder(watch_name.as_str())
+                .transport(transport.clone())
+                .routes(routes())
+                .state(Heard(news_tx.clone()))
+                .concurrency(1)
+                .prefetch(1)
+                .shutdown_timeout(SHUTDOWN_TIMEOUT)
+                .handler(hear)
+                .start()
+                .await?;
+            Some(watcher)
+        } else {
+            None
+        };
         let users = endpoint("users").saga::<Persona>().handler(audit_done).start().await?;
         let mailer = endpoint("mailer")
             .handler(send_confirmation_mail)
@@ -351,9 +384,9 @@ async fn run(
             .handler(audit_done)
             .start()
             .await?;
-        Ok::<_, courier::Error>((users, mailer, accounts))
+        Ok::<_, courier::Error>((watcher, users, mailer, accounts))
     };
-    let (users, mailer, accounts) = start.step(startup::ENDPOINTS, endpoints).await?;
+    let (watcher, users, mailer, accounts) = start.step(startup::ENDPOINTS, endpoints).await?;
 
     // The story, until it ends or Ctrl-C: either way the endpoints shut down gracefully.
     let story = async {
@@ -449,6 +482,17 @@ async fn run(
         let stats = e.stats();
         let name = e.name().to_owned();
         reports.push((name, stats, e.shutdown().await?));
+    }
+    if let Some(watcher) = watcher {
+        // The news this run heard is in; its subscription and queue go (a run killed
+        // with SIGKILL leaves them: `--fresh` deletes the topic with its subscriptions).
+        watcher.shutdown().await?;
+        if let Some(topic) = routes().topic_of(<NewsNote as Message>::NAME) {
+            transport
+                .delete(&EntityPath::subscription(topic, watch_name.as_str()))
+                .await?;
+        }
+        transport.delete(&EntityPath::queue(watch_name.as_str())).await?;
     }
     transport.close().await;
     let Some(played) = story else {

@@ -19,7 +19,7 @@ use crate::SCENARIO_QUEUE;
 use crate::audit::Audit;
 use crate::startup;
 use crate::startup::Startup;
-use crate::story::Timing;
+use crate::story::{NewsNote, Timing};
 use crate::users::{Arrive, MailDelivered};
 use crate::workflow::{
     CodeEntered, EmailConfirmed, LoginRefused, LoginRequested, LoginSucceeded, SendConfirmationMail, SendLoginCode,
@@ -42,6 +42,7 @@ pub(crate) fn routes() -> Routes {
         .event::<UserRemoved>()
         .event::<LoginSucceeded>()
         .event::<LoginRefused>()
+        .event::<NewsNote>()
 }
 
 /// The scenario, parked in [`SCENARIO_QUEUE`] so that a later run finds it.
@@ -81,6 +82,14 @@ pub(crate) async fn open(
         let transport: Arc<dyn Transport> = Arc::new(postgres.clone());
         if options.fresh {
             delete_queues(&transport).await?;
+            // The runs' news topic, with the subscriptions killed runs left.
+            if let Some(topic) = routes().topic_of(<NewsNote as Message>::NAME) {
+                match transport.delete(&EntityPath::queue(topic)).await {
+                    Ok(()) => {}
+                    Err(e) if matches!(e.kind(), courier::ErrorKind::EntityNotFound { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
         }
         let store_text = "Postgres (schema courier), one transaction per message with the queues".to_owned();
         return Ok((

@@ -77,7 +77,7 @@ pub(crate) fn length_text(d: Duration) -> String {
 // ---------------------------------------------------------------------------------------
 
 /// News from the handlers.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) enum News {
     /// Something happened to a user.
     Story {
@@ -107,9 +107,9 @@ pub(crate) enum News {
         /// The user.
         user_id: String,
         /// `SignUp` or `Login`.
-        saga: &'static str,
+        saga: String,
         /// Its state in words.
-        phase: &'static str,
+        phase: String,
     },
     /// An endpoint finished an audit.
     AuditDone {
@@ -123,7 +123,7 @@ pub(crate) enum News {
 }
 
 /// Something that happened to a user.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) enum Event {
     /// The user sent the sign-up form.
     SignsUp { email: String },
@@ -142,9 +142,16 @@ pub(crate) enum Event {
     /// `Login`'s timeout fired.
     CodeExpired,
     /// `Login` accepted the code, typed `after` the code was issued (wall time).
-    LoggedIn { after: TimeDelta },
+    LoggedIn {
+        #[serde(with = "millis")]
+        after: TimeDelta,
+    },
     /// `Login` refused the code.
-    Refused { reason: Refusal, after: TimeDelta },
+    Refused {
+        reason: Refusal,
+        #[serde(with = "millis")]
+        after: TimeDelta,
+    },
 }
 
 impl Event {
@@ -205,20 +212,70 @@ impl Event {
     }
 }
 
+/// A `TimeDelta` as whole milliseconds.
+mod millis {
+    use chrono::TimeDelta;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(d: &TimeDelta, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_i64(d.num_milliseconds())
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<TimeDelta, D::Error> {
+        Ok(TimeDelta::milliseconds(i64::deserialize(d)?))
+    }
+}
+
 /// The handlers' line back to `main`: endpoint state of every endpoint.
 #[derive(Debug, Clone)]
-pub(crate) struct Newsroom(pub(crate) mpsc::UnboundedSender<News>);
+pub(crate) enum Newsroom {
+    /// To the `main` of this process (one process at a time: the embedded broker, and
+    /// RabbitMQ).
+    Local(mpsc::UnboundedSender<News>),
+    /// Published as a [`NewsNote`] in the handler's transaction, to every run at once: on
+    /// the Postgres transport several runs share the work, and each must hear what the
+    /// others' handlers did (`main` receives the notes with [`hear`]).
+    Broadcast,
+}
 
-/// Tells `main`.
-pub(crate) fn tell(ctx: &Context, news: News) -> Result<(), HandlerError> {
-    ctx.state::<Newsroom>()?
+/// News published to every run ([`Newsroom::Broadcast`]).
+#[derive(Debug, Serialize, Deserialize, courier::Message)]
+#[message(name = "signup.News")]
+pub(crate) struct NewsNote {
+    pub(crate) news: News,
+}
+
+/// Where [`hear`] hands the notes to: `main`'s channel (state of the run's own endpoint).
+#[derive(Debug, Clone)]
+pub(crate) struct Heard(pub(crate) mpsc::UnboundedSender<News>);
+
+/// The handler of a run's own endpoint (`signup-watch-<run>`, subscribed to the news):
+/// hands each note to `main`. No store: a note heard twice is told twice, and `Watch`
+/// takes each piece of news in once (by message id and step, by Persona version, by
+/// audit).
+#[courier::handler]
+pub(crate) async fn hear(note: NewsNote, ctx: &mut Context) -> Result<(), HandlerError> {
+    ctx.state::<Heard>()?
         .0
-        .send(news)
+        .send(note.news)
         .map_err(|_| HandlerError::msg("main stopped listening"))
 }
 
+/// Tells `main` (this process's, or every run's).
+pub(crate) fn tell(ctx: &mut Context, news: News) -> Result<(), HandlerError> {
+    match ctx.state::<Newsroom>()?.clone() {
+        Newsroom::Local(to_main) => to_main
+            .send(news)
+            .map_err(|_| HandlerError::msg("main stopped listening")),
+        Newsroom::Broadcast => {
+            ctx.publish(&NewsNote { news })?;
+            Ok(())
+        }
+    }
+}
+
 /// Tells `main` what happened to `user_id`.
-pub(crate) fn story(ctx: &Context, user_id: &str, event: Event) -> Result<(), HandlerError> {
+pub(crate) fn story(ctx: &mut Context, user_id: &str, event: Event) -> Result<(), HandlerError> {
     tell(
         ctx,
         News::Story {

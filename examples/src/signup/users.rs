@@ -215,7 +215,7 @@ impl fmt::Display for Outcome {
 }
 
 /// A Persona's state as `main` sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct PersonaView {
     /// The user.
     pub(crate) user_id: String,
@@ -261,17 +261,17 @@ impl Persona {
     }
 
     /// Records a change and tells `main`.
-    pub(crate) fn changed(&mut self, ctx: &Context) -> Result<(), HandlerError> {
+    pub(crate) fn changed(&mut self, ctx: &mut Context) -> Result<(), HandlerError> {
         self.version += 1;
         tell(ctx, News::Persona(self.view()))
     }
 
-    pub(crate) fn intends(&self, ctx: &Context, what: String) -> Result<(), HandlerError> {
+    pub(crate) fn intends(&self, ctx: &mut Context, what: String) -> Result<(), HandlerError> {
         story(ctx, &self.user_id, Event::Intends(what))
     }
 
     /// A finished story (the outcome is told to `main` by `changed`).
-    pub(crate) fn ends(&mut self, outcome: Outcome, ctx: &Context) -> Result<(), HandlerError> {
+    pub(crate) fn ends(&mut self, outcome: Outcome, ctx: &mut Context) -> Result<(), HandlerError> {
         self.outcome = outcome;
         self.changed(ctx)
     }

@@ -46,7 +46,7 @@ pub(crate) struct Watched {
     /// (message id, step) already counted: a retried handling tells its story again.
     pub(crate) seen: HashSet<(String, Step)>,
     /// What the last audit found: (saga, phase).
-    pub(crate) found: Vec<(&'static str, &'static str)>,
+    pub(crate) found: Vec<(String, String)>,
     /// The endpoints that finished the last audit.
     pub(crate) audited: HashSet<String>,
 }
@@ -131,7 +131,7 @@ impl Watch {
             } => {
                 if self.audits.answers_current(&audit)
                     && let Some(w) = self.user(&user_id)
-                    && !w.found.contains(&(saga, phase))
+                    && !w.found.iter().any(|(s, p)| *s == saga && *p == phase)
                 {
                     w.found.push((saga, phase)); // (once: a retried handling answers again)
                 }
@@ -261,7 +261,8 @@ impl Watch {
             } else {
                 &[]
             };
-            if w.found != expected_sagas {
+            let found: Vec<(&str, &str)> = w.found.iter().map(|(s, p)| (s.as_str(), p.as_str())).collect();
+            if found != expected_sagas {
                 wrong.push(format!(
                     "accounts sagas found {:?}, expected {expected_sagas:?}",
                     w.found

@@ -422,6 +422,10 @@ impl Transport for Embedded {
             let _ = rx.await;
         }
     }
+
+    fn as_any(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        Some(self)
+    }
 }
 
 fn deadline(max_wait: Duration) -> Option<Instant> {

@@ -16,8 +16,8 @@ use crate::store::sqlite::{
     outbox_older_than, record_inbox,
 };
 use crate::store::{
-    Begin, Committed, DueTimeouts, OutboxDeadLetter, OutboxMessage, Store, StoredSaga, TimeoutClaim, db_error,
-    sqlite_saga,
+    Begin, Committed, DueTimeouts, OutboxDeadLetter, OutboxMessage, Store, StoredSaga, TimeoutClaim, UnitOfWorkScope,
+    db_error, sqlite_saga,
 };
 
 /// An endpoint store in the embedded broker's database: `Embedded::store()`.
@@ -161,6 +161,15 @@ impl Store for EmbeddedStore {
     /// Nothing to do: the broker applied Courier's SQLite migrations when it opened.
     async fn migrate(&self) -> Result<()> {
         Ok(())
+    }
+
+    /// Everything but delayed retries is one transaction of the broker's file when the
+    /// endpoint receives from this broker (its deliveries' lock tokens carry its epoch).
+    fn unit_of_work_scope(&self, transport: &dyn crate::transport::Transport) -> UnitOfWorkScope {
+        match transport.as_any().and_then(|t| t.downcast_ref::<Embedded>()) {
+            Some(broker) if broker.shared.epoch == self.broker.shared.epoch => UnitOfWorkScope::AllButDelayedRetries,
+            _ => UnitOfWorkScope::Outbox,
+        }
     }
 
     async fn begin(

@@ -3,13 +3,18 @@
 //! stamps that key on the messages it locks. When the process dies (or the connection
 //! drops), Postgres releases the advisory lock, and the next receive of an entity releases
 //! the message locks whose holder is gone (see `receive::maintain`). A keeper task checks
-//! the connection and, when it was lost, opens another and takes the lock again.
+//! the connection (every interval, and at once when the transport's `LISTEN` connection
+//! was lost, which a restart or terminated backends do to both) and, when it was lost,
+//! opens another, takes the lock again and wakes every waiting receiver of the transport:
+//! while the lock was gone their receives locked nothing.
 
+use std::sync::Weak;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::{ConnectOptions, PgConnection};
 
+use super::wake::Wakers;
 use crate::error::Result;
 use crate::store::db_error;
 
@@ -36,23 +41,52 @@ async fn lock(options: &PgConnectOptions, key: i64) -> Result<PgConnection> {
 }
 
 /// Takes the advisory lock `key` on a connection of its own and keeps it (checked every
-/// `every`) until the returned task is aborted, which closes the connection.
-pub(crate) async fn hold(pool: &PgPool, key: i64, every: Duration) -> Result<tokio::task::JoinHandle<()>> {
+/// `every`, and when `wakers` asks) until the returned task is aborted, which closes the
+/// connection.
+pub(crate) async fn hold(
+    pool: &PgPool,
+    key: i64,
+    every: Duration,
+    wakers: Weak<Wakers>,
+) -> Result<tokio::task::JoinHandle<()>> {
     let options = pool.connect_options().as_ref().clone();
     let mut conn = Some(lock(&options, key).await?);
     Ok(tokio::spawn(async move {
+        let mut failing = false;
         loop {
-            tokio::time::sleep(every).await;
+            let Some(w) = wakers.upgrade() else { return };
+            if failing {
+                // Back off while the server is away, unless asked again.
+                tokio::select! {
+                    () = tokio::time::sleep(every.min(Duration::from_secs(1))) => {}
+                    () = w.holder_check.notified() => {}
+                }
+            } else {
+                tokio::select! {
+                    () = tokio::time::sleep(every) => {}
+                    () = w.holder_check.notified() => {}
+                }
+            }
+            drop(w);
             let alive = match conn.as_mut() {
                 Some(c) => sqlx::query("SELECT 1").execute(c).await.is_ok(),
                 None => false,
             };
             if alive {
+                failing = false;
                 continue;
             }
             conn = match lock(&options, key).await {
-                Ok(c) => Some(c),
+                Ok(c) => {
+                    failing = false;
+                    // Their receives locked nothing while the lock was gone.
+                    if let Some(w) = wakers.upgrade() {
+                        w.wake_all();
+                    }
+                    Some(c)
+                }
                 Err(e) => {
+                    failing = true;
                     tracing::warn!(error = %e, "the Postgres transport lost its lock holder's connection; retrying");
                     None
                 }

@@ -28,7 +28,7 @@ mod rows;
 mod send;
 mod sessions;
 mod settle;
-mod store;
+pub(crate) mod store;
 mod wake;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -202,7 +202,13 @@ impl PgTransportBuilder {
         let wakers = Arc::new(wake::Wakers::default());
         let listener = wake::listen(&pool, Arc::downgrade(&wakers)).await?;
         let holder = holder::new_key();
-        let keeper = holder::hold(&pool, holder, self.poll_interval.max(Duration::from_secs(1))).await?;
+        let keeper = holder::hold(
+            &pool,
+            holder,
+            self.poll_interval.max(Duration::from_secs(1)),
+            Arc::downgrade(&wakers),
+        )
+        .await?;
         Ok(PostgresTransport {
             shared: Arc::new(Shared {
                 pool,
@@ -414,5 +420,9 @@ impl Transport for PostgresTransport {
         if self.shared.owns_pool {
             self.shared.pool.close().await;
         }
+    }
+
+    fn as_any(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
+        Some(self)
     }
 }

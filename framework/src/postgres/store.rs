@@ -5,22 +5,27 @@
 //! token. Everything else (messages of other transports, timeouts, the inbox purge) is
 //! the [`PostgresStore`]'s on the same pool.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::PostgresTransport;
-use super::rows::{Lock, read_token};
+pub(crate) use super::rows::Lock;
+use super::rows::read_token;
 use super::send::insert_messages;
 use crate::checks::check_envelope;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Envelope, LockToken};
+use crate::store::pg_group::PgGroup;
 use crate::store::pg_saga::pg_unit_of_work;
-use crate::store::postgres::{OutboxRow, ensure_not_aborted, insert_outbox, outbox_of};
+use crate::store::postgres::{OutboxRow, claim_due, ensure_not_aborted, insert_outbox, outbox_of, postpone_reclaim};
 use crate::store::{
-    Begin, Committed, DueTimeouts, OutboxDeadLetter, OutboxMessage, PostgresStore, Store, StoreBacklog, TimeoutClaim,
-    db_error,
+    Begin, CommitGroup, Committed, DueTimeouts, OutboxDeadLetter, OutboxMessage, PostgresStore, Store, StoreBacklog,
+    TimeoutClaim, UnitOfWorkScope, db_error,
 };
+use crate::transport::Transport;
 
 /// An endpoint store in the Postgres transport's database (see
 /// [`PostgresTransport::store`]).
@@ -102,6 +107,64 @@ async fn send_in(
     Ok(())
 }
 
+/// The lock of a delivery of `transport`'s database (`None`: a delivery of another
+/// transport, or none): the one its store completes in the handling's transaction.
+pub(crate) fn own_lock(transport: &PostgresTransport, token: Option<LockToken>) -> Option<Lock> {
+    token.and_then(|t| read_token(transport.shared.tag, t))
+}
+
+/// The end of a handling of a message `transport` delivered, on the handling's
+/// transaction `conn`: inserts the messages the handlers sent (`staged`: destination,
+/// whether a topic, message) into their queues and subscriptions, then deletes the
+/// received message if `lock` is still its lock and unexpired (the fence).
+///
+/// # Errors
+/// [`ErrorKind::LockLost`] when the lock is not the message's any more (nothing may
+/// commit: the caller rolls back); a destination missing or refusing a message; a
+/// storage error.
+pub(crate) async fn send_and_complete(
+    conn: &mut PgConnection,
+    transport: &PostgresTransport,
+    lock: Lock,
+    staged: Vec<(String, bool, Envelope)>,
+) -> Result<()> {
+    let now = transport.shared.clock.now();
+    let mut groups: Vec<(String, bool, Vec<Envelope>)> = Vec::new();
+    for (destination, is_topic, envelope) in staged {
+        match groups.iter_mut().find(|(d, t, _)| *d == destination && *t == is_topic) {
+            Some((_, _, group)) => group.push(envelope),
+            None => groups.push((destination, is_topic, vec![envelope])),
+        }
+    }
+    for (destination, is_topic, messages) in &groups {
+        send_in(&mut *conn, transport, destination, *is_topic, messages, now).await?;
+    }
+    complete_in(conn, lock, now).await
+}
+
+/// Deletes the received message on `conn` if `lock` is still its lock at `now`.
+///
+/// # Errors
+/// [`ErrorKind::LockLost`] when it is not; a storage error.
+async fn complete_in(conn: &mut PgConnection, lock: Lock, now: DateTime<Utc>) -> Result<()> {
+    let completed = sqlx::query(
+        "DELETE FROM courier.message WHERE id = $1 AND entity_id = $2 AND (delivery_count & 65535) = $3 \
+         AND locked_until > $4 AND state <> 1",
+    )
+    .bind(lock.id)
+    .bind(lock.entity)
+    .bind(lock.delivery_count)
+    .bind(now)
+    .execute(&mut *conn)
+    .await
+    .map_err(|e| db_error("cannot complete the received message", e))?;
+    if completed.rows_affected() != 1 {
+        // The caller rolls everything back; the message comes again.
+        return Err(Error::new(ErrorKind::LockLost));
+    }
+    Ok(())
+}
+
 pg_unit_of_work!(TxWork, {
     fn transaction(&mut self) -> Option<&mut (dyn std::any::Any + Send)> {
         Some(&mut *self.tx)
@@ -141,32 +204,8 @@ pg_unit_of_work!(TxWork, {
                 .map_err(|e| db_error("cannot commit the handler's transaction", e))?;
             return Ok(Committed::Pending);
         };
-        let now = self.transport.shared.clock.now();
-        let mut groups: Vec<(String, bool, Vec<Envelope>)> = Vec::new();
-        for (destination, is_topic, envelope) in std::mem::take(&mut self.staged) {
-            match groups.iter_mut().find(|(d, t, _)| *d == destination && *t == is_topic) {
-                Some((_, _, group)) => group.push(envelope),
-                None => groups.push((destination, is_topic, vec![envelope])),
-            }
-        }
-        for (destination, is_topic, messages) in &groups {
-            send_in(&mut self.tx, &self.transport, destination, *is_topic, messages, now).await?;
-        }
-        let completed = sqlx::query(
-            "DELETE FROM courier.message WHERE id = $1 AND entity_id = $2 AND (delivery_count & 65535) = $3 \
-             AND locked_until > $4 AND state <> 1",
-        )
-        .bind(lock.id)
-        .bind(lock.entity)
-        .bind(lock.delivery_count)
-        .bind(now)
-        .execute(&mut *self.tx)
-        .await
-        .map_err(|e| db_error("cannot complete the received message", e))?;
-        if completed.rows_affected() != 1 {
-            // Dropping the transaction rolls everything back; the message comes again.
-            return Err(Error::new(ErrorKind::LockLost));
-        }
+        let staged = std::mem::take(&mut self.staged);
+        send_and_complete(&mut self.tx, &self.transport, lock, staged).await?;
         self.tx
             .commit()
             .await
@@ -228,6 +267,56 @@ impl Store for PgTransportStore {
         Ok(Begin::Duplicate(left))
     }
 
+    /// Everything is one transaction when the endpoint receives from a Postgres transport
+    /// on this database (its lock tokens carry the database's tag).
+    fn unit_of_work_scope(&self, transport: &dyn Transport) -> UnitOfWorkScope {
+        match transport.as_any().and_then(|t| t.downcast_ref::<PostgresTransport>()) {
+            Some(other) if other.shared.tag == self.transport.shared.tag => UnitOfWorkScope::All,
+            _ => UnitOfWorkScope::Outbox,
+        }
+    }
+
+    /// For a message of this database: ONE transaction inserts the scheduled copy into
+    /// the endpoint's queue, postpones the timeout's reclaim and completes the received
+    /// message, fenced by its lock.
+    async fn schedule_retry(
+        &self,
+        endpoint: &str,
+        lock: LockToken,
+        copy: Envelope,
+        timeout: Option<&str>,
+        due: DateTime<Utc>,
+    ) -> Result<bool> {
+        self.transport.shared.check_open()?;
+        let Some(lock) = own_lock(&self.transport, Some(lock)) else {
+            return Ok(false);
+        };
+        let mut tx = self
+            .transport
+            .shared
+            .pool
+            .begin()
+            .await
+            .map_err(|e| db_error("cannot begin scheduling a delayed retry", e))?;
+        if let Some(id) = timeout {
+            postpone_reclaim(&mut tx, endpoint, id, due).await?;
+        }
+        send_and_complete(&mut tx, &self.transport, lock, vec![(endpoint.to_owned(), false, copy)]).await?;
+        tx.commit()
+            .await
+            .map_err(|e| db_error("cannot commit the delayed retry", e))?;
+        Ok(true)
+    }
+
+    fn commit_group(&self, endpoint: &str, message_ids: Vec<String>) -> Option<Arc<dyn CommitGroup>> {
+        Some(Arc::new(PgGroup::new(
+            self.transport.shared.pool.clone(),
+            endpoint,
+            message_ids,
+            Some(self.transport.clone()),
+        )))
+    }
+
     async fn mark_dispatched(&self, ids: &[i64]) -> Result<()> {
         self.inner.mark_dispatched(ids).await
     }
@@ -240,8 +329,37 @@ impl Store for PgTransportStore {
         self.inner.purge_inbox(endpoint, before, limit).await
     }
 
+    /// When the endpoint receives from this database (`claim.enqueue`): ONE transaction
+    /// claims the due timeouts and inserts their messages into the endpoint's queue
+    /// (scheduled for their due time), so nothing is left to send and a claim is never
+    /// lost between the two. Otherwise as [`PostgresStore`]'s: the messages are handed
+    /// back to be sent.
     async fn claim_due_timeouts(&self, endpoint: &str, claim: TimeoutClaim) -> Result<DueTimeouts> {
-        self.inner.claim_due_timeouts(endpoint, claim).await
+        if !claim.enqueue {
+            return self.inner.claim_due_timeouts(endpoint, claim).await;
+        }
+        self.transport.shared.check_open()?;
+        let mut tx = self
+            .transport
+            .shared
+            .pool
+            .begin()
+            .await
+            .map_err(|e| db_error("cannot begin claiming saga timeouts", e))?;
+        // Enqueued in this transaction: marked sent at the claim, reclaimed only after
+        // the whole reclaim wait.
+        let (due, dead_lettered) = claim_due(&mut tx, endpoint, claim, claim.now).await?;
+        if !due.is_empty() {
+            send_in(&mut tx, &self.transport, endpoint, false, &due, claim.now).await?;
+        }
+        tx.commit()
+            .await
+            .map_err(|e| db_error("cannot commit the claimed saga timeouts", e))?;
+        Ok(DueTimeouts {
+            claimed: due.len(),
+            to_send: Vec::new(),
+            dead_lettered,
+        })
     }
 
     async fn next_timeout_due(&self, endpoint: &str) -> Result<Option<DateTime<Utc>>> {

@@ -18,6 +18,10 @@ use crate::store::db_error;
 #[derive(Debug, Default)]
 pub(crate) struct Wakers {
     entities: Mutex<HashMap<i64, Arc<Notify>>>,
+    /// Fired when the `LISTEN` connection was lost: the lock holder's connection most
+    /// likely went with it (a restart, backends terminated), so its keeper checks it now
+    /// instead of at its next interval (see `holder.rs`).
+    pub(crate) holder_check: Notify,
 }
 
 impl Wakers {
@@ -43,7 +47,7 @@ impl Wakers {
         }
     }
 
-    fn wake_all(&self) {
+    pub(crate) fn wake_all(&self) {
         let all: Vec<Arc<Notify>> = self
             .entities
             .lock()
@@ -78,12 +82,16 @@ pub(crate) async fn listen(pool: &PgPool, wakers: Weak<Wakers>) -> Result<tokio:
                 },
                 // The connection was lost (and is reopened by the next call): what was
                 // notified meanwhile is lost, so everyone looks again.
-                Ok(None) => wakers.wake_all(),
+                Ok(None) => {
+                    wakers.holder_check.notify_one();
+                    wakers.wake_all();
+                }
                 Err(e) => {
                     if pool_closed(&e) {
                         return;
                     }
                     tracing::warn!(error = %e, "the Postgres transport's LISTEN connection failed; retrying");
+                    wakers.holder_check.notify_one();
                     wakers.wake_all();
                     drop(wakers);
                     tokio::time::sleep(Duration::from_secs(1)).await;

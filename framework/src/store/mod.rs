@@ -103,7 +103,7 @@ pub(crate) use unit_of_work_with_sagas;
 #[cfg(feature = "sqlite")]
 pub(crate) mod app_schema;
 #[cfg(feature = "postgres")]
-mod pg_group;
+pub(crate) mod pg_group;
 #[cfg(feature = "postgres")]
 pub(crate) mod pg_saga;
 #[cfg(feature = "postgres")]
@@ -205,6 +205,12 @@ pub struct TimeoutClaim {
     /// therefore settles. A claim whose send failed ([`Store::unclaim_timeouts`]) does not
     /// count. At least 1.
     pub max_dispatches: u32,
+    /// Whether the endpoint receives from the broker in the store's own database
+    /// ([`Store::unit_of_work_scope`] said so when it started): such a store enqueues the
+    /// claimed timeouts' messages in the claiming transaction and hands nothing back
+    /// (the embedded broker's store always does). Otherwise the messages are handed
+    /// back in [`DueTimeouts::to_send`].
+    pub enqueue: bool,
 }
 
 impl TimeoutClaim {
@@ -239,6 +245,29 @@ fn saga_unsupported<T>() -> Result<T> {
         rule: "S7",
         reason: "this store does not keep saga instances; use PostgresStore, SqliteStore or Embedded::store",
     }))
+}
+
+/// How much of the handling of a message one transaction of a store covers, for an
+/// endpoint receiving from a given transport ([`Store::unit_of_work_scope`]); an endpoint
+/// logs it when it starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UnitOfWorkScope {
+    /// The inbox record, the handler's writes, saga state and timeout rows and the outbox
+    /// rows commit together; completing the received message, dispatching the outbox
+    /// (sends and publishes), sending due saga timeouts and scheduling delayed retries
+    /// are separate steps, each at least once (the inbox drops the duplicates).
+    Outbox,
+    /// As [`All`](Self::All), except delayed retries: the scheduled copy is sent, then
+    /// the received message completed (two steps; a crash between them handles the
+    /// message twice, and the inbox drops the second).
+    AllButDelayedRetries,
+    /// One transaction of the broker's own database: the completion of the received
+    /// message, the inbox record, the handler's writes, saga state and timeouts, the
+    /// messages it sends and publishes and, for a failed handling, its delayed retry
+    /// (the scheduled copy with the completion). Due saga timeouts are enqueued in the
+    /// transaction that claims them.
+    All,
 }
 
 /// What [`Store::begin`] found.
@@ -398,8 +427,10 @@ pub trait UnitOfWork: Send {
 /// ([`Committed::Stored`]). See `docs/stores.md`.
 #[async_trait]
 pub trait CommitGroup: Send + Sync {
-    /// As [`Store::begin`], for member `member`.
-    async fn begin(self: Arc<Self>, member: usize, now: DateTime<Utc>) -> Result<Begin>;
+    /// As [`Store::begin`], for member `member`, whose received message has the lock
+    /// `lock` (a store that shares the transport's database completes it in the group's
+    /// transaction, with the member's effects).
+    async fn begin(self: Arc<Self>, member: usize, lock: Option<LockToken>, now: DateTime<Utc>) -> Result<Begin>;
     /// Member `member` will not begin, or its `begin` was stopped before it returned
     /// (never after `begin` returned).
     fn leave(&self, member: usize);
@@ -425,6 +456,37 @@ pub trait Store: Send + Sync + 'static {
         lock: Option<LockToken>,
         now: DateTime<Utc>,
     ) -> Result<Begin>;
+    /// How much of a handling one transaction of this store covers when the endpoint
+    /// receives from `transport` (see [`UnitOfWorkScope`]). The default:
+    /// [`UnitOfWorkScope::Outbox`].
+    fn unit_of_work_scope(&self, transport: &dyn crate::transport::Transport) -> UnitOfWorkScope {
+        let _ = transport;
+        UnitOfWorkScope::Outbox
+    }
+
+    /// Schedules a failed message's delayed retry and completes the received message in
+    /// ONE transaction, when this store shares the transport's database and `lock` is a
+    /// lock of that transport (else `Ok(false)`: the endpoint sends the copy, then
+    /// completes). `copy` goes to the queue `endpoint`, due at its
+    /// `scheduled_enqueue_time`. `timeout` is the id of the saga timeout whose message
+    /// this is: its reclaim is postponed until `due` in the same transaction (see
+    /// [`postpone_timeout_reclaim`](Self::postpone_timeout_reclaim)).
+    ///
+    /// # Errors
+    /// [`ErrorKind::LockLost`] when the lock was lost meanwhile (nothing is scheduled);
+    /// a storage error (nothing happened; the message comes back).
+    async fn schedule_retry(
+        &self,
+        endpoint: &str,
+        lock: LockToken,
+        copy: Envelope,
+        timeout: Option<&str>,
+        due: DateTime<Utc>,
+    ) -> Result<bool> {
+        let _ = (endpoint, lock, copy, timeout, due);
+        Ok(false)
+    }
+
     /// A group of handlings to commit together, for the messages `message_ids` (distinct),
     /// or `None` when this store commits each handling alone (the default). An endpoint
     /// calls it once with no ids when it starts, to learn which.

@@ -14,6 +14,16 @@
 //! A member that reports success but left the transaction aborted (it swallowed the error
 //! of a failed statement) is found by the next statement sent after it (SQLSTATE 25P02):
 //! it is rolled back to its savepoint and its commit fails, and the others go on.
+//!
+//! On the Postgres transport's own store (`PostgresTransport::store`), a member whose
+//! message that transport delivered ends differently: still holding the connection, under
+//! its savepoint, it inserts the messages it sent into their queues and deletes the
+//! received message, fenced by its lock token (`postgres::store::send_and_complete`). If
+//! the lock is not its any more (`LockLost`), a destination refuses a message, or the
+//! transaction was aborted by its handler, it fails like a member whose handler failed:
+//! rolled back to its savepoint by whoever takes the connection next, its inbox record
+//! deleted at the commit, the others untouched. Its commit then returns
+//! `Committed::Settled` once the group commits.
 
 use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 
@@ -24,7 +34,9 @@ use sqlx::{PgConnection, Postgres, Transaction};
 use tokio::sync::{Mutex, OnceCell, OwnedMutexGuard, watch};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::message::Envelope;
+use crate::message::{Envelope, LockToken};
+use crate::postgres::PostgresTransport;
+use crate::postgres::store::{Lock, own_lock, send_and_complete};
 use crate::store::pg_saga::pg_unit_of_work;
 use crate::store::postgres::{ABORTED_BY_HANDLER, OutboxRow, ensure_not_aborted, insert_outbox, outbox_of};
 use crate::store::{Begin, CommitGroup, Committed, OutboxMessage, db_error};
@@ -45,8 +57,10 @@ enum Seat {
     Duplicate,
     /// Handling, with the connection.
     Running,
-    /// Done: these messages go into the outbox at the group's commit.
-    Finished(Vec<OutboxRow>),
+    /// Done: these messages go into the outbox at the group's commit; `true` when the
+    /// member also sent its messages and completed its received message in the
+    /// transaction (the Postgres transport's store).
+    Finished(Vec<OutboxRow>, bool),
     /// Failed or left: its inbox record, if this group made it, is deleted at the commit.
     Failed,
     /// Finished, but left the transaction aborted: rolled back; its commit fails.
@@ -66,10 +80,13 @@ struct Members {
 }
 
 /// What the commit gave a member that finished.
-type Share = std::result::Result<Vec<OutboxMessage>, ErrorKind>;
+type Share = std::result::Result<Committed, ErrorKind>;
 
 pub(crate) struct PgGroup {
     pool: PgPool,
+    /// The Postgres transport whose deliveries the members complete in the transaction
+    /// (the transport's own store), if any.
+    transport: Option<PostgresTransport>,
     endpoint: String,
     ids: Vec<String>,
     /// Per member, whether this group's transaction recorded its id (false: a duplicate).
@@ -86,10 +103,11 @@ pub(crate) struct PgGroup {
 }
 
 impl PgGroup {
-    pub(crate) fn new(pool: PgPool, endpoint: &str, ids: Vec<String>) -> Self {
+    pub(crate) fn new(pool: PgPool, endpoint: &str, ids: Vec<String>, transport: Option<PostgresTransport>) -> Self {
         let n = ids.len();
         Self {
             pool,
+            transport,
             endpoint: endpoint.to_owned(),
             ids,
             opened: OnceCell::new(),
@@ -204,8 +222,11 @@ impl PgGroup {
             for (i, seat) in members.seats.iter().enumerate() {
                 let share = match (seat, &mut outcome) {
                     (Seat::Poisoned, _) => Err(poisoned_kind()),
-                    (Seat::Finished(_), Ok(stored)) => Ok(stored.get_mut(i).and_then(Option::take).unwrap_or_default()),
-                    (Seat::Finished(_), Err(kind)) => Err(kind.clone()),
+                    (Seat::Finished(_, true), Ok(_)) => Ok(Committed::Settled),
+                    (Seat::Finished(_, false), Ok(stored)) => Ok(Committed::Stored(
+                        stored.get_mut(i).and_then(Option::take).unwrap_or_default(),
+                    )),
+                    (Seat::Finished(..), Err(kind)) => Err(kind.clone()),
                     _ => continue,
                 };
                 if let Some(slot) = shares.get_mut(i) {
@@ -236,7 +257,7 @@ impl PgGroup {
                 let mut owners = Vec::new();
                 for (i, seat) in m.seats.iter().enumerate() {
                     match seat {
-                        Seat::Finished(out) => {
+                        Seat::Finished(out, _) => {
                             for row in out {
                                 rows.push(row.clone());
                                 owners.push(i);
@@ -288,7 +309,7 @@ impl PgGroup {
                     // The newest member finished with its transaction aborted.
                     let owner = {
                         let m = self.members();
-                        m.owner.filter(|&o| matches!(m.seats.get(o), Some(Seat::Finished(_))))
+                        m.owner.filter(|&o| matches!(m.seats.get(o), Some(Seat::Finished(..))))
                     };
                     let Some(owner) = owner else {
                         return Err(e.kind().clone());
@@ -304,7 +325,7 @@ impl PgGroup {
 
 #[async_trait]
 impl CommitGroup for PgGroup {
-    async fn begin(self: Arc<Self>, member: usize, now: DateTime<Utc>) -> Result<Begin> {
+    async fn begin(self: Arc<Self>, member: usize, lock: Option<LockToken>, now: DateTime<Utc>) -> Result<Begin> {
         let fresh = match self.open(now).await {
             Ok(fresh) => fresh.get(member).copied().unwrap_or(false),
             Err(e) => {
@@ -331,12 +352,15 @@ impl CommitGroup for PgGroup {
             self.resolve(member, Seat::Failed);
             return Err(e);
         }
+        let lock = self.transport.as_ref().and_then(|t| own_lock(t, lock));
         Ok(Begin::Fresh(Box::new(PgMember {
             group: self,
             member,
             source_id,
             guard: Some(guard),
             outgoing: Vec::new(),
+            lock,
+            staged: Vec::new(),
             finished: false,
         })))
     }
@@ -353,6 +377,10 @@ struct PgMember {
     source_id: String,
     guard: Option<OwnedMutexGuard<Conn>>,
     outgoing: Vec<OutboxRow>,
+    /// The received message's lock, when the group's transport delivered it: completed
+    /// in the transaction, with `staged` sent into their queues.
+    lock: Option<Lock>,
+    staged: Vec<(String, bool, Envelope)>,
     finished: bool,
 }
 
@@ -385,6 +413,10 @@ pg_unit_of_work!(PgMember, {
         messages: Vec<(String, bool, Envelope)>,
         now: DateTime<Utc>,
     ) -> Result<Vec<OutboxMessage>> {
+        if self.lock.is_some() {
+            self.staged.extend(messages);
+            return Ok(Vec::new());
+        }
         if !messages.is_empty() {
             *self.group.stored_at.lock().unwrap_or_else(PoisonError::into_inner) = Some(now);
         }
@@ -399,10 +431,28 @@ pg_unit_of_work!(PgMember, {
     }
 
     async fn commit(mut self: Box<Self>) -> Result<Committed> {
+        let settled = match (self.lock, self.group.transport.clone()) {
+            (Some(lock), Some(transport)) => {
+                // Under this member's savepoint, with the connection: a failure here
+                // leaves it unfinished, and it is rolled back alone (see Drop).
+                let staged = std::mem::take(&mut self.staged);
+                send_and_complete(self.pg_conn()?, &transport, lock, staged)
+                    .await
+                    .map_err(|e| {
+                        if in_failed_transaction(&e) {
+                            Error::new(poisoned_kind())
+                        } else {
+                            e
+                        }
+                    })?;
+                true
+            }
+            _ => false,
+        };
         self.finished = true;
         let mut done = self.group.done.subscribe();
         self.group
-            .resolve(self.member, Seat::Finished(std::mem::take(&mut self.outgoing)));
+            .resolve(self.member, Seat::Finished(std::mem::take(&mut self.outgoing), settled));
         self.guard = None;
         done.wait_for(|d| *d).await.map_err(|_| group_gone())?;
         let share = self
@@ -413,7 +463,7 @@ pg_unit_of_work!(PgMember, {
             .get_mut(self.member)
             .and_then(Option::take);
         match share {
-            Some(Ok(stored)) => Ok(Committed::Stored(stored)),
+            Some(Ok(committed)) => Ok(committed),
             Some(Err(kind)) => Err(Error::new(kind)),
             None => Err(group_gone()),
         }

@@ -295,7 +295,7 @@ impl Store for PostgresStore {
     }
 
     fn commit_group(&self, endpoint: &str, message_ids: Vec<String>) -> Option<Arc<dyn CommitGroup>> {
-        Some(Arc::new(PgGroup::new(self.pool.clone(), endpoint, message_ids)))
+        Some(Arc::new(PgGroup::new(self.pool.clone(), endpoint, message_ids, None)))
     }
 
     async fn mark_dispatched(&self, ids: &[i64]) -> Result<()> {
@@ -360,51 +360,12 @@ impl Store for PostgresStore {
     }
 
     async fn claim_due_timeouts(&self, endpoint: &str, claim: TimeoutClaim) -> Result<DueTimeouts> {
-        // SKIP LOCKED: instances of the endpoint in several processes claim disjoint rows.
-        // SET reads the row as it was: a row sent its most times (`$6`) keeps its claim
-        // time and count and gets the dead-letter mark instead; RETURNING reads it as it
-        // is now.
-        let rows = sqlx::query(
-            "WITH due AS ( \
-               SELECT id FROM courier.saga_timeout \
-               WHERE endpoint = $1 AND dispatched_at IS NULL AND dead_lettered_at IS NULL AND due_at <= $5 \
-               ORDER BY due_at LIMIT $4 FOR UPDATE SKIP LOCKED), \
-             lost AS ( \
-               SELECT id FROM courier.saga_timeout \
-               WHERE endpoint = $1 AND dispatched_at IS NOT NULL AND dead_lettered_at IS NULL \
-                 AND dispatched_at < $3 \
-               ORDER BY due_at LIMIT $4 FOR UPDATE SKIP LOCKED) \
-             UPDATE courier.saga_timeout SET \
-               dispatched_at = CASE WHEN dispatches >= $6 THEN dispatched_at ELSE $2 END, \
-               dispatches = CASE WHEN dispatches >= $6 THEN dispatches ELSE dispatches + 1 END, \
-               dead_lettered_at = CASE WHEN dispatches >= $6 THEN $7 ELSE dead_lettered_at END, \
-               dead_letter_reason = CASE WHEN dispatches >= $6 THEN $8 ELSE dead_letter_reason END \
-             WHERE id IN (SELECT id FROM due UNION ALL SELECT id FROM lost) \
-             RETURNING envelope::text, body, due_at, id, dead_lettered_at IS NOT NULL",
-        )
-        .bind(endpoint)
-        .bind(claim.marked_at)
-        .bind(claim.reclaim_before)
-        .bind(claim.limit)
-        .bind(claim.due_until)
-        .bind(i32::try_from(claim.max_dispatches.max(1)).unwrap_or(i32::MAX))
-        .bind(claim.now)
-        .bind(reasons::TIMEOUT_DISPATCHES_EXHAUSTED)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| db_error("cannot claim due saga timeouts", e))?;
-        let (mut to_send, mut dead_lettered) = (Vec::new(), Vec::new());
-        for r in rows {
-            let get = |e| db_error("cannot read a saga timeout", e);
-            if r.try_get::<bool, _>(4).map_err(get)? {
-                dead_lettered.push(r.try_get(3).map_err(get)?);
-                continue;
-            }
-            let json: String = r.try_get(0).map_err(get)?;
-            let body: Vec<u8> = r.try_get(1).map_err(get)?;
-            let due: DateTime<Utc> = r.try_get(2).map_err(get)?;
-            to_send.push(claim.schedule(StoredEnvelope::join(&json, body)?, due));
-        }
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| db_error("cannot claim due saga timeouts", e))?;
+        let (to_send, dead_lettered) = claim_due(&mut conn, endpoint, claim, claim.marked_at).await?;
         Ok(DueTimeouts {
             claimed: to_send.len(),
             to_send,
@@ -468,17 +429,12 @@ impl Store for PostgresStore {
     }
 
     async fn postpone_timeout_reclaim(&self, endpoint: &str, id: &str, until: DateTime<Utc>) -> Result<()> {
-        sqlx::query(
-            "UPDATE courier.saga_timeout SET dispatched_at = GREATEST(dispatched_at, $3) \
-             WHERE id = $1 AND endpoint = $2 AND dispatched_at IS NOT NULL AND dead_lettered_at IS NULL",
-        )
-        .bind(id)
-        .bind(endpoint)
-        .bind(until)
-        .execute(&self.pool)
-        .await
-        .map_err(|e| db_error("cannot postpone a saga timeout's reclaim", e))?;
-        Ok(())
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| db_error("cannot postpone a saga timeout's reclaim", e))?;
+        postpone_reclaim(&mut conn, endpoint, id, until).await
     }
 
     async fn dead_letter_outbox(&self, id: i64, reason: &str, description: &str, now: DateTime<Utc>) -> Result<bool> {
@@ -532,4 +488,82 @@ impl Store for PostgresStore {
             })
             .collect()
     }
+}
+
+/// Claims `endpoint`'s timeouts as `claim` says on `conn`, marking the claimed rows
+/// dispatched at `marked_at`: their messages, and the ids of the rows marked
+/// dead-lettered instead (sent their most times).
+pub(crate) async fn claim_due(
+    conn: &mut sqlx::PgConnection,
+    endpoint: &str,
+    claim: TimeoutClaim,
+    marked_at: DateTime<Utc>,
+) -> Result<(Vec<Envelope>, Vec<String>)> {
+    // SKIP LOCKED: instances of the endpoint in several processes claim disjoint rows.
+    // SET reads the row as it was: a row sent its most times (`$6`) keeps its claim
+    // time and count and gets the dead-letter mark instead; RETURNING reads it as it
+    // is now.
+    let rows = sqlx::query(
+        "WITH due AS ( \
+           SELECT id FROM courier.saga_timeout \
+           WHERE endpoint = $1 AND dispatched_at IS NULL AND dead_lettered_at IS NULL AND due_at <= $5 \
+           ORDER BY due_at LIMIT $4 FOR UPDATE SKIP LOCKED), \
+         lost AS ( \
+           SELECT id FROM courier.saga_timeout \
+           WHERE endpoint = $1 AND dispatched_at IS NOT NULL AND dead_lettered_at IS NULL \
+             AND dispatched_at < $3 \
+           ORDER BY due_at LIMIT $4 FOR UPDATE SKIP LOCKED) \
+         UPDATE courier.saga_timeout SET \
+           dispatched_at = CASE WHEN dispatches >= $6 THEN dispatched_at ELSE $2 END, \
+           dispatches = CASE WHEN dispatches >= $6 THEN dispatches ELSE dispatches + 1 END, \
+           dead_lettered_at = CASE WHEN dispatches >= $6 THEN $7 ELSE dead_lettered_at END, \
+           dead_letter_reason = CASE WHEN dispatches >= $6 THEN $8 ELSE dead_letter_reason END \
+         WHERE id IN (SELECT id FROM due UNION ALL SELECT id FROM lost) \
+         RETURNING envelope::text, body, due_at, id, dead_lettered_at IS NOT NULL",
+    )
+    .bind(endpoint)
+    .bind(marked_at)
+    .bind(claim.reclaim_before)
+    .bind(claim.limit)
+    .bind(claim.due_until)
+    .bind(i32::try_from(claim.max_dispatches.max(1)).unwrap_or(i32::MAX))
+    .bind(claim.now)
+    .bind(reasons::TIMEOUT_DISPATCHES_EXHAUSTED)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(|e| db_error("cannot claim due saga timeouts", e))?;
+    let (mut to_send, mut dead_lettered) = (Vec::new(), Vec::new());
+    for r in rows {
+        let get = |e| db_error("cannot read a saga timeout", e);
+        if r.try_get::<bool, _>(4).map_err(get)? {
+            dead_lettered.push(r.try_get(3).map_err(get)?);
+            continue;
+        }
+        let json: String = r.try_get(0).map_err(get)?;
+        let body: Vec<u8> = r.try_get(1).map_err(get)?;
+        let due: DateTime<Utc> = r.try_get(2).map_err(get)?;
+        to_send.push(claim.schedule(StoredEnvelope::join(&json, body)?, due));
+    }
+    Ok((to_send, dead_lettered))
+}
+
+/// Postpones the reclaim of `endpoint`'s claimed timeout `id` until `until` (see
+/// `Store::postpone_timeout_reclaim`), on `conn`.
+pub(crate) async fn postpone_reclaim(
+    conn: &mut sqlx::PgConnection,
+    endpoint: &str,
+    id: &str,
+    until: DateTime<Utc>,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE courier.saga_timeout SET dispatched_at = GREATEST(dispatched_at, $3) \
+         WHERE id = $1 AND endpoint = $2 AND dispatched_at IS NOT NULL AND dead_lettered_at IS NULL",
+    )
+    .bind(id)
+    .bind(endpoint)
+    .bind(until)
+    .execute(conn)
+    .await
+    .map_err(|e| db_error("cannot postpone a saga timeout's reclaim", e))?;
+    Ok(())
 }

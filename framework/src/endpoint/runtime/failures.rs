@@ -77,12 +77,45 @@ pub(super) async fn on_failure(shared: &Shared, delivery: Delivery, failure: Fai
                 .insert(headers::DELAYED_RETRIES.to_owned(), PropertyValue::Int(i64::from(n)));
             let at = shared.clock.now() + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
             copy.scheduled_enqueue_time = Some(at);
-            let scheduled = match shared.bus.sender(&shared.name, false).await {
-                Ok(sender) => sender.send(copy).await.map_err(Error::from),
+            // A store in the transport's database schedules the copy and completes the
+            // received message in one transaction; others leave it to the two steps below.
+            let in_store = match (&shared.store, delivery.lock_token()) {
+                (Some(store), Some(lock)) => {
+                    let timeout = timeout_rows::timeout_id(&delivery.message().envelope);
+                    store
+                        .schedule_retry(&shared.name, lock, copy.clone(), timeout, at)
+                        .await
+                }
+                _ => Ok(false),
+            };
+            let scheduled = match in_store {
+                Ok(true) => Ok(true),
                 Err(e) => Err(e),
+                Ok(false) => match shared.bus.sender(&shared.name, false).await {
+                    Ok(sender) => sender.send(copy).await.map_err(Error::from).map(|()| false),
+                    Err(e) => Err(e),
+                },
             };
             match scheduled {
-                Ok(()) => {
+                Err(e) if e.is_lock_lost() => {
+                    tracing::warn!(
+                        error = %e,
+                        "lock lost before the delayed retry was scheduled; nothing was scheduled and the message \
+                         will be delivered again"
+                    );
+                }
+                Ok(true) => {
+                    shared.stats.retried.fetch_add(1, Ordering::Relaxed);
+                    metrics.retried(true);
+                    tracing::warn!(
+                        error = %error_text,
+                        handler = failure.handler(),
+                        delayed_retry = n,
+                        due = %at,
+                        "handler failed; delayed retry scheduled and the message completed in one transaction"
+                    );
+                }
+                Ok(false) => {
                     if let Some(store) = &shared.store {
                         timeout_rows::retry_scheduled(&**store, &shared.name, &delivery.message().envelope, at).await;
                     }

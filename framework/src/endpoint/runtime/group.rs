@@ -29,8 +29,12 @@ pub(super) fn next_owner() -> u64 {
 }
 
 impl GroupSeat {
-    pub(super) async fn begin(mut self, now: chrono::DateTime<chrono::Utc>) -> Result<Begin> {
-        let begun = self.group.clone().begin(self.index, now).await;
+    pub(super) async fn begin(
+        mut self,
+        lock: Option<crate::message::LockToken>,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Begin> {
+        let begun = self.group.clone().begin(self.index, lock, now).await;
         // Only now: a begin stopped half-way (a hard stop) still leaves the group.
         self.used = true;
         begun

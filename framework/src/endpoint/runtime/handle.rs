@@ -197,7 +197,7 @@ pub(super) async fn handle(
                 // A duplicate's begin reads the outbox rows its handling left.
                 let read = shared.outbox.read();
                 let begun = match seat {
-                    Some(seat) => seat.begin(now).await,
+                    Some(seat) => seat.begin(lock, now).await,
                     None => store.begin(&shared.name, ctx.message_id(), lock, now).await,
                 };
                 match begun {

@@ -194,4 +194,6 @@ struct Shared {
     stopping: std::sync::atomic::AtomicBool,
     /// Handle messages without a message id even with a store (at least once).
     accept_messages_without_id: bool,
+    /// How much of a handling the store's transaction covers (`None`: no store).
+    scope: Option<crate::store::UnitOfWorkScope>,
 }

@@ -18,6 +18,7 @@ use crate::endpoint::bus::Bus;
 use crate::endpoint::metrics::EndpointMetrics;
 use crate::entity::EntityPath;
 use crate::error::{Error, ErrorKind, Result};
+use crate::store::UnitOfWorkScope;
 
 use super::outbox::flush_dispatched;
 use super::receive_loop::{ReceiveLoop, receive_loop};
@@ -91,6 +92,11 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
         }
         _ => 1,
     };
+    let scope = config
+        .store
+        .as_ref()
+        .map(|store| store.unit_of_work_scope(&*config.transport));
+    log_unit_of_work(&config, scope);
     let bus = Bus::with_clock(config.transport.clone(), config.routes, config.clock.clone());
     let metrics = EndpointMetrics::new(
         config.transport.name(),
@@ -117,6 +123,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
         group_size,
         stopping: std::sync::atomic::AtomicBool::new(false),
         accept_messages_without_id: config.accept_messages_without_id,
+        scope,
     });
     // Make the sender of the input queue now, so delayed retries never wait for it.
     bus.sender(&config.name, false).await?;
@@ -171,6 +178,54 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
         shutdown_timeout: config.shutdown_timeout,
         sources: config.sources,
     })
+}
+
+/// Says at info which steps of a handling commit together, and which are separate.
+fn log_unit_of_work(config: &Config, scope: Option<UnitOfWorkScope>) {
+    let transport = config.transport.name();
+    let Some(store) = &config.store else {
+        tracing::info!(
+            endpoint = %config.name,
+            transport,
+            store = "none",
+            "unit of work: no store, so no transaction: the handler's sends are sent when it returns, \
+             then the received message is completed (at least once; no inbox drops a redelivery)"
+        );
+        return;
+    };
+    let store = store.name();
+    match scope {
+        Some(UnitOfWorkScope::All) => tracing::info!(
+            endpoint = %config.name,
+            transport,
+            store,
+            one_transaction = true,
+            "unit of work: ONE {store} transaction per message: the completion of the received message, the inbox \
+             record, the handler's writes, saga state and timeouts, the messages it sends and publishes, and a \
+             delayed retry commit together or not at all (due saga timeouts are enqueued in the transaction \
+             that claims them)"
+        ),
+        Some(UnitOfWorkScope::AllButDelayedRetries) => tracing::info!(
+            endpoint = %config.name,
+            transport,
+            store,
+            one_transaction = true,
+            "unit of work: ONE {store} transaction per message: the completion of the received message, the inbox \
+             record, the handler's writes, saga state and timeouts and the messages it sends and publishes commit \
+             together; separate step: a delayed retry sends its scheduled copy, then completes the received \
+             message (a crash between them handles it again, and the inbox drops the copy)"
+        ),
+        _ => tracing::info!(
+            endpoint = %config.name,
+            transport,
+            store,
+            one_transaction = false,
+            "unit of work: one {store} transaction holds the inbox record, the handler's writes, saga state and \
+             timeouts and the outbox; separate steps after its commit, each at least once (the inbox drops the \
+             duplicates): dispatching the outbox to {transport} (sends and publishes), completing the received \
+             message, sending due saga timeouts, and a delayed retry's scheduled copy then its completion"
+        ),
+    }
 }
 
 impl RunningEndpoint {

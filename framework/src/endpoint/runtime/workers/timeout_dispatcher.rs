@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Tick, Worker};
 use crate::endpoint::runtime::Shared;
 use crate::error::Error;
-use crate::store::{Store, TimeoutClaim};
+use crate::store::{Store, TimeoutClaim, UnitOfWorkScope};
 
 /// How often the timeout dispatcher looks for due timeouts that no signal announced
 /// (stored by another process, or reclaimed).
@@ -88,6 +88,7 @@ impl Worker for TimeoutDispatcher {
             reclaim_before: now - chrono_of(TIMEOUT_RECLAIM_AFTER),
             limit: TIMEOUT_BATCH,
             max_dispatches: self.max_dispatches,
+            enqueue: shared.scope == Some(UnitOfWorkScope::All),
         };
         match store.claim_due_timeouts(&shared.name, claim).await {
             Ok(due) => {
