@@ -12,6 +12,7 @@
     unreachable_pub
 )]
 
+mod pg_transport;
 mod sagas;
 mod stores;
 

@@ -42,6 +42,8 @@ mod model;
 #[cfg(feature = "sqlite")]
 mod embedded;
 #[cfg(feature = "postgres")]
+mod pg_queues;
+#[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
