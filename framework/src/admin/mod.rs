@@ -37,7 +37,7 @@
 #![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 
 mod error;
-mod model;
+pub(crate) mod model;
 
 #[cfg(feature = "sqlite")]
 mod embedded;
@@ -56,6 +56,8 @@ pub use self::model::{
     BatchOutcome, BodyView, CompletedSaga, DeadLetter, DeadLetterSummary, EntityKind, OutboxEntry, Page,
     PendingTimeout, QueueSummary, SagaFilter, SagaInstance, SagaSummary, SagaTypeSummary, TimeoutFilter, TimeoutState,
 };
+#[cfg(feature = "amqp")]
+pub use crate::amqp::AmqpAdmin;
 #[cfg(feature = "sqlite")]
 pub use embedded::EmbeddedAdmin;
 #[cfg(feature = "postgres")]

@@ -17,9 +17,11 @@
 mod conn;
 #[cfg(test)]
 mod fuzz;
+mod admin;
 mod inspect;
 mod publish;
 mod receiver;
+mod registry;
 mod schedule;
 mod sender;
 mod wire;
@@ -48,6 +50,7 @@ use crate::transport::{
 
 use conn::{Connector, Declaration, connection_error, declare, reply_code};
 use inspect::WireCounters;
+pub use admin::AmqpAdmin;
 pub use inspect::WireStats;
 use publish::{ConfirmChannel, Target, finish};
 use receiver::AmqpReceiver;
@@ -238,6 +241,11 @@ impl Inner {
                 return Err(Error::new(ErrorKind::EntityNotFound { path: topic.clone() }));
             }
             Err(e) => return Err(self.failure("cannot declare", &e)),
+        }
+        if let Some(store) = &self.schedules
+            && let Err(e) = store.record(&d, self.clock.now()).await
+        {
+            tracing::warn!(declaration = ?d, error = %e, "the declaration is not recorded for the operations API");
         }
         self.conn.remember(d);
         Ok(())
@@ -619,6 +627,7 @@ impl Transport for AmqpTransport {
             self.inner.conn.forget(&queue);
             if let Some(store) = &self.inner.schedules {
                 store.delete_for(&queue).await?;
+                store.unrecord(&queue).await?;
             }
             return Ok(());
         }
@@ -632,6 +641,7 @@ impl Transport for AmqpTransport {
             self.inner.conn.forget(topic);
             if let Some(store) = &self.inner.schedules {
                 store.delete_for(topic).await?;
+                store.unrecord(topic).await?;
             }
             return Ok(());
         }
