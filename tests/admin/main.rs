@@ -13,6 +13,7 @@
 )]
 
 mod pg_transport;
+mod rabbit;
 mod sagas;
 mod stores;
 

@@ -66,6 +66,9 @@ use crate::recoverability::headers;
 /// held by another consumer of the DLQ are not delivered to it).
 const IDLE: Duration = Duration::from_millis(500);
 
+/// How long a scan that has as many messages as the DLQ held waits for more.
+const SETTLE: Duration = Duration::from_millis(150);
+
 /// How many copies a resubmit publishes before it waits for their confirms.
 const WINDOW: usize = 500;
 
@@ -333,7 +336,7 @@ impl AmqpAdmin {
             .queue_declare(dlq.into(), QueueDeclareOptions::default().passive(), FieldTable::default())
             .await
         {
-            Ok(q) => q.message_count(),
+            Ok(q) => usize::try_from(q.message_count()).unwrap_or(usize::MAX),
             // No DLQ (declared by another program without one): no dead letters.
             Err(e) if reply_code(&e) == Some(404) => {
                 scan.channel = None;
@@ -341,13 +344,6 @@ impl AmqpAdmin {
             }
             Err(e) => return Err(self.failed(connection_error("cannot look up a dead-letter queue", &e))),
         };
-        if count == 0 {
-            scan.release().await;
-            return Ok(Scan {
-                channel: None,
-                held: Vec::new(),
-            });
-        }
         // Unlimited prefetch: every message comes at once.
         channel
             .basic_qos(0, BasicQosOptions::default())
@@ -364,11 +360,15 @@ impl AmqpAdmin {
             .await
             .map_err(|e| self.failed(connection_error("cannot read a dead-letter queue", &e)))?;
         let mut missing: Option<HashSet<SequenceNumber>> = wanted.cloned();
-        while scan.held.len() < usize::try_from(count).unwrap_or(usize::MAX) {
+        loop {
             if missing.as_ref().is_some_and(HashSet::is_empty) {
                 break;
             }
-            let Ok(next) = tokio::time::timeout(IDLE, consumer.next()).await else {
+            // The count of the declare may lag behind messages being given back (a
+            // quorum queue applies returns through its log): once it is reached, wait
+            // a little for stragglers; before, a while for messages in flight.
+            let wait = if scan.held.len() >= count { SETTLE } else { IDLE };
+            let Ok(next) = tokio::time::timeout(wait, consumer.next()).await else {
                 break;
             };
             let Some(item) = next else { break };
@@ -416,9 +416,12 @@ impl AmqpAdmin {
         queue: &str,
         picked: &[&Held],
     ) -> AdminResult<(Vec<SequenceNumber>, Vec<(SequenceNumber, String)>)> {
+        let (mut done, mut failed) = (Vec::new(), Vec::new());
+        if picked.is_empty() {
+            return Ok((done, failed));
+        }
         let target = Target::Queue(queue.to_owned());
         let channel = scan.channel()?;
-        let (mut done, mut failed) = (Vec::new(), Vec::new());
         for window in picked.chunks(WINDOW) {
             let mut pending = Vec::with_capacity(window.len());
             for h in window {
@@ -477,7 +480,7 @@ impl AmqpAdmin {
             };
             outcome.done = done;
             outcome.failed = failed;
-        } else {
+        } else if !picked.is_empty() {
             let channel = scan.channel()?;
             for h in &picked {
                 channel
