@@ -296,3 +296,12 @@ impl StoreAdmin for PostgresAdmin {
         rows.iter().map(|r| outbox_entry(r, true)).collect()
     }
 }
+
+/// The RabbitMQ transport's schedule store in this database (`courier.amqp_scheduled`, and
+/// the entities it recorded): for [`AmqpAdmin::connect`](crate::admin::AmqpAdmin::connect).
+#[cfg(feature = "amqp")]
+impl From<&PostgresAdmin> for crate::ScheduleStore {
+    fn from(admin: &PostgresAdmin) -> Self {
+        crate::ScheduleStore::Postgres(admin.pool.clone())
+    }
+}

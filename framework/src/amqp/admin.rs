@@ -69,8 +69,9 @@ const IDLE: Duration = Duration::from_millis(500);
 /// How long a scan that has as many messages as the DLQ held waits for more.
 const SETTLE: Duration = Duration::from_millis(150);
 
-/// How many copies a resubmit publishes before it waits for their confirms.
-const WINDOW: usize = 500;
+/// How many copies a resubmit publishes before it waits for their confirms: also the most
+/// messages an interrupted resubmit can leave in both places.
+const WINDOW: usize = 256;
 
 /// The operations API on RabbitMQ: queues and dead letters, with the scheduled counts of
 /// the transport's schedule store. See the module docs for what a listing costs.
@@ -624,7 +625,7 @@ impl QueueAdmin for AmqpAdmin {
         single(queue, sequence_number, outcome)
     }
 
-    /// One scan of the DLQ for all of them; copies published in windows of 500, each
+    /// One scan of the DLQ for all of them; copies published in windows of 256, each
     /// acknowledged in the DLQ once its copy is confirmed.
     async fn resubmit_many(&self, queue: &str, sequence_numbers: &[SequenceNumber]) -> AdminResult<BatchOutcome> {
         self.change_many(queue, sequence_numbers, true).await
