@@ -451,9 +451,9 @@ async fn the_postgres_transport_dead_letters_are_listed_shown_resubmitted_and_de
 
 #[tokio::test]
 async fn rabbitmq_queues_are_listed_from_the_schedule_store_and_dead_letters_resubmitted() {
-    let Ok(amqp) = std::env::var("AMQP_URL") else {
-        panic!("this test needs RabbitMQ: set AMQP_URL=amqp://user:password@host:5672/%2f (scripts/test.sh does)");
-    };
+    // A virtual host of its own on the test broker (AMQP_URL, or a container).
+    let vhost = courier::test_servers::rabbitmq_vhost().await.unwrap();
+    let amqp = vhost.url().to_owned();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("store.db");
     let store = SqliteStore::open(&file).await.unwrap();
@@ -512,4 +512,5 @@ async fn rabbitmq_queues_are_listed_from_the_schedule_store_and_dead_letters_res
     assert_eq!(queues[0]["active"], 2);
     transport.delete(&EntityPath::queue(&queue)).await.unwrap();
     transport.close().await;
+    vhost.delete().await.unwrap();
 }
