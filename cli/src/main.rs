@@ -89,8 +89,11 @@ async fn connect(cli: &Cli) -> Result<Connections, AdminError> {
     if let Some(url) = &cli.target.postgres {
         let admin = Arc::new(PostgresAdmin::connect(url).await?);
         schedules = Some(courier::ScheduleStore::from(&*admin));
-        // The Postgres transport's queues, when its tables hold any (empty otherwise).
-        to.queues = Some(admin.clone() as Arc<dyn QueueAdmin>);
+        // The Postgres transport's queues (none where it never ran), unless the queues
+        // are the embedded broker's.
+        if to.queues.is_none() {
+            to.queues = Some(admin.clone() as Arc<dyn QueueAdmin>);
+        }
         to.store = Some(admin);
     }
     if let Some(path) = &cli.target.sqlite {
