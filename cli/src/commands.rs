@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use courier::admin::{
-    AdminError, AmqpAdmin, BodyView, DeadLetter, EmbeddedAdmin, QueueAdmin, SagaFilter, SagaInstance, StoreAdmin, TimeoutFilter,
-    TimeoutState,
+    AdminError, AmqpAdmin, BodyView, DeadLetter, EmbeddedAdmin, QueueAdmin, SagaFilter, SagaInstance, StoreAdmin,
+    TimeoutFilter, TimeoutState,
 };
 use serde_json::json;
 

@@ -409,7 +409,9 @@ async fn the_postgres_transport_dead_letters_are_listed_shown_resubmitted_and_de
     assert_eq!(page["total"], 3);
     assert_eq!(page["items"][0]["message_id"], "order-0");
     assert_eq!(page["items"][0]["reason"], "test.Poison");
-    let seqs: Vec<i64> = (0..2).map(|i| page["items"][i]["sequence_number"].as_i64().unwrap()).collect();
+    let seqs: Vec<i64> = (0..2)
+        .map(|i| page["items"][i]["sequence_number"].as_i64().unwrap())
+        .collect();
     let rest = json_of(&run(
         &["--json", "dlq", "list", "orders", "--after", &seqs[1].to_string()],
         "",
@@ -432,7 +434,10 @@ async fn the_postgres_transport_dead_letters_are_listed_shown_resubmitted_and_de
     assert!(ran.stdout.contains(&third.to_string()), "{}", ran.stdout);
 
     let queues = json_of(&run(&["--json", "queues"], ""));
-    assert_eq!((queues[0]["active"].as_u64(), queues[0]["dead_lettered"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(
+        (queues[0]["active"].as_u64(), queues[0]["dead_lettered"].as_u64()),
+        (Some(1), Some(1))
+    );
     let received = transport
         .receiver(&EntityPath::queue("orders"))
         .await
@@ -486,7 +491,9 @@ async fn rabbitmq_queues_are_listed_from_the_schedule_store_and_dead_letters_res
 
     let page = json_of(&run(&["--json", "dlq", "list", &queue]));
     assert_eq!(page["total"], 2);
-    let mut ids: Vec<&str> = (0..2).map(|i| page["items"][i]["message_id"].as_str().unwrap()).collect();
+    let mut ids: Vec<&str> = (0..2)
+        .map(|i| page["items"][i]["message_id"].as_str().unwrap())
+        .collect();
     ids.sort_unstable();
     assert_eq!(ids, ["order-0", "order-1"]);
     let seq = page["items"][0]["sequence_number"].as_i64().unwrap();
@@ -500,13 +507,23 @@ async fn rabbitmq_queues_are_listed_from_the_schedule_store_and_dead_letters_res
     // The password is never printed (the user name is).
     let ran = run(&["dlq", "list", "no-such-queue"]);
     assert_eq!(ran.code, 3, "{}", ran.stderr);
-    let password = amqp.split_once("://").and_then(|(_, r)| r.split_once('@')).and_then(|(u, _)| u.split_once(':'));
+    let password = amqp
+        .split_once("://")
+        .and_then(|(_, r)| r.split_once('@'))
+        .and_then(|(u, _)| u.split_once(':'));
     if let Some((_, password)) = password {
         assert!(!ran.stderr.contains(&format!(":{password}@")), "{}", ran.stderr);
     }
     // Without a store, the operator names the queue.
     let queues = json_of(&courier(
-        &["--rabbitmq", amqp.as_str(), "--rabbitmq-queue", &queue, "--json", "queues"],
+        &[
+            "--rabbitmq",
+            amqp.as_str(),
+            "--rabbitmq-queue",
+            &queue,
+            "--json",
+            "queues",
+        ],
         "",
     ));
     assert_eq!(queues[0]["active"], 2);

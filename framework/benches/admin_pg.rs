@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use courier::admin::{PostgresAdmin, QueueAdmin};
 use courier::prelude::*;
-use courier::{PostgresTransport, Store};
+use courier::{PostgresTransport, PropertyValue, Store};
 
 const BODY: usize = 1024;
 const BATCH: usize = 256;
@@ -29,8 +29,10 @@ const BATCH: usize = 256;
 fn message(i: usize) -> Envelope {
     let mut m = Envelope::new(format!("{{\"n\":{i},\"pad\":\"{}\"}}", "x".repeat(BODY)));
     m.message_type = Some("bench.Order".into());
-    m.properties
-        .insert("courier.failure.error".into(), PropertyValue::from("made for the benchmark"));
+    m.properties.insert(
+        "courier.failure.error".into(),
+        PropertyValue::from("made for the benchmark"),
+    );
     m
 }
 
@@ -59,7 +61,11 @@ async fn main() {
     let db = courier::test_servers::postgres_database().await.unwrap();
     let pool = db.pool(10).await.unwrap();
     courier::PostgresStore::from_pool(pool.clone()).migrate().await.unwrap();
-    let t = PostgresTransport::from_pool(pool.clone()).migrate(false).open().await.unwrap();
+    let t = PostgresTransport::from_pool(pool.clone())
+        .migrate(false)
+        .open()
+        .await
+        .unwrap();
     t.create_queue("orders", &QueueOptions::default()).await.unwrap();
     t.create_queue("peer", &QueueOptions::default()).await.unwrap();
 
@@ -71,7 +77,10 @@ async fn main() {
     .execute(&pool)
     .await
     .unwrap();
-    sqlx::query("VACUUM ANALYZE courier.message").execute(&pool).await.unwrap();
+    sqlx::query("VACUUM ANALYZE courier.message")
+        .execute(&pool)
+        .await
+        .unwrap();
     let admin = PostgresAdmin::new(pool.clone());
 
     let mut firsts = Vec::new();
@@ -92,7 +101,10 @@ async fn main() {
     let mut shows = Vec::new();
     for k in 0..21 {
         let start = Instant::now();
-        admin.dead_letter("orders", all[(all.len() / 22) * (k + 1)]).await.unwrap();
+        admin
+            .dead_letter("orders", all[(all.len() / 22) * (k + 1)])
+            .await
+            .unwrap();
         shows.push(start.elapsed());
     }
     let mut listings = Vec::new();

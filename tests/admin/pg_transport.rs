@@ -230,10 +230,7 @@ async fn pg_counts_show_every_state_and_the_oldest_age() {
     );
     assert_eq!(q.oldest_age(admin.now()), Some(chrono::Duration::seconds(90)));
     assert_eq!(find("pgadm-events").kind, EntityKind::Topic);
-    assert_eq!(
-        find("pgadm-events/subscriptions/audit").kind,
-        EntityKind::Subscription
-    );
+    assert_eq!(find("pgadm-events/subscriptions/audit").kind, EntityKind::Subscription);
     // Sorted by name.
     let names: Vec<&str> = queues.iter().map(|q| q.name.as_str()).collect();
     let mut sorted = names.clone();

@@ -313,7 +313,13 @@ async fn rabbit_recorded_entities_are_listed_and_a_subscription_dlq_goes_back_to
     let mut expected = vec![
         (queue.clone(), EntityKind::Queue, 1, 1, 0),
         (topic.clone(), EntityKind::Topic, 0, 0, 0),
-        (format!("{topic}/subscriptions/audit"), EntityKind::Subscription, 2, 0, 0),
+        (
+            format!("{topic}/subscriptions/audit"),
+            EntityKind::Subscription,
+            2,
+            0,
+            0,
+        ),
         (sub_name.clone(), EntityKind::Subscription, 0, 0, 2),
     ];
     expected.sort_by(|a, b| a.0.cmp(&b.0));
@@ -382,7 +388,10 @@ async fn rabbit_an_interrupted_resubmit_leaves_every_message_somewhere() {
     let receiver = t.receiver(&path).await.unwrap();
     let mut ids = Vec::new();
     loop {
-        let got = receiver.receive_and_delete(500, Duration::from_millis(500)).await.unwrap();
+        let got = receiver
+            .receive_and_delete(500, Duration::from_millis(500))
+            .await
+            .unwrap();
         if got.is_empty() {
             break;
         }

@@ -36,9 +36,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures_lite::StreamExt;
-use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, QueueDeclareOptions,
-};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, QueueDeclareOptions};
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel};
 use tokio::sync::Notify;
@@ -334,7 +332,11 @@ impl AmqpAdmin {
             held: Vec::new(),
         };
         let count = match channel
-            .queue_declare(dlq.into(), QueueDeclareOptions::default().passive(), FieldTable::default())
+            .queue_declare(
+                dlq.into(),
+                QueueDeclareOptions::default().passive(),
+                FieldTable::default(),
+            )
             .await
         {
             Ok(q) => usize::try_from(q.message_count()).unwrap_or(usize::MAX),
@@ -505,7 +507,6 @@ impl AmqpAdmin {
     }
 }
 
-
 #[async_trait]
 impl QueueAdmin for AmqpAdmin {
     fn describe(&self) -> String {
@@ -617,12 +618,12 @@ impl QueueAdmin for AmqpAdmin {
 
     async fn resubmit(&self, queue: &str, sequence_number: SequenceNumber) -> AdminResult<()> {
         let outcome = self.change_many(queue, &[sequence_number], true).await?;
-        single(queue, sequence_number, outcome)
+        single(queue, sequence_number, &outcome)
     }
 
     async fn delete_dead_letter(&self, queue: &str, sequence_number: SequenceNumber) -> AdminResult<()> {
         let outcome = self.change_many(queue, &[sequence_number], false).await?;
-        single(queue, sequence_number, outcome)
+        single(queue, sequence_number, &outcome)
     }
 
     /// One scan of the DLQ for all of them; copies published in windows of 256, each
@@ -658,7 +659,7 @@ fn attempts_of(properties: &crate::message::Properties) -> u32 {
     }
 }
 
-fn single(queue: &str, seq: SequenceNumber, outcome: BatchOutcome) -> AdminResult<()> {
+fn single(queue: &str, seq: SequenceNumber, outcome: &BatchOutcome) -> AdminResult<()> {
     if let Some((_, why)) = outcome.failed.first() {
         return Err(AdminError::from(Error::new(ErrorKind::Connection {
             detail: why.clone(),

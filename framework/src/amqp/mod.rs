@@ -14,10 +14,10 @@
 //! What RabbitMQ cannot honour is declared in [`AmqpTransport::capabilities`] with the
 //! substitute; `docs/rabbitmq.md` has the whole mapping and the wire format.
 
+mod admin;
 mod conn;
 #[cfg(test)]
 mod fuzz;
-mod admin;
 mod inspect;
 mod publish;
 mod receiver;
@@ -48,9 +48,9 @@ use crate::transport::{
     BentRule, Capabilities, Receiver, Sender, SenderOptions, SessionReceiver, SessionSelector, Transport,
 };
 
+pub use admin::AmqpAdmin;
 use conn::{Connector, Declaration, connection_error, declare, reply_code};
 use inspect::WireCounters;
-pub use admin::AmqpAdmin;
 pub use inspect::WireStats;
 use publish::{ConfirmChannel, Target, finish};
 use receiver::AmqpReceiver;

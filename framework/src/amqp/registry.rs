@@ -111,12 +111,10 @@ impl ScheduleStore {
         let failed = |e| db_error("cannot list the declared entities", e);
         let rows: Vec<(String, i16, String)> = match self {
             #[cfg(feature = "postgres")]
-            Self::Postgres(pool) => {
-                sqlx::query_as("SELECT queue, kind, name FROM courier.amqp_entity ORDER BY name")
-                    .fetch_all(pool)
-                    .await
-                    .map_err(failed)?
-            }
+            Self::Postgres(pool) => sqlx::query_as("SELECT queue, kind, name FROM courier.amqp_entity ORDER BY name")
+                .fetch_all(pool)
+                .await
+                .map_err(failed)?,
             Self::Sqlite(store) => sqlx::query_as("SELECT queue, kind, name FROM courier_amqp_entity ORDER BY name")
                 .fetch_all(store.pool())
                 .await
