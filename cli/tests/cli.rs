@@ -502,8 +502,16 @@ async fn rabbitmq_queues_are_listed_from_the_schedule_store_and_dead_letters_res
 
     let ran = run(&["--yes", "dlq", "resubmit", &queue, "--all"]);
     assert_eq!(ran.code, 0, "{}", ran.stderr);
-    let c = transport.counts(&EntityPath::queue(&queue)).await.unwrap();
-    assert_eq!((c.active, c.dead_lettered), (2, 0));
+    // RabbitMQ's counts follow the acknowledgements a moment later.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let c = transport.counts(&EntityPath::queue(&queue)).await.unwrap();
+        if (c.active, c.dead_lettered) == (2, 0) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "counts stay {c:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // The password is never printed (the user name is).
     let ran = run(&["dlq", "list", "no-such-queue"]);
     assert_eq!(ran.code, 3, "{}", ran.stderr);

@@ -129,8 +129,11 @@ async fn rabbit_a_poison_message_is_listed_shown_resubmitted_and_then_handled() 
     assert_eq!(shown.body, BodyView::Json(serde_json::json!({"id": 7})));
     assert_eq!(shown.source.as_deref(), Some(queue.as_str()));
     assert!(shown.headers.contains_key(headers::FAILURE_HANDLER));
-    // Listing and showing gave it back.
-    assert_eq!(counts(&t, &path).await.dead_lettered, 1);
+    // Listing and showing gave it back (RabbitMQ's count follows a moment later).
+    eventually("the dead letter given back", || async {
+        counts(&t, &path).await.dead_lettered == 1
+    })
+    .await;
 
     flaky.fixed.store(true, Ordering::SeqCst);
     admin.resubmit(&queue, listed.sequence_number).await.unwrap();
@@ -178,8 +181,11 @@ async fn rabbit_listings_are_stable_pages_and_give_every_message_back() {
     assert_eq!(d.reason.as_deref(), Some("test.Poison"));
     assert_eq!(d.delivery_count, 4, "from the endpoint's failure header");
     assert_eq!(d.error.as_deref(), Some("boom"));
-    let c = counts(&t, &path).await;
-    assert_eq!((c.active, c.dead_lettered), (0, 7));
+    eventually("every dead letter given back", || async {
+        let c = counts(&t, &path).await;
+        (c.active, c.dead_lettered) == (0, 7)
+    })
+    .await;
     t.delete(&path).await.unwrap();
 }
 
@@ -223,10 +229,16 @@ async fn rabbit_show_decodes_bodies_and_delete_and_unknowns_behave() {
         admin.resubmit(&queue, all[0]).await,
         Err(AdminError::NotFound { .. })
     ));
-    assert_eq!(counts(&t, &path).await.dead_lettered, 2);
+    eventually("two dead letters left", || async {
+        counts(&t, &path).await.dead_lettered == 2
+    })
+    .await;
     let outcome = admin.delete_many(&queue, &[all[1], 12345]).await.unwrap();
     assert_eq!((outcome.done, outcome.not_found), (vec![all[1]], vec![12345]));
-    assert_eq!(counts(&t, &path).await.dead_lettered, 1);
+    eventually("one dead letter left", || async {
+        counts(&t, &path).await.dead_lettered == 1
+    })
+    .await;
     let missing = unique("rbadm-none");
     assert!(matches!(
         admin.dead_letters(&missing, 0, 10).await,
@@ -253,8 +265,11 @@ async fn rabbit_resubmit_many_and_all_move_copies_without_failure_headers() {
     assert_eq!(rest, all[2..].to_vec());
     let outcome = admin.resubmit_many(&queue, &rest).await.unwrap();
     assert_eq!(outcome.done.len(), 4);
-    let c = counts(&t, &path).await;
-    assert_eq!((c.active, c.dead_lettered), (6, 0));
+    eventually("every copy in the queue", || async {
+        let c = counts(&t, &path).await;
+        (c.active, c.dead_lettered) == (6, 0)
+    })
+    .await;
     let receiver = t.receiver(&path).await.unwrap();
     let mut got = Vec::new();
     while got.len() < 6 {
@@ -328,8 +343,11 @@ async fn rabbit_recorded_entities_are_listed_and_a_subscription_dlq_goes_back_to
     let all = admin.all_dead_letters(&sub_name).await.unwrap();
     let outcome = admin.resubmit_many(&sub_name, &all).await.unwrap();
     assert_eq!(outcome.done.len(), 2);
-    let b = counts(&t, &billing).await;
-    assert_eq!((b.active, b.dead_lettered), (2, 0));
+    eventually("the copies in the subscription", || async {
+        let b = counts(&t, &billing).await;
+        (b.active, b.dead_lettered) == (2, 0)
+    })
+    .await;
     // Not published to the topic again: the other subscription still has its two.
     let a = counts(&t, &audit).await;
     assert_eq!((a.active, a.dead_lettered), (2, 0));

@@ -65,7 +65,7 @@ use crate::recoverability::headers;
 const IDLE: Duration = Duration::from_millis(500);
 
 /// How long a scan that has as many messages as the DLQ held waits for more.
-const SETTLE: Duration = Duration::from_millis(150);
+const SETTLE: Duration = Duration::from_millis(300);
 
 /// How many copies a resubmit publishes before it waits for their confirms: also the most
 /// messages an interrupted resubmit can leave in both places.
