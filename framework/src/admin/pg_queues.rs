@@ -312,14 +312,14 @@ impl QueueAdmin for PostgresAdmin {
         Ok(())
     }
 
-    /// Moves up to [`CHUNK`] dead letters per statement (each moves whole).
+    /// Moves up to 1000 dead letters per statement (each moves whole).
     async fn resubmit_many(&self, queue: &str, sequence_numbers: &[SequenceNumber]) -> AdminResult<BatchOutcome> {
         let (entity, _) = self.entity(queue).await?;
         self.in_chunks(sequence_numbers, |chunk| self.resubmit_chunk(entity, chunk))
             .await
     }
 
-    /// Deletes up to [`CHUNK`] dead letters per statement.
+    /// Deletes up to 1000 dead letters per statement.
     async fn delete_many(&self, queue: &str, sequence_numbers: &[SequenceNumber]) -> AdminResult<BatchOutcome> {
         let (entity, _) = self.entity(queue).await?;
         self.in_chunks(sequence_numbers, |chunk| self.delete_chunk(entity, chunk))
