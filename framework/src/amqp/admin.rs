@@ -48,7 +48,7 @@ use super::inspect::WireCounters;
 use super::publish::{ConfirmChannel, Target, finish};
 use super::schedule::ScheduleStore;
 use super::wire::{self, DEAD_LETTER_SUFFIX, H_SEQUENCE_NUMBER, SEPARATOR};
-use super::{AmqpTransport, DEFAULT_CONNECT_TIMEOUT, Inner};
+use super::{AmqpTransport, Inner};
 use crate::admin::model::{failure_text, string_header};
 use crate::admin::{
     AdminError, AdminResult, BatchOutcome, BodyView, DeadLetter, DeadLetterSummary, EntityKind, MAX_PAGE, Page,
@@ -66,6 +66,10 @@ const IDLE: Duration = Duration::from_millis(500);
 
 /// How long a scan that has as many messages as the DLQ held waits for more.
 const SETTLE: Duration = Duration::from_millis(300);
+
+/// How long [`AmqpAdmin::connect`] tries to reach RabbitMQ (an operator waits for it;
+/// the transport's default is 30 s).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many copies a resubmit publishes before it waits for their confirms: also the most
 /// messages an interrupted resubmit can leave in both places.
@@ -187,11 +191,11 @@ impl AmqpAdmin {
     /// dispatcher).
     ///
     /// # Errors
-    /// [`AdminError::Unavailable`] if RabbitMQ cannot be reached (the address is shown
-    /// without its password).
+    /// [`AdminError::Unavailable`] if RabbitMQ cannot be reached within 10 s (the address
+    /// is shown without its password).
     pub async fn connect(url: &str, schedules: Option<ScheduleStore>) -> AdminResult<Self> {
         let inner = Arc::new(Inner {
-            conn: Connector::new(url.to_owned(), "courier-admin".into(), DEFAULT_CONNECT_TIMEOUT, None),
+            conn: Connector::new(url.to_owned(), "courier-admin".into(), CONNECT_TIMEOUT, None),
             clock: Arc::new(SystemClock),
             schedules,
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
