@@ -50,7 +50,8 @@ pub(crate) struct Target {
     )]
     pub(crate) postgres: Option<String>,
 
-    /// The SQLite store's file: sagas, timeouts, outbox.
+    /// The SQLite store's file: sagas, timeouts, outbox (and, with `--rabbitmq`, the
+    /// transport's scheduled messages and the queues it declared).
     #[arg(
         long,
         value_name = "FILE",
@@ -59,6 +60,25 @@ pub(crate) struct Target {
         conflicts_with = "postgres"
     )]
     pub(crate) sqlite: Option<PathBuf>,
+
+    /// RabbitMQ (`amqp://user:password@host:5672/vhost`): queues and dead letters. With
+    /// `--postgres` or `--sqlite`, its schedule store: the queues the transport declared
+    /// are listed from there, with their scheduled messages. Prefer the environment
+    /// variable to keep the password out of the shell's history.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "COURIER_RABBITMQ",
+        hide_env_values = true,
+        global = true,
+        conflicts_with = "embedded"
+    )]
+    pub(crate) rabbitmq: Option<String>,
+
+    /// With `--rabbitmq`: also list this queue, topic or subscription
+    /// (`topic/subscriptions/name`), one the transport did not record (repeatable).
+    #[arg(long, value_name = "NAME", global = true, requires = "rabbitmq")]
+    pub(crate) rabbitmq_queue: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]

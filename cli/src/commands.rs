@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use courier::admin::{
-    AdminError, BodyView, DeadLetter, EmbeddedAdmin, QueueAdmin, SagaFilter, SagaInstance, StoreAdmin, TimeoutFilter,
-    TimeoutState,
+    AdminError, AmqpAdmin, BodyView, DeadLetter, EmbeddedAdmin, QueueAdmin, SagaFilter, SagaInstance, StoreAdmin,
+    TimeoutFilter, TimeoutState,
 };
 use serde_json::json;
 
@@ -35,6 +35,8 @@ pub(crate) struct Connections {
     pub(crate) queues: Option<Arc<dyn QueueAdmin>>,
     pub(crate) store: Option<Arc<dyn StoreAdmin>>,
     pub(crate) embedded: Option<EmbeddedAdmin>,
+    /// RabbitMQ, when given (its connection is closed at the end).
+    pub(crate) rabbitmq: Option<Arc<AmqpAdmin>>,
 }
 
 /// How a command runs: output format and confirmation.
@@ -48,7 +50,11 @@ pub(crate) struct Run<'a> {
 impl Run<'_> {
     fn queues(&self) -> Result<&dyn QueueAdmin, Failure> {
         self.to.queues.as_deref().ok_or_else(|| {
-            Failure::Usage("queue commands need a broker: --embedded FILE (RabbitMQ is not supported yet)".into())
+            Failure::Usage(
+                "queue commands need a broker: --embedded FILE, --postgres URL (the Postgres transport) or \
+                 --rabbitmq URL"
+                    .into(),
+            )
         })
     }
 

@@ -2,7 +2,9 @@
 //! letters, resubmits or deletes dead letters, shows and completes saga instances, lists
 //! pending and overdue timeouts and the outbox; serves the same as web pages (`serve`,
 //! the library's `courier_cli::console`); against an embedded broker's file
-//! (`--embedded`), a Postgres store (`--postgres`) or a SQLite store (`--sqlite`).
+//! (`--embedded`), a Postgres database (`--postgres`: the store, and the Postgres
+//! transport's queues), a SQLite store (`--sqlite`), or RabbitMQ (`--rabbitmq`, with
+//! `--postgres` or `--sqlite` as its schedule store).
 //!
 //! A thin layer over `courier::admin`: `args.rs` is the grammar, `commands.rs` runs the
 //! commands, `output.rs` prints, `serve.rs` starts the web console. Exit codes are documented in `--help` and in
@@ -17,7 +19,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use courier::admin::{AdminError, EmbeddedAdmin, PostgresAdmin, QueueAdmin, SqliteAdmin, StoreAdmin};
+use courier::admin::{AdminError, AmqpAdmin, EmbeddedAdmin, PostgresAdmin, QueueAdmin, SqliteAdmin, StoreAdmin};
 
 use crate::args::{Cli, Command};
 use crate::commands::{Connections, Failure, Run};
@@ -76,6 +78,7 @@ async fn connect(cli: &Cli) -> Result<Connections, AdminError> {
         queues: None,
         store: None,
         embedded: None,
+        rabbitmq: None,
     };
     if let Some(path) = &cli.target.embedded {
         let admin = EmbeddedAdmin::open(path).await?;
@@ -84,18 +87,43 @@ async fn connect(cli: &Cli) -> Result<Connections, AdminError> {
         to.store = Some(shared as Arc<dyn StoreAdmin>);
         to.embedded = Some(admin);
     }
+    let mut schedules = None;
     if let Some(url) = &cli.target.postgres {
-        to.store = Some(Arc::new(PostgresAdmin::connect(url).await?));
+        let admin = Arc::new(PostgresAdmin::connect(url).await?);
+        schedules = Some(courier::ScheduleStore::from(&*admin));
+        // The Postgres transport's queues (none where it never ran), unless the queues
+        // are the embedded broker's.
+        if to.queues.is_none() {
+            to.queues = Some(admin.clone() as Arc<dyn QueueAdmin>);
+        }
+        to.store = Some(admin);
     }
     if let Some(path) = &cli.target.sqlite {
-        to.store = Some(Arc::new(SqliteAdmin::open(path).await?));
+        let admin = SqliteAdmin::open(path).await?;
+        schedules = Some(courier::ScheduleStore::from(&admin));
+        to.store = Some(Arc::new(admin));
+    }
+    if let Some(url) = &cli.target.rabbitmq {
+        let admin = AmqpAdmin::connect(url, schedules)
+            .await?
+            .with_queues(cli.target.rabbitmq_queue.iter().cloned());
+        let admin = Arc::new(admin);
+        to.queues = Some(admin.clone() as Arc<dyn QueueAdmin>);
+        to.rabbitmq = Some(admin);
     }
     Ok(to)
 }
 
 async fn run(cli: Cli) -> Exit {
-    if cli.target.embedded.is_none() && cli.target.postgres.is_none() && cli.target.sqlite.is_none() {
-        eprintln!("error: say what to connect to: --embedded FILE, --postgres URL or --sqlite FILE");
+    if cli.target.embedded.is_none()
+        && cli.target.postgres.is_none()
+        && cli.target.sqlite.is_none()
+        && cli.target.rabbitmq.is_none()
+    {
+        eprintln!(
+            "error: say what to connect to: --embedded FILE, --postgres URL, --sqlite FILE or --rabbitmq URL \
+             (with --postgres URL or --sqlite FILE)"
+        );
         return Exit::Usage;
     }
     let to = match connect(&cli).await {
@@ -123,6 +151,9 @@ async fn run(cli: Cli) -> Exit {
     out.print();
     if let Some(e) = &to.embedded {
         e.close().await;
+    }
+    if let Some(r) = &to.rabbitmq {
+        r.close().await;
     }
     match result {
         Ok(exit) => exit,

@@ -24,6 +24,7 @@ fn courier(args: &[&str], stdin: &str) -> Ran {
         .env_remove("COURIER_EMBEDDED")
         .env_remove("COURIER_POSTGRES")
         .env_remove("COURIER_SQLITE")
+        .env_remove("COURIER_RABBITMQ")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -350,4 +351,191 @@ async fn sagas_are_listed_shown_and_completed_with_a_logged_reason() {
     );
     let ran = courier(&["--sqlite", f, "sagas", "show", "OrderSaga", "order-1"], "");
     assert_eq!(ran.code, 3, "{}", ran.stderr);
+}
+
+/// A name no earlier run used (tests share the servers).
+fn unique(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("{prefix}-{}-{nanos}", std::process::id())
+}
+
+/// Sends `n` messages to `queue` of `transport` and dead-letters them.
+async fn dead_letter_on(transport: &dyn Transport, queue: &str, n: usize) {
+    transport.create_queue(queue, &QueueOptions::default()).await.unwrap();
+    let sender = transport.sender(queue, SenderOptions::default()).await.unwrap();
+    for i in 0..n {
+        let mut m = Envelope::new(format!("{{\"id\":{i}}}"));
+        m.message_id = format!("order-{i}");
+        m.message_type = Some("shop.PlaceOrder".into());
+        m.properties
+            .insert("courier.failure.error".into(), "the tax service said no".into());
+        sender.send(m).await.unwrap();
+    }
+    let receiver = transport.receiver(&EntityPath::queue(queue)).await.unwrap();
+    let mut left = n;
+    while left > 0 {
+        for d in receiver.receive(left, Duration::from_secs(5)).await.unwrap() {
+            d.dead_letter("test.Poison", "broken on purpose").await.unwrap();
+            left -= 1;
+        }
+    }
+}
+
+fn json_of(ran: &Ran) -> serde_json::Value {
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    serde_json::from_str(&ran.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn the_postgres_transport_dead_letters_are_listed_shown_resubmitted_and_deleted() {
+    let db = courier::test_servers::postgres_database().await.unwrap();
+    let transport = courier::PostgresTransport::connect(&db.url()).await.unwrap();
+    dead_letter_on(&transport, "orders", 3).await;
+    // A password in the URL (the test server trusts any) is never printed.
+    let url = db.url().replacen("://postgres@", "://postgres:hunter2@", 1);
+    assert!(url.contains("hunter2"), "{url}");
+    let pg = ["--postgres", url.as_str()];
+    let run = |args: &[&str], stdin: &str| courier(&[&pg[..], args].concat(), stdin);
+
+    let ran = run(&["queues"], "");
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let row: Vec<&str> = ran.stdout.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row[..7], ["orders", "queue", "0", "0", "0", "0", "3"]);
+
+    let page = json_of(&run(&["--json", "dlq", "list", "orders", "--limit", "2"], ""));
+    assert_eq!(page["total"], 3);
+    assert_eq!(page["items"][0]["message_id"], "order-0");
+    assert_eq!(page["items"][0]["reason"], "test.Poison");
+    let seqs: Vec<i64> = (0..2)
+        .map(|i| page["items"][i]["sequence_number"].as_i64().unwrap())
+        .collect();
+    let rest = json_of(&run(
+        &["--json", "dlq", "list", "orders", "--after", &seqs[1].to_string()],
+        "",
+    ));
+    let third = rest["items"][0]["sequence_number"].as_i64().unwrap();
+
+    let ran = run(&["dlq", "show", "orders", &seqs[0].to_string()], "");
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(ran.stdout.contains("\"id\": 0"), "{}", ran.stdout);
+    assert!(ran.stdout.contains("the tax service said no"), "{}", ran.stdout);
+
+    let ran = run(&["--yes", "dlq", "resubmit", "orders", &seqs[0].to_string()], "");
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let ran = run(&["--yes", "dlq", "delete", "orders", &seqs[1].to_string()], "");
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let ran = run(&["--yes", "dlq", "delete", "orders", &seqs[1].to_string()], "");
+    assert_eq!(ran.code, 3, "not found: {}", ran.stderr);
+    let ran = run(&["dlq", "resubmit", "orders", "--all", "--dry-run"], "");
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(ran.stdout.contains(&third.to_string()), "{}", ran.stdout);
+
+    let queues = json_of(&run(&["--json", "queues"], ""));
+    assert_eq!(
+        (queues[0]["active"].as_u64(), queues[0]["dead_lettered"].as_u64()),
+        (Some(1), Some(1))
+    );
+    let received = transport
+        .receiver(&EntityPath::queue("orders"))
+        .await
+        .unwrap()
+        .receive(1, Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(received[0].message().envelope.message_id, "order-0");
+    assert_eq!(received[0].message().broker.delivery_count, 1);
+    for ran in [run(&["queues"], ""), run(&["dlq", "list", "nope"], "")] {
+        assert!(!ran.stdout.contains("hunter2") && !ran.stderr.contains("hunter2"));
+    }
+    transport.close().await;
+    db.drop_database().await.unwrap();
+}
+
+#[tokio::test]
+async fn rabbitmq_queues_are_listed_from_the_schedule_store_and_dead_letters_resubmitted() {
+    // A virtual host of its own on the test broker (AMQP_URL, or a container).
+    let vhost = courier::test_servers::rabbitmq_vhost().await.unwrap();
+    let amqp = vhost.url().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("store.db");
+    let store = SqliteStore::open(&file).await.unwrap();
+    store.migrate().await.unwrap();
+    let transport = courier::AmqpTransport::builder(amqp.as_str())
+        .schedules(&store)
+        .open()
+        .await
+        .unwrap();
+    let queue = unique("cli-orders");
+    dead_letter_on(&transport, &queue, 2).await;
+    // Its receiver's consumer would take the resubmitted messages (RabbitMQ counts only
+    // the ready ones): closed, and a transport without a consumer counts afterwards.
+    transport.close().await;
+    let transport = courier::AmqpTransport::builder(amqp.as_str())
+        .schedules(&store)
+        .open()
+        .await
+        .unwrap();
+    let f = file.to_str().unwrap();
+    let rabbit = ["--rabbitmq", amqp.as_str(), "--sqlite", f];
+    let run = |args: &[&str]| courier(&[&rabbit[..], args].concat(), "");
+
+    let queues = json_of(&run(&["--json", "queues"]));
+    assert_eq!(queues[0]["name"], queue.as_str());
+    assert_eq!(queues[0]["dead_lettered"], 2);
+    let ran = run(&["queues"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(ran.stdout.contains(&queue), "{}", ran.stdout);
+
+    let page = json_of(&run(&["--json", "dlq", "list", &queue]));
+    assert_eq!(page["total"], 2);
+    let mut ids: Vec<&str> = (0..2)
+        .map(|i| page["items"][i]["message_id"].as_str().unwrap())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, ["order-0", "order-1"]);
+    let seq = page["items"][0]["sequence_number"].as_i64().unwrap();
+    let shown = json_of(&run(&["--json", "dlq", "show", &queue, &seq.to_string()]));
+    assert_eq!(shown["reason"], "test.Poison");
+
+    let ran = run(&["--yes", "dlq", "resubmit", &queue, "--all"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    // RabbitMQ's counts follow the acknowledgements a moment later.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let c = transport.counts(&EntityPath::queue(&queue)).await.unwrap();
+        if (c.active, c.dead_lettered) == (2, 0) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "counts stay {c:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The password is never printed (the user name is).
+    let ran = run(&["dlq", "list", "no-such-queue"]);
+    assert_eq!(ran.code, 3, "{}", ran.stderr);
+    let password = amqp
+        .split_once("://")
+        .and_then(|(_, r)| r.split_once('@'))
+        .and_then(|(u, _)| u.split_once(':'));
+    if let Some((_, password)) = password {
+        assert!(!ran.stderr.contains(&format!(":{password}@")), "{}", ran.stderr);
+    }
+    // Without a store, the operator names the queue.
+    let queues = json_of(&courier(
+        &[
+            "--rabbitmq",
+            amqp.as_str(),
+            "--rabbitmq-queue",
+            &queue,
+            "--json",
+            "queues",
+        ],
+        "",
+    ));
+    assert_eq!(queues[0]["active"], 2);
+    transport.delete(&EntityPath::queue(&queue)).await.unwrap();
+    transport.close().await;
+    vhost.delete().await.unwrap();
 }

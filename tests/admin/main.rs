@@ -1,8 +1,9 @@
 //! The operations API (`courier::admin`): queues and dead letters on the embedded
 //! broker (a poison message dead-lettered by a running endpoint, listed, shown,
-//! resubmitted and handled; interrupted resubmits; a file in use), and sagas, timeouts
-//! and the outbox on every store (`stores.rs`). Each test has its own broker, file or
-//! database.
+//! resubmitted and handled; interrupted resubmits; a file in use), the same on the
+//! Postgres transport (`pg_transport.rs`) and on RabbitMQ (`rabbit.rs`), and sagas,
+//! timeouts and the outbox on every store (`stores.rs`, `sagas.rs`). Each test has its
+//! own broker, file, database or names.
 
 #![allow(
     clippy::unwrap_used,
@@ -12,6 +13,8 @@
     unreachable_pub
 )]
 
+mod pg_transport;
+mod rabbit;
 mod resubmit;
 mod sagas;
 mod stores;

@@ -8,13 +8,21 @@
 //!   and overdue timeouts, and the outbox (rows not dispatched, and its dead letters).
 //!
 //! Implemented for the embedded broker's file ([`EmbeddedAdmin`], both), the Postgres
-//! store ([`PostgresAdmin`]) and the SQLite store ([`SqliteAdmin`]). The `courier`
+//! database ([`PostgresAdmin`], both: the store's tables and the Postgres transport's
+//! queues, `pg_queues.rs`), the SQLite store ([`SqliteAdmin`], `StoreAdmin`) and RabbitMQ
+//! (`AmqpAdmin`, `QueueAdmin`, feature `amqp`, in `crate::amqp::admin`). The `courier`
 //! command line is a thin layer over these traits; `docs/operations.md` is the runbook.
 //!
-//! Every change is atomic per message: a resubmit moves one dead letter back to its
-//! queue in one transaction (same message id, so an inbox still recognises it; the
-//! delivery count and the retry headers start again), so an interrupted resubmit of many
-//! leaves each message either in the dead-letter queue or back in its queue.
+//! Every change is atomic per message where the broker can promise it: a resubmit moves
+//! one dead letter back to its queue in one transaction (same message id, so an inbox
+//! still recognises it; the delivery count and the retry headers start again), so an
+//! interrupted resubmit of many leaves each message either in the dead-letter queue or
+//! back in its queue. On the embedded broker and on Postgres it is a transaction (on
+//! Postgres, one `UPDATE` of the message's row). RabbitMQ cannot make a publish and an
+//! acknowledgement one transaction: `AmqpAdmin` publishes a confirmed copy, then
+//! acknowledges the dead letter, so an interruption between the two leaves the message in
+//! both (same message id), never in neither. On RabbitMQ, reading a dead-letter queue
+//! takes its messages and gives them back (see `AmqpAdmin`).
 //!
 //! # Examples
 //!
@@ -37,10 +45,12 @@
 #![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 
 mod error;
-mod model;
+pub(crate) mod model;
 
 #[cfg(feature = "sqlite")]
 mod embedded;
+#[cfg(feature = "postgres")]
+mod pg_queues;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "sqlite")]
@@ -54,6 +64,8 @@ pub use self::model::{
     BatchOutcome, BodyView, CompletedSaga, DeadLetter, DeadLetterSummary, EntityKind, OutboxEntry, Page,
     PendingTimeout, QueueSummary, SagaFilter, SagaInstance, SagaSummary, SagaTypeSummary, TimeoutFilter, TimeoutState,
 };
+#[cfg(feature = "amqp")]
+pub use crate::amqp::AmqpAdmin;
 #[cfg(feature = "sqlite")]
 pub use embedded::EmbeddedAdmin;
 #[cfg(feature = "postgres")]
@@ -74,7 +86,8 @@ pub const MAX_PAGE: u32 = 1000;
 ///
 /// Each change is one transaction per message: a future dropped half way through
 /// [`resubmit_many`](Self::resubmit_many) leaves every message either in the dead-letter
-/// sub-queue or back in its queue, never both, never neither.
+/// sub-queue or back in its queue, never both, never neither. (On RabbitMQ, never neither,
+/// but possibly both: see `AmqpAdmin`.)
 #[async_trait]
 pub trait QueueAdmin: Send + Sync {
     /// What this is connected to, for messages and logs (never with a password).

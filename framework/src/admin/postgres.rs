@@ -1,4 +1,5 @@
-//! Sagas, timeouts and the outbox of the Postgres store (schema `courier`).
+//! Sagas, timeouts and the outbox of the Postgres store (schema `courier`); the queues
+//! of the Postgres transport in the same database are in `pg_queues.rs`.
 
 use std::sync::Arc;
 
@@ -13,15 +14,19 @@ use super::{
 };
 use crate::clock::{Clock, SystemClock};
 
-/// The sagas, timeouts and outbox of a [`PostgresStore`](crate::PostgresStore)'s database.
+/// The sagas, timeouts and outbox of a [`PostgresStore`](crate::PostgresStore)'s database
+/// ([`StoreAdmin`]), and the queues and dead letters of the
+/// [`PostgresTransport`](crate::PostgresTransport) when the database holds it
+/// ([`QueueAdmin`](super::QueueAdmin): the transport's tables are in every migrated
+/// database, empty when the transport never ran there).
 #[derive(Debug, Clone)]
 pub struct PostgresAdmin {
-    pool: PgPool,
-    clock: Arc<dyn Clock>,
-    name: String,
+    pub(super) pool: PgPool,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) name: String,
 }
 
-fn col<'r, T>(row: &'r PgRow, i: usize) -> AdminResult<T>
+pub(super) fn col<'r, T>(row: &'r PgRow, i: usize) -> AdminResult<T>
 where
     T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
 {
@@ -29,7 +34,7 @@ where
         .map_err(|e| AdminError::db("cannot read a row of Courier's tables", e))
 }
 
-fn count(v: i64) -> u64 {
+pub(super) fn count(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
 }
 
@@ -289,5 +294,14 @@ impl StoreAdmin for PostgresAdmin {
         .await
         .map_err(|e| AdminError::db("cannot list the outbox's dead letters", e))?;
         rows.iter().map(|r| outbox_entry(r, true)).collect()
+    }
+}
+
+/// The RabbitMQ transport's schedule store in this database (`courier.amqp_scheduled`, and
+/// the entities it recorded): for [`AmqpAdmin::connect`](crate::admin::AmqpAdmin::connect).
+#[cfg(feature = "amqp")]
+impl From<&PostgresAdmin> for crate::ScheduleStore {
+    fn from(admin: &PostgresAdmin) -> Self {
+        crate::ScheduleStore::Postgres(admin.pool.clone())
     }
 }

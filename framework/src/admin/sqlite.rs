@@ -390,3 +390,13 @@ impl StoreAdmin for SqliteAdmin {
         outbox_dead_letters(&self.pool, limit).await
     }
 }
+
+/// The RabbitMQ transport's schedule store in this file (`courier_amqp_scheduled`, and the
+/// entities it recorded), read only by the operations API: for
+/// [`AmqpAdmin::connect`](crate::admin::AmqpAdmin::connect).
+#[cfg(feature = "amqp")]
+impl From<&SqliteAdmin> for crate::ScheduleStore {
+    fn from(admin: &SqliteAdmin) -> Self {
+        crate::ScheduleStore::Sqlite(crate::store::SqliteStore::from_pool(admin.pool.clone()))
+    }
+}

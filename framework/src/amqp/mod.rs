@@ -14,12 +14,14 @@
 //! What RabbitMQ cannot honour is declared in [`AmqpTransport::capabilities`] with the
 //! substitute; `docs/rabbitmq.md` has the whole mapping and the wire format.
 
+mod admin;
 mod conn;
 #[cfg(test)]
 mod fuzz;
 mod inspect;
 mod publish;
 mod receiver;
+mod registry;
 mod schedule;
 mod sender;
 mod wire;
@@ -46,6 +48,7 @@ use crate::transport::{
     BentRule, Capabilities, Receiver, Sender, SenderOptions, SessionReceiver, SessionSelector, Transport,
 };
 
+pub use admin::AmqpAdmin;
 use conn::{Connector, Declaration, connection_error, declare, reply_code};
 use inspect::WireCounters;
 pub use inspect::WireStats;
@@ -238,6 +241,11 @@ impl Inner {
                 return Err(Error::new(ErrorKind::EntityNotFound { path: topic.clone() }));
             }
             Err(e) => return Err(self.failure("cannot declare", &e)),
+        }
+        if let Some(store) = &self.schedules
+            && let Err(e) = store.record(&d, self.clock.now()).await
+        {
+            tracing::warn!(declaration = ?d, error = %e, "the declaration is not recorded for the operations API");
         }
         self.conn.remember(d);
         Ok(())
@@ -619,6 +627,7 @@ impl Transport for AmqpTransport {
             self.inner.conn.forget(&queue);
             if let Some(store) = &self.inner.schedules {
                 store.delete_for(&queue).await?;
+                store.unrecord(&queue).await?;
             }
             return Ok(());
         }
@@ -632,6 +641,7 @@ impl Transport for AmqpTransport {
             self.inner.conn.forget(topic);
             if let Some(store) = &self.inner.schedules {
                 store.delete_for(topic).await?;
+                store.unrecord(topic).await?;
             }
             return Ok(());
         }
