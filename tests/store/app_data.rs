@@ -178,6 +178,69 @@ async fn handlers_write_in_the_message_transaction_and_the_read_pool_reads_besid
     broker.close().await;
 }
 
+/// In memory the read pool shares the engine's database through SQLite's shared cache,
+/// which locks table by table: a read of a table a handling is writing waits until that
+/// transaction ends (sqlx's `sqlite-unlock-notify`), and then sees the committed row.
+/// Before, it failed at once with "database table is locked" (and `courier::admin`'s
+/// reads of an in-memory broker, such as the web console's, failed the same way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_memory_a_read_of_a_table_being_written_waits_for_the_commit() {
+    let broker = Embedded::builder()
+        .in_memory()
+        .migrations(migrations())
+        .open()
+        .await
+        .unwrap();
+    let probe = Probe {
+        calls: Arc::new(AtomicU32::new(0)),
+        gate: Arc::new(Semaphore::new(0)),
+    };
+    let orders = Endpoint::builder("orders")
+        .transport(broker.clone())
+        .store(broker.store())
+        .routes(Routes::new().send::<PlaceOrder>("orders"))
+        .state(probe.clone())
+        .handler(place_order)
+        .recoverability(RetryPolicy::none())
+        .concurrency(1)
+        .start()
+        .await
+        .unwrap();
+    let reads = broker.read_pool().clone();
+    orders
+        .bus()
+        .send(&PlaceOrder {
+            id: "m-1".into(),
+            total_cents: 700,
+        })
+        .await
+        .unwrap();
+    eventually("the handler wrote its row", || async {
+        probe.calls.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // The handler holds its transaction (with the row) at the gate: the read waits.
+    let read = tokio::spawn({
+        let reads = reads.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM orders WHERE id = 'm-1'")
+                .fetch_one(&reads)
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!read.is_finished(), "the read waits for the handling's transaction");
+    probe.gate.add_permits(1);
+    let seen = tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .expect("the read ends once the transaction commits")
+        .unwrap()
+        .expect("the read waited instead of failing with `database table is locked`");
+    assert_eq!(seen, 1, "it sees the committed row");
+    orders.shutdown().await.unwrap();
+    broker.close().await;
+}
+
 /// The application's migrations keep their own table, are applied once per file, and a
 /// migration that fails, or that changed after it was applied, is named in the error;
 /// a migrator that would share Courier's migrations table is refused before anything
