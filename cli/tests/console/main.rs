@@ -16,7 +16,8 @@
 //! `browser.rs` (Chromium over WebDriver), `http.rs` (a plain HTTP client); the tests:
 //! `pages.rs` (every page, with the screenshots, and the error pages), `dead_letters.rs`
 //! (resubmit to a running endpoint, markup shown as text), `security.rs` (tokens, CSRF,
-//! loopback, passwords).
+//! loopback, passwords), `transports.rs` (the same pages over the Postgres transport and
+//! over RabbitMQ with a SQLite store, driven over plain HTTP).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
@@ -26,3 +27,4 @@ mod fixture;
 mod http;
 mod pages;
 mod security;
+mod transports;
