@@ -113,12 +113,18 @@ async fn main() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
+    // A listing holds every message it reads, unacknowledged; RabbitMQ stops delivering
+    // to a quorum queue's consumer at 2,000 unacknowledged messages even with an unlimited
+    // prefetch, so a listing sees at most that many (measured here; see the note in
+    // docs/operations.md). The bench reports what it saw instead of asserting the whole.
     let mut firsts = Vec::new();
+    let mut listed = 0;
     for _ in 0..3 {
         let start = Instant::now();
         let page = admin.dead_letters("orders", 0, 50).await.unwrap();
         firsts.push(start.elapsed());
-        assert_eq!((page.items.len(), page.total), (50, n as u64));
+        assert_eq!(page.items.len(), 50);
+        listed = page.total;
     }
     let mut listings = Vec::new();
     for _ in 0..5 {
@@ -132,19 +138,17 @@ async fn main() {
     let collected = start.elapsed();
     let outcome = admin.resubmit_many("orders", &all).await.unwrap();
     let resubmit = start.elapsed();
-    assert_eq!(
-        outcome.done.len(),
-        n,
-        "{} not found, {} failed",
-        outcome.not_found.len(),
-        outcome.failed.len()
-    );
-    let resubmit_rate = n as f64 / resubmit.as_secs_f64();
+    let moved = outcome.done.len();
+    let resubmit_rate = moved as f64 / resubmit.as_secs_f64();
 
     let send_rate_after = send_all(&t, "peer", n).await;
     let peer = (send_rate + send_rate_after) / 2.0;
 
     println!("admin on RabbitMQ, {n} dead letters of {BODY} B");
+    println!(
+        "  a listing saw {listed} of them; \"resubmit all\" took {} and moved {moved}",
+        all.len()
+    );
     println!("  first page (50) of the list: median of 3 {:?}", median(firsts));
     println!("  queues with their counts:    median {:?}", median(listings));
     println!("  resubmit all: {resubmit_rate:.0} msg/s ({resubmit:?}, of which {collected:?} to list them)");
