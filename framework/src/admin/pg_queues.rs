@@ -35,7 +35,8 @@ pub(crate) const CHUNK: usize = 1000;
 
 /// The properties of a resubmitted message: those of the dead letter without the
 /// failure headers the endpoint wrote and the delayed-retry count (so its retries start
-/// again); `NULL` when none are left.
+/// again): the headers of `recoverability::headers::is_failure_header`; `NULL` when
+/// none are left.
 const KEPT_PROPERTIES: &str = "(SELECT jsonb_object_agg(p.key, p.value) FROM jsonb_each( \
      CASE WHEN jsonb_typeof(m.properties) = 'object' THEN m.properties END) p \
      WHERE p.key <> $4 AND p.key NOT LIKE 'courier.failure.%')";

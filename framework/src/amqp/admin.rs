@@ -183,10 +183,6 @@ fn queue_of(name: &str) -> String {
     }
 }
 
-fn is_failure_header(name: &str) -> bool {
-    name == headers::DELAYED_RETRIES || name.starts_with("courier.failure.")
-}
-
 impl AmqpAdmin {
     /// Connects to RabbitMQ at `url` (its own connection, named `courier-admin`); with the
     /// transport's schedule store, lists the entities the transport recorded there and
@@ -436,7 +432,7 @@ impl AmqpAdmin {
             let mut pending = Vec::with_capacity(window.len());
             for h in window {
                 let mut envelope: Envelope = self.decode(h).envelope;
-                envelope.properties.retain(|k, _| !is_failure_header(k));
+                envelope.properties.retain(|k, _| !headers::is_failure_header(k));
                 envelope.scheduled_enqueue_time = None;
                 let properties = wire::properties(&envelope, self.inner.clock.now(), self.inner.next_sequence_number())
                     .map_err(AdminError::from_error)?;

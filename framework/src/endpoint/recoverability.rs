@@ -68,8 +68,18 @@ pub mod headers {
     /// Whether the handler marked the failure permanent (a boolean).
     pub const FAILURE_PERMANENT: &str = "courier.failure.permanent";
 
-    /// Every header above: what a resubmit of a dead letter (`courier::admin`) leaves
-    /// out, so the message starts its retries again and carries no stale failure.
+    /// The prefix of every failure header above (all but [`DELAYED_RETRIES`]).
+    pub const FAILURE_PREFIX: &str = "courier.failure.";
+
+    /// Whether `name` is a header a failed handling writes ([`DELAYED_RETRIES`] or one
+    /// under [`FAILURE_PREFIX`]): what a resubmit of a dead letter (`courier::admin`)
+    /// leaves out, on every broker.
+    pub fn is_failure_header(name: &str) -> bool {
+        name == DELAYED_RETRIES || name.starts_with(FAILURE_PREFIX)
+    }
+
+    /// Every header above, by name (for SQL that removes them one by one, as the embedded
+    /// broker's `json_remove` does): each is a failure header.
     pub const FAILURE_HEADERS: [&str; 8] = [
         DELAYED_RETRIES,
         FAILURE_ERROR,
@@ -254,5 +264,17 @@ mod tests {
         let p = RetryPolicy::default().delayed_linear(3, Duration::from_secs(10));
         assert_eq!(p, RetryPolicy::default());
         assert!(RetryPolicy::default().immediate(101).validate().is_err());
+    }
+}
+
+#[cfg(test)]
+mod failure_header_tests {
+    use super::headers::{FAILURE_HEADERS, is_failure_header};
+
+    #[test]
+    fn the_list_and_the_predicate_name_the_same_headers() {
+        assert!(FAILURE_HEADERS.iter().all(|h| is_failure_header(h)));
+        assert!(!is_failure_header("courier.failurex"));
+        assert!(!is_failure_header("tenant"));
     }
 }
