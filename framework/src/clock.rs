@@ -22,6 +22,14 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     fn now(&self) -> DateTime<Utc>;
     /// A future that completes once [`now`](Clock::now) has reached `deadline`.
     fn sleep_until(&self, deadline: DateTime<Utc>) -> Sleep;
+
+    /// Which clock this is, when it can tell: two clocks with the same identity always
+    /// read the same time (every [`SystemClock`]; the handles of one [`VirtualClock`]).
+    /// An endpoint compares its clock with its transport's by it. The default: `None`
+    /// (unknown; compared by object instead).
+    fn identity(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// The operating system's clock.
@@ -31,6 +39,10 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now(&self) -> DateTime<Utc> {
         Utc::now()
+    }
+
+    fn identity(&self) -> Option<usize> {
+        Some(0)
     }
 
     fn sleep_until(&self, deadline: DateTime<Utc>) -> Sleep {
@@ -106,6 +118,12 @@ impl Clock for VirtualClock {
         *self.now.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    fn identity(&self) -> Option<usize> {
+        // The address of the shared time: the same for every handle of this clock, and
+        // never 0 (the system clock's).
+        Some(Arc::as_ptr(&self.now) as usize)
+    }
+
     fn sleep_until(&self, deadline: DateTime<Utc>) -> Sleep {
         let mut rx = self.tick.subscribe();
         Box::pin(async move {
@@ -125,6 +143,16 @@ impl Clock for VirtualClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn identity_tells_one_clock_from_another() {
+        let a = VirtualClock::starting_now();
+        let b = VirtualClock::new(a.now());
+        assert_eq!(a.identity(), a.clone().identity(), "handles of one clock");
+        assert_ne!(a.identity(), b.identity(), "two virtual clocks at the same time");
+        assert_ne!(a.identity(), SystemClock.identity());
+        assert_eq!(SystemClock.identity(), SystemClock.identity());
+    }
 
     #[tokio::test]
     async fn virtual_sleep_completes_only_when_advanced_past_deadline() {

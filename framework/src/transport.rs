@@ -577,6 +577,16 @@ pub trait Transport: Send + Sync + 'static {
     /// Closes the broker connection; later calls fail with [`ErrorKind::Closed`].
     async fn close(&self);
 
+    /// The clock the transport stamps and compares times with (enqueued times, lock
+    /// ends, scheduled messages), when it has one of its own. An endpoint on this
+    /// transport uses it unless [`EndpointBuilder::clock`](crate::EndpointBuilder::clock)
+    /// says otherwise, so a test's [`VirtualClock`](crate::VirtualClock) given to the
+    /// transport also drives the endpoint's saga timeouts and delayed retries. The
+    /// default: `None` (the endpoint uses the system clock).
+    fn clock(&self) -> Option<Arc<dyn Clock>> {
+        None
+    }
+
     /// This transport as [`Any`](std::any::Any), so that a store in the broker's own
     /// database recognises it ([`Store::unit_of_work_scope`](crate::Store::unit_of_work_scope)).
     /// The default: `None` (no store shares its database).

@@ -297,6 +297,28 @@ async fn no_confirmation_fires_the_timeout_once(kind: StoreKind) {
     env.finish().await;
 }
 
+/// An endpoint given no clock of its own runs by its transport's: a program that gives a
+/// virtual clock to the transport alone fires a saga's one-hour timeout by moving it.
+/// (Before, the endpoint ran by the system clock: the timeout came due an hour of real
+/// time later, and the test found no reminder.)
+async fn the_transports_clock_drives_the_timeouts(kind: StoreKind) {
+    let env = Env::new(kind).await;
+    let flows = Endpoint::builder("flows")
+        .transport(env.env.fx.transport.clone())
+        .routes(routes())
+        .store(env.env.store.clone())
+        .state(env.probe.clone())
+        .saga::<Flow>()
+        .start()
+        .await
+        .unwrap();
+    handled(&flows, &begin("f-clock", Some(3600)), 1).await;
+    env.advance(3601);
+    eventually("the reminder, by the transport's clock", || async { env.fired() == 1 }).await;
+    flows.shutdown().await.unwrap();
+    env.finish().await;
+}
+
 /// Two reminders fire together; the first completes the saga. The second is already in
 /// the queue: it is discarded, never handled.
 async fn a_timeout_after_completion_is_discarded(kind: StoreKind) {
@@ -616,6 +638,7 @@ mod versions;
 on_every_store!(
     confirmation_in_time_cancels_the_timeout,
     no_confirmation_fires_the_timeout_once,
+    the_transports_clock_drives_the_timeouts,
     a_timeout_after_completion_is_discarded,
     concurrent_messages_lose_no_update,
     racing_starts_make_one_instance,

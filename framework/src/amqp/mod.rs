@@ -562,6 +562,10 @@ impl Transport for AmqpTransport {
         "amqp"
     }
 
+    fn clock(&self) -> Option<Arc<dyn Clock>> {
+        Some(self.inner.clock.clone())
+    }
+
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             bent_rules: bent_rules(),

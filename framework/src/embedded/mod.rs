@@ -423,6 +423,10 @@ impl Transport for Embedded {
         }
     }
 
+    fn clock(&self) -> Option<Arc<dyn Clock>> {
+        Some(self.shared.clock.clone())
+    }
+
     fn as_any(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
         Some(self)
     }

@@ -355,7 +355,7 @@ pub struct EndpointBuilder {
     max_lock_renewal: Duration,
     shutdown_timeout: Duration,
     receive_wait: Duration,
-    clock: Arc<dyn Clock>,
+    clock: Option<Arc<dyn Clock>>,
     queue_options: QueueOptions,
     extensions: Extensions,
     store: Option<Arc<dyn crate::store::Store>>,
@@ -398,7 +398,7 @@ impl EndpointBuilder {
             max_lock_renewal: DEFAULT_MAX_LOCK_RENEWAL,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             receive_wait: DEFAULT_RECEIVE_WAIT,
-            clock: Arc::new(SystemClock),
+            clock: None,
             queue_options: QueueOptions::default(),
             extensions: Extensions::default(),
             store: None,
@@ -513,10 +513,14 @@ impl EndpointBuilder {
         self
     }
 
-    /// The clock (default the system clock; a [`VirtualClock`](crate::VirtualClock) in
-    /// tests, the same one the broker uses).
+    /// The clock of saga timeouts, delayed retries and the endpoint's own times. The
+    /// default: the transport's clock ([`Transport::clock`]: the one given to
+    /// `PostgresTransport::builder(..).clock(..)`, `Embedded`'s or `AmqpTransport`'s),
+    /// else the system clock. Setting a different clock from the transport's is
+    /// allowed but logged as a warning at start: timeouts would come due by one clock
+    /// and messages be stamped by the other.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
+        self.clock = Some(clock);
         self
     }
 
@@ -686,6 +690,7 @@ impl EndpointBuilder {
         if self.inbox_retention < Duration::from_secs(60) {
             return invalid("inbox_retention must be at least a minute (redeliveries would be handled again)");
         }
+        let clock = endpoint_clock(&self.name, self.clock, transport.clock());
         let Registry { by_name, entries } = Self::registry(self.registrations)?;
         let mut options = self.queue_options;
         options.max_delivery_count = options
@@ -709,7 +714,7 @@ impl EndpointBuilder {
             routes: self.routes,
             by_name,
             policy: self.policy,
-            clock: self.clock,
+            clock,
             concurrency: self.concurrency,
             prefetch: self.prefetch.unwrap_or(self.concurrency.saturating_mul(2)),
             max_lock_renewal: self.max_lock_renewal,
@@ -728,5 +733,36 @@ impl EndpointBuilder {
             metrics_sampling: self.metrics_sampling,
         };
         runtime::start(config).await
+    }
+}
+
+/// The endpoint's clock: the one set on the builder, else the transport's, else the
+/// system clock. A builder's clock that is not the transport's is kept, with a warning.
+fn endpoint_clock(endpoint: &str, set: Option<Arc<dyn Clock>>, transport: Option<Arc<dyn Clock>>) -> Arc<dyn Clock> {
+    match (set, transport) {
+        (Some(set), Some(transport)) => {
+            if !same_clock(&set, &transport) {
+                tracing::warn!(
+                    endpoint,
+                    "the endpoint's clock (EndpointBuilder::clock) is not its transport's: saga timeouts and \
+                     delayed retries come due by the endpoint's clock while the transport stamps and \
+                     delivers by its own; give both the same clock, or leave EndpointBuilder::clock unset \
+                     to use the transport's"
+                );
+            }
+            set
+        }
+        (Some(set), None) => set,
+        (None, Some(transport)) => transport,
+        (None, None) => Arc::new(SystemClock),
+    }
+}
+
+/// Whether two clocks read the same time: by [`Clock::identity`] when both tell it, else
+/// whether they are one object (their data pointers; vtables may differ).
+fn same_clock(a: &Arc<dyn Clock>, b: &Arc<dyn Clock>) -> bool {
+    match (a.identity(), b.identity()) {
+        (Some(x), Some(y)) => x == y,
+        _ => std::ptr::eq(Arc::as_ptr(a).cast::<()>(), Arc::as_ptr(b).cast::<()>()),
     }
 }

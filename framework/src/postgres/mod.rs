@@ -422,6 +422,10 @@ impl Transport for PostgresTransport {
         }
     }
 
+    fn clock(&self) -> Option<Arc<dyn Clock>> {
+        Some(self.shared.clock.clone())
+    }
+
     fn as_any(&self) -> Option<&(dyn std::any::Any + Send + Sync)> {
         Some(self)
     }

@@ -38,7 +38,9 @@ use tokio::sync::OnceCell;
 mod docker;
 mod owner;
 
-use docker::{docker_answers, run, start_container};
+#[cfg(feature = "amqp")]
+use docker::run;
+use docker::{docker_answers, start_container};
 pub use owner::remove_when_process_ends;
 use owner::{DATABASE_PREFIX, ended_here, unique_name};
 

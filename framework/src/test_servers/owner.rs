@@ -23,6 +23,7 @@ use super::ServerError;
 /// The prefix of the test databases' names.
 pub(super) const DATABASE_PREFIX: &str = "courier_test_";
 /// The prefix of the test virtual hosts' names.
+#[cfg(any(feature = "amqp", test))]
 pub(super) const VHOST_PREFIX: &str = "courier-test-";
 
 /// 8 hex digits naming this host: FNV-1a over its hostname, `/etc/machine-id` and the
