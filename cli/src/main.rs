@@ -62,10 +62,8 @@ fn code_of(e: &AdminError) -> Exit {
 /// Prints an error and its causes on standard error.
 fn report(e: &AdminError) {
     let mut text = format!("error: {e}");
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(&format!("\n  caused by: {s}"));
-        source = s.source();
+    for cause in courier_cli::causes(e) {
+        text.push_str(&format!("\n  caused by: {cause}"));
     }
     if e.is_transient() {
         text.push_str("\n  (this can succeed if tried again)");

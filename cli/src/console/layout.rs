@@ -111,10 +111,8 @@ impl PageError {
 impl From<AdminError> for PageError {
     fn from(e: AdminError) -> Self {
         let mut text = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(s) = source {
-            text.push_str(&format!("; caused by: {s}"));
-            source = s.source();
+        for cause in crate::causes(&e) {
+            text.push_str(&format!("; caused by: {cause}"));
         }
         match &e {
             AdminError::NotFound { .. } => Self::new(
