@@ -93,11 +93,11 @@ pub(crate) async fn maintain(shared: &Shared, entity: &EntityInfo, now: DateTime
                    AND o.holder IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_locks l \
                      WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
                      AND l.classid::bigint = o.holder >> 32 AND l.objid::bigint = o.holder & 2147483647) \
-                   FOR UPDATE SKIP LOCKED) RETURNING m.entity_id), \
+                   ORDER BY o.locked_until LIMIT $6 FOR UPDATE SKIP LOCKED) RETURNING m.entity_id), \
          expired AS (SELECT id FROM courier.message WHERE entity_id = $3 AND state IN (0, 2) \
                    AND expires_at <= $2 AND (locked_until IS NULL OR locked_until <= $2) \
                    LIMIT $6 FOR UPDATE SKIP LOCKED), \
-         exhausted AS (SELECT id FROM courier.message WHERE entity_id = $3 AND state = 0 \
+         exhausted AS (SELECT id FROM courier.message WHERE entity_id = $3 AND state + 0 = 0 \
                    AND locked_until <= $2 AND delivery_count >= $4 LIMIT $6 FOR UPDATE SKIP LOCKED), \
          dead AS (UPDATE courier.message m SET state = 3, locked_until = NULL, \
                    dl_reason = CASE WHEN m.expires_at <= $2 THEN $7 ELSE $8 END, \
@@ -162,7 +162,8 @@ macro_rules! lock_sql {
             $filter!(),
             " AND EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted \
                AND l.objsubid = 1 AND l.classid::bigint = $7 >> 32 AND l.objid::bigint = $7 & 2147483647) \
-             ORDER BY seq LIMIT $6 FOR UPDATE SKIP LOCKED) c WHERE m.id = c.id RETURNING ",
+             ORDER BY seq LIMIT $6 FOR UPDATE SKIP LOCKED) c WHERE m.id = c.id \
+             AND (SELECT set_config('synchronous_commit', $8, true)) IS NOT NULL RETURNING ",
             columns!()
         )
     };
@@ -231,6 +232,7 @@ impl Link {
             .bind(self.session.as_ref().map(|k| k.id.as_str()))
             .bind(i64::try_from(max.clamp(1, MAX_RECEIVE)).unwrap_or(1))
             .bind(self.shared.holder)
+            .bind(if super::exp("ASYNC_CLAIM") { "off" } else { "on" })
             .fetch_all(&self.shared.pool)
             .await
             .map_err(|e| self.shared.closed_or(db_error("cannot receive messages", e)))?;
