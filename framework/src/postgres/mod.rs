@@ -53,11 +53,6 @@ use crate::transport::{
     BentRule, Capabilities, Receiver, Sender, SenderOptions, SessionReceiver, SessionSelector, Transport,
 };
 
-/// TEMPORARY experiment switch: on unless `COURIER_PG_EXP_<name>=0`.
-pub(crate) fn exp(name: &str) -> bool {
-    std::env::var(format!("COURIER_PG_EXP_{name}")).map_or(true, |v| v != "0")
-}
-
 /// How often a waiting receiver looks again when no notification came (by default).
 pub const DEFAULT_PG_POLL_INTERVAL: Duration = Duration::from_secs(2);
 
@@ -183,7 +178,6 @@ impl PgTransportBuilder {
             (Some(pool), _) => pool,
             (None, Some(url)) => PgPoolOptions::new()
                 .max_connections(self.max_connections)
-                .test_before_acquire(!exp("NO_PING"))
                 .connect(url)
                 .await
                 .map_err(|e| db_error("cannot connect to Postgres", e))?,

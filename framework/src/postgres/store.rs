@@ -204,9 +204,6 @@ pg_unit_of_work!(TxWork, {
                 .map_err(|e| db_error("cannot commit the handler's transaction", e))?;
             return Ok(Committed::Pending);
         };
-        if !super::exp("NO_SELECT1") {
-            ensure_not_aborted(&mut self.tx).await?;
-        }
         // The completion's statements are sent before the COMMIT: one of them finds a
         // transaction the handler left aborted (SQLSTATE 25P02), as `ensure_not_aborted`
         // would, one round trip fewer.

@@ -279,7 +279,7 @@ impl PgGroup {
                 let m = self.members();
                 m.owner
                     .is_some_and(|o| matches!(m.seats.get(o), Some(Seat::Finished(_, true))))
-            } && crate::postgres::exp("GROUP_NO_SELECT1");
+            };
             let check = forget.is_empty() && rows.is_empty() && !owner_settled;
             let step = async {
                 if !forget.is_empty() {

@@ -68,13 +68,16 @@ pub(super) async fn receive_loop(l: ReceiveLoop) -> usize {
     // A receive that did not wait (messages were buffered) found nothing: the next one
     // waits until a buffered message starts, so an empty source is not asked in a loop.
     let mut starved = false;
-    let pipelined = std::env::var("COURIER_EXP_PIPELINE").map_or(true, |v| v != "0");
     loop {
         let free = buffered.len() <= l.prefetch / 2 && (buffered.is_empty() || !starved);
         if pending.is_none() && free {
             let receiver = l.receiver.clone();
             let wanted = l.prefetch - buffered.len();
-            let wait = if buffered.is_empty() { l.receive_wait } else { Duration::ZERO };
+            let wait = if buffered.is_empty() {
+                l.receive_wait
+            } else {
+                Duration::ZERO
+            };
             let delay = retry_in.take();
             pending = Some(Box::pin(async move {
                 if let Some(delay) = delay {
@@ -89,7 +92,7 @@ pub(super) async fn receive_loop(l: ReceiveLoop) -> usize {
             biased;
             () = l.stop.cancelled() => Step::Stop,
             p = l.concurrency.clone().acquire_many_owned(u32::try_from(want).unwrap_or(1)),
-                if !buffered.is_empty() && (pipelined || pending.is_none()) => Step::Permit(p.ok()),
+                if !buffered.is_empty() => Step::Permit(p.ok()),
             r = answer(&mut pending) => Step::Received(r),
         };
         match step {
