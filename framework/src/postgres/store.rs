@@ -128,57 +128,6 @@ pub(crate) async fn send_and_complete(
     lock: Lock,
     staged: Vec<(String, bool, Envelope)>,
 ) -> Result<()> {
-    let now = send_staged(conn, transport, staged).await?;
-    complete_in(conn, lock, now).await
-}
-
-/// As [`send_and_complete`], and in the completion's round trip sets savepoint
-/// `savepoint` for whoever uses the transaction next (a commit group's next member):
-/// one round trip fewer per member. If the fence fails, the savepoint is released again
-/// before `LockLost` is returned, so the newest savepoint is the one from before the
-/// completion, as without it.
-///
-/// # Errors
-/// As [`send_and_complete`].
-pub(crate) async fn send_complete_and_savepoint(
-    conn: &mut PgConnection,
-    transport: &PostgresTransport,
-    lock: Lock,
-    staged: Vec<(String, bool, Envelope)>,
-    savepoint: &str,
-) -> Result<()> {
-    let now = send_staged(conn, transport, staged).await?;
-    // Only numbers and a time this code formats: nothing of a message reaches the text.
-    let sql = format!(
-        "DELETE FROM courier.message WHERE id = {} AND entity_id = {} AND (delivery_count & 65535) = {} \
-         AND locked_until > '{}'::timestamptz AND state <> 1; SAVEPOINT {savepoint}",
-        lock.id,
-        lock.entity,
-        lock.delivery_count,
-        now.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
-    );
-    let done = sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
-        .execute(&mut *conn)
-        .await
-        .map_err(|e| db_error("cannot complete the received message", e))?;
-    if done.rows_affected() != 1 {
-        let release = format!("RELEASE SAVEPOINT {savepoint}");
-        sqlx::raw_sql(sqlx::AssertSqlSafe(release))
-            .execute(&mut *conn)
-            .await
-            .map_err(|e| db_error("cannot release a savepoint", e))?;
-        return Err(Error::new(ErrorKind::LockLost));
-    }
-    Ok(())
-}
-
-/// Inserts the messages the handlers sent (`staged`) into their queues and
-/// subscriptions; returns the clock's now it used.
-async fn send_staged(
-    conn: &mut PgConnection,
-    transport: &PostgresTransport,
-    staged: Vec<(String, bool, Envelope)>,
-) -> Result<DateTime<Utc>> {
     let now = transport.shared.clock.now();
     let mut groups: Vec<(String, bool, Vec<Envelope>)> = Vec::new();
     for (destination, is_topic, envelope) in staged {
@@ -190,7 +139,7 @@ async fn send_staged(
     for (destination, is_topic, messages) in &groups {
         send_in(&mut *conn, transport, destination, *is_topic, messages, now).await?;
     }
-    Ok(now)
+    complete_in(conn, lock, now).await
 }
 
 /// Deletes the received message on `conn` if `lock` is still its lock at `now`.

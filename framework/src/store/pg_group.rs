@@ -18,14 +18,12 @@
 //! On the Postgres transport's own store (`PostgresTransport::store`), a member whose
 //! message that transport delivered ends differently: still holding the connection, under
 //! its savepoint, it inserts the messages it sent into their queues and deletes the
-//! received message, fenced by its lock token. If
+//! received message, fenced by its lock token (`postgres::store::send_and_complete`). If
 //! the lock is not its any more (`LockLost`), a destination refuses a message, or the
 //! transaction was aborted by its handler, it fails like a member whose handler failed:
 //! rolled back to its savepoint by whoever takes the connection next, its inbox record
 //! deleted at the commit, the others untouched. Its commit then returns
-//! `Committed::Settled` once the group commits. The deletion also sets the next member's
-//! savepoint, in the same round trip (`postgres::store::send_complete_and_savepoint`;
-//! released again if the fence fails), so the next member takes its turn without one.
+//! `Committed::Settled` once the group commits.
 
 use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 
@@ -38,13 +36,11 @@ use tokio::sync::{Mutex, OnceCell, OwnedMutexGuard, watch};
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Envelope, LockToken};
 use crate::postgres::PostgresTransport;
-use crate::postgres::store::{Lock, own_lock, send_complete_and_savepoint};
+use crate::postgres::store::{Lock, own_lock, send_and_complete};
 use crate::store::pg_saga::pg_unit_of_work;
 use crate::store::postgres::{ABORTED_BY_HANDLER, OutboxRow, ensure_not_aborted, insert_outbox, outbox_of};
 use crate::store::{Begin, CommitGroup, Committed, OutboxMessage, db_error};
 
-/// The name of every member's savepoint (the newest one is the current member's).
-const SAVEPOINT_NAME: &str = "courier_member";
 const SAVEPOINT: &str = "SAVEPOINT courier_member";
 const ROLLBACK: &str = "ROLLBACK TO SAVEPOINT courier_member";
 const ROLLBACK_AND_SAVEPOINT: &str = "ROLLBACK TO SAVEPOINT courier_member; SAVEPOINT courier_member";
@@ -81,9 +77,6 @@ struct Members {
     seats: Vec<Seat>,
     /// The member whose savepoint is the newest.
     owner: Option<usize>,
-    /// The owner finished and set the next member's savepoint in its completion's round
-    /// trip: the next member to take a turn has its savepoint already.
-    presaved: bool,
 }
 
 /// What the commit gave a member that finished.
@@ -122,7 +115,6 @@ impl PgGroup {
             members: StdMutex::new(Members {
                 seats: (0..n).map(|_| Seat::Waiting).collect(),
                 owner: None,
-                presaved: false,
             }),
             changes: watch::Sender::new(0),
             shares: StdMutex::new((0..n).map(|_| None).collect()),
@@ -181,16 +173,12 @@ impl PgGroup {
     /// failed, or finding that it left the transaction aborted.
     async fn take_turn(&self, conn: &mut Conn, member: usize) -> Result<()> {
         let tx = conn.as_mut().ok_or_else(group_gone)?;
-        let (previous, presaved) = {
-            let mut m = self.members();
-            let previous = m.owner.map(|o| (o, matches!(m.seats.get(o), Some(Seat::Failed))));
-            (previous, std::mem::take(&mut m.presaved))
+        let previous = {
+            let m = self.members();
+            m.owner.map(|o| (o, matches!(m.seats.get(o), Some(Seat::Failed))))
         };
         match previous {
             Some((_, true)) => raw(tx, ROLLBACK_AND_SAVEPOINT).await?,
-            // Set by the previous member's completion, which also found the transaction
-            // not aborted.
-            Some((_, false)) if presaved => {}
             Some((o, false)) => {
                 if let Err(e) = raw(tx, SAVEPOINT).await {
                     if !in_failed_transaction(&e) {
@@ -456,7 +444,7 @@ pg_unit_of_work!(PgMember, {
                 // Under this member's savepoint, with the connection: a failure here
                 // leaves it unfinished, and it is rolled back alone (see Drop).
                 let staged = std::mem::take(&mut self.staged);
-                send_complete_and_savepoint(self.pg_conn()?, &transport, lock, staged, SAVEPOINT_NAME)
+                send_and_complete(self.pg_conn()?, &transport, lock, staged)
                     .await
                     .map_err(|e| {
                         if in_failed_transaction(&e) {
@@ -470,9 +458,6 @@ pg_unit_of_work!(PgMember, {
             _ => false,
         };
         self.finished = true;
-        if settled {
-            self.group.members().presaved = true;
-        }
         let mut done = self.group.done.subscribe();
         self.group
             .resolve(self.member, Seat::Finished(std::mem::take(&mut self.outgoing), settled));
