@@ -272,7 +272,15 @@ impl PgGroup {
                 }
                 (forget, rows, owners)
             };
-            let check = forget.is_empty() && rows.is_empty();
+            // The newest member finished by completing its message on the connection (the
+            // transport's own store): that statement, sent last, found the transaction
+            // not aborted.
+            let owner_settled = {
+                let m = self.members();
+                m.owner
+                    .is_some_and(|o| matches!(m.seats.get(o), Some(Seat::Finished(_, true))))
+            };
+            let check = forget.is_empty() && rows.is_empty() && !owner_settled;
             let step = async {
                 if !forget.is_empty() {
                     sqlx::query("DELETE FROM courier.inbox WHERE endpoint = $1 AND message_id = ANY($2)")
@@ -478,7 +486,8 @@ async fn raw(conn: &mut PgConnection, sql: &'static str) -> Result<()> {
     Ok(())
 }
 
-fn in_failed_transaction(e: &Error) -> bool {
+/// Whether `e` is Postgres' refusal of a statement sent into an aborted transaction.
+pub(crate) fn in_failed_transaction(e: &Error) -> bool {
     std::error::Error::source(e)
         .and_then(|s| s.downcast_ref::<sqlx::Error>())
         .and_then(|s| match s {
@@ -488,7 +497,8 @@ fn in_failed_transaction(e: &Error) -> bool {
         .unwrap_or(false)
 }
 
-fn poisoned_kind() -> ErrorKind {
+/// What a member (or a handling) that left its transaction aborted is told.
+pub(crate) fn poisoned_kind() -> ErrorKind {
     ErrorKind::Storage {
         detail: ABORTED_BY_HANDLER.into(),
         transient: true,

@@ -33,66 +33,99 @@ pub(super) struct ReceiveLoop {
     pub(super) receive_wait: Duration,
 }
 
+/// A receive in flight.
+type Pending = std::pin::Pin<Box<dyn std::future::Future<Output = crate::error::Result<Vec<Delivery>>> + Send>>;
+
+/// What woke the receive loop.
+enum Step {
+    Stop,
+    Received(crate::error::Result<Vec<Delivery>>),
+    Permit(Option<OwnedSemaphorePermit>),
+}
+
+/// The receive in flight's answer; never, without one.
+async fn answer(pending: &mut Option<Pending>) -> crate::error::Result<Vec<Delivery>> {
+    match pending.as_mut() {
+        Some(receive) => receive.await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Receives from one source and starts a handler task per message as concurrency
 /// allows. Each source has its own share of `prefetch` slots (messages received but not
 /// started), so a receive waiting on an empty source never holds room another source
-/// needs. Returns how many prefetched messages it handed back at shutdown.
+/// needs. The next receive is sent once half of the share is free and runs while the
+/// buffered messages start: a handler that finishes meanwhile takes the next buffered
+/// message at once instead of waiting for the receive. Returns how many prefetched
+/// messages it handed back at shutdown.
 pub(super) async fn receive_loop(l: ReceiveLoop) -> usize {
     let path = l.receiver.path().clone();
     let mut buffered: std::collections::VecDeque<Delivery> = std::collections::VecDeque::new();
     let mut backoff = Duration::from_millis(50);
+    let mut pending: Option<Pending> = None;
+    // The wait before the next receive, after a failed one.
+    let mut retry_in: Option<Duration> = None;
+    // A receive that did not wait (messages were buffered) found nothing: the next one
+    // waits until a buffered message starts, so an empty source is not asked in a loop.
+    let mut starved = false;
     loop {
-        // Start what is buffered, as concurrency allows.
-        while let Some(delivery) = buffered.pop_front() {
-            // With a group commit, wait for room for a group of what is buffered.
-            let want = l.shared.group_size.min(l.concurrency_limit).min(1 + buffered.len());
-            let permit = tokio::select! {
-                biased;
-                () = l.stop.cancelled() => {
-                    buffered.push_front(delivery);
-                    return hand_back(buffered).await;
+        let free = buffered.len() <= l.prefetch / 2 && (buffered.is_empty() || !starved);
+        if pending.is_none() && free {
+            let receiver = l.receiver.clone();
+            let wanted = l.prefetch - buffered.len();
+            let wait = if buffered.is_empty() {
+                l.receive_wait
+            } else {
+                Duration::ZERO
+            };
+            let delay = retry_in.take();
+            pending = Some(Box::pin(async move {
+                if let Some(delay) = delay {
+                    tokio::time::sleep(delay).await;
                 }
-                p = l.concurrency.clone().acquire_many_owned(u32::try_from(want).unwrap_or(1)) => match p {
-                    Ok(p) => p,
-                    Err(_) => {
-                        buffered.push_front(delivery);
+                receiver.receive(wanted, wait).await
+            }));
+        }
+        // With a group commit, wait for room for a group of what is buffered.
+        let want = l.shared.group_size.min(l.concurrency_limit).min(buffered.len().max(1));
+        let step = tokio::select! {
+            biased;
+            () = l.stop.cancelled() => Step::Stop,
+            p = l.concurrency.clone().acquire_many_owned(u32::try_from(want).unwrap_or(1)),
+                if !buffered.is_empty() => Step::Permit(p.ok()),
+            r = answer(&mut pending) => Step::Received(r),
+        };
+        match step {
+            Step::Stop | Step::Permit(None) => return hand_back(buffered).await,
+            Step::Permit(Some(permit)) => {
+                let Some(delivery) = buffered.pop_front() else {
+                    continue;
+                };
+                starved = false;
+                if want == 1 {
+                    l.handlers.spawn(process(l.shared.clone(), delivery, permit, None));
+                } else {
+                    start_group(&l, delivery, permit, want, &mut buffered);
+                }
+            }
+            Step::Received(received) => {
+                pending = None;
+                match received {
+                    Ok(deliveries) => {
+                        backoff = Duration::from_millis(50);
+                        starved = deliveries.is_empty();
+                        buffered.extend(deliveries);
+                    }
+                    Err(e) if matches!(e.kind(), ErrorKind::Closed) => {
+                        tracing::warn!(source = %path, "the transport closed; the endpoint stops receiving");
                         return hand_back(buffered).await;
                     }
-                },
-            };
-            if want == 1 {
-                l.handlers.spawn(process(l.shared.clone(), delivery, permit, None));
-            } else {
-                start_group(&l, delivery, permit, want, &mut buffered);
-            }
-            // Receive more once half of the share is free: receives stay batched instead
-            // of fetching one message each time a handler starts.
-            if buffered.len() <= l.prefetch / 2 {
-                break;
-            }
-        }
-        let wanted = l.prefetch - buffered.len();
-        let received = tokio::select! {
-            biased;
-            () = l.stop.cancelled() => return hand_back(buffered).await,
-            r = l.receiver.receive(wanted, if buffered.is_empty() { l.receive_wait } else { Duration::ZERO }) => r,
-        };
-        match received {
-            Ok(deliveries) => {
-                backoff = Duration::from_millis(50);
-                buffered.extend(deliveries);
-            }
-            Err(e) if matches!(e.kind(), ErrorKind::Closed) => {
-                tracing::warn!(source = %path, "the transport closed; the endpoint stops receiving");
-                return hand_back(buffered).await;
-            }
-            Err(e) => {
-                tracing::warn!(source = %path, error = %e, retry_in = ?backoff, "receive failed");
-                tokio::select! {
-                    () = l.stop.cancelled() => return hand_back(buffered).await,
-                    () = tokio::time::sleep(backoff) => {}
+                    Err(e) => {
+                        tracing::warn!(source = %path, error = %e, retry_in = ?backoff, "receive failed");
+                        retry_in = Some(backoff);
+                        backoff = (backoff * 2).min(Duration::from_secs(10));
+                    }
                 }
-                backoff = (backoff * 2).min(Duration::from_secs(10));
             }
         }
     }
