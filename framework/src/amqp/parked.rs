@@ -393,7 +393,7 @@ fn summary(
 
 #[cfg(test)]
 mod tests {
-    use lapin::types::{AMQPValue, ByteArray, FieldArray, FieldTable, LongString, ShortString};
+    use lapin::types::{AMQPValue, ByteArray, FieldArray, FieldTable, LongString};
 
     use super::*;
 
@@ -401,9 +401,10 @@ mod tests {
     fn every_property_and_header_type_survives_parking() {
         let mut nested = FieldTable::default();
         nested.insert("queue".into(), AMQPValue::LongString(LongString::from("orders")));
+        // Every value type RabbitMQ delivers in a table (no short string: RabbitMQ reads
+        // an `s` as a short int and never sends one).
         let mut headers = FieldTable::default();
         headers.insert("s".into(), AMQPValue::LongString(LongString::from(&b"\xff\x00bytes"[..])));
-        headers.insert("short".into(), AMQPValue::ShortString(ShortString::from("x")));
         headers.insert("i8".into(), AMQPValue::ShortShortInt(-3));
         headers.insert("u32".into(), AMQPValue::LongUInt(7));
         headers.insert("i64".into(), AMQPValue::LongLongInt(-9));
@@ -433,8 +434,8 @@ mod tests {
             .with_app_id("legacy".into())
             .with_cluster_id("c".into());
         let bytes = encode_properties(&p).unwrap_or_default();
-        let back = decode_properties(&bytes).ok();
-        assert_eq!(back.as_ref(), Some(&p));
+        let back = decode_properties(&bytes).map_err(|e| e.to_string());
+        assert_eq!(back.as_ref(), Ok(&p));
         let empty = BasicProperties::default();
         let back = decode_properties(&encode_properties(&empty).unwrap_or_default()).ok();
         assert_eq!(back, Some(empty));
