@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use courier::admin::{AmqpAdmin, QueueAdmin};
 use courier::prelude::*;
-use courier::{AmqpTransport, PostgresStore, ScheduleStore, SqliteStore, Store};
+use courier::{AmqpTransport, PostgresStore, PropertyValue, ScheduleStore, SqliteStore, Store};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{BasicProperties, Connection, ConnectionProperties};
@@ -89,7 +89,10 @@ async fn publish_dead_letters(url: &str, dlq: &str, n: usize) {
             h.insert("courier.failure.error".into(), text("made for the benchmark"));
             h.insert("courier.failure.attempts".into(), AMQPValue::LongLongInt(5));
             h.insert("x-courier-dead-letter-reason".into(), text("bench.Poison"));
-            h.insert("x-courier-dead-letter-description".into(), text("made for the benchmark"));
+            h.insert(
+                "x-courier-dead-letter-description".into(),
+                text("made for the benchmark"),
+            );
             h.insert("x-courier-dead-letter-source".into(), text("orders"));
             h.insert("x-courier-enqueued-time".into(), AMQPValue::LongLongInt(base / 1000));
             h.insert(
@@ -102,7 +105,13 @@ async fn publish_dead_letters(url: &str, dlq: &str, n: usize) {
                 .with_delivery_mode(2)
                 .with_headers(h);
             let c = channel
-                .basic_publish("".into(), dlq.into(), BasicPublishOptions::default(), body(j).as_bytes(), p)
+                .basic_publish(
+                    "".into(),
+                    dlq.into(),
+                    BasicPublishOptions::default(),
+                    body(j).as_bytes(),
+                    p,
+                )
                 .await
                 .unwrap();
             confirms.push(c);
@@ -202,7 +211,9 @@ async fn main() {
     let resubmit_rate = n as f64 / resubmit.as_secs_f64();
     loop {
         let q = admin.queues().await.unwrap();
-        if q.iter().any(|q| q.name == "orders" && q.active == n as u64 && q.dead_lettered == 0) {
+        if q.iter()
+            .any(|q| q.name == "orders" && q.active == n as u64 && q.dead_lettered == 0)
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -218,7 +229,9 @@ async fn main() {
     println!("  show one:                      median of {ROUNDS} {show:?}");
     println!("  queues with their counts:      median of 5 {:?}", median(counts));
     println!("  resubmit all: {resubmit_rate:.0} msg/s ({resubmit:?}, of which {collected:?} to list them), moved {n}");
-    println!("  send ({sample} messages, batches of {BATCH}): {send_before:.0} msg/s before, {send_after:.0} msg/s after");
+    println!(
+        "  send ({sample} messages, batches of {BATCH}): {send_before:.0} msg/s before, {send_after:.0} msg/s after"
+    );
     println!("  resubmit all / mean send: {:.0}%", 100.0 * resubmit_rate / mean);
     t.delete(&EntityPath::queue("orders")).await.unwrap();
     admin.close().await;

@@ -116,7 +116,10 @@ async fn publish_dead_letters(dlq: &str, prefix: &str, first_sequence: i64, n: u
             h.insert("x-courier-dead-letter-reason".into(), text("test.Poison"));
             h.insert("x-courier-dead-letter-description".into(), text("broken on purpose"));
             h.insert("x-courier-dead-letter-source".into(), text(dlq));
-            h.insert("x-courier-enqueued-time".into(), AMQPValue::LongLongInt(1_700_000_000_000));
+            h.insert(
+                "x-courier-enqueued-time".into(),
+                AMQPValue::LongLongInt(1_700_000_000_000),
+            );
             let seq = first_sequence + i64::try_from(i).unwrap();
             h.insert("x-courier-sequence-number".into(), AMQPValue::LongLongInt(seq));
             let p = BasicProperties::default()
@@ -152,7 +155,11 @@ async fn receive_resubmitted(t: &AmqpTransport, path: &EntityPath, n: usize) -> 
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     while ids.len() < n {
         assert!(std::time::Instant::now() < deadline, "received {} of {n}", ids.len());
-        for m in receiver.receive_and_delete(500, Duration::from_millis(500)).await.unwrap() {
+        for m in receiver
+            .receive_and_delete(500, Duration::from_millis(500))
+            .await
+            .unwrap()
+        {
             assert!(!m.envelope.properties.contains_key(headers::FAILURE_ERROR));
             assert!(!m.envelope.properties.contains_key(headers::DELAYED_RETRIES));
             assert!(m.broker.dead_letter_reason.is_none());

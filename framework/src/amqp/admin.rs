@@ -439,8 +439,7 @@ impl AmqpAdmin {
             for (k, v) in old {
                 let key = k.as_str();
                 let added = headers::is_failure_header(key)
-                    || [H_DEAD_LETTER_REASON, H_DEAD_LETTER_DESCRIPTION, H_DEAD_LETTER_SOURCE]
-                        .contains(&key)
+                    || [H_DEAD_LETTER_REASON, H_DEAD_LETTER_DESCRIPTION, H_DEAD_LETTER_SOURCE].contains(&key)
                     || [H_DEATH, H_DELIVERY_COUNT, H_SEQUENCE_NUMBER, H_ENQUEUED_TIME].contains(&key)
                     || key.starts_with("x-first-death-")
                     || key.starts_with("x-last-death-");
@@ -608,7 +607,9 @@ impl QueueAdmin for AmqpAdmin {
             .await
             .map_err(|e| self.failed(e))?;
         let Some(p) = rows.into_iter().next() else {
-            return Err(AdminError::not_found(format!("dead letter {sequence_number} of {queue}")));
+            return Err(AdminError::not_found(format!(
+                "dead letter {sequence_number} of {queue}"
+            )));
         };
         let body_size = p.body.len();
         let body = BodyView::decode(&p.body);

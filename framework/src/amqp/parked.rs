@@ -48,13 +48,11 @@ pub(crate) struct Parked {
 /// The AMQP basic properties (content type ... cluster id, and the headers table) in the
 /// encoding of an AMQP 0-9-1 content header: every field and header value type is kept.
 pub(crate) fn encode_properties(p: &BasicProperties) -> Result<Vec<u8>> {
-    gen_properties(p)(Vec::new().into())
-        .map(|ctx| ctx.write)
-        .map_err(|e| {
-            Error::new(ErrorKind::InvalidMessage {
-                reason: format!("a dead letter's AMQP properties cannot be encoded for parking: {e:?}"),
-            })
+    gen_properties(p)(Vec::new().into()).map(|ctx| ctx.write).map_err(|e| {
+        Error::new(ErrorKind::InvalidMessage {
+            reason: format!("a dead letter's AMQP properties cannot be encoded for parking: {e:?}"),
         })
+    })
 }
 
 /// The AMQP basic properties [`encode_properties`] wrote.
@@ -75,7 +73,15 @@ type MessageRow = (i64, Vec<u8>, Vec<u8>);
 
 /// A listed row: id, message id, type, enqueued time, delivery count, reason, error.
 #[cfg(feature = "postgres")]
-type PgSummaryRow = (i64, String, Option<String>, DateTime<Utc>, i32, Option<String>, Option<String>);
+type PgSummaryRow = (
+    i64,
+    String,
+    Option<String>,
+    DateTime<Utc>,
+    i32,
+    Option<String>,
+    Option<String>,
+);
 /// The same in SQLite (time in milliseconds).
 type LiteSummaryRow = (i64, String, Option<String>, i64, i64, Option<String>, Option<String>);
 
@@ -117,9 +123,8 @@ impl ScheduleStore {
         if rows.is_empty() {
             return Ok(0);
         }
-        let failed = failed(
-            "cannot park dead letters in the schedule store (a store of an older Courier: run its migrate())",
-        );
+        let failed =
+            failed("cannot park dead letters in the schedule store (a store of an older Courier: run its migrate())");
         match self {
             #[cfg(feature = "postgres")]
             Self::Postgres(pool) => {
@@ -203,11 +208,13 @@ impl ScheduleStore {
         let failed = failed("cannot count parked dead letters (a store of an older Courier: run its migrate())");
         let n: i64 = match self {
             #[cfg(feature = "postgres")]
-            Self::Postgres(pool) => sqlx::query_scalar("SELECT count(*) FROM courier.amqp_dead_letter WHERE queue = $1")
-                .bind(queue)
-                .fetch_one(pool)
-                .await
-                .map_err(failed)?,
+            Self::Postgres(pool) => {
+                sqlx::query_scalar("SELECT count(*) FROM courier.amqp_dead_letter WHERE queue = $1")
+                    .bind(queue)
+                    .fetch_one(pool)
+                    .await
+                    .map_err(failed)?
+            }
             Self::Sqlite(store) => sqlx::query_scalar("SELECT count(*) FROM courier_amqp_dead_letter WHERE queue = ?")
                 .bind(queue)
                 .fetch_one(store.pool())
@@ -404,7 +411,10 @@ mod tests {
         // Every value type RabbitMQ delivers in a table (no short string: RabbitMQ reads
         // an `s` as a short int and never sends one).
         let mut headers = FieldTable::default();
-        headers.insert("s".into(), AMQPValue::LongString(LongString::from(&b"\xff\x00bytes"[..])));
+        headers.insert(
+            "s".into(),
+            AMQPValue::LongString(LongString::from(&b"\xff\x00bytes"[..])),
+        );
         headers.insert("i8".into(), AMQPValue::ShortShortInt(-3));
         headers.insert("u32".into(), AMQPValue::LongUInt(7));
         headers.insert("i64".into(), AMQPValue::LongLongInt(-9));
@@ -439,7 +449,10 @@ mod tests {
         let empty = BasicProperties::default();
         let back = decode_properties(&encode_properties(&empty).unwrap_or_default()).ok();
         assert_eq!(back, Some(empty));
-        assert!(decode_properties(&[0xff]).is_err(), "a torn row is an error, not a panic");
+        assert!(
+            decode_properties(&[0xff]).is_err(),
+            "a torn row is an error, not a panic"
+        );
     }
 
     #[test]
