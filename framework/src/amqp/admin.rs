@@ -27,7 +27,7 @@
 //! * **Resubmit** reads parked rows 500 at a time, publishes copies to the queue the DLQ
 //!   belongs to (the subscription's own queue for a subscription: not to the topic) with
 //!   publisher confirms, without the failure and dead-letter headers, with the same
-//!   message id, body and other properties, and once a window of 256 is confirmed
+//!   message id, body and other properties, and once a window of 500 is confirmed
 //!   deletes their rows in one transaction. The publish and the delete cannot be one
 //!   transaction: a crash or a dropped future between the confirms and the commit leaves
 //!   at most one window in both places, with the same message ids (an inbox drops the
@@ -88,7 +88,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many copies a resubmit publishes before it waits for their confirms: also the most
 /// messages an interrupted resubmit can leave in both places.
-const WINDOW: usize = 256;
+const WINDOW: usize = 500;
 
 /// The operations API on RabbitMQ: queues and dead letters, with the scheduled counts of
 /// the transport's schedule store. See the module docs for what a listing costs.
@@ -647,7 +647,7 @@ impl QueueAdmin for AmqpAdmin {
         single(queue, sequence_number, &outcome)
     }
 
-    /// Rows read 500 at a time; copies published in windows of 256, each window's rows
+    /// Rows read, and copies published, 500 at a time; each window's rows
     /// deleted in one transaction once its copies are confirmed.
     async fn resubmit_many(&self, queue: &str, sequence_numbers: &[SequenceNumber]) -> AdminResult<BatchOutcome> {
         self.change_many(queue, sequence_numbers, true).await
