@@ -20,10 +20,10 @@
 //!   is never lost and never parked twice. Without a schedule store, dead letters cannot
 //!   be read (the error says which store to give).
 //! * **Identity.** A parked dead letter is numbered in park order (the table's id: what
-//!   pages, `show` and `resubmit` take). It is recognised as already parked by its
-//!   `x-courier-sequence-number` header (the sending process stamps it; the transport's
-//!   own dead-letter copies get a new one), or, for a message without one (another
-//!   producer's), by a 63-bit FNV-1a hash of its message id, AMQP timestamp and body.
+//!   pages, `show` and `resubmit` take). It is recognised as already parked by a 63-bit
+//!   FNV-1a hash of its `x-courier-sequence-number` (stamped by the sending process; the
+//!   transport's own dead-letter copies get a new one), message id, AMQP timestamp and
+//!   body: what a redelivery does not change (its `x-delivery-count` does change).
 //! * **Resubmit** reads parked rows 500 at a time, publishes copies to the queue the DLQ
 //!   belongs to (the subscription's own queue for a subscription: not to the topic) with
 //!   publisher confirms, without the failure and dead-letter headers, with the same
@@ -134,17 +134,17 @@ impl Drop for Closing {
     }
 }
 
-/// The identity of a dead letter: its Courier sequence number, or a stable hash of what it
-/// carries (module docs).
-fn identify(p: &BasicProperties, body: &[u8]) -> SequenceNumber {
+/// The identity of a dead letter, the same at every delivery of it: a 63-bit FNV-1a hash
+/// of its `x-courier-sequence-number` (if any), message id, AMQP timestamp and body.
+/// Not the sequence number alone: two processes can stamp the same one (microseconds of
+/// their clocks), and two different messages must never be taken for one.
+fn identify(p: &BasicProperties, body: &[u8]) -> i64 {
     let stamped = p
         .headers()
         .as_ref()
         .and_then(|h| h.inner().get(H_SEQUENCE_NUMBER))
-        .and_then(wire::int);
-    if let Some(n) = stamped.filter(|n| *n > 0) {
-        return n;
-    }
+        .and_then(wire::int)
+        .unwrap_or(0);
     // FNV-1a, 64 bits: stable across versions and processes (std's hasher is not).
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut eat = |bytes: &[u8]| {
@@ -153,12 +153,13 @@ fn identify(p: &BasicProperties, body: &[u8]) -> SequenceNumber {
             h = h.wrapping_mul(0x0000_0100_0000_01b3);
         }
     };
+    eat(&stamped.to_le_bytes());
     eat(p.message_id().as_ref().map_or(&b""[..], |s| s.as_str().as_bytes()));
     eat(&[0xff]);
     eat(&p.timestamp().unwrap_or(0).to_le_bytes());
     eat(&[0xff]);
     eat(body);
-    i64::try_from(h & (i64::MAX as u64)).unwrap_or(1).max(1)
+    i64::try_from(h & (i64::MAX as u64)).unwrap_or(i64::MAX)
 }
 
 /// The RabbitMQ queue of a Courier name (`orders`, `topic/subscriptions/name`).
