@@ -24,16 +24,16 @@ CREATE TABLE courier.amqp_dead_letter (
     delivery_count integer     NOT NULL,
     enqueued_at    timestamptz NOT NULL,
     size           integer     NOT NULL,
-    -- The message as RabbitMQ delivered it: its AMQP basic properties (headers included)
-    -- in their wire encoding, and its body.
-    properties     bytea       NOT NULL,
-    body           bytea       NOT NULL,
     UNIQUE (queue, identity)
-) WITH (toast_tuple_target = 128);
--- The message itself out of line (in the table's TOAST, uncompressed): the table's own
--- rows stay about 200 bytes, so counting a queue's 100,000 dead letters for a page's total
--- reads a few MB, not every body.
-ALTER TABLE courier.amqp_dead_letter ALTER COLUMN properties SET STORAGE EXTERNAL;
-ALTER TABLE courier.amqp_dead_letter ALTER COLUMN body SET STORAGE EXTERNAL;
+);
 -- A page of a queue's dead letters, and their count.
 CREATE INDEX amqp_dead_letter_page ON courier.amqp_dead_letter (queue, id);
+-- The message as RabbitMQ delivered it: its AMQP basic properties (headers included) in
+-- their wire encoding, and its body. A table of its own, so the rows a page's count
+-- reads stay narrow (about 200 bytes: 100,000 dead letters are a few MB to count, not
+-- every body); deleted with its dead letter.
+CREATE TABLE courier.amqp_dead_letter_message (
+    id         bigint PRIMARY KEY REFERENCES courier.amqp_dead_letter (id) ON DELETE CASCADE,
+    properties bytea  NOT NULL,
+    body       bytea  NOT NULL
+);

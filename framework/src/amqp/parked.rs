@@ -1,12 +1,14 @@
 //! Dead letters of RabbitMQ parked in the transport's schedule store
-//! (`courier.amqp_dead_letter` / `courier_amqp_dead_letter`, migration
+//! (`courier.amqp_dead_letter` with `courier.amqp_dead_letter_message` /
+//! `courier_amqp_dead_letter`, migration
 //! `20261126210001_amqp_dead_letters.sql`): the rows the operations API
 //! ([`AmqpAdmin`](super::admin::AmqpAdmin)) pages, shows, resubmits and deletes.
 //!
 //! A row holds the message exactly as RabbitMQ delivered it (its AMQP basic properties,
 //! headers included, in their wire encoding, and its body), so a resubmit publishes the
-//! same message, whoever produced it; and the columns a listing shows, decoded once when
-//! the message is parked, so a page is one indexed query. Rows are unique per (queue,
+//! same message, whoever produced it (in Postgres in a table of its own, so the rows a
+//! page counts stay narrow); and the columns a listing shows, decoded once when the
+//! message is parked, so a page is one indexed query. Rows are unique per (queue,
 //! identity): parking a message again (a redelivery after a crash between the commit and
 //! the acknowledgement) inserts nothing.
 
@@ -143,13 +145,19 @@ impl ScheduleStore {
                 let properties: Vec<&[u8]> = rows.iter().map(|r| r.properties.as_slice()).collect();
                 let body: Vec<&[u8]> = rows.iter().map(|r| r.body.as_slice()).collect();
                 // One statement (its own transaction): all of the batch or none of it.
+                // The rows and their messages in one statement (one transaction); a
+                // message already parked inserts neither.
                 let done = sqlx::query(
-                    "INSERT INTO courier.amqp_dead_letter (queue, identity, parked_at, message_id, message_type, \
-                     reason, description, error, delivery_count, enqueued_at, size, properties, body) \
-                     SELECT $1, i, $2, m, t, r, d, e, c, q, s, p, b FROM unnest($3::bigint[], $4::text[], \
-                     $5::text[], $6::text[], $7::text[], $8::text[], $9::int[], $10::timestamptz[], $11::int[], \
-                     $12::bytea[], $13::bytea[]) WITH ORDINALITY AS u(i, m, t, r, d, e, c, q, s, p, b, n) \
-                     ORDER BY n ON CONFLICT (queue, identity) DO NOTHING",
+                    "WITH u AS (SELECT * FROM unnest($3::bigint[], $4::text[], $5::text[], $6::text[], \
+                     $7::text[], $8::text[], $9::int[], $10::timestamptz[], $11::int[], $12::bytea[], \
+                     $13::bytea[]) WITH ORDINALITY AS u(i, m, t, r, d, e, c, q, s, p, b, n)), \
+                     ins AS (INSERT INTO courier.amqp_dead_letter (queue, identity, parked_at, message_id, \
+                     message_type, reason, description, error, delivery_count, enqueued_at, size) \
+                     SELECT $1, i, $2, m, t, r, d, e, c, q, s FROM u ORDER BY n \
+                     ON CONFLICT (queue, identity) DO NOTHING RETURNING id, identity) \
+                     INSERT INTO courier.amqp_dead_letter_message (id, properties, body) \
+                     SELECT DISTINCT ON (ins.id) ins.id, u.p, u.b FROM ins JOIN u ON u.i = ins.identity \
+                     ORDER BY ins.id, u.n",
                 )
                 .bind(queue)
                 .bind(now)
@@ -277,8 +285,9 @@ impl ScheduleStore {
         let rows: Vec<MessageRow> = match self {
             #[cfg(feature = "postgres")]
             Self::Postgres(pool) => sqlx::query_as(
-                "SELECT id, properties, body FROM courier.amqp_dead_letter WHERE queue = $1 AND id = ANY($2) \
-                 ORDER BY id",
+                "SELECT d.id, m.properties, m.body FROM courier.amqp_dead_letter d \
+                 JOIN courier.amqp_dead_letter_message m ON m.id = d.id \
+                 WHERE d.queue = $1 AND d.id = ANY($2) ORDER BY d.id",
             )
             .bind(queue)
             .bind(ids)
