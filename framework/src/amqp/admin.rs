@@ -499,20 +499,42 @@ impl AmqpAdmin {
         Ok((done, failed))
     }
 
+    /// The parked rows of `queue` among `chunk` (none without a chunk).
+    async fn read_parked(
+        &self,
+        store: &ScheduleStore,
+        queue: &str,
+        chunk: Option<&[SequenceNumber]>,
+    ) -> AdminResult<Option<Vec<Parked>>> {
+        match chunk {
+            Some(c) => store.parked(queue, c).await.map(Some).map_err(|e| self.failed(e)),
+            None => Ok(None),
+        }
+    }
+
     async fn change_many(&self, name: &str, seqs: &[SequenceNumber], resubmit: bool) -> AdminResult<BatchOutcome> {
         let (store, queue) = self.parked_queue(name).await?;
         let mut asked = HashSet::new();
         let wanted: Vec<SequenceNumber> = seqs.iter().copied().filter(|s| asked.insert(*s)).collect();
         let mut outcome = BatchOutcome::default();
         let mut found = HashSet::new();
-        for chunk in wanted.chunks(BATCH) {
-            if resubmit {
-                let rows = store.parked(&queue, chunk).await.map_err(|e| self.failed(e))?;
+        let mut chunks = wanted.chunks(BATCH);
+        if resubmit {
+            let mut next = self.read_parked(store, &queue, chunks.next()).await?;
+            while let Some(rows) = next {
                 found.extend(rows.iter().map(|r| r.id));
-                let (done, failed) = self.move_back(store, &queue, &rows).await?;
+                // The next rows are read while this window's copies are published.
+                let (moved, following) = tokio::join!(
+                    self.move_back(store, &queue, &rows),
+                    self.read_parked(store, &queue, chunks.next())
+                );
+                let (done, failed) = moved?;
                 outcome.done.extend(done);
                 outcome.failed.extend(failed);
-            } else {
+                next = following?;
+            }
+        } else {
+            for chunk in chunks {
                 let gone = store.unpark(&queue, chunk).await.map_err(|e| self.failed(e))?;
                 found.extend(gone.iter().copied());
                 outcome.done.extend(gone);
