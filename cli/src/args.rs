@@ -51,7 +51,8 @@ pub(crate) struct Target {
     pub(crate) postgres: Option<String>,
 
     /// The SQLite store's file: sagas, timeouts, outbox (and, with `--rabbitmq`, the
-    /// transport's scheduled messages and the queues it declared).
+    /// transport's scheduled messages, the queues it declared and its parked dead
+    /// letters).
     #[arg(
         long,
         value_name = "FILE",
@@ -63,8 +64,9 @@ pub(crate) struct Target {
 
     /// RabbitMQ (`amqp://user:password@host:5672/vhost`): queues and dead letters. With
     /// `--postgres` or `--sqlite`, its schedule store: the queues the transport declared
-    /// are listed from there, with their scheduled messages. Prefer the environment
-    /// variable to keep the password out of the shell's history.
+    /// are listed from there, with their scheduled messages, and dead letters are parked
+    /// there to be listed, resubmitted or deleted (the `dlq` commands need it). Prefer
+    /// the environment variable to keep the password out of the shell's history.
     #[arg(
         long,
         value_name = "URL",

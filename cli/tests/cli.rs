@@ -550,6 +550,10 @@ async fn rabbitmq_queues_are_listed_from_the_schedule_store_and_dead_letters_res
         "",
     ));
     assert_eq!(queues[0]["active"], 2);
+    // Without a store, dead letters cannot be read: the error says what to add.
+    let ran = courier(&["--rabbitmq", amqp.as_str(), "dlq", "list", &queue], "");
+    assert_eq!(ran.code, 4, "{}", ran.stderr);
+    assert!(ran.stderr.contains("--postgres URL or --sqlite FILE"), "{}", ran.stderr);
     transport.delete(&EntityPath::queue(&queue)).await.unwrap();
     transport.close().await;
     vhost.delete().await.unwrap();

@@ -1,10 +1,12 @@
 //! Queues and dead letters on RabbitMQ through `QueueAdmin` on `AmqpAdmin`, against the
 //! real broker (tests/src/rabbit.rs): the entities the transport recorded in its
-//! schedule store, counts from passive declares, DLQ listings that give every message
-//! back, resubmit (a confirmed copy, then the ack), delete, a subscription's dead letters,
-//! and an interrupted resubmit that leaves every message somewhere (in both at worst,
-//! with the same message id). Each test has its own names (a random suffix) and its own
-//! schedule store.
+//! schedule store, counts from passive declares and parked rows, dead letters parked in
+//! the schedule store (SQLite and Postgres) when first looked at, more of them than
+//! RabbitMQ hands one consumer unacknowledged, parking that is cut or sees a message
+//! again, resubmit (confirmed copies, then the rows deleted), delete, a subscription's
+//! dead letters, an interrupted resubmit that leaves every message somewhere (in both at
+//! worst, with the same message id), and an admin without a store. Each test has its own
+//! names (a random suffix) and its own schedule store.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -20,6 +22,9 @@ use courier::{
 use courier_tests::eventually;
 use courier_tests::pg::TestDatabase;
 use courier_tests::rabbit::{amqp_url, memory_store, transport};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use lapin::{BasicProperties, Connection, ConnectionProperties};
 
 use super::{Flaky, PlaceOrder, poll_then_drop};
 
@@ -79,6 +84,92 @@ async fn counts(t: &AmqpTransport, path: &EntityPath) -> courier::EntityCounts {
     t.counts(path).await.unwrap()
 }
 
+/// The admin's dead-letter count of `queue`: its DLQ's ready messages and its parked rows.
+async fn dead_count(admin: &AmqpAdmin, queue: &str) -> u64 {
+    admin
+        .queues()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|q| q.name == queue)
+        .map_or(0, |q| q.dead_lettered)
+}
+
+/// Publishes `n` messages straight into `dlq` as the transport's dead-lettering writes
+/// them (failure and dead-letter headers, a sequence number of its own each, ids
+/// `prefix-i`), with publisher confirms: thousands of dead letters in a second.
+async fn publish_dead_letters(dlq: &str, prefix: &str, first_sequence: i64, n: usize) {
+    let conn = Connection::connect(&amqp_url().await, ConnectionProperties::default())
+        .await
+        .unwrap();
+    let channel = conn.create_channel().await.unwrap();
+    channel.confirm_select(ConfirmSelectOptions::default()).await.unwrap();
+    let text = |s: &str| AMQPValue::LongString(LongString::from(s.as_bytes()));
+    for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
+        let mut confirms = Vec::new();
+        for &i in chunk {
+            let mut h = FieldTable::default();
+            h.insert(headers::FAILURE_ERROR.into(), text("boom"));
+            h.insert(headers::FAILURE_ATTEMPTS.into(), AMQPValue::LongLongInt(4));
+            h.insert(headers::DELAYED_RETRIES.into(), AMQPValue::LongLongInt(3));
+            h.insert("tenant".into(), text("acme"));
+            h.insert("x-courier-dead-letter-reason".into(), text("test.Poison"));
+            h.insert("x-courier-dead-letter-description".into(), text("broken on purpose"));
+            h.insert("x-courier-dead-letter-source".into(), text(dlq));
+            h.insert(
+                "x-courier-enqueued-time".into(),
+                AMQPValue::LongLongInt(1_700_000_000_000),
+            );
+            let seq = first_sequence + i64::try_from(i).unwrap();
+            h.insert("x-courier-sequence-number".into(), AMQPValue::LongLongInt(seq));
+            let p = BasicProperties::default()
+                .with_message_id(format!("{prefix}-{i}").as_str().into())
+                .with_type("admin.Test".into())
+                .with_delivery_mode(2)
+                .with_headers(h);
+            let body = format!("{{\"n\":{i}}}");
+            confirms.push(
+                channel
+                    .basic_publish(
+                        "".into(),
+                        dlq.into(),
+                        BasicPublishOptions::default(),
+                        body.as_bytes(),
+                        p,
+                    )
+                    .await
+                    .unwrap(),
+            );
+        }
+        for c in confirms {
+            assert!(c.await.unwrap().is_ack());
+        }
+    }
+    conn.close(200, "done".into()).await.unwrap();
+}
+
+/// Receives (and deletes) everything `path` holds until `n` came, checking each copy.
+async fn receive_resubmitted(t: &AmqpTransport, path: &EntityPath, n: usize) -> Vec<String> {
+    let receiver = t.receiver(path).await.unwrap();
+    let mut ids = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while ids.len() < n {
+        assert!(std::time::Instant::now() < deadline, "received {} of {n}", ids.len());
+        for m in receiver
+            .receive_and_delete(500, Duration::from_millis(500))
+            .await
+            .unwrap()
+        {
+            assert!(!m.envelope.properties.contains_key(headers::FAILURE_ERROR));
+            assert!(!m.envelope.properties.contains_key(headers::DELAYED_RETRIES));
+            assert!(m.broker.dead_letter_reason.is_none());
+            assert_eq!(m.envelope.properties.get("tenant"), Some(&PropertyValue::from("acme")));
+            ids.push(m.envelope.message_id);
+        }
+    }
+    ids
+}
+
 #[tokio::test]
 async fn rabbit_a_poison_message_is_listed_shown_resubmitted_and_then_handled() {
     let (t, admin, clock) = setup().await;
@@ -129,11 +220,13 @@ async fn rabbit_a_poison_message_is_listed_shown_resubmitted_and_then_handled() 
     assert_eq!(shown.body, BodyView::Json(serde_json::json!({"id": 7})));
     assert_eq!(shown.source.as_deref(), Some(queue.as_str()));
     assert!(shown.headers.contains_key(headers::FAILURE_HANDLER));
-    // Listing and showing gave it back (RabbitMQ's count follows a moment later).
-    eventually("the dead letter given back", || async {
-        counts(&t, &path).await.dead_lettered == 1
+    // Listing parked it in the schedule store: the DLQ is empty (RabbitMQ's count
+    // follows the acknowledgement a moment later), the admin still counts it.
+    eventually("the dead letter parked", || async {
+        counts(&t, &path).await.dead_lettered == 0
     })
     .await;
+    assert_eq!(dead_count(&admin, &queue).await, 1);
 
     flaky.fixed.store(true, Ordering::SeqCst);
     admin.resubmit(&queue, listed.sequence_number).await.unwrap();
@@ -149,12 +242,13 @@ async fn rabbit_a_poison_message_is_listed_shown_resubmitted_and_then_handled() 
         c.active == 0 && c.dead_lettered == 0
     })
     .await;
+    assert_eq!(dead_count(&admin, &queue).await, 0);
     endpoint.shutdown().await.unwrap();
     t.delete(&path).await.unwrap();
 }
 
 #[tokio::test]
-async fn rabbit_listings_are_stable_pages_and_give_every_message_back() {
+async fn rabbit_a_listing_parks_the_dlq_and_pages_are_stable() {
     let (t, admin, _clock) = setup().await;
     let queue = unique("rbadm-pages");
     t.create_queue(&queue, &QueueOptions::default()).await.unwrap();
@@ -181,20 +275,21 @@ async fn rabbit_listings_are_stable_pages_and_give_every_message_back() {
     assert_eq!(d.reason.as_deref(), Some("test.Poison"));
     assert_eq!(d.delivery_count, 4, "from the endpoint's failure header");
     assert_eq!(d.error.as_deref(), Some("boom"));
-    eventually("every dead letter given back", || async {
+    // Parked in park order, numbered 1, 2, ... in this store.
+    assert!(paged.windows(2).all(|w| w[0] < w[1]), "{paged:?}");
+    eventually("the DLQ drained into the store", || async {
         let c = counts(&t, &path).await;
-        (c.active, c.dead_lettered) == (0, 7)
+        (c.active, c.dead_lettered) == (0, 0)
     })
     .await;
-    // What a listing disturbs: each one delivered every message once more (the DLQ's own
-    // delivery count, which has no limit there). Four scans ran above.
+    assert_eq!(dead_count(&admin, &queue).await, 7);
+    // A receiver of the DLQ sub-queue sees only dead letters not parked yet.
     let dlq = t.receiver(&path.clone().dead_letter()).await.unwrap();
-    let got = dlq.receive(1, Duration::from_secs(5)).await.unwrap();
-    assert!(
-        got[0].message().broker.delivery_count >= 5,
-        "{}",
-        got[0].message().broker.delivery_count
-    );
+    assert!(dlq.receive(1, Duration::from_millis(300)).await.unwrap().is_empty());
+    // Deleting the queue deletes its parked dead letters.
+    t.delete(&path).await.unwrap();
+    t.create_queue(&queue, &QueueOptions::default()).await.unwrap();
+    assert_eq!(admin.dead_letters(&queue, 0, 10).await.unwrap().total, 0);
     t.delete(&path).await.unwrap();
 }
 
@@ -238,16 +333,10 @@ async fn rabbit_show_decodes_bodies_and_delete_and_unknowns_behave() {
         admin.resubmit(&queue, all[0]).await,
         Err(AdminError::NotFound { .. })
     ));
-    eventually("two dead letters left", || async {
-        counts(&t, &path).await.dead_lettered == 2
-    })
-    .await;
+    assert_eq!(dead_count(&admin, &queue).await, 2);
     let outcome = admin.delete_many(&queue, &[all[1], 12345]).await.unwrap();
     assert_eq!((outcome.done, outcome.not_found), (vec![all[1]], vec![12345]));
-    eventually("one dead letter left", || async {
-        counts(&t, &path).await.dead_lettered == 1
-    })
-    .await;
+    assert_eq!(dead_count(&admin, &queue).await, 1);
     let missing = unique("rbadm-none");
     assert!(matches!(
         admin.dead_letters(&missing, 0, 10).await,
@@ -394,22 +483,19 @@ async fn rabbit_an_interrupted_resubmit_leaves_every_message_somewhere() {
         if !poll_then_drop(admin.resubmit_many(&queue, &rest), polls).await {
             dropped += 1;
         }
-        // The scan's channel is closed by a task: RabbitMQ gives back what was not acked.
-        eventually("every message back in a queue", || async {
+        // Copies confirmed, rows not deleted yet: in both places, never in neither.
+        eventually("every message in the queue or parked", || async {
             let c = counts(&t, &path).await;
-            c.active + c.dead_lettered >= u64::try_from(n).unwrap()
+            c.active + dead_count(&admin, &queue).await >= u64::try_from(n).unwrap()
         })
         .await;
     }
     assert!(dropped > 0);
     // What the cut scans' channels give back may come a moment later: resubmit until none
     // is left.
-    eventually("every dead letter resubmitted", || async {
-        let rest = admin.all_dead_letters(&queue).await.unwrap();
-        admin.resubmit_many(&queue, &rest).await.unwrap();
-        counts(&t, &path).await.dead_lettered == 0
-    })
-    .await;
+    let rest = admin.all_dead_letters(&queue).await.unwrap();
+    admin.resubmit_many(&queue, &rest).await.unwrap();
+    assert_eq!(dead_count(&admin, &queue).await, 0);
     // Every message is there, at least once; a copy twice (cut between the confirm and
     // the ack) has the same message id, so an inbox drops the second.
     let receiver = t.receiver(&path).await.unwrap();
@@ -432,4 +518,175 @@ async fn rabbit_an_interrupted_resubmit_leaves_every_message_somewhere() {
     );
     assert_eq!(distinct.len(), n, "never in neither");
     t.delete(&path).await.unwrap();
+}
+
+/// More dead letters than RabbitMQ 3.10 hands one consumer of a quorum queue
+/// unacknowledged (2,000): every one listed, shown, resubmitted by the numbers of a
+/// listing, deleted, then the rest resubmitted; each copy arrives once, without its
+/// failure headers.
+async fn more_than_two_thousand(t: &AmqpTransport, admin: &AmqpAdmin, queue: &str) {
+    let n = 2_500;
+    t.create_queue(queue, &QueueOptions::default()).await.unwrap();
+    let path = EntityPath::queue(queue);
+    let base = chrono::Utc::now().timestamp_micros();
+    publish_dead_letters(&format!("{queue}::dlq"), queue, base, n).await;
+    eventually("RabbitMQ counts every dead letter", || async {
+        dead_count(admin, queue).await == u64::try_from(n).unwrap()
+    })
+    .await;
+
+    let mut listed = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = admin.dead_letters(queue, after, 1000).await.unwrap();
+        assert_eq!(page.total, u64::try_from(n).unwrap());
+        listed.extend(page.items);
+        match page.next_after {
+            Some(next) => after = next,
+            None => break,
+        }
+    }
+    assert_eq!(listed.len(), n, "the listing saw every dead letter");
+    let distinct: BTreeSet<&str> = listed.iter().map(|d| d.message_id.as_str()).collect();
+    assert_eq!(distinct.len(), n);
+    let d = &listed[1234];
+    assert_eq!(
+        (d.reason.as_deref(), d.error.as_deref(), d.delivery_count),
+        (Some("test.Poison"), Some("boom"), 4)
+    );
+    let shown = admin.dead_letter(queue, d.sequence_number).await.unwrap();
+    assert_eq!(shown.message_id, d.message_id);
+    assert_eq!(shown.description.as_deref(), Some("broken on purpose"));
+    assert_eq!(shown.headers.get("tenant"), Some(&PropertyValue::from("acme")));
+    assert!(matches!(shown.body, BodyView::Json(_)));
+
+    // Resubmit 300 by the numbers of that listing (from its start, middle and end).
+    let numbers: Vec<i64> = listed[..100]
+        .iter()
+        .chain(&listed[1200..1300])
+        .chain(&listed[2400..])
+        .map(|d| d.sequence_number)
+        .collect();
+    let outcome = admin.resubmit_many(queue, &numbers).await.unwrap();
+    assert_eq!((outcome.done.len(), outcome.not_found.len()), (300, 0));
+    let first = receive_resubmitted(t, &path, 300).await;
+    let expected: BTreeSet<String> = listed[..100]
+        .iter()
+        .chain(&listed[1200..1300])
+        .chain(&listed[2400..])
+        .map(|d| d.message_id.clone())
+        .collect();
+    assert_eq!(first.iter().cloned().collect::<BTreeSet<_>>(), expected);
+    // Numbers of that listing resubmitted already are not found again.
+    let again = admin.resubmit_many(queue, &numbers[..5]).await.unwrap();
+    assert_eq!((again.done.len(), again.not_found.len()), (0, 5));
+
+    let deleted: Vec<i64> = listed[300..500].iter().map(|d| d.sequence_number).collect();
+    let outcome = admin.delete_many(queue, &deleted).await.unwrap();
+    assert_eq!(outcome.done, deleted);
+    assert_eq!(dead_count(admin, queue).await, 2_000);
+
+    let rest = admin.all_dead_letters(queue).await.unwrap();
+    assert_eq!(rest.len(), 2_000);
+    let outcome = admin.resubmit_many(queue, &rest).await.unwrap();
+    assert_eq!((outcome.done.len(), outcome.failed.len()), (2_000, 0));
+    let second = receive_resubmitted(t, &path, 2_000).await;
+    let all: BTreeSet<&String> = first.iter().chain(&second).collect();
+    assert_eq!((first.len() + second.len(), all.len()), (2_300, 2_300), "each once");
+    assert_eq!(dead_count(admin, queue).await, 0);
+    let receiver = t.receiver(&path).await.unwrap();
+    assert!(
+        receiver
+            .receive_and_delete(10, Duration::from_millis(300))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    t.delete(&path).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbit_more_than_2000_dead_letters_in_a_sqlite_store() {
+    let (t, admin, _clock) = setup().await;
+    more_than_two_thousand(&t, &admin, &unique("rbadm-big-lite")).await;
+    t.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbit_more_than_2000_dead_letters_in_a_postgres_store() {
+    let db = TestDatabase::create().await;
+    let store = PostgresStore::from_pool(db.pool().await);
+    store.migrate().await.unwrap();
+    let clock = VirtualClock::starting_now();
+    let t = transport(&clock, ScheduleStore::from(&store)).await;
+    let admin = AmqpAdmin::connect(&amqp_url().await, Some(ScheduleStore::from(&store)))
+        .await
+        .unwrap();
+    more_than_two_thousand(&t, &admin, &unique("rbadm-big-pg")).await;
+    admin.close().await;
+    t.close().await;
+    db.drop_now().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbit_parking_a_message_again_or_cut_short_keeps_each_once() {
+    let (t, admin, _clock) = setup().await;
+    let queue = unique("rbadm-park");
+    t.create_queue(&queue, &QueueOptions::default()).await.unwrap();
+    let dlq = format!("{queue}::dlq");
+    let n = 1_200;
+    let base = chrono::Utc::now().timestamp_micros();
+    publish_dead_letters(&dlq, &queue, base, n).await;
+    // Parking cut at many moments: a batch committed and not acknowledged is delivered
+    // again and skipped, one not committed is parked next time.
+    for polls in [0, 2, 5, 10, 20, 40, 80] {
+        poll_then_drop(admin.dead_letters(&queue, 0, 10), polls).await;
+    }
+    // The same messages again in the DLQ, as RabbitMQ redelivers a batch whose commit
+    // went through when the acknowledgement did not (a crash between the two).
+    publish_dead_letters(&dlq, &queue, base, n).await;
+    eventually("everything parked once", || async {
+        let page = admin.dead_letters(&queue, 0, 10).await.unwrap();
+        page.total == u64::try_from(n).unwrap() && counts(&t, &EntityPath::queue(&queue)).await.dead_lettered == 0
+    })
+    .await;
+    let all = admin.all_dead_letters(&queue).await.unwrap();
+    assert_eq!(all.len(), n, "never lost, never twice");
+    t.delete(&EntityPath::queue(&queue)).await.unwrap();
+}
+
+#[tokio::test]
+async fn rabbit_without_a_schedule_store_dead_letters_say_which_store_to_give() {
+    let clock = VirtualClock::starting_now();
+    let store = memory_store().await;
+    let t = transport(&clock, ScheduleStore::from(&store)).await;
+    let queue = unique("rbadm-nostore");
+    t.create_queue(&queue, &QueueOptions::default()).await.unwrap();
+    let path = EntityPath::queue(&queue);
+    dead_letter_all(&t, &queue, &path, &json_bodies(2)).await;
+    let admin = AmqpAdmin::connect(&amqp_url().await, None)
+        .await
+        .unwrap()
+        .with_queues([queue.clone()]);
+    // Counts work (from RabbitMQ alone).
+    eventually("the dead letters counted", || async {
+        dead_count(&admin, &queue).await == 2
+    })
+    .await;
+    for e in [
+        admin.dead_letters(&queue, 0, 10).await.err(),
+        admin.dead_letter(&queue, 1).await.err(),
+        admin.resubmit_many(&queue, &[1]).await.err(),
+        admin.delete_many(&queue, &[1]).await.err(),
+    ] {
+        let Some(AdminError::Refused { reason }) = e else {
+            panic!("{e:?}")
+        };
+        assert!(reason.contains("--postgres URL or --sqlite FILE"), "{reason}");
+    }
+    // Nothing was taken from the DLQ.
+    assert_eq!(counts(&t, &path).await.dead_lettered, 2);
+    admin.close().await;
+    t.delete(&path).await.unwrap();
+    t.close().await;
 }

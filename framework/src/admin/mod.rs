@@ -18,11 +18,12 @@
 //! still recognises it; the delivery count and the retry headers start again), so an
 //! interrupted resubmit of many leaves each message either in the dead-letter queue or
 //! back in its queue. On the embedded broker and on Postgres it is a transaction (on
-//! Postgres, one `UPDATE` of the message's row). RabbitMQ cannot make a publish and an
-//! acknowledgement one transaction: `AmqpAdmin` publishes a confirmed copy, then
-//! acknowledges the dead letter, so an interruption between the two leaves the message in
-//! both (same message id), never in neither. On RabbitMQ, reading a dead-letter queue
-//! takes its messages and gives them back (see `AmqpAdmin`).
+//! Postgres, one `UPDATE` of the message's row). On RabbitMQ, `AmqpAdmin` first parks a
+//! queue's dead letters in the transport's schedule store (insert, commit, then
+//! acknowledge: never lost, never twice), and a resubmit publishes confirmed copies, then
+//! deletes their rows: a publish and a database delete cannot be one transaction, so an
+//! interruption between the two leaves a message in both (same message id), never in
+//! neither (see `AmqpAdmin`).
 //!
 //! # Examples
 //!

@@ -1,43 +1,48 @@
 //! The operations API on RabbitMQ ([`AmqpAdmin`]): queues with their counts, and the dead
 //! letters of a queue's `<queue>::dlq`, over AMQP 0-9-1 alone (the management plugin is
-//! often off, and is not needed).
+//! often off, and is not needed) and the transport's schedule store.
 //!
 //! * **Which queues.** AMQP cannot list a broker's queues. The transport records every
 //!   entity it declares in its schedule store's database (`registry.rs`), and this admin
 //!   lists those, plus names given by the operator ([`AmqpAdmin::with_queues`]).
 //! * **Counts** come from passive `queue.declare` of the queue and of its `::dlq` (the
 //!   ready messages; RabbitMQ does not say over AMQP how many are unacknowledged, so
-//!   `locked` is 0 and the oldest age unknown), and the scheduled ones from the schedule
-//!   store.
-//! * **Reading a DLQ** takes its messages: a listing consumes the whole DLQ (as many
-//!   messages as it held when the listing began) with manual acknowledgements on a
-//!   channel of its own, acknowledges none, and gives them all back with one
-//!   `basic.nack` (multiple, requeue) before closing the channel (closing alone, or a
-//!   crash, gives them back too). While a listing runs, the messages are invisible to
-//!   other consumers of the DLQ, and each one's `x-delivery-count` rises by one (the DLQ
-//!   has no delivery limit, so nothing else happens).
-//! * **Identity.** A dead letter is named by its `x-courier-sequence-number` header (the
-//!   sending process stamps it; the transport's own dead-letter copies get a new one), or,
-//!   for a message without one (another producer's), by a 63-bit FNV-1a hash of its
-//!   message id, AMQP timestamp and body: the same message gets the same number at every
-//!   listing. Pages are in that number's order.
-//! * **Resubmit** publishes a copy to the queue the DLQ belongs to (the subscription's
-//!   own queue for a subscription: not to the topic) with publisher confirms, and only then
-//!   acknowledges the dead letter. AMQP cannot make the two one transaction (transactions
-//!   and confirms exclude each other, and no transaction spans two queues' acks and
-//!   publishes atomically on quorum queues): a crash or a dropped future between the
-//!   confirm and the ack leaves the message in both places, with the same message id
-//!   (an inbox drops the second handling), never in neither.
+//!   `locked` is 0 and the oldest age unknown), plus the dead letters parked in the
+//!   schedule store, and the scheduled ones from the schedule store.
+//! * **Parking.** RabbitMQ cannot page a queue, and a quorum queue hands one consumer at
+//!   most 2,000 unacknowledged messages and puts requeued ones at its back. So before it
+//!   lists, shows, resubmits or deletes a queue's dead letters, the admin moves the
+//!   queue's DLQ into the schedule store's table of parked dead letters (`parked.rs`):
+//!   it consumes the DLQ (as many messages as it held when it began) with a prefetch of
+//!   1,000, inserts each batch of 500 in one transaction (a message already parked is
+//!   skipped), commits, and only then acknowledges the batch. A crash between the commit
+//!   and the acknowledgement redelivers the batch, which inserts nothing: a dead letter
+//!   is never lost and never parked twice. Without a schedule store, dead letters cannot
+//!   be read (the error says which store to give).
+//! * **Identity.** A parked dead letter is numbered in park order (the table's id: what
+//!   pages, `show` and `resubmit` take). It is recognised as already parked by a 63-bit
+//!   FNV-1a hash of its `x-courier-sequence-number` (stamped by the sending process; the
+//!   transport's own dead-letter copies get a new one), message id, AMQP timestamp and
+//!   body: what a redelivery does not change (its `x-delivery-count` does change).
+//! * **Resubmit** reads parked rows 500 at a time, publishes copies to the queue the DLQ
+//!   belongs to (the subscription's own queue for a subscription: not to the topic) with
+//!   publisher confirms, without the failure and dead-letter headers, with the same
+//!   message id, body and other properties, and once a window of 500 is confirmed
+//!   deletes their rows in one transaction. The publish and the delete cannot be one
+//!   transaction: a crash or a dropped future between the confirms and the commit leaves
+//!   at most one window in both places, with the same message ids (an inbox drops the
+//!   second handling), never in neither. **Delete** deletes rows.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures_lite::StreamExt;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, QueueDeclareOptions};
-use lapin::types::FieldTable;
+use lapin::message::Delivery;
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -45,9 +50,13 @@ use uuid::Uuid;
 
 use super::conn::{Connector, connection_error, reply_code};
 use super::inspect::WireCounters;
+use super::parked::{Parked, Parking, encode_properties};
 use super::publish::{ConfirmChannel, Target, finish};
 use super::schedule::ScheduleStore;
-use super::wire::{self, DEAD_LETTER_SUFFIX, H_SEQUENCE_NUMBER, SEPARATOR};
+use super::wire::{
+    self, DEAD_LETTER_SUFFIX, H_DEAD_LETTER_DESCRIPTION, H_DEAD_LETTER_REASON, H_DEAD_LETTER_SOURCE, H_DEATH,
+    H_DELIVERY_COUNT, H_ENQUEUED_TIME, H_SEQUENCE_NUMBER, SEPARATOR,
+};
 use super::{AmqpTransport, Inner};
 use crate::admin::model::{failure_text, string_header};
 use crate::admin::{
@@ -57,18 +66,21 @@ use crate::admin::{
 use crate::checks::DEFAULT_MAX_MESSAGE_SIZE;
 use crate::clock::SystemClock;
 use crate::error::{Error, ErrorKind};
-use crate::message::{Envelope, SequenceNumber};
+use crate::message::SequenceNumber;
 use crate::recoverability::headers;
 
-/// How long a DLQ scan waits for the next message before it takes what it has (messages
-/// held by another consumer of the DLQ are not delivered to it; nor, on RabbitMQ 3.10,
-/// more than 2,000 unacknowledged messages of a quorum queue to one consumer, even with an
-/// unlimited prefetch: a scan of a larger DLQ ends here with 2,000, see
-/// docs/operations.md).
-const IDLE: Duration = Duration::from_millis(500);
+/// How many dead letters RabbitMQ delivers ahead to the parking consumer: below the 2,000
+/// unacknowledged messages RabbitMQ 3.10 hands one consumer of a quorum queue, and twice
+/// a batch, so the next batch arrives while one is written.
+const PREFETCH: u16 = 1000;
 
-/// How long a scan that has as many messages as the DLQ held waits for more.
-const SETTLE: Duration = Duration::from_millis(300);
+/// How many dead letters one transaction parks, and how many rows a resubmit or delete
+/// reads or deletes at a time.
+const BATCH: usize = 500;
+
+/// How long parking waits for the next message before the DLQ's count is reached: only
+/// waited out when another consumer of the DLQ holds the rest.
+const IDLE: Duration = Duration::from_millis(500);
 
 /// How long [`AmqpAdmin::connect`] tries to reach RabbitMQ (an operator waits for it;
 /// the transport's default is 30 s).
@@ -76,7 +88,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How many copies a resubmit publishes before it waits for their confirms: also the most
 /// messages an interrupted resubmit can leave in both places.
-const WINDOW: usize = 256;
+const WINDOW: usize = 500;
 
 /// The operations API on RabbitMQ: queues and dead letters, with the scheduled counts of
 /// the transport's schedule store. See the module docs for what a listing costs.
@@ -97,24 +109,22 @@ impl std::fmt::Debug for AmqpAdmin {
     }
 }
 
-/// One dead letter held by a scan (not acknowledged).
-struct Held {
-    tag: u64,
-    id: SequenceNumber,
-    properties: BasicProperties,
-    body: Vec<u8>,
+/// The channel parking a DLQ. Dropped without [`Closing::close`] (an error, a dropped
+/// future), it is closed in a task of its own: RabbitMQ gives back what it did not
+/// acknowledge.
+struct Closing(Option<Channel>);
+
+impl Closing {
+    async fn close(mut self) {
+        if let Some(c) = self.0.take() {
+            let _ = c.close(200, "courier admin: done".into()).await;
+        }
+    }
 }
 
-/// A channel consuming a DLQ. Dropped without [`Scan::release`] (a dropped future), it
-/// is closed in a task of its own: RabbitMQ gives its unacknowledged messages back.
-struct Scan {
-    channel: Option<Channel>,
-    held: Vec<Held>,
-}
-
-impl Drop for Scan {
+impl Drop for Closing {
     fn drop(&mut self) {
-        if let Some(c) = self.channel.take()
+        if let Some(c) = self.0.take()
             && let Ok(rt) = tokio::runtime::Handle::try_current()
         {
             rt.spawn(async move {
@@ -124,41 +134,17 @@ impl Drop for Scan {
     }
 }
 
-impl Scan {
-    fn channel(&self) -> AdminResult<&Channel> {
-        self.channel
-            .as_ref()
-            .ok_or_else(|| AdminError::from(Error::new(ErrorKind::Closed)))
-    }
-
-    /// Gives back every message not acknowledged (in their order) and closes the channel.
-    async fn release(mut self) {
-        if let Some(c) = self.channel.take() {
-            let _ = c
-                .basic_nack(
-                    0,
-                    BasicNackOptions {
-                        multiple: true,
-                        requeue: true,
-                    },
-                )
-                .await;
-            let _ = c.close(200, "courier admin: done".into()).await;
-        }
-    }
-}
-
-/// The name of a dead letter: its Courier sequence number, or a stable hash of what it
-/// carries (module docs).
-fn identify(p: &BasicProperties, body: &[u8]) -> SequenceNumber {
+/// The identity of a dead letter, the same at every delivery of it: a 63-bit FNV-1a hash
+/// of its `x-courier-sequence-number` (if any), message id, AMQP timestamp and body.
+/// Not the sequence number alone: two processes can stamp the same one (microseconds of
+/// their clocks), and two different messages must never be taken for one.
+fn identify(p: &BasicProperties, body: &[u8]) -> i64 {
     let stamped = p
         .headers()
         .as_ref()
         .and_then(|h| h.inner().get(H_SEQUENCE_NUMBER))
-        .and_then(wire::int);
-    if let Some(n) = stamped.filter(|n| *n > 0) {
-        return n;
-    }
+        .and_then(wire::int)
+        .unwrap_or(0);
     // FNV-1a, 64 bits: stable across versions and processes (std's hasher is not).
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut eat = |bytes: &[u8]| {
@@ -167,12 +153,13 @@ fn identify(p: &BasicProperties, body: &[u8]) -> SequenceNumber {
             h = h.wrapping_mul(0x0000_0100_0000_01b3);
         }
     };
+    eat(&stamped.to_le_bytes());
     eat(p.message_id().as_ref().map_or(&b""[..], |s| s.as_str().as_bytes()));
     eat(&[0xff]);
     eat(&p.timestamp().unwrap_or(0).to_le_bytes());
     eat(&[0xff]);
     eat(body);
-    i64::try_from(h & (i64::MAX as u64)).unwrap_or(1).max(1)
+    i64::try_from(h & (i64::MAX as u64)).unwrap_or(i64::MAX)
 }
 
 /// The RabbitMQ queue of a Courier name (`orders`, `topic/subscriptions/name`).
@@ -326,14 +313,43 @@ impl AmqpAdmin {
         Ok((queue, dlq))
     }
 
-    /// Consumes the DLQ `dlq` without acknowledging: every message it held when the scan
-    /// began, or until each of `wanted` was seen (all when `wanted` is `None`).
-    async fn scan(&self, dlq: &str, wanted: Option<&HashSet<SequenceNumber>>) -> AdminResult<Scan> {
+    /// The schedule store the dead letters are parked in, or what to do without one.
+    fn store(&self) -> AdminResult<&ScheduleStore> {
+        self.inner.schedules.as_ref().ok_or_else(|| {
+            AdminError::refused(
+                "RabbitMQ dead letters are listed and changed from the transport's schedule store (Postgres or \
+                 SQLite), where they are parked first, and this admin has none: give it the store the transport \
+                 uses (AmqpAdmin::connect(url, Some(store)); with the courier command, --postgres URL or \
+                 --sqlite FILE next to --rabbitmq)",
+            )
+        })
+    }
+
+    /// What a listing shows of a delivered dead letter, and the message to keep.
+    fn parking(&self, d: &Delivery) -> AdminResult<Parking> {
+        // The body is not needed to decode the headers.
+        let m = wire::decode(&d.properties, Vec::new(), true, None, self.inner.clock.now());
+        let error = failure_text(&m.envelope.properties, m.broker.dead_letter_description.as_deref());
+        Ok(Parking {
+            identity: identify(&d.properties, &d.data),
+            delivery_count: attempts_of(&m.envelope.properties),
+            message_id: m.envelope.message_id,
+            message_type: m.envelope.message_type,
+            reason: m.broker.dead_letter_reason,
+            description: m.broker.dead_letter_description,
+            error,
+            enqueued_at: m.broker.enqueued_time,
+            properties: encode_properties(&d.properties).map_err(AdminError::from_error)?,
+            body: d.data.clone(),
+        })
+    }
+
+    /// Moves every message of the DLQ `dlq` (as many as it held when this began) into the
+    /// schedule store's table of parked dead letters of `queue`: a batch is inserted and
+    /// committed, then acknowledged (module docs). Returns how many were parked.
+    async fn park(&self, store: &ScheduleStore, queue: &str, dlq: &str) -> AdminResult<u64> {
         let channel = self.inner.conn.channel().await.map_err(|e| self.failed(e))?;
-        let mut scan = Scan {
-            channel: Some(channel.clone()),
-            held: Vec::new(),
-        };
+        let guard = Closing(Some(channel.clone()));
         let count = match channel
             .queue_declare(
                 dlq.into(),
@@ -343,16 +359,16 @@ impl AmqpAdmin {
             .await
         {
             Ok(q) => usize::try_from(q.message_count()).unwrap_or(usize::MAX),
-            // No DLQ (declared by another program without one): no dead letters.
-            Err(e) if reply_code(&e) == Some(404) => {
-                scan.channel = None;
-                return Ok(scan);
-            }
+            // No DLQ (declared by another program without one): nothing to park.
+            Err(e) if reply_code(&e) == Some(404) => return Ok(0),
             Err(e) => return Err(self.failed(connection_error("cannot look up a dead-letter queue", &e))),
         };
-        // Unlimited prefetch: every message comes at once.
+        if count == 0 {
+            guard.close().await;
+            return Ok(0);
+        }
         channel
-            .basic_qos(0, BasicQosOptions::default())
+            .basic_qos(PREFETCH, BasicQosOptions::default())
             .await
             .map_err(|e| self.failed(connection_error("cannot set the prefetch", &e)))?;
         let tag = format!("courier-admin-{}", Uuid::new_v4().simple());
@@ -365,146 +381,166 @@ impl AmqpAdmin {
             )
             .await
             .map_err(|e| self.failed(connection_error("cannot read a dead-letter queue", &e)))?;
-        let mut missing: Option<HashSet<SequenceNumber>> = wanted.cloned();
+        let (mut seen, mut parked) = (0_usize, 0_u64);
+        let mut batch = Vec::with_capacity(BATCH);
+        let mut last_tag = 0;
         loop {
-            if missing.as_ref().is_some_and(HashSet::is_empty) {
-                break;
+            let mut ended = seen >= count;
+            if !ended && batch.len() < BATCH {
+                match tokio::time::timeout(IDLE, consumer.next()).await {
+                    Ok(Some(Ok(d))) => {
+                        batch.push(self.parking(&d)?);
+                        last_tag = d.delivery_tag;
+                        seen += 1;
+                        continue;
+                    }
+                    Ok(Some(Err(e))) => {
+                        return Err(self.failed(connection_error("cannot read a dead-letter queue", &e)));
+                    }
+                    // Nothing more comes: the rest is held by another consumer of the DLQ
+                    // (or the DLQ was deleted). What it gives back is parked next time.
+                    Ok(None) | Err(_) => ended = true,
+                }
             }
-            // The count of the declare may lag behind messages being given back (a
-            // quorum queue applies returns through its log): once it is reached, wait
-            // a little for stragglers; before, a while for messages in flight.
-            let wait = if scan.held.len() >= count { SETTLE } else { IDLE };
-            let Ok(next) = tokio::time::timeout(wait, consumer.next()).await else {
-                break;
-            };
-            let Some(item) = next else { break };
-            let d = item.map_err(|e| self.failed(connection_error("cannot read a dead-letter queue", &e)))?;
-            let id = identify(&d.properties, &d.data);
-            if let Some(m) = missing.as_mut() {
-                m.remove(&id);
-            }
-            scan.held.push(Held {
-                tag: d.delivery_tag,
-                id,
-                properties: d.properties,
-                body: d.data,
-            });
-        }
-        Ok(scan)
-    }
-
-    fn decode(&self, h: &Held) -> crate::message::ReceivedMessage {
-        let d = wire::decode(&h.properties, h.body.clone(), true, None, self.inner.clock.now());
-        crate::message::ReceivedMessage {
-            envelope: d.envelope,
-            broker: d.broker,
-        }
-    }
-
-    fn summary(&self, h: &Held) -> DeadLetterSummary {
-        let m = self.decode(h);
-        DeadLetterSummary {
-            sequence_number: h.id,
-            delivery_count: attempts_of(&m.envelope.properties),
-            error: failure_text(&m.envelope.properties, m.broker.dead_letter_description.as_deref()),
-            message_id: m.envelope.message_id,
-            message_type: m.envelope.message_type,
-            enqueued_at: m.broker.enqueued_time,
-            reason: m.broker.dead_letter_reason,
-        }
-    }
-
-    /// Publishes copies of the held messages `picked` to `queue` (confirmed), then
-    /// acknowledges each confirmed one in the DLQ. Returns (done, failed).
-    async fn move_back(
-        &self,
-        scan: &Scan,
-        queue: &str,
-        picked: &[&Held],
-    ) -> AdminResult<(Vec<SequenceNumber>, Vec<(SequenceNumber, String)>)> {
-        let (mut done, mut failed) = (Vec::new(), Vec::new());
-        if picked.is_empty() {
-            return Ok((done, failed));
-        }
-        let target = Target::Queue(queue.to_owned());
-        let channel = scan.channel()?;
-        for window in picked.chunks(WINDOW) {
-            let mut pending = Vec::with_capacity(window.len());
-            for h in window {
-                let mut envelope: Envelope = self.decode(h).envelope;
-                envelope.properties.retain(|k, _| !headers::is_failure_header(k));
-                envelope.scheduled_enqueue_time = None;
-                let properties = wire::properties(&envelope, self.inner.clock.now(), self.inner.next_sequence_number())
-                    .map_err(AdminError::from_error)?;
-                let confirm = self
-                    .publisher
-                    .start(&self.inner.conn, &target, properties, &envelope.body)
+            if !batch.is_empty() {
+                parked += store
+                    .park(queue, &batch, self.inner.clock.now())
                     .await
                     .map_err(|e| self.failed(e))?;
-                pending.push((*h, confirm));
+                // Only now leaves the DLQ: a crash before this ack redelivers the batch,
+                // and parking it again inserts nothing.
+                channel
+                    .basic_ack(last_tag, BasicAckOptions { multiple: true })
+                    .await
+                    .map_err(|e| self.failed(connection_error("cannot acknowledge parked dead letters", &e)))?;
+                batch.clear();
             }
-            for (h, confirm) in pending {
-                match finish(&target, confirm).await {
-                    Ok(()) => {
-                        // Only now leaves the DLQ: a crash before this ack leaves it in both.
-                        channel
-                            .basic_ack(h.tag, BasicAckOptions::default())
-                            .await
-                            .map_err(|e| self.failed(connection_error("cannot acknowledge a dead letter", &e)))?;
-                        done.push(h.id);
-                    }
-                    Err(e) if matches!(e.kind(), ErrorKind::EntityNotFound { .. }) => {
-                        return Err(AdminError::not_found(format!("queue {queue}")));
-                    }
-                    Err(e) => failed.push((h.id, e.to_string())),
+            if ended {
+                break;
+            }
+        }
+        // Messages delivered beyond the count (dead-lettered meanwhile) go back to the DLQ.
+        guard.close().await;
+        Ok(parked)
+    }
+
+    /// The queue and DLQ of `name`, with that DLQ parked, and the store it is parked in.
+    async fn parked_queue(&self, name: &str) -> AdminResult<(&ScheduleStore, String)> {
+        let store = self.store()?;
+        let (queue, dlq) = self.dlq_of(name).await?;
+        self.park(store, &queue, &dlq).await?;
+        Ok((store, queue))
+    }
+
+    /// The properties of a resubmitted copy: those of the dead letter without what its
+    /// failure and dead-lettering added, with a new sequence number and enqueued time.
+    fn republished(&self, p: &BasicProperties) -> BasicProperties {
+        let mut headers = FieldTable::default();
+        if let Some(old) = p.headers() {
+            for (k, v) in old {
+                let key = k.as_str();
+                let added = headers::is_failure_header(key)
+                    || [H_DEAD_LETTER_REASON, H_DEAD_LETTER_DESCRIPTION, H_DEAD_LETTER_SOURCE].contains(&key)
+                    || [H_DEATH, H_DELIVERY_COUNT, H_SEQUENCE_NUMBER, H_ENQUEUED_TIME].contains(&key)
+                    || key.starts_with("x-first-death-")
+                    || key.starts_with("x-last-death-");
+                if !added {
+                    headers.insert(k.clone(), v.clone());
                 }
+            }
+        }
+        let now = self.inner.clock.now();
+        headers.insert(
+            H_SEQUENCE_NUMBER.into(),
+            AMQPValue::LongLongInt(self.inner.next_sequence_number()),
+        );
+        headers.insert(H_ENQUEUED_TIME.into(), AMQPValue::LongLongInt(wire::millis(now)));
+        p.clone()
+            .with_headers(headers)
+            .with_timestamp(u64::try_from(now.timestamp()).unwrap_or(0))
+    }
+
+    /// Publishes copies of `rows` to `queue` (confirmed, in windows of [`WINDOW`]), and
+    /// deletes each window's confirmed rows in one transaction. Returns (done, failed).
+    async fn move_back(
+        &self,
+        store: &ScheduleStore,
+        queue: &str,
+        rows: &[Parked],
+    ) -> AdminResult<(Vec<SequenceNumber>, Vec<(SequenceNumber, String)>)> {
+        let (mut done, mut failed) = (Vec::new(), Vec::new());
+        let target = Target::Queue(queue.to_owned());
+        for window in rows.chunks(WINDOW) {
+            let mut pending = Vec::with_capacity(window.len());
+            for p in window {
+                let confirm = self
+                    .publisher
+                    .start(&self.inner.conn, &target, self.republished(&p.properties), &p.body)
+                    .await
+                    .map_err(|e| self.failed(e))?;
+                pending.push((p.id, confirm));
+            }
+            let mut confirmed = Vec::with_capacity(pending.len());
+            let mut missing = false;
+            for (id, confirm) in pending {
+                match finish(&target, confirm).await {
+                    Ok(()) => confirmed.push(id),
+                    Err(e) if matches!(e.kind(), ErrorKind::EntityNotFound { .. }) => missing = true,
+                    Err(e) => failed.push((id, e.to_string())),
+                }
+            }
+            // Only now leave the table: a crash before this commit leaves them in both.
+            store.unpark(queue, &confirmed).await.map_err(|e| self.failed(e))?;
+            done.extend(confirmed);
+            if missing {
+                return Err(AdminError::not_found(format!("queue {queue}")));
             }
         }
         Ok((done, failed))
     }
 
+    /// The parked rows of `queue` among `chunk` (none without a chunk).
+    async fn read_parked(
+        &self,
+        store: &ScheduleStore,
+        queue: &str,
+        chunk: Option<&[SequenceNumber]>,
+    ) -> AdminResult<Option<Vec<Parked>>> {
+        match chunk {
+            Some(c) => store.parked(queue, c).await.map(Some).map_err(|e| self.failed(e)),
+            None => Ok(None),
+        }
+    }
+
     async fn change_many(&self, name: &str, seqs: &[SequenceNumber], resubmit: bool) -> AdminResult<BatchOutcome> {
-        let (queue, dlq) = self.dlq_of(name).await?;
-        let wanted: HashSet<SequenceNumber> = seqs.iter().copied().collect();
-        let scan = self.scan(&dlq, Some(&wanted)).await?;
-        // The first held message of each wanted number (a number held twice is taken once).
-        let mut seen = HashSet::new();
-        let picked: Vec<&Held> = scan
-            .held
-            .iter()
-            .filter(|h| wanted.contains(&h.id) && seen.insert(h.id))
-            .collect();
+        let (store, queue) = self.parked_queue(name).await?;
+        let mut asked = HashSet::new();
+        let wanted: Vec<SequenceNumber> = seqs.iter().copied().filter(|s| asked.insert(*s)).collect();
         let mut outcome = BatchOutcome::default();
+        let mut found = HashSet::new();
+        let mut chunks = wanted.chunks(BATCH);
         if resubmit {
-            let result = self.move_back(&scan, &queue, &picked).await;
-            let (done, failed) = match result {
-                Ok(r) => r,
-                Err(e) => {
-                    scan.release().await;
-                    return Err(e);
-                }
-            };
-            outcome.done = done;
-            outcome.failed = failed;
-        } else if !picked.is_empty() {
-            let channel = scan.channel()?;
-            for h in &picked {
-                channel
-                    .basic_ack(h.tag, BasicAckOptions::default())
-                    .await
-                    .map_err(|e| self.failed(connection_error("cannot delete a dead letter", &e)))?;
-                outcome.done.push(h.id);
+            let mut next = self.read_parked(store, &queue, chunks.next()).await?;
+            while let Some(rows) = next {
+                found.extend(rows.iter().map(|r| r.id));
+                // The next rows are read while this window's copies are published.
+                let (moved, following) = tokio::join!(
+                    self.move_back(store, &queue, &rows),
+                    self.read_parked(store, &queue, chunks.next())
+                );
+                let (done, failed) = moved?;
+                outcome.done.extend(done);
+                outcome.failed.extend(failed);
+                next = following?;
+            }
+        } else {
+            for chunk in chunks {
+                let gone = store.unpark(&queue, chunk).await.map_err(|e| self.failed(e))?;
+                found.extend(gone.iter().copied());
+                outcome.done.extend(gone);
             }
         }
-        let found: BTreeSet<SequenceNumber> = picked.iter().map(|h| h.id).collect();
-        drop(picked);
-        scan.release().await;
-        let mut asked = HashSet::new();
-        outcome.not_found = seqs
-            .iter()
-            .copied()
-            .filter(|s| !found.contains(s) && asked.insert(*s))
-            .collect();
+        outcome.not_found = wanted.into_iter().filter(|s| !found.contains(s)).collect();
         outcome.done.sort_unstable();
         Ok(outcome)
     }
@@ -540,7 +576,12 @@ impl QueueAdmin for AmqpAdmin {
                     continue;
                 };
                 let dlq = format!("{queue}{DEAD_LETTER_SUFFIX}");
-                (ready, self.declare_ok(&dlq).await?.map_or(0, |(n, _)| n))
+                let waiting = self.declare_ok(&dlq).await?.map_or(0, |(n, _)| n);
+                let parked = match &self.inner.schedules {
+                    Some(store) => store.parked_count(&queue).await.map_err(|e| self.failed(e))?,
+                    None => 0,
+                };
+                (ready, waiting + parked)
             };
             out.push(QueueSummary {
                 name,
@@ -562,20 +603,15 @@ impl QueueAdmin for AmqpAdmin {
         after: SequenceNumber,
         limit: u32,
     ) -> AdminResult<Page<DeadLetterSummary>> {
-        let (_, dlq) = self.dlq_of(queue).await?;
-        let scan = self.scan(&dlq, None).await?;
-        let total = u64::try_from(scan.held.len()).unwrap_or(u64::MAX);
-        let mut items: Vec<DeadLetterSummary> = scan
-            .held
-            .iter()
-            .filter(|h| h.id > after)
-            .map(|h| self.summary(h))
-            .collect();
-        scan.release().await;
-        items.sort_by_key(|d| d.sequence_number);
-        let limit = usize::try_from(limit.clamp(1, MAX_PAGE)).unwrap_or(1);
-        let more = items.len() > limit;
-        items.truncate(limit);
+        let (store, rabbit) = self.parked_queue(queue).await?;
+        let limit = i64::from(limit.clamp(1, MAX_PAGE));
+        let mut items = store
+            .parked_page(&rabbit, after, limit + 1)
+            .await
+            .map_err(|e| self.failed(e))?;
+        let total = store.parked_count(&rabbit).await.map_err(|e| self.failed(e))?;
+        let more = items.len() > usize::try_from(limit).unwrap_or(usize::MAX);
+        items.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
         Ok(Page {
             next_after: if more {
                 items.last().map(|d| d.sequence_number)
@@ -588,35 +624,40 @@ impl QueueAdmin for AmqpAdmin {
     }
 
     async fn dead_letter(&self, queue: &str, sequence_number: SequenceNumber) -> AdminResult<DeadLetter> {
-        let (_, dlq) = self.dlq_of(queue).await?;
-        let wanted = HashSet::from([sequence_number]);
-        let scan = self.scan(&dlq, Some(&wanted)).await?;
-        let found = scan.held.iter().find(|h| h.id == sequence_number).map(|h| {
-            let m = self.decode(h);
-            let headers_ = m.envelope.properties.clone();
-            DeadLetter {
-                queue: queue.to_owned(),
-                sequence_number,
-                message_id: m.envelope.message_id,
-                message_type: m.envelope.message_type,
-                correlation_id: m.envelope.correlation_id,
-                causation_id: m.envelope.causation_id,
-                content_type: m.envelope.content_type,
-                session_id: m.envelope.session_id,
-                enqueued_at: m.broker.enqueued_time,
-                delivery_count: attempts_of(&headers_),
-                reason: m.broker.dead_letter_reason,
-                description: m.broker.dead_letter_description,
-                source: m.broker.dead_letter_source,
-                error: failure_text(&headers_, None),
-                error_chain: string_header(&headers_, headers::FAILURE_CHAIN),
-                headers: headers_,
-                body_size: h.body.len(),
-                body: BodyView::decode(&h.body),
-            }
-        });
-        scan.release().await;
-        found.ok_or_else(|| AdminError::not_found(format!("dead letter {sequence_number} of {queue}")))
+        let (store, rabbit) = self.parked_queue(queue).await?;
+        let rows = store
+            .parked(&rabbit, &[sequence_number])
+            .await
+            .map_err(|e| self.failed(e))?;
+        let Some(p) = rows.into_iter().next() else {
+            return Err(AdminError::not_found(format!(
+                "dead letter {sequence_number} of {queue}"
+            )));
+        };
+        let body_size = p.body.len();
+        let body = BodyView::decode(&p.body);
+        let m = wire::decode(&p.properties, p.body, true, None, self.inner.clock.now());
+        let headers_ = m.envelope.properties;
+        Ok(DeadLetter {
+            queue: queue.to_owned(),
+            sequence_number,
+            message_id: m.envelope.message_id,
+            message_type: m.envelope.message_type,
+            correlation_id: m.envelope.correlation_id,
+            causation_id: m.envelope.causation_id,
+            content_type: m.envelope.content_type,
+            session_id: m.envelope.session_id,
+            enqueued_at: m.broker.enqueued_time,
+            delivery_count: attempts_of(&headers_),
+            reason: m.broker.dead_letter_reason,
+            description: m.broker.dead_letter_description,
+            source: m.broker.dead_letter_source,
+            error: failure_text(&headers_, None),
+            error_chain: string_header(&headers_, headers::FAILURE_CHAIN),
+            headers: headers_,
+            body_size,
+            body,
+        })
     }
 
     async fn resubmit(&self, queue: &str, sequence_number: SequenceNumber) -> AdminResult<()> {
@@ -629,26 +670,21 @@ impl QueueAdmin for AmqpAdmin {
         single(queue, sequence_number, &outcome)
     }
 
-    /// One scan of the DLQ for all of them; copies published in windows of 256, each
-    /// acknowledged in the DLQ once its copy is confirmed.
+    /// Rows read, and copies published, 500 at a time; each window's rows
+    /// deleted in one transaction once its copies are confirmed.
     async fn resubmit_many(&self, queue: &str, sequence_numbers: &[SequenceNumber]) -> AdminResult<BatchOutcome> {
         self.change_many(queue, sequence_numbers, true).await
     }
 
-    /// One scan of the DLQ for all of them.
+    /// One delete statement per 500 numbers.
     async fn delete_many(&self, queue: &str, sequence_numbers: &[SequenceNumber]) -> AdminResult<BatchOutcome> {
         self.change_many(queue, sequence_numbers, false).await
     }
 
-    /// One scan, not a page at a time.
+    /// One query, not a page at a time.
     async fn all_dead_letters(&self, queue: &str) -> AdminResult<Vec<SequenceNumber>> {
-        let (_, dlq) = self.dlq_of(queue).await?;
-        let scan = self.scan(&dlq, None).await?;
-        let mut all: Vec<SequenceNumber> = scan.held.iter().map(|h| h.id).collect();
-        scan.release().await;
-        all.sort_unstable();
-        all.dedup();
-        Ok(all)
+        let (store, rabbit) = self.parked_queue(queue).await?;
+        store.parked_ids(&rabbit).await.map_err(|e| self.failed(e))
     }
 }
 

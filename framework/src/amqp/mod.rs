@@ -19,6 +19,7 @@ mod conn;
 #[cfg(test)]
 mod fuzz;
 mod inspect;
+mod parked;
 mod publish;
 mod receiver;
 mod registry;
@@ -631,6 +632,7 @@ impl Transport for AmqpTransport {
             self.inner.conn.forget(&queue);
             if let Some(store) = &self.inner.schedules {
                 store.delete_for(&queue).await?;
+                store.unpark_all(&queue).await?;
                 store.unrecord(&queue).await?;
             }
             return Ok(());
