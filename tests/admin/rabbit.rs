@@ -257,6 +257,11 @@ async fn rabbit_a_listing_parks_the_dlq_and_pages_are_stable() {
 
     let first = admin.dead_letters(&queue, 0, 3).await.unwrap();
     assert_eq!((first.items.len(), first.total), (3, 7));
+    // A page parks what it lacks (a page and one more), and counts the rest in the DLQ.
+    eventually("the rest still in RabbitMQ's DLQ", || async {
+        counts(&t, &path).await.dead_lettered == 3
+    })
+    .await;
     let second = admin.dead_letters(&queue, first.next_after.unwrap(), 3).await.unwrap();
     let third = admin.dead_letters(&queue, second.next_after.unwrap(), 3).await.unwrap();
     assert_eq!((second.items.len(), third.items.len(), third.next_after), (3, 1, None));
@@ -640,16 +645,20 @@ async fn rabbit_parking_a_message_again_or_cut_short_keeps_each_once() {
     // Parking cut at many moments: a batch committed and not acknowledged is delivered
     // again and skipped, one not committed is parked next time.
     for polls in [0, 2, 5, 10, 20, 40, 80] {
-        poll_then_drop(admin.dead_letters(&queue, 0, 10), polls).await;
+        poll_then_drop(admin.all_dead_letters(&queue), polls).await;
     }
     // The same messages again in the DLQ, as RabbitMQ redelivers a batch whose commit
     // went through when the acknowledgement did not (a crash between the two).
     publish_dead_letters(&dlq, &queue, base, n).await;
     eventually("everything parked once", || async {
-        let page = admin.dead_letters(&queue, 0, 10).await.unwrap();
-        page.total == u64::try_from(n).unwrap() && counts(&t, &EntityPath::queue(&queue)).await.dead_lettered == 0
+        let parked = admin.all_dead_letters(&queue).await.unwrap();
+        parked.len() == n && counts(&t, &EntityPath::queue(&queue)).await.dead_lettered == 0
     })
     .await;
+    assert_eq!(
+        admin.dead_letters(&queue, 0, 10).await.unwrap().total,
+        u64::try_from(n).unwrap()
+    );
     let all = admin.all_dead_letters(&queue).await.unwrap();
     assert_eq!(all.len(), n, "never lost, never twice");
     t.delete(&EntityPath::queue(&queue)).await.unwrap();

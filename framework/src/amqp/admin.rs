@@ -10,11 +10,15 @@
 //!   `locked` is 0 and the oldest age unknown), plus the dead letters parked in the
 //!   schedule store, and the scheduled ones from the schedule store.
 //! * **Parking.** RabbitMQ cannot page a queue, and a quorum queue hands one consumer at
-//!   most 2,000 unacknowledged messages and puts requeued ones at its back. So before it
-//!   lists, shows, resubmits or deletes a queue's dead letters, the admin moves the
-//!   queue's DLQ into the schedule store's table of parked dead letters (`parked.rs`):
-//!   it consumes the DLQ (as many messages as it held when it began) with a prefetch of
-//!   1,000, inserts each batch of 500 in one transaction (a message already parked is
+//!   most 2,000 unacknowledged messages and puts requeued ones at its back. So the admin
+//!   moves the queue's DLQ into the schedule store's table of parked dead letters
+//!   (`parked.rs`) as it needs them: a page parks what it lacks (at most a page and one
+//!   more: parked dead letters are numbered after those parked before, so a fresh DLQ of
+//!   any size lists its first page at the cost of a page, and the total counts the rest
+//!   where it is), and taking all of them (`all_dead_letters`, `--all`) parks the whole
+//!   DLQ (as many messages as it held when it began); `show`, `resubmit` and `delete` of
+//!   numbers park nothing (a number is a parked row's). It consumes the DLQ with a
+//!   prefetch of at most 1,000 and no more than it takes, inserts each batch of 500 in one transaction (a message already parked is
 //!   skipped), commits, and only then acknowledges the batch. A crash between the commit
 //!   and the acknowledgement redelivers the batch, which inserts nothing: a dead letter
 //!   is never lost and never parked twice. Without a schedule store, dead letters cannot
@@ -344,10 +348,11 @@ impl AmqpAdmin {
         })
     }
 
-    /// Moves every message of the DLQ `dlq` (as many as it held when this began) into the
-    /// schedule store's table of parked dead letters of `queue`: a batch is inserted and
-    /// committed, then acknowledged (module docs). Returns how many were parked.
-    async fn park(&self, store: &ScheduleStore, queue: &str, dlq: &str) -> AdminResult<u64> {
+    /// Moves up to `at_most` messages of the DLQ `dlq` (and no more than it held when this
+    /// began) into the schedule store's table of parked dead letters of `queue`: a batch
+    /// is inserted and committed, then acknowledged (module docs). Returns how many the
+    /// DLQ still held, of those it held at the start, when this ended.
+    async fn park(&self, store: &ScheduleStore, queue: &str, dlq: &str, at_most: usize) -> AdminResult<u64> {
         let channel = self.inner.conn.channel().await.map_err(|e| self.failed(e))?;
         let guard = Closing(Some(channel.clone()));
         let count = match channel
@@ -363,12 +368,16 @@ impl AmqpAdmin {
             Err(e) if reply_code(&e) == Some(404) => return Ok(0),
             Err(e) => return Err(self.failed(connection_error("cannot look up a dead-letter queue", &e))),
         };
-        if count == 0 {
+        let take = count.min(at_most);
+        if take == 0 {
             guard.close().await;
-            return Ok(0);
+            return Ok(u64::try_from(count).unwrap_or(u64::MAX));
         }
+        // No more delivered than taken: a message delivered and not taken would go back to
+        // the end of the DLQ (a quorum queue's requeue).
+        let prefetch = u16::try_from(take).map_or(PREFETCH, |t| t.min(PREFETCH));
         channel
-            .basic_qos(PREFETCH, BasicQosOptions::default())
+            .basic_qos(prefetch, BasicQosOptions::default())
             .await
             .map_err(|e| self.failed(connection_error("cannot set the prefetch", &e)))?;
         let tag = format!("courier-admin-{}", Uuid::new_v4().simple());
@@ -381,11 +390,11 @@ impl AmqpAdmin {
             )
             .await
             .map_err(|e| self.failed(connection_error("cannot read a dead-letter queue", &e)))?;
-        let (mut seen, mut parked) = (0_usize, 0_u64);
+        let mut seen = 0_usize;
         let mut batch = Vec::with_capacity(BATCH);
         let mut last_tag = 0;
         loop {
-            let mut ended = seen >= count;
+            let mut ended = seen >= take;
             if !ended && batch.len() < BATCH {
                 match tokio::time::timeout(IDLE, consumer.next()).await {
                     Ok(Some(Ok(d))) => {
@@ -403,7 +412,7 @@ impl AmqpAdmin {
                 }
             }
             if !batch.is_empty() {
-                parked += store
+                store
                     .park(queue, &batch, self.inner.clock.now())
                     .await
                     .map_err(|e| self.failed(e))?;
@@ -421,14 +430,22 @@ impl AmqpAdmin {
         }
         // Messages delivered beyond the count (dead-lettered meanwhile) go back to the DLQ.
         guard.close().await;
-        Ok(parked)
+        Ok(u64::try_from(count.saturating_sub(seen)).unwrap_or(u64::MAX))
+    }
+
+    /// The store and the RabbitMQ queue of `name`, for dead letters given by number: a
+    /// number is a parked row's (a listing parked it), so nothing is parked here.
+    async fn numbered_queue(&self, name: &str) -> AdminResult<(&ScheduleStore, String)> {
+        let store = self.store()?;
+        let (queue, _dlq) = self.dlq_of(name).await?;
+        Ok((store, queue))
     }
 
     /// The queue and DLQ of `name`, with that DLQ parked, and the store it is parked in.
     async fn parked_queue(&self, name: &str) -> AdminResult<(&ScheduleStore, String)> {
         let store = self.store()?;
         let (queue, dlq) = self.dlq_of(name).await?;
-        self.park(store, &queue, &dlq).await?;
+        self.park(store, &queue, &dlq, usize::MAX).await?;
         Ok((store, queue))
     }
 
@@ -513,7 +530,7 @@ impl AmqpAdmin {
     }
 
     async fn change_many(&self, name: &str, seqs: &[SequenceNumber], resubmit: bool) -> AdminResult<BatchOutcome> {
-        let (store, queue) = self.parked_queue(name).await?;
+        let (store, queue) = self.numbered_queue(name).await?;
         let mut asked = HashSet::new();
         let wanted: Vec<SequenceNumber> = seqs.iter().copied().filter(|s| asked.insert(*s)).collect();
         let mut outcome = BatchOutcome::default();
@@ -603,13 +620,30 @@ impl QueueAdmin for AmqpAdmin {
         after: SequenceNumber,
         limit: u32,
     ) -> AdminResult<Page<DeadLetterSummary>> {
-        let (store, rabbit) = self.parked_queue(queue).await?;
+        let store = self.store()?;
+        let (rabbit, dlq) = self.dlq_of(queue).await?;
         let limit = i64::from(limit.clamp(1, MAX_PAGE));
         let mut items = store
             .parked_page(&rabbit, after, limit + 1)
             .await
             .map_err(|e| self.failed(e))?;
-        let total = store.parked_count(&rabbit).await.map_err(|e| self.failed(e))?;
+        // A page parks only what it lacks (parked dead letters are numbered after those
+        // parked before), so the first page of a large fresh DLQ costs a page, not the
+        // DLQ; the rest is counted where it still is.
+        let lacking = usize::try_from(limit + 1)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(items.len());
+        let waiting = if lacking > 0 {
+            let waiting = self.park(store, &rabbit, &dlq, lacking).await?;
+            items = store
+                .parked_page(&rabbit, after, limit + 1)
+                .await
+                .map_err(|e| self.failed(e))?;
+            waiting
+        } else {
+            self.declare_ok(&dlq).await?.map_or(0, |(n, _)| n)
+        };
+        let total = store.parked_count(&rabbit).await.map_err(|e| self.failed(e))? + waiting;
         let more = items.len() > usize::try_from(limit).unwrap_or(usize::MAX);
         items.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
         Ok(Page {
@@ -624,7 +658,7 @@ impl QueueAdmin for AmqpAdmin {
     }
 
     async fn dead_letter(&self, queue: &str, sequence_number: SequenceNumber) -> AdminResult<DeadLetter> {
-        let (store, rabbit) = self.parked_queue(queue).await?;
+        let (store, rabbit) = self.numbered_queue(queue).await?;
         let rows = store
             .parked(&rabbit, &[sequence_number])
             .await
