@@ -102,6 +102,40 @@ impl Browser {
         found.text().await.unwrap()
     }
 
+    /// Waits until the page's address contains `part`: a form's submit returns before
+    /// the browser has left the page it was on, whose elements still answer.
+    pub(crate) async fn wait_for_url(&self, part: &str) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let url = self.client.current_url().await.unwrap();
+            if url.as_str().contains(part) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the browser never reached {part}: at {url}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until the first element `css` selects contains `needle` (after a submit that
+    /// stays on a page of the same shape), and returns its text.
+    pub(crate) async fn wait_for_text(&self, css: &str, needle: &str) -> String {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let text = self.text(css).await;
+            if text.contains(needle) {
+                return text;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{css} never said {needle:?}: {text:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     pub(crate) async fn has(&self, css: &str) -> bool {
         !self.client.find_all(Locator::Css(css)).await.unwrap().is_empty()
     }

@@ -172,6 +172,7 @@ async fn every_page_shows_what_the_broker_and_the_store_hold() {
     let filter = b.client.form(Locator::Css("form.filters")).await.unwrap();
     filter.set_by_name("correlation", "1043").await.unwrap();
     filter.submit().await.unwrap();
+    b.wait_for_url("correlation=1043").await;
     assert_eq!(
         b.client.find_all(Locator::Css("#sagas tbody tr")).await.unwrap().len(),
         1

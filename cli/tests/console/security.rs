@@ -88,11 +88,11 @@ async fn changes_need_the_csrf_token_and_requests_the_access_token() {
     let login = b.client.form(Locator::Css("form.login")).await.unwrap();
     login.set_by_name("token", "not-the-token").await.unwrap();
     login.submit().await.unwrap();
-    assert!(b.text("main").await.contains("not the access token"));
+    b.wait_for_text("main", "not the access token").await;
     let login = b.client.form(Locator::Css("form.login")).await.unwrap();
     login.set_by_name("token", token).await.unwrap();
     login.submit().await.unwrap();
-    assert_eq!(b.text("h1").await, "Queues");
+    assert_eq!(b.wait_for_text("h1", "Queues").await, "Queues");
     b.client.goto(&format!("{base}/")).await.unwrap();
     assert_eq!(b.text("h1").await, "Queues", "the cookie keeps the browser in");
     b.close().await;
