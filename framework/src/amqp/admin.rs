@@ -82,9 +82,13 @@ const PREFETCH: u16 = 1000;
 /// reads or deletes at a time.
 const BATCH: usize = 500;
 
-/// How long parking waits for the next message before the DLQ's count is reached: only
-/// waited out when another consumer of the DLQ holds the rest.
+/// How long parking waits for the next message before it asks whether the DLQ still
+/// has ready messages (a busy broker pauses; another consumer may hold the rest).
 const IDLE: Duration = Duration::from_millis(500);
+
+/// How many [`IDLE`] waits in a row parking sits out while the DLQ says it has ready
+/// messages, before it ends short (RabbitMQ delivering nothing for 15 s).
+const MAX_STALLS: u32 = 30;
 
 /// How long [`AmqpAdmin::connect`] tries to reach RabbitMQ (an operator waits for it;
 /// the transport's default is 30 s).
@@ -390,7 +394,7 @@ impl AmqpAdmin {
             )
             .await
             .map_err(|e| self.failed(connection_error("cannot read a dead-letter queue", &e)))?;
-        let mut seen = 0_usize;
+        let (mut seen, mut stalls) = (0_usize, 0_u32);
         let mut batch = Vec::with_capacity(BATCH);
         let mut last_tag = 0;
         loop {
@@ -398,6 +402,7 @@ impl AmqpAdmin {
             if !ended && batch.len() < BATCH {
                 match tokio::time::timeout(IDLE, consumer.next()).await {
                     Ok(Some(Ok(d))) => {
+                        stalls = 0;
                         batch.push(self.parking(&d)?);
                         last_tag = d.delivery_tag;
                         seen += 1;
@@ -406,9 +411,17 @@ impl AmqpAdmin {
                     Ok(Some(Err(e))) => {
                         return Err(self.failed(connection_error("cannot read a dead-letter queue", &e)));
                     }
-                    // Nothing more comes: the rest is held by another consumer of the DLQ
-                    // (or the DLQ was deleted). What it gives back is parked next time.
-                    Ok(None) | Err(_) => ended = true,
+                    // The DLQ was deleted, or the channel closed: what was not acknowledged
+                    // goes back to the DLQ and is parked next time.
+                    Ok(None) => ended = true,
+                    // A pause. If the DLQ still has ready messages, the broker is slow
+                    // (a quorum queue applying a large ack, a vhost being deleted): wait
+                    // on. If it has none, another consumer holds the rest.
+                    Err(_) => {
+                        stalls += 1;
+                        let ready = self.declare_ok(dlq).await?.map_or(0, |(n, _)| n);
+                        ended = ready == 0 || stalls > MAX_STALLS;
+                    }
                 }
             }
             if !batch.is_empty() {
