@@ -365,10 +365,29 @@ impl ScheduleStore {
 
     /// Deletes every parked dead letter of a deleted queue.
     pub(crate) async fn unpark_all(&self, queue: &str) -> Result<()> {
-        let failed = failed("cannot delete the parked dead letters of a deleted queue");
+        self.delete_rows_of(
+            queue,
+            "DELETE FROM courier.amqp_dead_letter WHERE queue = $1",
+            "DELETE FROM courier_amqp_dead_letter WHERE queue = ?",
+            "cannot delete the parked dead letters of a deleted queue",
+        )
+        .await
+    }
+
+    /// Runs `postgres` or `sqlite` (a delete with the queue as its one parameter) on this
+    /// store (on SQLite in the store's write turn).
+    #[cfg_attr(not(feature = "postgres"), allow(unused_variables))]
+    pub(crate) async fn delete_rows_of(
+        &self,
+        queue: &str,
+        postgres: &'static str,
+        sqlite: &'static str,
+        what: &'static str,
+    ) -> Result<()> {
+        let failed = failed(what);
         match self {
             #[cfg(feature = "postgres")]
-            Self::Postgres(pool) => sqlx::query("DELETE FROM courier.amqp_dead_letter WHERE queue = $1")
+            Self::Postgres(pool) => sqlx::query(postgres)
                 .bind(queue)
                 .execute(pool)
                 .await
@@ -376,7 +395,7 @@ impl ScheduleStore {
                 .map_err(failed),
             Self::Sqlite(store) => {
                 let _turn = store.write_turn().await?;
-                sqlx::query("DELETE FROM courier_amqp_dead_letter WHERE queue = ?")
+                sqlx::query(sqlite)
                     .bind(queue)
                     .execute(store.pool())
                     .await

@@ -85,25 +85,13 @@ impl ScheduleStore {
 
     /// Removes the record of a deleted queue, subscription queue or topic.
     pub(crate) async fn unrecord(&self, queue: &str) -> Result<()> {
-        let failed = |e| db_error("cannot remove the record of a deleted entity", e);
-        match self {
-            #[cfg(feature = "postgres")]
-            Self::Postgres(pool) => sqlx::query("DELETE FROM courier.amqp_entity WHERE queue = $1")
-                .bind(queue)
-                .execute(pool)
-                .await
-                .map(drop)
-                .map_err(failed),
-            Self::Sqlite(store) => {
-                let _turn = store.write_turn().await?;
-                sqlx::query("DELETE FROM courier_amqp_entity WHERE queue = ?")
-                    .bind(queue)
-                    .execute(store.pool())
-                    .await
-                    .map(drop)
-                    .map_err(failed)
-            }
-        }
+        self.delete_rows_of(
+            queue,
+            "DELETE FROM courier.amqp_entity WHERE queue = $1",
+            "DELETE FROM courier_amqp_entity WHERE queue = ?",
+            "cannot remove the record of a deleted entity",
+        )
+        .await
     }
 
     /// Every recorded entity, by Courier name.

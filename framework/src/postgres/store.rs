@@ -18,7 +18,7 @@ use super::send::insert_messages;
 use crate::checks::check_envelope;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Envelope, LockToken};
-use crate::store::pg_group::{PgGroup, in_failed_transaction, poisoned_kind};
+use crate::store::pg_group::{PgGroup, poisoned_if_aborted};
 use crate::store::pg_saga::pg_unit_of_work;
 use crate::store::postgres::{OutboxRow, claim_due, ensure_not_aborted, insert_outbox, outbox_of, postpone_reclaim};
 use crate::store::{
@@ -210,13 +210,7 @@ pg_unit_of_work!(TxWork, {
         let staged = std::mem::take(&mut self.staged);
         send_and_complete(&mut self.tx, &self.transport, lock, staged)
             .await
-            .map_err(|e| {
-                if in_failed_transaction(&e) {
-                    Error::new(poisoned_kind())
-                } else {
-                    e
-                }
-            })?;
+            .map_err(poisoned_if_aborted)?;
         self.tx
             .commit()
             .await

@@ -446,13 +446,7 @@ pg_unit_of_work!(PgMember, {
                 let staged = std::mem::take(&mut self.staged);
                 send_and_complete(self.pg_conn()?, &transport, lock, staged)
                     .await
-                    .map_err(|e| {
-                        if in_failed_transaction(&e) {
-                            Error::new(poisoned_kind())
-                        } else {
-                            e
-                        }
-                    })?;
+                    .map_err(poisoned_if_aborted)?;
                 true
             }
             _ => false,
@@ -495,6 +489,16 @@ pub(crate) fn in_failed_transaction(e: &Error) -> bool {
             _ => None,
         })
         .unwrap_or(false)
+}
+
+/// `e`, or, when it is Postgres' refusal of a statement sent into an aborted transaction
+/// (the handler left it so), what such a handling is told ([`poisoned_kind`]).
+pub(crate) fn poisoned_if_aborted(e: Error) -> Error {
+    if in_failed_transaction(&e) {
+        Error::new(poisoned_kind())
+    } else {
+        e
+    }
 }
 
 /// What a member (or a handling) that left its transaction aborted is told.
