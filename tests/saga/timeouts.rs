@@ -165,10 +165,19 @@ async fn a_timeout_the_broker_dead_letters_is_sent_a_bounded_number_of_times(kin
     let env = Env::new(kind).await;
     env.probe.failing.store(true, Ordering::SeqCst);
     // Created beforehand (by an operator, say) with one delivery: the endpoint keeps it.
+    // The longest lock: the clock is nudged a second at a time while the test waits for
+    // the dispatcher's claims, and a copy received but not yet started must not see its
+    // one delivery end by the clock before its handler runs (CI saw 2 attempts of 3 on
+    // the Postgres transport with the default 60 s).
     env.env
         .fx
         .transport
-        .create_queue("flows", &QueueOptions::default().max_delivery_count(1))
+        .create_queue(
+            "flows",
+            &QueueOptions::default()
+                .max_delivery_count(1)
+                .lock_duration(courier::MAX_LOCK_DURATION),
+        )
         .await
         .unwrap();
     let policy = RetryPolicy::none().immediate(3);
