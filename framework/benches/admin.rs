@@ -14,6 +14,9 @@
     missing_docs
 )]
 
+mod admin_shared;
+use admin_shared::{BATCH, median, send_all};
+
 use std::time::{Duration, Instant};
 
 use courier::admin::{EmbeddedAdmin, QueueAdmin};
@@ -21,25 +24,11 @@ use courier::prelude::*;
 use tokio::task::JoinSet;
 
 const BODY: usize = 1024;
-const BATCH: usize = 256;
 
 fn message(i: usize) -> Envelope {
     let mut m = Envelope::new(format!("{{\"n\":{i},\"pad\":\"{}\"}}", "x".repeat(BODY)));
     m.message_type = Some("bench.Order".into());
     m
-}
-
-/// Sends `n` messages to `queue` in batches; returns messages per second.
-async fn send_all(broker: &Embedded, queue: &str, n: usize) -> f64 {
-    let sender = broker.sender(queue, SenderOptions::default()).await.unwrap();
-    let start = Instant::now();
-    let mut i = 0;
-    while i < n {
-        let batch: Vec<Envelope> = (i..(i + BATCH).min(n)).map(message).collect();
-        i += batch.len();
-        sender.send_batch(batch).await.unwrap();
-    }
-    n as f64 / start.elapsed().as_secs_f64()
 }
 
 /// Moves every message of `queue` to its dead-letter sub-queue.
@@ -72,11 +61,6 @@ fn cpu_time() -> Duration {
     Duration::from_millis((ticks(11) + ticks(12)) * 10)
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
 #[tokio::main]
 async fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
@@ -87,7 +71,7 @@ async fn main() {
     broker.create_queue("peer", &QueueOptions::default()).await.unwrap();
 
     let cpu = cpu_time();
-    let send_rate = send_all(&broker, "orders", n).await;
+    let send_rate = send_all(&broker, "orders", n, message).await;
     let send_cpu = cpu_time() - cpu;
     dead_letter_all(&broker, "orders", n).await;
     let admin = EmbeddedAdmin::new(broker.clone());
@@ -133,7 +117,7 @@ async fn main() {
     // The peer again after the resubmit, on a queue of its own: the file is as large as
     // it was for the resubmit.
     let cpu = cpu_time();
-    let send_rate_after = send_all(&broker, "peer", n).await;
+    let send_rate_after = send_all(&broker, "peer", n, message).await;
     let send_cpu_after = cpu_time() - cpu;
     let peer = (send_rate + send_rate_after) / 2.0;
 

@@ -23,6 +23,9 @@
     missing_docs
 )]
 
+mod admin_shared;
+use admin_shared::{BATCH, median, send_all};
+
 use std::time::{Duration, Instant};
 
 use courier::admin::{AmqpAdmin, QueueAdmin};
@@ -33,7 +36,6 @@ use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{BasicProperties, Connection, ConnectionProperties};
 
 const BODY: usize = 1024;
-const BATCH: usize = 256;
 /// How many messages each send-rate measurement sends.
 const SEND_SAMPLE: usize = 20_000;
 /// How many times a page or a show is timed (the median is reported).
@@ -54,23 +56,10 @@ fn message(i: usize) -> Envelope {
     m
 }
 
-/// Sends `n` messages to `queue` in batches; returns messages per second.
-async fn send_all(t: &AmqpTransport, queue: &str, n: usize) -> f64 {
-    let sender = t.sender(queue, SenderOptions::default()).await.unwrap();
-    let start = Instant::now();
-    let mut i = 0;
-    while i < n {
-        let batch: Vec<Envelope> = (i..(i + BATCH).min(n)).map(message).collect();
-        i += batch.len();
-        sender.send_batch(batch).await.unwrap();
-    }
-    n as f64 / start.elapsed().as_secs_f64()
-}
-
 /// The send rate on a queue of its own, deleted afterwards (RabbitMQ keeps no backlog).
 async fn send_rate(t: &AmqpTransport, n: usize) -> f64 {
     t.create_queue("peer", &QueueOptions::default()).await.unwrap();
-    let rate = send_all(t, "peer", n).await;
+    let rate = send_all(t, "peer", n, message).await;
     t.delete(&EntityPath::queue("peer")).await.unwrap();
     rate
 }
@@ -123,11 +112,6 @@ async fn publish_dead_letters(url: &str, dlq: &str, n: usize) {
         }
     }
     conn.close(200, "done".into()).await.unwrap();
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
 }
 
 async fn timed<T, F: std::future::Future<Output = T>>(f: impl Fn() -> F) -> Duration {

@@ -17,14 +17,16 @@
     missing_docs
 )]
 
-use std::time::{Duration, Instant};
+mod admin_shared;
+use admin_shared::{BATCH, median, send_all};
+
+use std::time::Instant;
 
 use courier::admin::{PostgresAdmin, QueueAdmin};
 use courier::prelude::*;
 use courier::{PostgresTransport, PropertyValue, Store};
 
 const BODY: usize = 1024;
-const BATCH: usize = 256;
 
 fn message(i: usize) -> Envelope {
     let mut m = Envelope::new(format!("{{\"n\":{i},\"pad\":\"{}\"}}", "x".repeat(BODY)));
@@ -34,24 +36,6 @@ fn message(i: usize) -> Envelope {
         PropertyValue::from("made for the benchmark"),
     );
     m
-}
-
-/// Sends `n` messages to `queue` in batches; returns messages per second.
-async fn send_all(t: &PostgresTransport, queue: &str, n: usize) -> f64 {
-    let sender = t.sender(queue, SenderOptions::default()).await.unwrap();
-    let start = Instant::now();
-    let mut i = 0;
-    while i < n {
-        let batch: Vec<Envelope> = (i..(i + BATCH).min(n)).map(message).collect();
-        i += batch.len();
-        sender.send_batch(batch).await.unwrap();
-    }
-    n as f64 / start.elapsed().as_secs_f64()
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
 }
 
 #[tokio::main]
@@ -69,7 +53,7 @@ async fn main() {
     t.create_queue("orders", &QueueOptions::default()).await.unwrap();
     t.create_queue("peer", &QueueOptions::default()).await.unwrap();
 
-    let send_rate = send_all(&t, "orders", n).await;
+    let send_rate = send_all(&t, "orders", n, message).await;
     sqlx::query(
         "UPDATE courier.message SET state = 3, dl_reason = 'bench.Poison', dl_description = 'made for the benchmark', \
          dl_source = 'orders', delivery_count = 1 WHERE entity_id = (SELECT id FROM courier.entity WHERE name = 'orders')",
@@ -125,7 +109,7 @@ async fn main() {
 
     // The peer again after the resubmit, on a queue of its own: the table is as large as
     // it was for the resubmit.
-    let send_rate_after = send_all(&t, "peer", n).await;
+    let send_rate_after = send_all(&t, "peer", n, message).await;
     let peer = (send_rate + send_rate_after) / 2.0;
 
     println!("admin on the Postgres transport, {n} dead letters of {BODY} B");
