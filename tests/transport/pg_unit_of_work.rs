@@ -80,6 +80,125 @@ async fn count(pool: &PgPool, sql: &'static str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
 }
 
+/// No connection of this database sits in a transaction, open or aborted, once the
+/// handlings are over: the store ends every one it began (a connection back in the pool
+/// inside a transaction would run the next user's statements in it).
+async fn no_connection_left_in_a_transaction(pool: &PgPool) {
+    eventually("no connection left in a transaction", || async {
+        count(
+            pool,
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+             AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%'",
+        )
+        .await
+            == 0
+    })
+    .await;
+}
+
+#[derive(Debug, Serialize, Deserialize, courier::Message)]
+#[message(name = "pguow.Nested")]
+struct Nested {
+    n: i64,
+}
+
+/// Uses the handling's connection as an application would: a transaction of its own on it
+/// (sqlx makes it a savepoint of the handling's), one rolled back and one committed.
+#[courier::handler]
+async fn record_nested(job: Nested, ctx: &mut Context) -> Result<(), HandlerError> {
+    use sqlx::Connection as _;
+    let conn = ctx.transaction::<sqlx::Postgres>()?;
+    let mut undone = conn.begin().await?;
+    sqlx::query("INSERT INTO effects (n) VALUES ($1)")
+        .bind(-job.n)
+        .execute(&mut *undone)
+        .await?;
+    undone.rollback().await?;
+    let mut kept = conn.begin().await?;
+    sqlx::query("INSERT INTO effects (n) VALUES ($1)")
+        .bind(job.n)
+        .execute(&mut *kept)
+        .await?;
+    kept.commit().await?;
+    Ok(())
+}
+
+/// The inbox record is sent with `BEGIN` as one simple query, its texts as hexadecimal
+/// digits: a message id of quotes, backslashes, SQL and non-ASCII letters is recorded as
+/// it is, a second message with the same id is recognised as a duplicate (the record's
+/// refusal, CL002, then the prepared `INSERT`), and a handler's own transactions on the
+/// handling's connection are savepoints of it (sqlx counts the handling's transaction):
+/// a handler's `commit` does not commit the handling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn odd_message_ids_duplicates_and_a_handlers_own_transactions() {
+    let db = TestDatabase::create().await;
+    let pool = db.pool().await;
+    sqlx::query("CREATE TABLE effects (n bigint NOT NULL)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let transport = Arc::new(PostgresTransport::from_pool(pool.clone()).open().await.unwrap());
+    transport
+        .create_queue("nested", &QueueOptions::default())
+        .await
+        .unwrap();
+    let nested = Endpoint::builder("nested")
+        .transport(transport.clone())
+        .store(transport.store())
+        .routes(Routes::new().send::<Nested>("nested"))
+        .handler(record_nested)
+        .recoverability(RetryPolicy::none())
+        .start()
+        .await
+        .unwrap();
+
+    let id = "it's \\x27 '); DROP TABLE effects; -- \u{e9}t\u{e9} \u{1f4e8}";
+    let sender = transport
+        .sender("nested", courier::SenderOptions::default())
+        .await
+        .unwrap();
+    for n in [5, 6] {
+        let mut m = courier::Envelope::new(format!("{{\"n\":{n}}}"));
+        m.message_id = id.to_owned();
+        m.message_type = Some("pguow.Nested".into());
+        m.content_type = Some("application/json".into());
+        sender.send(m).await.unwrap();
+        eventually("the message handled or found a duplicate", || async {
+            transport.counts(&EntityPath::queue("nested")).await.unwrap().active == 0 && nested.stats().running == 0
+        })
+        .await;
+    }
+    let recorded: Vec<String> = sqlx::query_scalar("SELECT message_id FROM courier.inbox")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(recorded, vec![id.to_owned()], "the id recorded as it is, once");
+    let effects: Vec<i64> = sqlx::query_scalar("SELECT n FROM effects ORDER BY n")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        effects,
+        vec![5],
+        "the savepoint rolled back, the other kept, the duplicate not handled"
+    );
+    assert_eq!(nested.stats().completed, 2, "the duplicate completed too");
+    assert_eq!(
+        transport
+            .counts(&EntityPath::queue("nested"))
+            .await
+            .unwrap()
+            .dead_lettered,
+        0
+    );
+    no_connection_left_in_a_transaction(&pool).await;
+
+    nested.shutdown().await.unwrap();
+    transport.close().await;
+    pool.close().await;
+    db.drop_now().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completion_inbox_writes_and_sends_commit_in_one_transaction() {
     let db = TestDatabase::create().await;
@@ -212,6 +331,7 @@ async fn a_lock_lost_before_the_commit_leaves_no_effect() {
         1,
         "the message stays, for whoever holds its lock now"
     );
+    no_connection_left_in_a_transaction(&pool).await;
 
     gated.shutdown().await.unwrap();
     transport.close().await;
