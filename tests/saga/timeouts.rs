@@ -197,8 +197,20 @@ async fn a_timeout_the_broker_dead_letters_is_sent_a_bounded_number_of_times(kin
         // jumps again: a jump while it is locked would end its one delivery before its
         // handler ran (the Postgres transport enqueues it in the claim, and its receive
         // may come after the next jump).
+        // The queue empty too: the dispatcher counts a copy after its claim committed,
+        // and the copy is receivable from that commit on (a jump in between ended a
+        // copy's one delivery before its handler ran: 2 attempts of 3, seen under load).
         eventually("no copy in flight", || async {
             env.dead_letters().await as u64 == flows.stats().timeouts_dispatched
+                && env
+                    .env
+                    .fx
+                    .transport
+                    .counts(&EntityPath::queue("flows"))
+                    .await
+                    .unwrap()
+                    .active
+                    == 0
         })
         .await;
     }

@@ -322,15 +322,29 @@ async fn a_transport_whose_lock_holder_dropped_does_not_use_up_delivery_counts()
         .await
         .unwrap();
     let admin = process(&clock, &unique("admin"), Duration::from_secs(1)).await;
-    let ended: Vec<bool> = sqlx::query_scalar(
-        "SELECT pg_terminate_backend(a.pid) FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid \
+    let ended: Vec<(i32, bool)> = sqlx::query_as(
+        "SELECT a.pid, pg_terminate_backend(a.pid) FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid \
          WHERE a.application_name = $1 AND l.locktype = 'advisory'",
     )
     .bind(&name)
     .fetch_all(admin.pool())
     .await
     .unwrap();
-    assert_eq!(ended, vec![true], "the holder's connection was ended");
+    assert_eq!(ended.len(), 1, "one lock holder");
+    assert!(ended[0].1, "the holder's connection was ended");
+    // pg_terminate_backend only signals the backend: until it has exited, its advisory
+    // lock still shows, and a receive would lock the message for a holder about to go
+    // (whose lock the next count ends: a flake seen under load). Wait for the exit.
+    let pid = ended[0].0;
+    courier_tests::eventually("the holder's backend gone", || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM pg_stat_activity WHERE pid = $1")
+            .bind(pid)
+            .fetch_one(admin.pool())
+            .await
+            .unwrap()
+            == 0
+    })
+    .await;
 
     // A busy receiver (an endpoint's, handling what it took) receives again and again.
     let r = t.receiver(&EntityPath::queue(&q)).await.unwrap();

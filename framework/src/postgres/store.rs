@@ -178,20 +178,48 @@ async fn send_staged(
 const LOCK_LOST: &str = "CL001";
 
 /// Completes the received message if `lock` is still its lock at `now`, and commits the
-/// transaction `conn` holds, in ONE round trip: a simple query of the fenced completion
-/// (`courier.complete_fenced`, which raises `CL001` when the lock is lost, so that the
-/// `COMMIT` after it is skipped), `COMMIT`, and a `BEGIN` whose empty transaction sqlx
-/// rolls back with the connection's next use (its return to the pool): sqlx counts the
-/// handling's transaction in the connection's depth, and only its own commit or rollback
-/// may lower it.
+/// transaction `conn` holds, in ONE round trip ([`complete_then`]): then a `BEGIN`, whose
+/// empty transaction sqlx rolls back with the connection's next use (its return to the
+/// pool): sqlx counts the handling's transaction in the connection's depth, and only its
+/// own commit or rollback may lower it.
 ///
 /// # Errors
-/// [`ErrorKind::LockLost`] when the lock is lost (nothing committed; the transaction is
-/// left aborted, for the caller to roll back); a storage error, SQLSTATE 25P02 when the
-/// handler left the transaction aborted.
+/// As [`complete_then`]'s.
 async fn complete_and_commit(conn: &mut PgConnection, lock: Lock, now: DateTime<Utc>) -> Result<()> {
+    complete_then(conn, lock, now, "COMMIT; BEGIN").await?;
+    PgTransactionManager::start_rollback(conn);
+    Ok(())
+}
+
+/// [`send_staged`], then [`complete_then`] with the transport's clock.
+///
+/// # Errors
+/// As theirs.
+pub(crate) async fn send_and_complete_then(
+    conn: &mut PgConnection,
+    transport: &PostgresTransport,
+    lock: Lock,
+    staged: Vec<(String, bool, Envelope)>,
+    then: &str,
+) -> Result<()> {
+    if !staged.is_empty() {
+        send_staged(&mut *conn, transport, staged).await?;
+    }
+    complete_then(conn, lock, transport.shared.clock.now(), then).await
+}
+
+/// Completes the received message if `lock` is still its lock at `now`, then runs `then`
+/// (statements of Courier's own: a `COMMIT`, a savepoint), in ONE round trip: a simple
+/// query of the fenced completion (`courier.complete_fenced`, which raises `CL001` when
+/// the lock is lost, so that the statements after it are skipped) and `then`.
+///
+/// # Errors
+/// [`ErrorKind::LockLost`] when the lock is lost (nothing of `then` ran; the transaction
+/// is left aborted, for the caller to roll back); a storage error, SQLSTATE 25P02 when
+/// the handler left the transaction aborted.
+async fn complete_then(conn: &mut PgConnection, lock: Lock, now: DateTime<Utc>, then: &str) -> Result<()> {
     let sql = format!(
-        "SELECT courier.complete_fenced({}, {}, {}, '{}'); COMMIT; BEGIN",
+        "SELECT courier.complete_fenced({}, {}, {}, '{}'); {then}",
         lock.id,
         lock.entity,
         lock.delivery_count,
@@ -201,12 +229,9 @@ async fn complete_and_commit(conn: &mut PgConnection, lock: Lock, now: DateTime<
         .execute(&mut *conn)
         .await
     {
-        Ok(_) => {
-            PgTransactionManager::start_rollback(conn);
-            Ok(())
-        }
+        Ok(_) => Ok(()),
         Err(sqlx::Error::Database(d)) if d.code().as_deref() == Some(LOCK_LOST) => Err(Error::new(ErrorKind::LockLost)),
-        Err(e) => Err(db_error("cannot complete the received message and commit", e)),
+        Err(e) => Err(db_error("cannot complete the received message", e)),
     }
 }
 
