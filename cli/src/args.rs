@@ -84,13 +84,15 @@ pub(crate) struct Target {
     /// rabbitmq_management`); when it cannot be reached, `queues` still lists the AMQP
     /// counts and warns. Plain HTTP only. Prefer the environment variable to keep the
     /// password out of the shell's history.
+    // Not clap's `requires = "rabbitmq"`: on a global option it fails when the two are
+    // given on different levels (`courier --rabbitmq URL queues --rabbitmq-management
+    // URL`, or one from the environment); `run` checks it.
     #[arg(
         long,
         value_name = "URL",
         env = "COURIER_RABBITMQ_MANAGEMENT",
         hide_env_values = true,
-        global = true,
-        requires = "rabbitmq"
+        global = true
     )]
     pub(crate) rabbitmq_management: Option<String>,
 

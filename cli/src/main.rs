@@ -129,6 +129,13 @@ async fn run(cli: Cli) -> Exit {
         );
         return Exit::Usage;
     }
+    if cli.target.rabbitmq_management.is_some() && cli.target.rabbitmq.is_none() {
+        eprintln!(
+            "error: --rabbitmq-management (or COURIER_RABBITMQ_MANAGEMENT) needs --rabbitmq URL (or \
+             COURIER_RABBITMQ): it reads the statistics of that broker's queues"
+        );
+        return Exit::Usage;
+    }
     let to = match connect(&cli).await {
         Ok(to) => to,
         Err(e) => {
