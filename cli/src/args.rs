@@ -77,6 +77,25 @@ pub(crate) struct Target {
     )]
     pub(crate) rabbitmq: Option<String>,
 
+    /// With `--rabbitmq`: RabbitMQ's management HTTP API
+    /// (`http://user:password@host:15672`; without a user and password, the AMQP URL's),
+    /// read for the number of unacknowledged messages of each queue (`LOCKED`), which
+    /// AMQP does not tell. Needs the management plugin (`rabbitmq-plugins enable
+    /// rabbitmq_management`); when it cannot be reached, `queues` still lists the AMQP
+    /// counts and warns. Plain HTTP only. Prefer the environment variable to keep the
+    /// password out of the shell's history.
+    // Not clap's `requires = "rabbitmq"`: on a global option it fails when the two are
+    // given on different levels (`courier --rabbitmq URL queues --rabbitmq-management
+    // URL`, or one from the environment); `run` checks it.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "COURIER_RABBITMQ_MANAGEMENT",
+        hide_env_values = true,
+        global = true
+    )]
+    pub(crate) rabbitmq_management: Option<String>,
+
     /// With `--rabbitmq`: also list this queue, topic or subscription
     /// (`topic/subscriptions/name`), one the transport did not record (repeatable).
     #[arg(long, value_name = "NAME", global = true, requires = "rabbitmq")]

@@ -4,7 +4,8 @@
 //! the library's `courier_cli::console`); against an embedded broker's file
 //! (`--embedded`), a Postgres database (`--postgres`: the store, and the Postgres
 //! transport's queues), a SQLite store (`--sqlite`), or RabbitMQ (`--rabbitmq`, with
-//! `--postgres` or `--sqlite` as its schedule store).
+//! `--postgres` or `--sqlite` as its schedule store, and `--rabbitmq-management` for the
+//! unacknowledged counts).
 //!
 //! A thin layer over `courier::admin`: `args.rs` is the grammar, `commands.rs` runs the
 //! commands, `output.rs` prints, `serve.rs` starts the web console. Exit codes are documented in `--help` and in
@@ -55,6 +56,7 @@ fn code_of(e: &AdminError) -> Exit {
         AdminError::NotFound { .. } => Exit::NotFound,
         AdminError::Refused { .. } => Exit::Refused,
         AdminError::Unavailable { .. } => Exit::Unavailable,
+        AdminError::Invalid { .. } => Exit::Usage,
         _ => Exit::Failed,
     }
 }
@@ -102,9 +104,12 @@ async fn connect(cli: &Cli) -> Result<Connections, AdminError> {
         to.store = Some(Arc::new(admin));
     }
     if let Some(url) = &cli.target.rabbitmq {
-        let admin = AmqpAdmin::connect(url, schedules)
+        let mut admin = AmqpAdmin::connect(url, schedules)
             .await?
             .with_queues(cli.target.rabbitmq_queue.iter().cloned());
+        if let Some(management) = &cli.target.rabbitmq_management {
+            admin = admin.with_management(management)?;
+        }
         let admin = Arc::new(admin);
         to.queues = Some(admin.clone() as Arc<dyn QueueAdmin>);
         to.rabbitmq = Some(admin);
@@ -121,6 +126,13 @@ async fn run(cli: Cli) -> Exit {
         eprintln!(
             "error: say what to connect to: --embedded FILE, --postgres URL, --sqlite FILE or --rabbitmq URL \
              (with --postgres URL or --sqlite FILE)"
+        );
+        return Exit::Usage;
+    }
+    if cli.target.rabbitmq_management.is_some() && cli.target.rabbitmq.is_none() {
+        eprintln!(
+            "error: --rabbitmq-management (or COURIER_RABBITMQ_MANAGEMENT) needs --rabbitmq URL (or \
+             COURIER_RABBITMQ): it reads the statistics of that broker's queues"
         );
         return Exit::Usage;
     }

@@ -1,7 +1,8 @@
 //! The operations API (`courier::admin`): queues and dead letters on the embedded
 //! broker (a poison message dead-lettered by a running endpoint, listed, shown,
 //! resubmitted and handled; interrupted resubmits; a file in use), the same on the
-//! Postgres transport (`pg_transport.rs`) and on RabbitMQ (`rabbit.rs`), and sagas,
+//! Postgres transport (`pg_transport.rs`) and on RabbitMQ (`rabbit.rs`; the unacknowledged
+//! counts from the management API in `rabbit_management.rs`), and sagas,
 //! timeouts and the outbox on every store (`stores.rs`, `sagas.rs`). Each test has its
 //! own broker, file, database or names.
 
@@ -15,6 +16,7 @@
 
 mod pg_transport;
 mod rabbit;
+mod rabbit_management;
 mod resubmit;
 mod sagas;
 mod stores;

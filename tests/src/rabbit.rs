@@ -1,6 +1,7 @@
 //! A RabbitMQ for the tests: the server `AMQP_URL` names, or else one started once per
 //! test process with testcontainers when a Docker engine answers. Tests share it and
-//! stay apart by their own queue and exchange names.
+//! stay apart by their own queue and exchange names. Its management HTTP API is at
+//! [`management_url`].
 
 use std::sync::Arc;
 
@@ -19,22 +20,54 @@ use tokio::sync::OnceCell;
 
 use crate::containers::{self, Server};
 
-static URL: OnceCell<(String, Option<ContainerAsync<GenericImage>>)> = OnceCell::const_new();
+/// The test broker: its AMQP URL, its management API's URL, and the container.
+struct Shared {
+    amqp: String,
+    management: String,
+    _container: Option<ContainerAsync<GenericImage>>,
+}
+
+static BROKER: OnceCell<Shared> = OnceCell::const_new();
 
 /// The AMQP URL of the test broker: `AMQP_URL`, else a RabbitMQ container shared by the
 /// test process (see [`crate::containers`]) when a Docker engine answers.
 ///
 /// # Panics
 /// When neither is available, saying in one line what to do.
-#[allow(clippy::expect_used, clippy::panic)]
 pub async fn amqp_url() -> String {
-    let (url, _) = URL
+    shared().await.amqp.clone()
+}
+
+/// The URL of the test broker's management HTTP API, with its credentials
+/// (`http://guest:guest@host:port`): the container's, whose image has the plugin on;
+/// with `AMQP_URL`, `RABBITMQ_MANAGEMENT_URL`, else port 15672 of `AMQP_URL`'s host with
+/// its user and password (the plugin must be on there: `rabbitmq-plugins enable
+/// rabbitmq_management`).
+///
+/// # Panics
+/// As [`amqp_url`].
+pub async fn management_url() -> String {
+    shared().await.management.clone()
+}
+
+#[allow(clippy::panic)]
+async fn shared() -> &'static Shared {
+    BROKER
         .get_or_init(|| async {
-            if let Ok(url) = std::env::var("AMQP_URL") {
-                (url, None)
+            if let Ok(amqp) = std::env::var("AMQP_URL") {
+                let management = std::env::var("RABBITMQ_MANAGEMENT_URL").unwrap_or_else(|_| management_beside(&amqp));
+                Shared {
+                    amqp,
+                    management,
+                    _container: None,
+                }
             } else if containers::engine_answers() {
-                let (url, container) = start_container().await;
-                (url, Some(container))
+                let (amqp, management, container) = start_container().await;
+                Shared {
+                    amqp,
+                    management,
+                    _container: Some(container),
+                }
             } else {
                 panic!(
                     "{}",
@@ -42,8 +75,22 @@ pub async fn amqp_url() -> String {
                 );
             }
         })
-        .await;
-    url.clone()
+        .await
+}
+
+/// `amqp://user:password@host:5672/vhost` -> `http://user:password@host:15672`.
+fn management_beside(amqp: &str) -> String {
+    let rest = amqp.split_once("://").map_or(amqp, |(_, r)| r);
+    let authority = rest.split(['/', '?']).next().unwrap_or(rest);
+    let (userinfo, host_port) = match authority.rsplit_once('@') {
+        Some((u, h)) => (format!("{u}@"), h),
+        None => (String::new(), authority),
+    };
+    let host = match host_port.rsplit_once(':') {
+        Some((h, p)) if !p.contains(']') => h,
+        _ => host_port,
+    };
+    format!("http://{userinfo}{host}:15672")
 }
 
 /// A RabbitMQ container of the caller's own (the chaos harness restarts it), whatever
@@ -52,22 +99,32 @@ pub async fn amqp_url() -> String {
 /// # Panics
 /// When the container cannot start.
 pub async fn own_broker() -> (String, ContainerAsync<GenericImage>) {
-    start_container().await
+    let (amqp, _management, container) = start_container().await;
+    (amqp, container)
 }
 
-/// Starts a RabbitMQ container with its AMQP port on a fixed host port (a restart keeps
-/// it), returning its URL.
+/// Starts a RabbitMQ container with its AMQP port and its management port on fixed host
+/// ports (a restart keeps them), returning their URLs.
 #[allow(clippy::panic)]
-async fn start_container() -> (String, ContainerAsync<GenericImage>) {
+async fn start_container() -> (String, String, ContainerAsync<GenericImage>) {
     containers::remove_orphans();
     let (name, tag) = containers::image(Server::RabbitMq).unwrap_or_else(|e| panic!("{e}"));
     let port = containers::free_port().unwrap_or_else(|e| panic!("no free port: {e}"));
+    let management = loop {
+        let p = containers::free_port().unwrap_or_else(|e| panic!("no free port: {e}"));
+        if p != port {
+            break p;
+        }
+    };
     let container = GenericImage::new(name, tag)
         .with_exposed_port(5672.tcp())
-        // Logged once the node has booted and its listeners accept connections (the
-        // official image says the same, with the number of plugins after it).
+        .with_exposed_port(15672.tcp())
+        // Logged once the node has booted, its plugins started and its listeners accept
+        // connections (the official image says the same, with the number of plugins
+        // after it).
         .with_wait_for(WaitFor::message_on_stdout("Server startup complete"))
         .with_mapped_port(port, 5672.tcp())
+        .with_mapped_port(management, 15672.tcp())
         .with_label(containers::OWNER_LABEL, containers::owner())
         .with_container_name(containers::watched_name())
         .with_startup_timeout(std::time::Duration::from_secs(120))
@@ -78,7 +135,11 @@ async fn start_container() -> (String, ContainerAsync<GenericImage>) {
         .get_host()
         .await
         .unwrap_or_else(|e| panic!("the RabbitMQ container's host: {e}"));
-    (format!("amqp://guest:guest@{host}:{port}/%2f"), container)
+    (
+        format!("amqp://guest:guest@{host}:{port}/%2f"),
+        format!("http://guest:guest@{host}:{management}"),
+        container,
+    )
 }
 
 /// A SQLite store in memory (one connection that never closes), migrated.
@@ -147,7 +208,7 @@ impl RestartableBroker {
     #[allow(clippy::panic)]
     pub async fn start() -> Self {
         if containers::engine_answers() {
-            let (url, container) = start_container().await;
+            let (url, _management, container) = start_container().await;
             return RestartableBroker {
                 url,
                 own: Own::Container(Box::new(container)),

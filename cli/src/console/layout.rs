@@ -126,6 +126,7 @@ impl From<AdminError> for PageError {
             AdminError::Refused { .. } => {
                 Self::new(StatusCode::CONFLICT, "Refused", format!("{text}. Nothing was changed."))
             }
+            AdminError::Invalid { .. } => Self::bad_request(format!("{text}. Nothing was changed.")),
             _ if e.is_transient() => Self::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "Unavailable",

@@ -3,7 +3,8 @@
 //! store (`AmqpAdmin` + `SqliteAdmin`). The pages and forms are the same code as over the
 //! embedded broker (tested in the browser by the other modules); these tests drive them
 //! over plain HTTP: the dashboard's counts, the dead-letter page, one dead letter, and a
-//! resubmit posted with the page's CSRF token that puts the message back in its queue.
+//! resubmit posted with the page's CSRF token that puts the message back in its queue;
+//! and on RabbitMQ with its management API, a message held unsettled shown as locked.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -153,6 +154,84 @@ async fn over_rabbitmq_with_a_sqlite_store_a_dead_letter_is_shown_and_resubmitte
         (c.active, c.dead_lettered) == (1, 0)
     })
     .await;
+    transport.delete(&EntityPath::queue(&queue)).await.unwrap();
+    transport.close().await;
+    vhost.delete().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_rabbitmq_with_the_management_api_the_dashboard_shows_locked_messages() {
+    let vhost = courier::test_servers::rabbitmq_vhost().await.unwrap();
+    let amqp = vhost.url().to_owned();
+    let management = vhost.management_url().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("store.db");
+    let store = SqliteStore::open(&file).await.unwrap();
+    store.migrate().await.unwrap();
+    let transport = AmqpTransport::builder(amqp.as_str())
+        .schedules(&store)
+        .open()
+        .await
+        .unwrap();
+    let queue = unique("console-held");
+    transport.create_queue(&queue, &QueueOptions::default()).await.unwrap();
+    let sender = transport.sender(&queue, SenderOptions::default()).await.unwrap();
+    for i in 0..3 {
+        sender.send(Envelope::new(format!("{{\"n\":{i}}}"))).await.unwrap();
+    }
+    // One received and not settled.
+    let receiver = transport.receiver(&EntityPath::queue(&queue)).await.unwrap();
+    let held = loop {
+        if let Some(d) = receiver.receive(1, Duration::from_secs(5)).await.unwrap().pop() {
+            break d;
+        }
+    };
+    let sqlite = SqliteAdmin::open(&file).await.unwrap();
+    let schedules = courier::ScheduleStore::from(&sqlite);
+    let queues = AmqpAdmin::connect(&amqp, Some(schedules))
+        .await
+        .unwrap()
+        .with_management(&management)
+        .unwrap();
+    let console = Console::new()
+        .queues(Arc::new(queues) as Arc<dyn QueueAdmin>)
+        .store(Arc::new(sqlite) as Arc<dyn StoreAdmin>);
+    let base = serve(console).await;
+
+    // The row of the queue: active 2, locked 1 (the management API's statistics follow
+    // a few seconds later), oldest unknown for a quorum queue.
+    let row_of = |body: &str| {
+        body.split(&format!("data-queue=\"{queue}\""))
+            .nth(1)
+            .and_then(|rest| rest.split("</tr>").next())
+            .map(str::to_owned)
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let row = loop {
+        let page = http("GET", &format!("{base}/"), &[], None).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        let row = row_of(&page.body).unwrap_or_default();
+        if row.contains("class=\"n active\">2<") && row.contains("class=\"n locked\">1<") {
+            break row;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the dashboard shows no locked message: {row}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    assert!(row.contains(">-<"), "no oldest age: {row}");
+    let page = http("GET", &format!("{base}/"), &[], None).await;
+    assert!(page.body.contains("(management http://"), "{}", page.body);
+    let password = management
+        .split_once("://")
+        .and_then(|(_, r)| r.rsplit_once('@'))
+        .and_then(|(u, _)| u.split_once(':'))
+        .map(|(_, p)| p.to_owned());
+    if let Some(p) = password {
+        assert!(!page.body.contains(&format!(":{p}@")), "{}", page.body);
+    }
+    held.complete().await.unwrap();
     transport.delete(&EntityPath::queue(&queue)).await.unwrap();
     transport.close().await;
     vhost.delete().await.unwrap();

@@ -30,6 +30,15 @@ pub enum AdminError {
         #[source]
         source: Box<Error>,
     },
+    /// A value given to build the admin cannot be used (a malformed URL); the text says
+    /// what is wrong, never with a password. Trying again cannot help: fix the value.
+    #[error("invalid {what}: {reason}")]
+    Invalid {
+        /// What the value was for.
+        what: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The broker or store failed the operation; [`Error::is_transient`] says whether a
     /// retry can help. Nothing was changed (operations are atomic per message).
     #[error(transparent)]
@@ -46,7 +55,7 @@ impl AdminError {
     /// Whether trying again later can succeed.
     pub fn is_transient(&self) -> bool {
         match self {
-            AdminError::NotFound { .. } | AdminError::Refused { .. } => false,
+            AdminError::NotFound { .. } | AdminError::Refused { .. } | AdminError::Invalid { .. } => false,
             AdminError::Unavailable { .. } => true,
             AdminError::Failed(e) => e.is_transient(),
         }

@@ -1,14 +1,24 @@
 //! The operations API on RabbitMQ ([`AmqpAdmin`]): queues with their counts, and the dead
-//! letters of a queue's `<queue>::dlq`, over AMQP 0-9-1 alone (the management plugin is
-//! often off, and is not needed) and the transport's schedule store.
+//! letters of a queue's `<queue>::dlq`, over AMQP 0-9-1 (the management plugin is often
+//! off, and is not needed) and the transport's schedule store; and, when it is given the
+//! management plugin's address ([`AmqpAdmin::with_management`]), the unacknowledged
+//! counts from its HTTP API (`management.rs`).
 //!
 //! * **Which queues.** AMQP cannot list a broker's queues. The transport records every
 //!   entity it declares in its schedule store's database (`registry.rs`), and this admin
 //!   lists those, plus names given by the operator ([`AmqpAdmin::with_queues`]).
 //! * **Counts** come from passive `queue.declare` of the queue and of its `::dlq` (the
-//!   ready messages; RabbitMQ does not say over AMQP how many are unacknowledged, so
-//!   `locked` is 0 and the oldest age unknown), plus the dead letters parked in the
-//!   schedule store, and the scheduled ones from the schedule store.
+//!   ready messages), plus the dead letters parked in the schedule store, and the
+//!   scheduled ones from the schedule store. RabbitMQ does not say over AMQP how many
+//!   messages are unacknowledged: without the management API `locked` is 0. With it,
+//!   `locked` is the queue's `messages_unacknowledged` (one `GET /api/queues/{vhost}` a
+//!   listing, statistics up to 5 s old). The oldest age (`oldest_enqueued_at`) stays
+//!   unknown for Courier's queues: RabbitMQ 3.10 gives no `head_message_timestamp` for a
+//!   quorum queue, and peeking the head (a `basic.get` and a requeue) would raise its
+//!   delivery count toward the delivery limit; only a classic queue named with
+//!   [`with_queues`](AmqpAdmin::with_queues) can have one (its head message's AMQP
+//!   timestamp). When the API cannot be reached or answers an error, the listing has the
+//!   AMQP counts alone and logs a warning that says what to do.
 //! * **Parking.** RabbitMQ cannot page a queue, and a quorum queue hands one consumer at
 //!   most 2,000 unacknowledged messages and puts requeued ones at its back. So the admin
 //!   moves the queue's DLQ into the schedule store's table of parked dead letters
@@ -37,7 +47,7 @@
 //!   at most one window in both places, with the same message ids (an inbox drops the
 //!   second handling), never in neither. **Delete** deletes rows.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,6 +64,7 @@ use uuid::Uuid;
 
 use super::conn::{Connector, connection_error, reply_code};
 use super::inspect::WireCounters;
+use super::management::{Management, QueueStats};
 use super::parked::{Parked, Parking, encode_properties};
 use super::publish::{ConfirmChannel, Target, finish};
 use super::schedule::ScheduleStore;
@@ -107,12 +118,15 @@ pub struct AmqpAdmin {
     /// Whether this admin opened the connection (and closes it).
     owns: bool,
     publisher: ConfirmChannel,
+    /// The management API, when its address was given.
+    management: Option<Management>,
 }
 
 impl std::fmt::Debug for AmqpAdmin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AmqpAdmin")
             .field("broker", &self.inner.conn.display)
+            .field("management", &self.management.as_ref().map(|m| &m.display))
             .finish_non_exhaustive()
     }
 }
@@ -208,6 +222,7 @@ impl AmqpAdmin {
             extra: Vec::new(),
             owns: true,
             publisher: ConfirmChannel::default(),
+            management: None,
         })
     }
 
@@ -219,6 +234,7 @@ impl AmqpAdmin {
             extra: Vec::new(),
             owns: false,
             publisher: ConfirmChannel::default(),
+            management: None,
         }
     }
 
@@ -233,6 +249,70 @@ impl AmqpAdmin {
     {
         self.extra.extend(names.into_iter().map(Into::into));
         self
+    }
+
+    /// Also reads RabbitMQ's management HTTP API at `url` (the management plugin's
+    /// listener, `http://user:password@rabbit:15672`), so that [`queues`](QueueAdmin::queues)
+    /// fills `locked` with each queue's unacknowledged messages, which AMQP 0-9-1 does not
+    /// tell. One request a listing (`GET /api/queues/{vhost}`, at most 5 s); the counts are
+    /// the broker's statistics, refreshed every `collect_statistics_interval` (5 s by
+    /// default). The oldest age stays unknown for Courier's quorum queues: RabbitMQ gives
+    /// it for classic queues only.
+    ///
+    /// The credentials are the URL's (HTTP Basic authentication), else the AMQP URL's user
+    /// and password; the virtual host is the AMQP URL's. Plain HTTP only: HTTPS
+    /// management endpoints are not supported yet. When the API cannot be reached or
+    /// answers an error, a listing has the AMQP counts alone (`locked` 0) and logs a
+    /// warning that says what to do; it does not fail.
+    ///
+    /// # Errors
+    /// [`AdminError::Invalid`] when `url` cannot be used (not `http://`, no host, a bad
+    /// port, a query), saying what is wrong without the password.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use courier::admin::{AmqpAdmin, QueueAdmin};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let admin = AmqpAdmin::connect("amqp://ops:secret@rabbit:5672/prod", None)
+    ///     .await?
+    ///     .with_queues(["orders"])
+    ///     // The AMQP URL's user and password, and its vhost `prod`.
+    ///     .with_management("http://rabbit:15672")?;
+    /// for q in admin.queues().await? {
+    ///     println!("{}: {} ready, {} unacknowledged", q.name, q.active, q.locked);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_management(mut self, url: &str) -> AdminResult<Self> {
+        let management = Management::new(url, self.inner.conn.url()).map_err(|reason| AdminError::Invalid {
+            what: "RabbitMQ management URL".into(),
+            reason,
+        })?;
+        self.management = Some(management);
+        Ok(self)
+    }
+
+    /// The management API's statistics of the queues, or none (with a warning) when it
+    /// has no address or fails.
+    async fn management_stats(&self) -> Option<HashMap<String, QueueStats>> {
+        let management = self.management.as_ref()?;
+        match management.queues().await {
+            Ok(stats) => Some(stats),
+            Err(e) => {
+                tracing::warn!(
+                    management = %management.display,
+                    error = %e.with_causes(),
+                    "the RabbitMQ management API gave no statistics, so the unacknowledged counts (LOCKED) are \
+                     shown as 0: {}",
+                    e.hint()
+                );
+                None
+            }
+        }
     }
 
     /// Closes the connection this admin opened ([`connect`](Self::connect)).
@@ -579,27 +659,32 @@ impl AmqpAdmin {
 #[async_trait]
 impl QueueAdmin for AmqpAdmin {
     fn describe(&self) -> String {
-        format!("rabbitmq {}", self.inner.conn.display)
+        match &self.management {
+            Some(m) => format!("rabbitmq {} (management {})", self.inner.conn.display, m.display),
+            None => format!("rabbitmq {}", self.inner.conn.display),
+        }
     }
 
     fn now(&self) -> DateTime<Utc> {
         self.inner.clock.now()
     }
 
+    /// With the management API: its statistics asked for once, beside the AMQP counts.
     async fn queues(&self) -> AdminResult<Vec<QueueSummary>> {
+        let (entities, stats) = tokio::join!(self.entities(), self.management_stats());
         let mut out = Vec::new();
-        for (name, kind, queue) in self.entities().await? {
+        for (name, kind, queue) in entities? {
             let scheduled = match (&self.inner.schedules, kind) {
                 (Some(store), EntityKind::Queue | EntityKind::Topic) => {
                     store.count(&queue).await.map_err(|e| self.failed(e))?
                 }
                 _ => 0,
             };
-            let (active, dead_lettered) = if kind == EntityKind::Topic {
+            let (active, dead_lettered, held) = if kind == EntityKind::Topic {
                 if !self.inner.topic_exists(&queue).await.map_err(|e| self.failed(e))? {
                     continue;
                 }
-                (0, 0)
+                (0, 0, QueueStats::default())
             } else {
                 // Gone (deleted outside Courier): not listed.
                 let Some((ready, _consumers)) = self.declare_ok(&queue).await? else {
@@ -611,17 +696,18 @@ impl QueueAdmin for AmqpAdmin {
                     Some(store) => store.parked_count(&queue).await.map_err(|e| self.failed(e))?,
                     None => 0,
                 };
-                (ready, waiting + parked)
+                let held = stats.as_ref().and_then(|s| s.get(&queue)).copied().unwrap_or_default();
+                (ready, waiting + parked, held)
             };
             out.push(QueueSummary {
                 name,
                 kind,
                 active,
-                locked: 0,
+                locked: held.unacknowledged.unwrap_or(0),
                 scheduled,
                 deferred: 0,
                 dead_lettered,
-                oldest_enqueued_at: None,
+                oldest_enqueued_at: held.head_timestamp,
             });
         }
         Ok(out)

@@ -97,6 +97,12 @@ impl Connector {
         }
     }
 
+    /// The URL with its password: for what must read it (the management API's
+    /// credentials), never to show.
+    pub(crate) fn url(&self) -> &str {
+        &self.url
+    }
+
     pub(crate) fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
     }

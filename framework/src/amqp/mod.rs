@@ -19,6 +19,7 @@ mod conn;
 #[cfg(test)]
 mod fuzz;
 mod inspect;
+mod management;
 mod parked;
 mod publish;
 mod receiver;

@@ -11,36 +11,47 @@ pub(super) async fn docker_answers() -> bool {
     run(vec!["docker".into(), "info".into()]).await.is_ok()
 }
 
-/// Starts a container of `image` with `port` published on a host port Docker picks;
-/// returns its id and that port. It is removed when this process ends
+/// Starts a container of `image` with each of `ports` published on a host port Docker
+/// picks; returns its id and those ports, in order. It is removed when this process ends
 /// ([`remove_when_process_ends`]); the test containers of ended processes are removed
 /// first.
-pub(super) async fn start_container(image: &str, port: &str, extra: &[&str]) -> Result<(String, u16), ServerError> {
+pub(super) async fn start_container(
+    image: &str,
+    ports: &[&str],
+    extra: &[&str],
+) -> Result<(String, Vec<u16>), ServerError> {
     remove_orphans().await;
     let pid = std::process::id();
     let (random, _) = uuid::Uuid::new_v4().as_u64_pair();
     let name = format!("courier-test-{pid}-{random:016x}");
     // Watched before it exists: a process killed during `docker run` leaves nothing.
     remove_when_process_ends(&name)?;
-    let mut command: Vec<String> = ["docker", "run", "-d", "--name", &name, "-p"]
+    let mut command: Vec<String> = ["docker", "run", "-d", "--name", &name]
         .iter()
         .map(|s| (*s).to_owned())
         .collect();
-    command.push(format!("127.0.0.1::{port}"));
+    for port in ports {
+        command.push("-p".into());
+        command.push(format!("127.0.0.1::{port}"));
+    }
     command.push("--label".into());
     command.push(format!("{OWNER_LABEL}={pid}"));
     command.extend(extra.iter().map(|s| (*s).to_owned()));
     command.push(image.to_owned());
     let id = run(command).await?.trim().to_owned();
-    let mapped = run(vec!["docker".into(), "port".into(), id.clone(), format!("{port}/tcp")]).await?;
-    let host_port = mapped
-        .lines()
-        .find_map(|line| line.rsplit_once(':').and_then(|(_, p)| p.trim().parse::<u16>().ok()))
-        .ok_or_else(|| ServerError::Command {
-            command: format!("docker port {id} {port}/tcp"),
-            output: mapped.clone(),
-        })?;
-    Ok((id, host_port))
+    let mut host_ports = Vec::with_capacity(ports.len());
+    for port in ports {
+        let mapped = run(vec!["docker".into(), "port".into(), id.clone(), format!("{port}/tcp")]).await?;
+        let host_port = mapped
+            .lines()
+            .find_map(|line| line.rsplit_once(':').and_then(|(_, p)| p.trim().parse::<u16>().ok()))
+            .ok_or_else(|| ServerError::Command {
+                command: format!("docker port {id} {port}/tcp"),
+                output: mapped.clone(),
+            })?;
+        host_ports.push(host_port);
+    }
+    Ok((id, host_ports))
 }
 
 /// Removes the labelled containers whose process has ended (best effort): those whose

@@ -10,9 +10,16 @@
 //!    host port Docker picks, labelled `courier.test.owner=<process id>`. The image is
 //!    `COURIER_TEST_POSTGRES_IMAGE` / `COURIER_TEST_RABBITMQ_IMAGE` when set, else the one
 //!    named with [`set_postgres_image`] / [`set_rabbitmq_image`], else the official
-//!    `postgres:17-alpine` / `rabbitmq:3.13` (which need a registry).
+//!    `postgres:17-alpine` / `rabbitmq:3.13-management` (which need a registry).
 //! 3. The servers on this machine's default ports: Postgres on 127.0.0.1:5432 as user
 //!    `postgres`, RabbitMQ on 127.0.0.1:5672 as `guest` (with `rabbitmqctl` for vhosts).
+//!
+//! A vhost also names the broker's management HTTP API ([`TestVhost::management_url`]):
+//! `RABBITMQ_MANAGEMENT_URL` beside `AMQP_URL`, else port 15672 of the broker's host
+//! (the container's, published on a host port of its own), with the AMQP user and
+//! password. It answers only where the management plugin is on: in the official
+//! `-management` images, and on a broker where `rabbitmq-plugins enable
+//! rabbitmq_management` was run.
 //!
 //! # Cleanup
 //!
@@ -121,8 +128,9 @@ pub fn set_postgres_image(reference: &str) {
 }
 
 /// Names the RabbitMQ image the test containers start from (`name:tag`), in place of
-/// `rabbitmq:3.13`. The image must let `guest` in from outside on 5672 and have
-/// `rabbitmqctl`. `COURIER_TEST_RABBITMQ_IMAGE`, when set, wins. Call it before the first
+/// `rabbitmq:3.13-management`. The image must let `guest` in from outside on 5672 and
+/// have `rabbitmqctl`; [`TestVhost::management_url`] answers if it has the management
+/// plugin on, on 15672. `COURIER_TEST_RABBITMQ_IMAGE`, when set, wins. Call it before the first
 /// [`rabbitmq_vhost`] of the process.
 #[cfg(feature = "amqp")]
 pub fn set_rabbitmq_image(reference: &str) {
@@ -258,12 +266,13 @@ async fn postgres_server() -> Result<PgConnectOptions, ServerError> {
     }
     if docker_answers().await {
         let image = image("COURIER_TEST_POSTGRES_IMAGE", &POSTGRES_IMAGE, "postgres:17-alpine");
-        let (id, port) = start_container(
+        let (id, ports) = start_container(
             &image,
-            "5432",
+            &["5432"],
             &["-e", "POSTGRES_PASSWORD=postgres", "-e", "POSTGRES_USER=postgres"],
         )
         .await?;
+        let port = ports.first().copied().unwrap_or(5432);
         let options = PgConnectOptions::new()
             .host("127.0.0.1")
             .port(port)
@@ -334,6 +343,14 @@ impl TestVhost {
         &self.url
     }
 
+    /// The URL of the broker's management HTTP API, with the broker user's credentials
+    /// (`http://guest:guest@127.0.0.1:15672`), e.g. for `AmqpAdmin::with_management`
+    /// (which takes the vhost from the AMQP URL). See the [module docs](crate::test_servers)
+    /// for where it comes from; it answers only where the management plugin is on.
+    pub fn management_url(&self) -> &str {
+        &self.broker.management
+    }
+
     /// Deletes the virtual host with its queues and exchanges.
     ///
     /// # Errors
@@ -350,6 +367,8 @@ struct Broker {
     /// `amqp://user:password@host:port` (no vhost).
     base: String,
     user: String,
+    /// The management API: `http://user:password@host:port`.
+    management: String,
     container: Option<String>,
 }
 
@@ -420,6 +439,10 @@ async fn rabbitmq_server() -> Result<Broker, ServerError> {
             None => ("guest", authority),
         };
         let hostname = host.rsplit_once(':').map_or(host, |(h, _)| h);
+        let management = std::env::var("RABBITMQ_MANAGEMENT_URL").unwrap_or_else(|_| {
+            let credentials = authority.rsplit_once('@').map_or("guest:guest", |(c, _)| c);
+            format!("http://{credentials}@{hostname}:15672")
+        });
         if !matches!(hostname, "127.0.0.1" | "localhost" | "[::1]") {
             return Err(ServerError::NoServer {
                 what: "RabbitMQ vhost",
@@ -431,17 +454,27 @@ async fn rabbitmq_server() -> Result<Broker, ServerError> {
         return Ok(Broker {
             base: format!("{}{authority}", &url[..scheme_len]),
             user: user.to_owned(),
+            management,
             container: None,
         });
     }
     if docker_answers().await {
-        let image = image("COURIER_TEST_RABBITMQ_IMAGE", &RABBITMQ_IMAGE, "rabbitmq:3.13");
-        let (id, port) = start_container(&image, "5672", &[]).await?;
+        let image = image(
+            "COURIER_TEST_RABBITMQ_IMAGE",
+            &RABBITMQ_IMAGE,
+            "rabbitmq:3.13-management",
+        );
+        let (id, ports) = start_container(&image, &["5672", "15672"], &[]).await?;
+        let (port, management) = match ports[..] {
+            [port, management] => (port, management),
+            _ => (5672, 15672),
+        };
         // Ready when rabbitmqctl answers for a booted node.
         let deadline = tokio::time::Instant::now() + READY_WITHIN;
         let broker = Broker {
             base: format!("amqp://guest:guest@127.0.0.1:{port}"),
             user: "guest".into(),
+            management: format!("http://guest:guest@127.0.0.1:{management}"),
             container: Some(id.clone()),
         };
         while broker.rabbitmqctl(&["await_startup", "--timeout", "5"]).await.is_err() {
@@ -460,6 +493,7 @@ async fn rabbitmq_server() -> Result<Broker, ServerError> {
         return Ok(Broker {
             base: "amqp://guest:guest@127.0.0.1:5672".into(),
             user: "guest".into(),
+            management: "http://guest:guest@127.0.0.1:15672".into(),
             container: None,
         });
     }
