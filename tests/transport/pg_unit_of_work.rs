@@ -123,12 +123,14 @@ async fn record_nested(job: Nested, ctx: &mut Context) -> Result<(), HandlerErro
     Ok(())
 }
 
-/// The inbox record is sent with `BEGIN` as one simple query, its texts as hexadecimal
-/// digits: a message id of quotes, backslashes, SQL and non-ASCII letters is recorded as
-/// it is, a second message with the same id is recognised as a duplicate (the record's
-/// refusal, CL002, then the prepared `INSERT`), and a handler's own transactions on the
-/// handling's connection are savepoints of it (sqlx counts the handling's transaction):
-/// a handler's `commit` does not commit the handling.
+/// A message id of quotes, backslashes, SQL and non-ASCII letters is recorded in the inbox
+/// as it is; a second message with the same id is recognised as a duplicate and completed
+/// without a handling; a handler's own transactions on the handling's connection are
+/// savepoints of it (sqlx counts the handling's transaction), so a handler's `commit`
+/// does not commit the handling; and no connection goes back to the pool inside a
+/// transaction. (Written for an attempt at sending the inbox record with `BEGIN` in one
+/// simple query, its texts spelled out in SQL; kept as the guard of whatever the store's
+/// begin becomes.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn odd_message_ids_duplicates_and_a_handlers_own_transactions() {
     let db = TestDatabase::create().await;

@@ -134,17 +134,13 @@ pub(crate) fn quiesce(secs: u64) {
 }
 
 /// Transactions committed and rolled back so far in database `name`.
-/// The transactions `name` committed so far. (Rolled-back ones are left out: the
-/// Postgres transport's store ends each handling's transaction by opening an empty one,
-/// which sqlx rolls back when the connection goes back to its pool; see
-/// `complete_and_commit` in framework/src/postgres/store.rs.)
 pub(crate) async fn xacts(conn: &mut sqlx::PgConnection, name: &str) -> i64 {
     // A new snapshot of the statistics, not the one cached in this transaction.
     sqlx::query("SELECT pg_stat_clear_snapshot()")
         .execute(&mut *conn)
         .await
         .unwrap();
-    sqlx::query_scalar("SELECT xact_commit FROM pg_stat_database WHERE datname = $1")
+    sqlx::query_scalar("SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = $1")
         .bind(name)
         .fetch_one(&mut *conn)
         .await

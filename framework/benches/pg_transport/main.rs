@@ -101,7 +101,7 @@ impl Opts {
 }
 
 /// The commit the bench was built from, so a figure names the code it measured (the
-/// `Postgres commits/msg` column shows whether group commit took effect in it).
+/// `Postgres tx/msg` column shows whether group commit took effect in it).
 fn build() -> String {
     let git = |args: &[&str]| {
         std::process::Command::new("git")
@@ -184,7 +184,7 @@ fn main() {
         quiesce(3);
         let (drain, load) = with_load(run);
         println!(
-            "  {label}: {:.0} msg/s, {:.2} Postgres commits/msg, then shutdown {:.1} s (load {load})",
+            "  {label}: {:.0} msg/s, {:.2} Postgres transactions/msg, then shutdown {:.1} s (load {load})",
             drain.rate,
             drain.tx_per_msg,
             drain.shutdown.as_secs_f64()
@@ -255,7 +255,7 @@ fn report(
     counters: &[(Numbering, usize, f64, Load)],
 ) {
     println!();
-    println!("| | msg/s | / baseline 1 msg/tx | / baseline 10 msg/tx | Postgres commits/msg | load before -> after |");
+    println!("| | msg/s | / baseline 1 msg/tx | / baseline 10 msg/tx | Postgres tx/msg | load before -> after |");
     println!("|---|---:|---:|---:|---:|---|");
     if let Some(((one, ten), load)) = base {
         println!(

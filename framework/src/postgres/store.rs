@@ -8,11 +8,8 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use chrono::{DateTime, SecondsFormat, Utc};
-use sqlx::pool::PoolConnection;
-use sqlx::postgres::PgTransactionManager;
-use sqlx::{AssertSqlSafe, PgConnection, Postgres, SqlSafeStr};
-use sqlx_core::transaction::TransactionManager;
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::PostgresTransport;
 pub(crate) use super::rows::Lock;
@@ -59,14 +56,8 @@ impl PostgresTransport {
     }
 }
 
-/// A handling's transaction on a connection of the pool, opened by `begin`. Dropped while
-/// open (a handler failed, or the handling was dropped), it is rolled back: the
-/// `ROLLBACK` is sent with the connection's next use, its return to the pool.
 struct TxWork {
-    conn: PoolConnection<Postgres>,
-    /// Whether the transaction is open (sqlx counts it in the connection's depth, so a
-    /// handler's own `begin` on it is a savepoint).
-    open: bool,
+    tx: Transaction<'static, Postgres>,
     transport: PostgresTransport,
     endpoint: String,
     source_id: String,
@@ -80,15 +71,7 @@ struct TxWork {
 
 impl TxWork {
     fn pg_conn(&mut self) -> Result<&mut PgConnection> {
-        Ok(&mut self.conn)
-    }
-}
-
-impl Drop for TxWork {
-    fn drop(&mut self) {
-        if self.open {
-            PgTransactionManager::start_rollback(&mut self.conn);
-        }
+        Ok(&mut self.tx)
     }
 }
 
@@ -145,21 +128,6 @@ pub(crate) async fn send_and_complete(
     lock: Lock,
     staged: Vec<(String, bool, Envelope)>,
 ) -> Result<()> {
-    send_staged(&mut *conn, transport, staged).await?;
-    complete_in(conn, lock, transport.shared.clock.now()).await
-}
-
-/// Inserts the messages a handling sent (`staged`: destination, whether a topic, message)
-/// into their queues and subscriptions, on the handling's transaction `conn`, one
-/// statement per destination.
-///
-/// # Errors
-/// A destination missing or refusing a message; a storage error.
-async fn send_staged(
-    conn: &mut PgConnection,
-    transport: &PostgresTransport,
-    staged: Vec<(String, bool, Envelope)>,
-) -> Result<()> {
     let now = transport.shared.clock.now();
     let mut groups: Vec<(String, bool, Vec<Envelope>)> = Vec::new();
     for (destination, is_topic, envelope) in staged {
@@ -171,68 +139,7 @@ async fn send_staged(
     for (destination, is_topic, messages) in &groups {
         send_in(&mut *conn, transport, destination, *is_topic, messages, now).await?;
     }
-    Ok(())
-}
-
-/// SQLSTATE of `courier.complete_fenced` when the lock is not the message's any more.
-const LOCK_LOST: &str = "CL001";
-
-/// Completes the received message if `lock` is still its lock at `now`, and commits the
-/// transaction `conn` holds, in ONE round trip ([`complete_then`]): then a `BEGIN`, whose
-/// empty transaction sqlx rolls back with the connection's next use (its return to the
-/// pool): sqlx counts the handling's transaction in the connection's depth, and only its
-/// own commit or rollback may lower it.
-///
-/// # Errors
-/// As [`complete_then`]'s.
-async fn complete_and_commit(conn: &mut PgConnection, lock: Lock, now: DateTime<Utc>) -> Result<()> {
-    complete_then(conn, lock, now, "COMMIT; BEGIN").await?;
-    PgTransactionManager::start_rollback(conn);
-    Ok(())
-}
-
-/// [`send_staged`], then [`complete_then`] with the transport's clock.
-///
-/// # Errors
-/// As theirs.
-pub(crate) async fn send_and_complete_then(
-    conn: &mut PgConnection,
-    transport: &PostgresTransport,
-    lock: Lock,
-    staged: Vec<(String, bool, Envelope)>,
-    then: &str,
-) -> Result<()> {
-    if !staged.is_empty() {
-        send_staged(&mut *conn, transport, staged).await?;
-    }
-    complete_then(conn, lock, transport.shared.clock.now(), then).await
-}
-
-/// Completes the received message if `lock` is still its lock at `now`, then runs `then`
-/// (statements of Courier's own: a `COMMIT`, a savepoint), in ONE round trip: a simple
-/// query of the fenced completion (`courier.complete_fenced`, which raises `CL001` when
-/// the lock is lost, so that the statements after it are skipped) and `then`.
-///
-/// # Errors
-/// [`ErrorKind::LockLost`] when the lock is lost (nothing of `then` ran; the transaction
-/// is left aborted, for the caller to roll back); a storage error, SQLSTATE 25P02 when
-/// the handler left the transaction aborted.
-async fn complete_then(conn: &mut PgConnection, lock: Lock, now: DateTime<Utc>, then: &str) -> Result<()> {
-    let sql = format!(
-        "SELECT courier.complete_fenced({}, {}, {}, '{}'); {then}",
-        lock.id,
-        lock.entity,
-        lock.delivery_count,
-        now.to_rfc3339_opts(SecondsFormat::Micros, true)
-    );
-    match sqlx::raw_sql(AssertSqlSafe(sql).into_sql_str())
-        .execute(&mut *conn)
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(sqlx::Error::Database(d)) if d.code().as_deref() == Some(LOCK_LOST) => Err(Error::new(ErrorKind::LockLost)),
-        Err(e) => Err(db_error("cannot complete the received message", e)),
-    }
+    complete_in(conn, lock, now).await
 }
 
 /// Deletes the received message on `conn` if `lock` is still its lock at `now`.
@@ -258,50 +165,9 @@ async fn complete_in(conn: &mut PgConnection, lock: Lock, now: DateTime<Utc>) ->
     Ok(())
 }
 
-impl PgTransportStore {
-    /// The unit of work of a handling whose transaction `conn` holds open.
-    fn work(&self, conn: PoolConnection<Postgres>, endpoint: &str, message_id: &str, lock: Option<Lock>) -> TxWork {
-        TxWork {
-            conn,
-            open: true,
-            transport: self.transport.clone(),
-            endpoint: endpoint.to_owned(),
-            source_id: message_id.to_owned(),
-            lock,
-            staged: Vec::new(),
-            checked: false,
-        }
-    }
-}
-
-/// SQLSTATE of `courier.record_inbox` when the endpoint recorded the message before.
-const RECORDED_BEFORE: &str = "CL002";
-
-/// `BEGIN` and the inbox record (`courier.record_inbox`), as one simple query (no
-/// parameters: the texts are sent as hexadecimal digits, which need no quoting, and
-/// decoded by Postgres).
-fn begin_and_record(endpoint: &str, message_id: &str, now: DateTime<Utc>) -> String {
-    format!(
-        "BEGIN; SELECT courier.record_inbox(convert_from(decode('{}', 'hex'), 'UTF8'), \
-         convert_from(decode('{}', 'hex'), 'UTF8'), '{}')",
-        hex(endpoint),
-        hex(message_id),
-        now.to_rfc3339_opts(SecondsFormat::Micros, true)
-    )
-}
-
-fn hex(text: &str) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::with_capacity(text.len() * 2);
-    for b in text.bytes() {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
-}
-
 pg_unit_of_work!(TxWork, {
     fn transaction(&mut self) -> Option<&mut (dyn std::any::Any + Send)> {
-        Some(&mut *self.conn)
+        Some(&mut *self.tx)
     }
 
     async fn store_outgoing(
@@ -322,7 +188,7 @@ pg_unit_of_work!(TxWork, {
                 envelope,
             })
             .collect();
-        let stored = insert_outbox(&mut self.conn, &self.endpoint, rows, now).await?;
+        let stored = insert_outbox(&mut self.tx, &self.endpoint, rows, now).await?;
         self.checked = !stored.is_empty();
         Ok(stored)
     }
@@ -330,27 +196,25 @@ pg_unit_of_work!(TxWork, {
     async fn commit(mut self: Box<Self>) -> Result<Committed> {
         let Some(lock) = self.lock else {
             if !self.checked {
-                ensure_not_aborted(&mut self.conn).await?;
+                ensure_not_aborted(&mut self.tx).await?;
             }
-            PgTransactionManager::commit(&mut self.conn)
+            self.tx
+                .commit()
                 .await
                 .map_err(|e| db_error("cannot commit the handler's transaction", e))?;
-            self.open = false;
             return Ok(Committed::Pending);
         };
         // The completion's statements are sent before the COMMIT: one of them finds a
         // transaction the handler left aborted (SQLSTATE 25P02), as `ensure_not_aborted`
         // would, one round trip fewer.
         let staged = std::mem::take(&mut self.staged);
-        if !staged.is_empty() {
-            send_staged(&mut self.conn, &self.transport, staged)
-                .await
-                .map_err(poisoned_if_aborted)?;
-        }
-        complete_and_commit(&mut self.conn, lock, self.transport.shared.clock.now())
+        send_and_complete(&mut self.tx, &self.transport, lock, staged)
             .await
             .map_err(poisoned_if_aborted)?;
-        self.open = false;
+        self.tx
+            .commit()
+            .await
+            .map_err(|e| db_error("cannot commit the handler's transaction", e))?;
         Ok(Committed::Settled)
     }
 });
@@ -374,35 +238,13 @@ impl Store for PgTransportStore {
     ) -> Result<Begin> {
         self.transport.shared.check_open()?;
         let lock = lock.and_then(|t| read_token(self.transport.shared.tag, t));
-        let mut conn = self
+        let mut tx = self
             .transport
             .shared
             .pool
-            .acquire()
+            .begin()
             .await
             .map_err(|e| db_error("cannot begin the handler's transaction", e))?;
-        // BEGIN and the inbox record in one round trip (a simple query). A message handled
-        // before makes the record fail (CL002: the only way a status tells it, since sqlx
-        // keeps no result of a BEGIN); the transaction is then rolled back and the record
-        // tried again the usual way, which tells a duplicate apart (and finds its outbox).
-        let first = begin_and_record(endpoint, message_id, now);
-        match PgTransactionManager::begin(&mut conn, Some(AssertSqlSafe(first).into_sql_str())).await {
-            Ok(()) => return Ok(Begin::Fresh(Box::new(self.work(conn, endpoint, message_id, lock)))),
-            Err(sqlx::Error::Database(d)) if d.code().as_deref() == Some(RECORDED_BEFORE) => {}
-            Err(e) => {
-                // Aborted (or gone): never back to the pool inside a transaction.
-                let _ = sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await;
-                return Err(db_error("cannot record the message in the inbox", e));
-            }
-        }
-        sqlx::raw_sql("ROLLBACK")
-            .execute(&mut *conn)
-            .await
-            .map_err(|e| db_error("cannot roll back the handler's transaction", e))?;
-        PgTransactionManager::begin(&mut conn, None)
-            .await
-            .map_err(|e| db_error("cannot begin the handler's transaction", e))?;
-        let mut work = self.work(conn, endpoint, message_id, lock);
         let recorded = sqlx::query(
             "INSERT INTO courier.inbox (endpoint, message_id, processed_at) VALUES ($1, $2, $3) \
              ON CONFLICT DO NOTHING",
@@ -410,15 +252,23 @@ impl Store for PgTransportStore {
         .bind(endpoint)
         .bind(message_id)
         .bind(now)
-        .execute(&mut *work.conn)
+        .execute(&mut *tx)
         .await
         .map_err(|e| db_error("cannot record the message in the inbox", e))?
         .rows_affected();
         if recorded == 1 {
-            return Ok(Begin::Fresh(Box::new(work)));
+            return Ok(Begin::Fresh(Box::new(TxWork {
+                tx,
+                transport: self.transport.clone(),
+                endpoint: endpoint.to_owned(),
+                source_id: message_id.to_owned(),
+                lock,
+                staged: Vec::new(),
+                checked: false,
+            })));
         }
-        let left = outbox_of(&mut *work.conn, endpoint, message_id).await?;
-        drop(work);
+        let left = outbox_of(&mut *tx, endpoint, message_id).await?;
+        drop(tx);
         Ok(Begin::Duplicate(left))
     }
 

@@ -1,31 +1,28 @@
-//! Group commit on Postgres: the handlings of several messages received together share one
-//! transaction, so that one inbox statement, one outbox statement and one COMMIT serve them
-//! all.
+//! Group commit on Postgres: the handlings of several messages received together share
+//! one transaction, so that one inbox statement, one outbox statement and one COMMIT serve
+//! them all.
 //!
-//! The group opens at its first member's `begin`: BEGIN, then one INSERT records the ids of
-//! all members in the inbox (sorted, so two groups never wait on each other's ids in
-//! opposite orders). Members then take turns on the connection, each under a savepoint of
-//! its own, named by its turn (`courier_turn_<n>`); a member that fails is rolled back to
-//! its savepoint, by name, by whoever takes the connection next. A member that finishes
-//! keeps its outgoing messages in memory. When every member has finished, failed or left,
-//! the group deletes the inbox records of those that did not finish, stores the finished
-//! ones' outgoing messages in one INSERT, and commits; each member's `commit` returns then.
+//! The group opens at its first member's `begin`: BEGIN, then one INSERT records the ids
+//! of all members in the inbox (sorted, so two groups never wait on each other's ids in
+//! opposite orders). Members then take turns on the connection, each under a savepoint
+//! of its own; a member that fails is rolled back to its savepoint by whoever takes the
+//! connection next. A member that finishes keeps its outgoing messages in memory. When
+//! every member has finished, failed or left, the group deletes the inbox records of
+//! those that did not finish, stores the finished ones' outgoing messages in one INSERT,
+//! and commits; each member's `commit` returns then.
 //!
 //! A member that reports success but left the transaction aborted (it swallowed the error
-//! of a failed statement) is found by the next statement sent after it (SQLSTATE 25P02): it
-//! is rolled back to its savepoint and its commit fails, and the others go on.
+//! of a failed statement) is found by the next statement sent after it (SQLSTATE 25P02):
+//! it is rolled back to its savepoint and its commit fails, and the others go on.
 //!
 //! On the Postgres transport's own store (`PostgresTransport::store`), a member whose
 //! message that transport delivered ends differently: still holding the connection, under
 //! its savepoint, it inserts the messages it sent into their queues and deletes the
-//! received message, fenced by its lock token, and sets the next turn's savepoint in the
-//! same round trip (`postgres::store::send_and_complete_then`): the next member sends
-//! nothing before its handler. (Rolling a member back by its own savepoint's name also
-//! discards a next savepoint its completion set, should its completion have run on the
-//! server but not returned.) If the lock is not its any more (`LockLost`), a destination
-//! refuses a message, or the transaction was aborted by its handler, it fails like a member
-//! whose handler failed: rolled back to its savepoint by whoever takes the connection next,
-//! its inbox record deleted at the commit, the others untouched. Its commit then returns
+//! received message, fenced by its lock token (`postgres::store::send_and_complete`). If
+//! the lock is not its any more (`LockLost`), a destination refuses a message, or the
+//! transaction was aborted by its handler, it fails like a member whose handler failed:
+//! rolled back to its savepoint by whoever takes the connection next, its inbox record
+//! deleted at the commit, the others untouched. Its commit then returns
 //! `Committed::Settled` once the group commits.
 
 use std::sync::{Arc, Mutex as StdMutex, PoisonError};
@@ -33,26 +30,20 @@ use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgPool;
-use sqlx::{AssertSqlSafe, PgConnection, Postgres, SqlSafeStr, Transaction};
+use sqlx::{PgConnection, Postgres, Transaction};
 use tokio::sync::{Mutex, OnceCell, OwnedMutexGuard, watch};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Envelope, LockToken};
 use crate::postgres::PostgresTransport;
-use crate::postgres::store::{Lock, own_lock, send_and_complete_then};
+use crate::postgres::store::{Lock, own_lock, send_and_complete};
 use crate::store::pg_saga::pg_unit_of_work;
 use crate::store::postgres::{ABORTED_BY_HANDLER, OutboxRow, ensure_not_aborted, insert_outbox, outbox_of};
 use crate::store::{Begin, CommitGroup, Committed, OutboxMessage, db_error};
 
-/// The savepoint of the member that takes the connection at `turn` (1, 2, ...).
-fn savepoint(turn: u32) -> String {
-    format!("SAVEPOINT courier_turn_{turn}")
-}
-
-/// Rolls back the member of `turn` (and whatever came after its savepoint).
-fn rollback_to(turn: u32) -> String {
-    format!("ROLLBACK TO SAVEPOINT courier_turn_{turn}")
-}
+const SAVEPOINT: &str = "SAVEPOINT courier_member";
+const ROLLBACK: &str = "ROLLBACK TO SAVEPOINT courier_member";
+const ROLLBACK_AND_SAVEPOINT: &str = "ROLLBACK TO SAVEPOINT courier_member; SAVEPOINT courier_member";
 /// SQLSTATE of a statement sent into a transaction that an earlier failed statement aborted.
 const IN_FAILED_TRANSACTION: &str = "25P02";
 
@@ -84,13 +75,8 @@ impl Seat {
 
 struct Members {
     seats: Vec<Seat>,
-    /// The member whose turn is the newest (it holds or last held the connection).
+    /// The member whose savepoint is the newest.
     owner: Option<usize>,
-    /// The owner's turn: its savepoint is `courier_turn_<turn>`.
-    turn: u32,
-    /// The owner completed its message on the connection and set the next turn's
-    /// savepoint in the same round trip (`postgres::store::complete_then`).
-    next_set: bool,
 }
 
 /// What the commit gave a member that finished.
@@ -129,8 +115,6 @@ impl PgGroup {
             members: StdMutex::new(Members {
                 seats: (0..n).map(|_| Seat::Waiting).collect(),
                 owner: None,
-                turn: 0,
-                next_set: false,
             }),
             changes: watch::Sender::new(0),
             shares: StdMutex::new((0..n).map(|_| None).collect()),
@@ -185,43 +169,33 @@ impl PgGroup {
             .await
     }
 
-    /// Sets the member's savepoint, first rolling back the member before if it failed,
-    /// or finding that it left the transaction aborted; returns the member's turn. When
-    /// the member before completed its message and set this turn's savepoint with it,
-    /// nothing is sent.
-    async fn take_turn(&self, conn: &mut Conn, member: usize) -> Result<u32> {
+    /// Sets the member's savepoint, first rolling back the one before if its member
+    /// failed, or finding that it left the transaction aborted.
+    async fn take_turn(&self, conn: &mut Conn, member: usize) -> Result<()> {
         let tx = conn.as_mut().ok_or_else(group_gone)?;
-        let (previous, turn, next_set) = {
+        let previous = {
             let m = self.members();
-            (
-                m.owner.map(|o| (o, matches!(m.seats.get(o), Some(Seat::Failed)))),
-                m.turn,
-                m.next_set,
-            )
+            m.owner.map(|o| (o, matches!(m.seats.get(o), Some(Seat::Failed))))
         };
-        let mine = turn + 1;
         match previous {
-            Some((_, true)) => raw(tx, format!("{}; {}", rollback_to(turn), savepoint(mine))).await?,
-            Some((_, false)) if next_set => {}
+            Some((_, true)) => raw(tx, ROLLBACK_AND_SAVEPOINT).await?,
             Some((o, false)) => {
-                if let Err(e) = raw(tx, savepoint(mine)).await {
+                if let Err(e) = raw(tx, SAVEPOINT).await {
                     if !in_failed_transaction(&e) {
                         return Err(e);
                     }
-                    raw(tx, format!("{}; {}", rollback_to(turn), savepoint(mine))).await?;
+                    raw(tx, ROLLBACK_AND_SAVEPOINT).await?;
                     self.poisoned(o);
                 }
             }
-            None => raw(tx, savepoint(mine)).await?,
+            None => raw(tx, SAVEPOINT).await?,
         }
         let mut m = self.members();
         m.owner = Some(member);
-        m.turn = mine;
-        m.next_set = false;
         if let Some(seat) = m.seats.get_mut(member) {
             *seat = Seat::Running;
         }
-        Ok(mine)
+        Ok(())
     }
 
     fn poisoned(&self, member: usize) {
@@ -268,17 +242,12 @@ impl PgGroup {
         let mut conn = self.conn.lock().await;
         let mut tx = conn.take().ok_or_else(|| group_gone().kind().clone())?;
         let fresh = self.opened.get().cloned().unwrap_or_default();
-        let (owner_failed, owner_turn) = {
+        let owner_failed = {
             let m = self.members();
-            (
-                m.owner.is_some_and(|o| matches!(m.seats.get(o), Some(Seat::Failed))),
-                m.turn,
-            )
+            m.owner.is_some_and(|o| matches!(m.seats.get(o), Some(Seat::Failed)))
         };
         if owner_failed {
-            raw(&mut tx, rollback_to(owner_turn))
-                .await
-                .map_err(|e| e.kind().clone())?;
+            raw(&mut tx, ROLLBACK).await.map_err(|e| e.kind().clone())?;
         }
         loop {
             let (forget, rows, owners) = {
@@ -353,9 +322,7 @@ impl PgGroup {
                     let Some(owner) = owner else {
                         return Err(e.kind().clone());
                     };
-                    raw(&mut tx, rollback_to(owner_turn))
-                        .await
-                        .map_err(|e| e.kind().clone())?;
+                    raw(&mut tx, ROLLBACK).await.map_err(|e| e.kind().clone())?;
                     self.poisoned(owner);
                 }
                 Err(e) => return Err(e.kind().clone()),
@@ -389,18 +356,14 @@ impl CommitGroup for PgGroup {
             .await;
         drop(turn);
         let mut guard = self.conn.clone().lock_owned().await;
-        let turn = match self.take_turn(&mut guard, member).await {
-            Ok(turn) => turn,
-            Err(e) => {
-                self.resolve(member, Seat::Failed);
-                return Err(e);
-            }
-        };
+        if let Err(e) = self.take_turn(&mut guard, member).await {
+            self.resolve(member, Seat::Failed);
+            return Err(e);
+        }
         let lock = self.transport.as_ref().and_then(|t| own_lock(t, lock));
         Ok(Begin::Fresh(Box::new(PgMember {
             group: self,
             member,
-            turn,
             source_id,
             guard: Some(guard),
             outgoing: Vec::new(),
@@ -419,8 +382,6 @@ impl CommitGroup for PgGroup {
 struct PgMember {
     group: Arc<PgGroup>,
     member: usize,
-    /// Its turn on the connection: its savepoint is `courier_turn_<turn>`.
-    turn: u32,
     source_id: String,
     guard: Option<OwnedMutexGuard<Conn>>,
     outgoing: Vec<OutboxRow>,
@@ -481,16 +442,11 @@ pg_unit_of_work!(PgMember, {
         let settled = match (self.lock, self.group.transport.clone()) {
             (Some(lock), Some(transport)) => {
                 // Under this member's savepoint, with the connection: a failure here
-                // leaves it unfinished, and it is rolled back alone (see Drop), to its
-                // own savepoint by name, so a next savepoint the completion may have set
-                // goes with it. The completion sets the next turn's savepoint in its
-                // round trip.
+                // leaves it unfinished, and it is rolled back alone (see Drop).
                 let staged = std::mem::take(&mut self.staged);
-                let next = savepoint(self.turn + 1);
-                send_and_complete_then(self.pg_conn()?, &transport, lock, staged, &next)
+                send_and_complete(self.pg_conn()?, &transport, lock, staged)
                     .await
                     .map_err(poisoned_if_aborted)?;
-                self.group.members().next_set = true;
                 true
             }
             _ => false,
@@ -516,8 +472,8 @@ pg_unit_of_work!(PgMember, {
     }
 });
 
-async fn raw(conn: &mut PgConnection, sql: String) -> Result<()> {
-    sqlx::raw_sql(AssertSqlSafe(sql).into_sql_str())
+async fn raw(conn: &mut PgConnection, sql: &'static str) -> Result<()> {
+    sqlx::raw_sql(sql)
         .execute(conn)
         .await
         .map_err(|e| db_error("cannot set or roll back a member's savepoint", e))?;
