@@ -7,8 +7,8 @@ use clap::{Args, Parser, Subcommand};
 
 /// What `--help` says of the exit codes.
 const EXIT_CODES: &str = "Exit codes: 0 ok; 1 the operation failed; 2 bad usage; 3 not found (a queue, a \
-     message, a saga instance, or some of the messages given); 4 refused (a file in use by a running broker, an \
-     empty reason, ...); 5 cannot connect; 6 not confirmed.";
+     message, a saga instance, or some of the messages given); 4 refused (a file in use by a running broker, a \
+     database without Courier's tables, ...); 5 cannot connect; 6 not confirmed.";
 
 /// Look at and repair a Courier system: queues, dead letters, sagas, timeouts, outbox;
 /// from the command line, or in a browser with `courier serve` (the web console).

@@ -37,7 +37,8 @@ pub(crate) enum Exit {
     Usage = 2,
     /// Not found: the queue, message or instance, or some of the messages given.
     NotFound = 3,
-    /// Refused: not possible here (a file in use, an empty reason, a topic's DLQ).
+    /// Refused: not possible here (a file in use, an empty reason, a topic's DLQ, a
+    /// database without Courier's tables).
     Refused = 4,
     /// The broker or database cannot be reached.
     Unavailable = 5,

@@ -245,6 +245,15 @@ async fn exit_codes_say_what_went_wrong() {
     running.close().await;
     assert_eq!(counts(&file).await, (0, 1));
 
+    // Refused: a database without Courier's tables (not the application's, or never
+    // migrated) says so and what to do, instead of SQL's "no such table".
+    let empty = dir.path().join("empty.db");
+    std::fs::File::create(&empty).unwrap();
+    let ran = courier(&["--sqlite", empty.to_str().unwrap(), "sagas", "types"], "");
+    assert_eq!(ran.code, 4, "{}", ran.stderr);
+    assert!(ran.stderr.contains("has no table courier_saga"), "{}", ran.stderr);
+    assert!(ran.stderr.contains("migrations"), "{}", ran.stderr);
+
     // Cannot connect, and the password is never shown.
     let ran = courier(
         &[

@@ -47,8 +47,39 @@ pub enum AdminError {
 
 impl From<Error> for AdminError {
     fn from(e: Error) -> Self {
-        AdminError::Failed(Box::new(e))
+        failed(e)
     }
+}
+
+/// `e` as [`AdminError::Failed`], or, when a table of Courier's is missing (a database
+/// that is not the application's, or one its migrations never ran on), a refusal that
+/// says so and what to do.
+fn failed(e: Error) -> AdminError {
+    match missing_table(&e) {
+        Some(table) => AdminError::Refused {
+            reason: format!(
+                "this database has no table {table}: it is not (yet) a database of Courier's. Name the \
+                 database the application's store and transport use, and start the application once \
+                 there (it applies Courier's migrations), or apply them with `sqlx migrate run --source \
+                 migrations/postgres` (or migrations/sqlite)"
+            ),
+        },
+        None => AdminError::Failed(Box::new(e)),
+    }
+}
+
+/// The table a failed statement named that does not exist: Postgres' SQLSTATE 42P01
+/// (`relation "courier.saga" does not exist`), SQLite's `no such table: courier_saga`.
+fn missing_table(e: &Error) -> Option<String> {
+    let db = std::error::Error::source(e)?
+        .downcast_ref::<sqlx::Error>()?
+        .as_database_error()?;
+    let message = db.message();
+    if db.code().as_deref() == Some("42P01") {
+        let name = message.split('"').nth(1).unwrap_or(message);
+        return Some(name.to_owned());
+    }
+    message.strip_prefix("no such table: ").map(str::to_owned)
 }
 
 impl AdminError {
@@ -79,7 +110,7 @@ impl AdminError {
     }
 
     pub(crate) fn db(what: &'static str, e: sqlx::Error) -> Self {
-        AdminError::Failed(Box::new(crate::store::db_error(what, e)))
+        failed(crate::store::db_error(what, e))
     }
 
     /// An error of the library mapped to what an operator acts on.
@@ -89,7 +120,7 @@ impl AdminError {
             ErrorKind::Closed => AdminError::Refused {
                 reason: "the broker is closed".into(),
             },
-            _ => AdminError::Failed(Box::new(e)),
+            _ => failed(e),
         }
     }
 }
