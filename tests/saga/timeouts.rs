@@ -17,6 +17,10 @@ use courier_tests::stores::StoreKind;
 
 use super::{Confirm, CountingClaims, Env, Flow, begin, handled, routes};
 
+/// The longest move of the clock at once in `advance_past_claims`: shorter than the
+/// default lock (60 s).
+const MAX_STEP: u64 = 50;
+
 impl Env {
     /// An endpoint whose store counts the dispatcher's claims, with `policy`.
     async fn start_counting(&self, policy: RetryPolicy) -> (RunningEndpoint, Arc<CountingClaims>) {
@@ -55,20 +59,62 @@ impl Env {
     }
 
     /// Moves the clock by `secs` and waits for two more claims of the dispatcher: at least
-    /// one whole claim after the move.
+    /// one whole claim after the move. The clock moves only while the endpoint's queue
+    /// holds no message (waiting or locked), in steps shorter than any lock: a copy
+    /// received just before a move (or by a receive that read the clock before it) must
+    /// not see its lock end before its handler runs (seen under load: 300 nudges of a
+    /// second past a copy received and not yet started; a receive's reading from before a
+    /// 61 s move locking a copy until a time already past).
     async fn advance_past_claims(&self, secs: u64, store: &CountingClaims) {
+        let mut left = secs;
+        while left > 0 {
+            let step = left.min(MAX_STEP);
+            self.queue_idle().await;
+            self.advance(step);
+            left -= step;
+        }
         let before = store.claims.load(Ordering::SeqCst);
-        self.advance(secs);
         eventually("two claims after moving the clock", || async {
             if store.claims.load(Ordering::SeqCst) < before + 2 {
-                // The dispatcher sleeps by the virtual clock: nudge it.
-                self.advance(1);
+                // The dispatcher sleeps by the virtual clock: nudge it, while no copy is
+                // in the queue.
+                if self.in_queue().await == 0 {
+                    self.advance(1);
+                }
                 tokio::time::sleep(Duration::from_millis(5)).await;
                 return false;
             }
             true
         })
         .await;
+    }
+
+    /// The messages in the endpoint's queue, waiting or locked.
+    async fn in_queue(&self) -> u64 {
+        self.env
+            .fx
+            .transport
+            .counts(&EntityPath::queue("flows"))
+            .await
+            .unwrap()
+            .active
+    }
+
+    /// Waits until the endpoint's queue holds no message (waiting or locked).
+    async fn queue_idle(&self) {
+        eventually("the queue idle", || async { self.in_queue().await == 0 }).await;
+    }
+
+    /// Creates the endpoint's queue with the longest lock (before the endpoint starts):
+    /// the tests move the clock by a minute or more, and a receive that read the clock
+    /// just before a move locks until a time counted from that reading.
+    async fn longest_lock(&self, options: QueueOptions) {
+        self.env
+            .fx
+            .transport
+            .create_queue("flows", &options.lock_duration(courier::MAX_LOCK_DURATION))
+            .await
+            .unwrap();
     }
 
     async fn dead_lettered_timeouts(&self) -> i64 {
@@ -104,6 +150,7 @@ impl Env {
 async fn a_timeout_that_keeps_failing_is_dead_lettered_once(kind: StoreKind) {
     let env = Env::new(kind).await;
     env.probe.failing.store(true, Ordering::SeqCst);
+    env.longest_lock(QueueOptions::default()).await;
     let (flows, store) = env.start_counting(RetryPolicy::none().immediate(1)).await;
     handled(&flows, &begin("f-dead", Some(60)), 1).await;
     env.advance(61);
@@ -165,21 +212,10 @@ async fn a_timeout_the_broker_dead_letters_is_sent_a_bounded_number_of_times(kin
     let env = Env::new(kind).await;
     env.probe.failing.store(true, Ordering::SeqCst);
     // Created beforehand (by an operator, say) with one delivery: the endpoint keeps it.
-    // The longest lock: the clock is nudged a second at a time while the test waits for
-    // the dispatcher's claims, and a copy received but not yet started must not see its
-    // one delivery end by the clock before its handler runs (CI saw 2 attempts of 3 on
-    // the Postgres transport with the default 60 s).
-    env.env
-        .fx
-        .transport
-        .create_queue(
-            "flows",
-            &QueueOptions::default()
-                .max_delivery_count(1)
-                .lock_duration(courier::MAX_LOCK_DURATION),
-        )
-        .await
-        .unwrap();
+    // The longest lock: a copy received but not yet started must not see its one
+    // delivery end by the clock before its handler runs (CI saw 2 attempts of 3 on the
+    // Postgres transport with the default 60 s).
+    env.longest_lock(QueueOptions::default().max_delivery_count(1)).await;
     let policy = RetryPolicy::none().immediate(3);
     let (flows, store) = env.start_configured(policy, 0, |b| b.max_timeout_dispatches(MAX)).await;
     handled(&flows, &begin("f-broker", Some(60)), 1).await;
@@ -201,16 +237,7 @@ async fn a_timeout_the_broker_dead_letters_is_sent_a_bounded_number_of_times(kin
         // and the copy is receivable from that commit on (a jump in between ended a
         // copy's one delivery before its handler ran: 2 attempts of 3, seen under load).
         eventually("no copy in flight", || async {
-            env.dead_letters().await as u64 == flows.stats().timeouts_dispatched
-                && env
-                    .env
-                    .fx
-                    .transport
-                    .counts(&EntityPath::queue("flows"))
-                    .await
-                    .unwrap()
-                    .active
-                    == 0
+            env.dead_letters().await as u64 == flows.stats().timeouts_dispatched && env.in_queue().await == 0
         })
         .await;
     }
@@ -242,6 +269,7 @@ async fn a_timeout_waiting_for_a_delayed_retry_is_not_sent_again(kind: StoreKind
     let env = Env::new(kind).await;
     env.probe.failing.store(true, Ordering::SeqCst);
     let policy = RetryPolicy::none().delayed([Duration::from_secs(1800)]);
+    env.longest_lock(QueueOptions::default()).await;
     let (flows, store) = env.start_counting(policy).await;
     handled(&flows, &begin("f-retry", Some(60)), 1).await;
     env.advance(61);

@@ -238,6 +238,13 @@ impl Link {
             (None, false) => {}
         }
         maintain(&self.shared, &self.entity, now).await?;
+        // The clock again, after the maintenance's round trip: the lock is counted from as
+        // late a reading as can be (a reading from before a wait would shorten it; a test
+        // clock moved meanwhile would hand out a lock already expired).
+        let now = self.shared.clock.now();
+        if self.session.is_none() {
+            lock_until = self.entity.lock_until(now);
+        }
         let sql: &'static str = match (mode, dead, self.session.is_some()) {
             (Mode::PeekLock, true, _) => lock_sql!(dead_filter),
             (Mode::PeekLock, false, true) => lock_sql!(session_filter),
