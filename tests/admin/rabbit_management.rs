@@ -6,13 +6,13 @@
 //! the AMQP counts and log one warning a listing; a bad URL is refused when the admin is
 //! built. Each test has its own queue names.
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use courier::admin::{AdminError, AmqpAdmin, EntityKind, QueueAdmin, QueueSummary};
 use courier::{
     AmqpTransport, EntityPath, Envelope, QueueOptions, ScheduleStore, SenderOptions, Transport, VirtualClock,
 };
+use courier_tests::logs::Logs;
 use courier_tests::rabbit::{amqp_url, management_url, memory_store, transport};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions};
 use lapin::types::FieldTable;
@@ -20,43 +20,6 @@ use lapin::{BasicProperties, Connection, ConnectionProperties};
 
 fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", &uuid::Uuid::new_v4().simple().to_string()[..10])
-}
-
-/// What the admin's warnings say, captured for one test (a subscriber of this thread:
-/// the tests run on a current-thread runtime).
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
-    type Writer = Logs;
-    fn make_writer(&'a self) -> Logs {
-        self.clone()
-    }
-}
-
-impl Logs {
-    fn capture(&self) -> tracing::subscriber::DefaultGuard {
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(self.clone())
-            .with_ansi(false)
-            .with_max_level(tracing::Level::WARN)
-            .finish();
-        tracing::subscriber::set_default(subscriber)
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
 }
 
 /// The admin's warning when the API gives nothing.

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use courier::{AmqpTransport, Context, Endpoint, EntityPath, HandlerError, QueueOptions, Routes, Transport};
+use courier_tests::logs::Logs;
 use courier_tests::rabbit::amqp_url;
 use courier_tests::raw_amqp::{Confirm, Field, RawProperties, RawPublisher, nested_tables};
 use serde::{Deserialize, Serialize};
@@ -323,30 +324,11 @@ async fn malformed_messages_are_dead_lettered_at_once_and_the_valid_ones_around_
     let _ = tokio::time::timeout(Duration::from_secs(5), lapin_conn.close(200, "done".into())).await;
 }
 
-/// Where the log of the test below goes.
-#[derive(Clone, Default)]
-struct Log(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Log {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 // One thread, so the receiver's events reach this test's subscriber.
 #[tokio::test(flavor = "current_thread")]
 async fn a_refused_delivery_is_logged_with_its_queue_and_delivery_tag_also_when_received_and_deleted() {
-    let log = Log::default();
-    let writer = log.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let log = Logs::default();
+    let _guard = log.capture();
     let url = amqp_url().await;
     let name = unique("refused");
     let transport = AmqpTransport::connect(url.clone()).await.unwrap();
@@ -393,7 +375,7 @@ async fn a_refused_delivery_is_logged_with_its_queue_and_delivery_tag_also_when_
     got.pop().unwrap().complete().await.unwrap();
     assert_eq!(transport.wire_stats().invalid, 2);
 
-    let text = String::from_utf8_lossy(&log.0.lock().unwrap()).into_owned();
+    let text = log.text();
     let lines: Vec<&str> = text.lines().filter(|l| l.contains("breaks the wire format")).collect();
     assert_eq!(lines.len(), 2, "{text}");
     for line in lines {

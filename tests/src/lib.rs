@@ -26,6 +26,7 @@ pub mod containers;
 pub mod corpus;
 pub mod crash;
 pub mod crash_saga;
+pub mod logs;
 pub mod pg;
 pub mod pg_transport;
 pub mod rabbit;

@@ -76,6 +76,29 @@ async fn record_gated(job: GatedJob, ctx: &mut Context) -> Result<(), HandlerErr
     Ok(())
 }
 
+/// A database of its own with the application's table `effects`, and a Postgres
+/// transport on it with `queues` created.
+async fn setup(queues: &[&str]) -> (TestDatabase, PgPool, Arc<PostgresTransport>) {
+    let db = TestDatabase::create().await;
+    let pool = db.pool().await;
+    sqlx::query("CREATE TABLE effects (n bigint NOT NULL)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let transport = Arc::new(PostgresTransport::from_pool(pool.clone()).open().await.unwrap());
+    for q in queues {
+        transport.create_queue(q, &QueueOptions::default()).await.unwrap();
+    }
+    (db, pool, transport)
+}
+
+/// Closes what `setup` opened and drops the database.
+async fn finish(db: TestDatabase, pool: PgPool, transport: &PostgresTransport) {
+    transport.close().await;
+    pool.close().await;
+    db.drop_now().await;
+}
+
 async fn count(pool: &PgPool, sql: &'static str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
 }
@@ -133,17 +156,7 @@ async fn record_nested(job: Nested, ctx: &mut Context) -> Result<(), HandlerErro
 /// begin becomes.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn odd_message_ids_duplicates_and_a_handlers_own_transactions() {
-    let db = TestDatabase::create().await;
-    let pool = db.pool().await;
-    sqlx::query("CREATE TABLE effects (n bigint NOT NULL)")
-        .execute(&pool)
-        .await
-        .unwrap();
-    let transport = Arc::new(PostgresTransport::from_pool(pool.clone()).open().await.unwrap());
-    transport
-        .create_queue("nested", &QueueOptions::default())
-        .await
-        .unwrap();
+    let (db, pool, transport) = setup(&["nested"]).await;
     let nested = Endpoint::builder("nested")
         .transport(transport.clone())
         .store(transport.store())
@@ -196,23 +209,12 @@ async fn odd_message_ids_duplicates_and_a_handlers_own_transactions() {
     no_connection_left_in_a_transaction(&pool).await;
 
     nested.shutdown().await.unwrap();
-    transport.close().await;
-    pool.close().await;
-    db.drop_now().await;
+    finish(db, pool, &transport).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completion_inbox_writes_and_sends_commit_in_one_transaction() {
-    let db = TestDatabase::create().await;
-    let pool = db.pool().await;
-    sqlx::query("CREATE TABLE effects (n bigint NOT NULL)")
-        .execute(&pool)
-        .await
-        .unwrap();
-    let transport = Arc::new(PostgresTransport::from_pool(pool.clone()).open().await.unwrap());
-    for q in ["jobs", "done"] {
-        transport.create_queue(q, &QueueOptions::default()).await.unwrap();
-    }
+    let (db, pool, transport) = setup(&["jobs", "done"]).await;
     let jobs = Endpoint::builder("jobs")
         .transport(transport.clone())
         .store(transport.store())
@@ -260,9 +262,7 @@ async fn completion_inbox_writes_and_sends_commit_in_one_transaction() {
     assert_eq!(count(&pool, "SELECT count(*) FROM courier.inbox").await, 1);
 
     jobs.shutdown().await.unwrap();
-    transport.close().await;
-    pool.close().await;
-    db.drop_now().await;
+    finish(db, pool, &transport).await;
 }
 
 /// The lock of the message is lost while its handler runs (another process locked it
@@ -271,16 +271,7 @@ async fn completion_inbox_writes_and_sends_commit_in_one_transaction() {
 /// been committed before the completion failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_lost_before_the_commit_leaves_no_effect() {
-    let db = TestDatabase::create().await;
-    let pool = db.pool().await;
-    sqlx::query("CREATE TABLE effects (n bigint NOT NULL)")
-        .execute(&pool)
-        .await
-        .unwrap();
-    let transport = Arc::new(PostgresTransport::from_pool(pool.clone()).open().await.unwrap());
-    for q in ["gated", "done"] {
-        transport.create_queue(q, &QueueOptions::default()).await.unwrap();
-    }
+    let (db, pool, transport) = setup(&["gated", "done"]).await;
     let probe = Probe {
         calls: Arc::new(AtomicU32::new(0)),
         gate: Arc::new(Semaphore::new(0)),
@@ -336,7 +327,5 @@ async fn a_lock_lost_before_the_commit_leaves_no_effect() {
     no_connection_left_in_a_transaction(&pool).await;
 
     gated.shutdown().await.unwrap();
-    transport.close().await;
-    pool.close().await;
-    db.drop_now().await;
+    finish(db, pool, &transport).await;
 }

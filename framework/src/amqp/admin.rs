@@ -28,8 +28,9 @@
 //!   where it is), and taking all of them (`all_dead_letters`, `--all`) parks the whole
 //!   DLQ (as many messages as it held when it began); `show`, `resubmit` and `delete` of
 //!   numbers park nothing (a number is a parked row's). It consumes the DLQ with a
-//!   prefetch of at most 1,000 and no more than it takes, inserts each batch of 500 in one transaction (a message already parked is
-//!   skipped), commits, and only then acknowledges the batch. A crash between the commit
+//!   prefetch of at most 1,000 and no more than it takes, inserts each batch of 500 in
+//!   one transaction (a message already parked is skipped), commits, and only then
+//!   acknowledges the batch. A crash between the commit
 //!   and the acknowledgement redelivers the batch, which inserts nothing: a dead letter
 //!   is never lost and never parked twice. Without a schedule store, dead letters cannot
 //!   be read (the error says which store to give).
