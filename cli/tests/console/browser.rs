@@ -90,16 +90,30 @@ impl Browser {
         browser
     }
 
-    /// The text of the first element `css` selects (waiting for it to appear).
+    /// The text of the first element `css` selects (waiting for it to appear). Found again
+    /// when the page is replaced between finding it and reading it (a navigation still
+    /// under way: "Node with given id does not belong to the document", seen in CI).
     pub(crate) async fn text(&self, css: &str) -> String {
-        let found = self
-            .client
-            .wait()
-            .at_most(Duration::from_secs(20))
-            .for_element(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("no {css} on the page ({e})"));
-        found.text().await.unwrap()
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let found = self
+                .client
+                .wait()
+                .at_most(Duration::from_secs(20))
+                .for_element(Locator::Css(css))
+                .await
+                .unwrap_or_else(|e| panic!("no {css} on the page ({e})"));
+            match found.text().await {
+                Ok(text) => return text,
+                Err(e) => {
+                    assert!(
+                        tokio::time::Instant::now() < deadline,
+                        "cannot read {css} on the page ({e})"
+                    );
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
     }
 
     /// Waits until the page's address contains `part`: a form's submit returns before
