@@ -371,3 +371,50 @@ async fn a_transport_whose_lock_holder_dropped_does_not_use_up_delivery_counts()
     assert_eq!(delivery.message().delivery_count(), 1);
     delivery.complete().await.unwrap();
 }
+
+/// A receiver whose claims are filled runs the maintenance (here: the activation of due
+/// scheduled messages) at most every 250 ms of the transport's clock, and a claim that
+/// comes back short after a skip runs it and claims again (docs/postgres.md, "How it
+/// works"). An activated message is numbered at its activation, so the order it comes in
+/// shows when that was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_receiver_runs_the_maintenance_less_often_and_never_returns_less_for_it() {
+    let clock = VirtualClock::starting_now();
+    let t = transport(&clock).await;
+    let q = unique("q");
+    t.create_queue(&q, &QueueOptions::default()).await.unwrap();
+    let sender = t.sender(&q, SenderOptions::default()).await.unwrap();
+    for i in 0..4 {
+        sender.send(Envelope::new(format!("m{i}"))).await.unwrap();
+    }
+    let r = t.receiver(&EntityPath::queue(&q)).await.unwrap();
+    let ms = chrono::Duration::milliseconds;
+    // Receives up to `n` at once, completes them and says what they were.
+    let take = async |n: usize| -> Vec<String> {
+        let mut bodies = Vec::new();
+        for d in r.receive(n, Duration::ZERO).await.unwrap() {
+            bodies.push(String::from_utf8(d.message().envelope.body.to_vec()).unwrap());
+            d.complete().await.unwrap();
+        }
+        bodies
+    };
+
+    // The first receive runs the maintenance, and its claim is filled.
+    assert_eq!(take(2).await, ["m0", "m1"]);
+    // `d1` is due 1 ms later, but the next filled claims, within 250 ms, skip its
+    // activation: `m4`, sent after it, comes first.
+    sender.schedule(Envelope::new("d1"), clock.now() + ms(1)).await.unwrap();
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(take(1).await, ["m2"]);
+    sender.send(Envelope::new("m4")).await.unwrap();
+    assert_eq!(take(1).await, ["m3"]);
+    // 250 ms after the last, the maintenance runs before the claim.
+    clock.advance(Duration::from_millis(249));
+    assert_eq!(take(1).await, ["m4"]);
+
+    // A claim that comes back short runs it at once: `d2`, due, comes in the same receive.
+    sender.schedule(Envelope::new("d2"), clock.now() + ms(1)).await.unwrap();
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(take(5).await, ["d1", "d2"]);
+    assert!(take(1).await.is_empty());
+}

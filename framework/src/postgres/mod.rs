@@ -291,12 +291,7 @@ impl PostgresTransport {
 
     async fn link(&self, path: &EntityPath) -> Result<Arc<Link>> {
         let entity = entities::resolve(&self.shared, path, false).await?;
-        Ok(Arc::new(Link {
-            shared: self.shared.clone(),
-            entity,
-            path: path.clone(),
-            session: None,
-        }))
+        Ok(Arc::new(Link::new(self.shared.clone(), entity, path.clone(), None)))
     }
 }
 

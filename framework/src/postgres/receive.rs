@@ -2,7 +2,8 @@
 //! receivers in any number of processes take disjoint messages), receive-deferred, and
 //! the time-driven work a receive does first for its entity: activating due scheduled
 //! messages and dead-lettering expired ones and those whose lock expired at the max
-//! delivery count. A receive that finds nothing waits for a notification of its entity
+//! delivery count (skipped for up to 250 ms by a receiver whose claims are filled, see
+//! `Upkeep`). A receive that finds nothing waits for a notification of its entity
 //! (`LISTEN/NOTIFY`, a hint only) or the fallback poll, whichever comes first. A
 //! PeekLock claim commits asynchronously (see `lock_sql!`); ReceiveAndDelete's does not
 //! (its claim is the deletion).
@@ -29,6 +30,9 @@ use crate::transport::{Delivery, Receiver, Settlement, Settler};
 const MAX_RECEIVE: usize = 5000;
 /// The most scheduled or expired messages one receive moves.
 const MAINTENANCE_BATCH: i64 = 1000;
+/// How long, by the transport's clock, a receiver whose last claim was filled goes on
+/// claiming without running the maintenance first (see [`Upkeep`]).
+const UPKEEP_EVERY_MS: i64 = 250;
 
 /// A session held by a session receiver: its id and the generation of its lock.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,6 +47,38 @@ pub(crate) struct Link {
     pub(crate) entity: EntityInfo,
     pub(crate) path: EntityPath,
     pub(crate) session: Option<SessionKey>,
+    upkeep: std::sync::Mutex<Upkeep>,
+}
+
+/// When a receiver last ran the maintenance before its claim, and whether its last
+/// claim took all it asked for.
+///
+/// A receiver of a busy entity (its claims filled) skips the maintenance for up to
+/// `UPKEEP_EVERY_MS` of the transport's clock: run before every claim it was a third of
+/// the transactions and a sixth of the server's work per message. The claim's filter
+/// never takes an expired message, one at the max delivery count or one still locked, so
+/// skipping it delays only its bookkeeping: a due scheduled message is activated (and so
+/// numbered, at the end of the entity's order) up to that much later, a lock whose holder
+/// is gone is ended up to that much later, and expired or exhausted messages reach the
+/// dead-letter sub-queue up to that much later. A claim that comes back short after a
+/// skip runs the maintenance and claims again at once, so a receive never returns less
+/// than it would have found with the maintenance first, and an entity that is not busy
+/// runs it before every claim, as before.
+#[derive(Debug, Default)]
+struct Upkeep {
+    last: Option<DateTime<Utc>>,
+    filled: bool,
+}
+
+impl Upkeep {
+    /// Whether a claim at `now` may go without the maintenance first.
+    fn may_skip(&self, now: DateTime<Utc>) -> bool {
+        self.filled
+            && self.last.is_some_and(|last| {
+                // A clock set back runs it too.
+                last <= now && now - last < chrono::Duration::milliseconds(UPKEEP_EVERY_MS)
+            })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,8 +94,9 @@ enum Mode {
 /// receivable at once, their delivery count kept. (A message whose lock ends so at the max
 /// delivery count is dead-lettered by the next receive.)
 ///
-/// It runs before every receive, so each of its parts must cost what it finds, not what
-/// the entity holds: each reads an index of its own. `exhausted` tests `state + 0 = 0`, so
+/// It runs before a receive's claim (a busy receiver skips it for a while, see
+/// [`Upkeep`]), so each of its parts must cost what it finds, not what the entity holds:
+/// each reads an index of its own. `exhausted` tests `state + 0 = 0`, so
 /// that `message_active` (every waiting message) cannot serve it and `message_locked`
 /// (the messages with a lock) does: without statistics (a table autovacuum never
 /// analysed) Postgres chose `message_active` and read the whole backlog at every receive,
@@ -203,6 +240,27 @@ macro_rules! take_sql {
 }
 
 impl Link {
+    pub(crate) fn new(shared: Arc<Shared>, entity: EntityInfo, path: EntityPath, session: Option<SessionKey>) -> Self {
+        Self {
+            shared,
+            entity,
+            path,
+            session,
+            upkeep: std::sync::Mutex::new(Upkeep::default()),
+        }
+    }
+
+    fn upkeep(&self) -> std::sync::MutexGuard<'_, Upkeep> {
+        self.upkeep.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Runs the maintenance for this link's entity at `now`.
+    async fn maintain(&self, now: DateTime<Utc>) -> Result<()> {
+        maintain(&self.shared, &self.entity, now).await?;
+        self.upkeep().last = Some(now);
+        Ok(())
+    }
+
     /// The session lock's end, if this link's session is still held.
     pub(crate) async fn session_lock(&self, key: &SessionKey, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>> {
         sqlx::query_scalar(
@@ -218,12 +276,14 @@ impl Link {
         .map_err(|e| self.shared.closed_or(db_error("cannot read the session lock", e)))
     }
 
-    /// One attempt: maintenance, then lock (or take) up to `max` messages.
+    /// One attempt: maintenance (which a busy receiver may skip, see [`Upkeep`]), then
+    /// lock (or take) up to `max` messages.
     async fn take(&self, max: usize, mode: Mode) -> Result<Vec<ReceivedMessage>> {
         self.shared.check_open()?;
         let now = self.shared.clock.now();
         let dead = self.path.sub_queue() == SubQueue::DeadLetter;
-        let mut lock_until = self.entity.lock_until(now);
+        // In a session, a message's lock is the session's lock.
+        let mut session_until = None;
         match (&self.session, self.entity.requires_session && !dead) {
             (None, true) => {
                 return Err(Error::new(ErrorKind::InvalidOperation {
@@ -231,19 +291,10 @@ impl Link {
                 }));
             }
             (Some(key), _) => match self.session_lock(key, now).await? {
-                // In a session, a message's lock is the session's lock.
-                Some(until) => lock_until = until,
+                Some(until) => session_until = Some(until),
                 None => return Err(Error::new(ErrorKind::SessionLockLost)),
             },
             (None, false) => {}
-        }
-        maintain(&self.shared, &self.entity, now).await?;
-        // The clock again, after the maintenance's round trip: the lock is counted from as
-        // late a reading as can be (a reading from before a wait would shorten it; a test
-        // clock moved meanwhile would hand out a lock already expired).
-        let now = self.shared.clock.now();
-        if self.session.is_none() {
-            lock_until = self.entity.lock_until(now);
         }
         let sql: &'static str = match (mode, dead, self.session.is_some()) {
             (Mode::PeekLock, true, _) => lock_sql!(dead_filter),
@@ -253,19 +304,20 @@ impl Link {
             (Mode::ReceiveAndDelete, false, true) => take_sql!(session_filter),
             (Mode::ReceiveAndDelete, false, false) => take_sql!(active_filter),
         };
-        let rows: Vec<PgRow> = sqlx::query(sql)
-            .bind(self.entity.id)
-            .bind(now)
-            .bind(self.entity.max_delivery_count)
-            .bind((mode == Mode::PeekLock).then_some(lock_until))
-            .bind(self.session.as_ref().map(|k| k.id.as_str()))
-            .bind(i64::try_from(max.clamp(1, MAX_RECEIVE)).unwrap_or(1))
-            .bind(self.shared.holder)
-            .fetch_all(&self.shared.pool)
-            .await
-            .map_err(|e| self.shared.closed_or(db_error("cannot receive messages", e)))?;
+        let wanted = max.clamp(1, MAX_RECEIVE);
+        let skipped = !dead && self.upkeep().may_skip(now);
+        if !skipped {
+            self.maintain(now).await?;
+        }
+        let mut read = self.claim(sql, wanted, mode, session_until).await?;
+        if skipped && read.len() < wanted {
+            // Short: what the maintenance would make receivable is taken now.
+            self.maintain(self.shared.clock.now()).await?;
+            read.extend(self.claim(sql, wanted - read.len(), mode, session_until).await?);
+            read.sort_by_key(|r| r.message.broker.sequence_number);
+        }
+        self.upkeep().filled = read.len() >= wanted;
         let locked = mode == Mode::PeekLock;
-        let read = read_rows(&rows, now, locked.then_some(self.shared.tag))?;
         // A row another program wrote with properties Courier cannot read, or that breaks
         // a rule every Courier sender keeps (an id over 128 bytes, a message over the size
         // limit), is dead-lettered now: failing the receive would fail every receive of
@@ -293,6 +345,34 @@ impl Link {
             }
         }
         Ok(messages)
+    }
+
+    /// One claim of up to `max` messages with `sql`, locked until the session's lock ends
+    /// (`session_until`) or for the entity's lock duration.
+    async fn claim(
+        &self,
+        sql: &'static str,
+        max: usize,
+        mode: Mode,
+        session_until: Option<DateTime<Utc>>,
+    ) -> Result<Vec<ReadMessage>> {
+        // The clock read here, after the maintenance's round trip: the lock is counted from
+        // as late a reading as can be (a reading from before a wait would shorten it; a
+        // test clock moved meanwhile would hand out a lock already expired).
+        let now = self.shared.clock.now();
+        let lock_until = session_until.unwrap_or_else(|| self.entity.lock_until(now));
+        let rows: Vec<PgRow> = sqlx::query(sql)
+            .bind(self.entity.id)
+            .bind(now)
+            .bind(self.entity.max_delivery_count)
+            .bind((mode == Mode::PeekLock).then_some(lock_until))
+            .bind(self.session.as_ref().map(|k| k.id.as_str()))
+            .bind(i64::try_from(max).unwrap_or(1))
+            .bind(self.shared.holder)
+            .fetch_all(&self.shared.pool)
+            .await
+            .map_err(|e| self.shared.closed_or(db_error("cannot receive messages", e)))?;
+        read_rows(&rows, now, (mode == Mode::PeekLock).then_some(self.shared.tag))
     }
 
     /// Dead-letters a message a receive refused (`courier.InvalidWireFormat` or

@@ -105,12 +105,7 @@ pub(crate) async fn accept(
         if let Some(key) = try_accept(shared, &entity, selector).await? {
             let until = entity.lock_until(shared.clock.now());
             return Ok(Arc::new(PgSessionReceiver {
-                link: Arc::new(Link {
-                    shared: shared.clone(),
-                    entity,
-                    path: path.clone(),
-                    session: Some(key),
-                }),
+                link: Arc::new(Link::new(shared.clone(), entity, path.clone(), Some(key))),
                 locked_until: Mutex::new(until),
             }));
         }
