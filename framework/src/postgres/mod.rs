@@ -302,7 +302,8 @@ fn bent_rules() -> Vec<BentRule> {
             rule: "S2.7 volatile session locks",
             reason: "a session lock is a row of the database, not yet tied to its holder's connection",
             substitute: "message locks are volatile (a dead or disconnected holder's locks end at the next receive \
-                         of their entity, within 250 ms on a busy one); a session lock ends when it is released or its lock duration has passed",
+                         of their entity, within 250 ms on a busy one); a session lock ends when it is released or \
+                         its lock duration has passed",
         },
         BentRule {
             rule: "S3.1",

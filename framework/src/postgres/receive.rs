@@ -54,16 +54,17 @@ pub(crate) struct Link {
 /// claim took all it asked for.
 ///
 /// A receiver of a busy entity (its claims filled) skips the maintenance for up to
-/// `UPKEEP_EVERY_MS` of the transport's clock: run before every claim it was a third of
-/// the transactions and a sixth of the server's work per message. The claim's filter
-/// never takes an expired message, one at the max delivery count or one still locked, so
-/// skipping it delays only its bookkeeping: a due scheduled message is activated (and so
-/// numbered, at the end of the entity's order) up to that much later, a lock whose holder
-/// is gone is ended up to that much later, and expired or exhausted messages reach the
-/// dead-letter sub-queue up to that much later. A claim that comes back short after a
-/// skip runs the maintenance and claims again at once, so a receive never returns less
-/// than it would have found with the maintenance first, and an entity that is not busy
-/// runs it before every claim, as before.
+/// `UPKEEP_EVERY_MS` of the transport's clock: run before every claim it was half of the
+/// receive side's transactions and a tenth of the statements' execution time per message
+/// (`pg_stat_statements`, docs/postgres.md). The claim's filter never takes an expired
+/// message, one at the max delivery count or one still locked, so skipping it delays only
+/// its bookkeeping: a due scheduled message is activated (and so numbered, at the end of
+/// the entity's order) up to that much later, a lock whose holder is gone is ended up to
+/// that much later, and expired or exhausted messages reach the dead-letter sub-queue up
+/// to that much later. A claim that comes back short after a skip runs the maintenance
+/// and claims again at once, so a receive never returns less than it would have found
+/// with the maintenance first, and an entity that is not busy runs it before every claim,
+/// as before.
 #[derive(Debug, Default)]
 struct Upkeep {
     last: Option<DateTime<Utc>>,
