@@ -12,6 +12,18 @@ mod pg_one_transaction;
 mod pg_transport;
 mod pg_unit_of_work;
 
+/// A Postgres database of its own with the application's table `effects` (one row per
+/// handler effect), for the tests of the one-transaction unit of work.
+async fn database_with_effects() -> (courier_tests::pg::TestDatabase, sqlx::PgPool) {
+    let db = courier_tests::pg::TestDatabase::create().await;
+    let pool = db.pool().await;
+    sqlx::query("CREATE TABLE effects (n bigint NOT NULL)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    (db, pool)
+}
+
 /// The conformance suite (docs/semantics.md S1-S6) on the embedded broker.
 mod embedded_conformance {
     courier::conformance_suite!(courier_tests::embedded_fixture);

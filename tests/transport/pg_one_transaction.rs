@@ -73,12 +73,7 @@ struct Env {
 
 impl Env {
     async fn new(queues: &[&str]) -> Self {
-        let db = TestDatabase::create().await;
-        let pool = db.pool().await;
-        sqlx::query("CREATE TABLE effects (n bigint NOT NULL)")
-            .execute(&pool)
-            .await
-            .unwrap();
+        let (db, pool) = super::database_with_effects().await;
         let clock = VirtualClock::starting_now();
         let shared: Arc<dyn Clock> = Arc::new(clock.clone());
         let transport = Arc::new(

@@ -79,12 +79,7 @@ async fn record_gated(job: GatedJob, ctx: &mut Context) -> Result<(), HandlerErr
 /// A database of its own with the application's table `effects`, and a Postgres
 /// transport on it with `queues` created.
 async fn setup(queues: &[&str]) -> (TestDatabase, PgPool, Arc<PostgresTransport>) {
-    let db = TestDatabase::create().await;
-    let pool = db.pool().await;
-    sqlx::query("CREATE TABLE effects (n bigint NOT NULL)")
-        .execute(&pool)
-        .await
-        .unwrap();
+    let (db, pool) = super::database_with_effects().await;
     let transport = Arc::new(PostgresTransport::from_pool(pool.clone()).open().await.unwrap());
     for q in queues {
         transport.create_queue(q, &QueueOptions::default()).await.unwrap();
