@@ -110,7 +110,8 @@ pub(crate) struct Refusal {
 /// What a receiver of the embedded broker or the Postgres transport refuses in a stored
 /// message that another program wrote: `unreadable` (what could not be read as written,
 /// already described), and what a Courier sender would have refused (an id or a session
-/// id of more than 128 bytes, a message over `max_message_size`, named by `setting`).
+/// id of more than 128 bytes, a time-to-live outside 1 ms to 100 years, a message over
+/// `max_message_size`, named by `setting`).
 /// RabbitMQ's receiver refuses the same (`amqp/inspect.rs`). The reason is
 /// `courier.MessageTooLarge` when the size is the only problem, else
 /// `courier.InvalidWireFormat`. An empty message id is not refused here: the endpoint
@@ -136,6 +137,17 @@ pub(crate) fn stored_refusal(
         problems.push(format!(
             "session_id has {} bytes; Courier's session ids have 1 to {MAX_MESSAGE_ID_LEN}",
             s.len()
+        ));
+    }
+    if let Some(ttl) = m.time_to_live
+        && (ttl.is_zero() || ttl > crate::entity::MAX_TIME_TO_LIVE)
+    {
+        // A sender refuses it, and a delayed retry (a copy with the same time-to-live)
+        // could not be scheduled: the retry policy would be skipped.
+        problems.push(format!(
+            "its time-to-live is {} ms; Courier's time-to-lives are 1 ms to 100 years (a Courier sender refuses \
+             another)",
+            ttl.as_millis()
         ));
     }
     let size = m.size();

@@ -6,7 +6,7 @@ use sqlx::Row;
 
 use super::Shared;
 use super::entities::EntityInfo;
-use super::receive::maintain;
+use super::upkeep::run as maintain;
 use super::rows::{columns, rows_to_messages};
 use crate::entity::{EntityCounts, SubQueue};
 use crate::error::Result;

@@ -29,6 +29,7 @@ mod send;
 mod sessions;
 mod settle;
 pub(crate) mod store;
+mod upkeep;
 mod wake;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -67,6 +68,8 @@ pub(crate) struct Shared {
     pub(crate) wakers: Arc<wake::Wakers>,
     /// This instance's holder key, stamped on the messages it locks.
     pub(crate) holder: i64,
+    /// Per entity: the sweep's last run and a failing maintenance's backoff.
+    pub(crate) upkeeps: upkeep::Upkeeps,
     closed: AtomicBool,
     /// Whether the transport opened the pool (and closes it on close).
     owns_pool: bool,
@@ -187,6 +190,7 @@ impl PgTransportBuilder {
                 }));
             }
         };
+        check_encoding(&pool).await?;
         if self.migrate {
             crate::store::postgres::migrate(&pool).await?;
         }
@@ -221,10 +225,34 @@ impl PgTransportBuilder {
                 owns_pool,
                 listener: Mutex::new(Some(listener)),
                 holder,
+                upkeeps: upkeep::Upkeeps::default(),
                 keeper: Mutex::new(Some(keeper)),
             }),
         })
     }
+}
+
+/// Refuses a database whose encoding is not UTF8: Courier's texts (ids, types, properties)
+/// are UTF-8, and a `SQL_ASCII` database stores any bytes another program writes
+/// unchecked, which no receiver could read (one such row failed every receive of its
+/// queue). Other encodings cannot hold every text a sender may send.
+async fn check_encoding(pool: &PgPool) -> Result<()> {
+    let (encoding, database): (String, String) =
+        sqlx::query_as("SELECT current_setting('server_encoding'), current_database()")
+            .fetch_one(pool)
+            .await
+            .map_err(|e| db_error("cannot read the database's encoding", e))?;
+    if encoding.eq_ignore_ascii_case("UTF8") {
+        return Ok(());
+    }
+    Err(Error::new(ErrorKind::InvalidOptions {
+        reason: format!(
+            "database {database:?} has the encoding {encoding}; the Postgres transport needs UTF8 (texts another \
+             program writes would not be checked, and one that is not UTF-8 could not be received): create the \
+             database with CREATE DATABASE ... ENCODING 'UTF8' TEMPLATE template0, or move Courier's schema to \
+             such a database"
+        ),
+    }))
 }
 
 /// The Postgres transport. Cloning gives another handle to the same transport.

@@ -13,23 +13,24 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use sqlx::Row;
 use sqlx::postgres::PgRow;
 use tokio::sync::oneshot;
 
 use super::Shared;
 use super::entities::EntityInfo;
-use super::rows::{ReadMessage, columns, read_rows, rows_to_messages};
-use crate::checks::{FAR_SCHEDULE, MAX_SCHEDULE_AHEAD, NO_SCHEDULED_TIME, Refusal, stored_refusal};
+use super::rows::{ReadMessage, columns, read_row, read_rows, rows_to_messages};
+use crate::checks::{Refusal, stored_refusal};
 use crate::entity::{EntityPath, SubQueue};
 use crate::error::{Error, ErrorKind, Result};
+use crate::endpoint::metrics::{labels, names};
+use crate::logtext::Escaped;
 use crate::message::{LockToken, ReceivedMessage, SequenceNumber, reasons};
 use crate::store::db_error;
 use crate::transport::{Delivery, Receiver, Settlement, Settler};
 
 /// The most messages one receive takes.
 const MAX_RECEIVE: usize = 5000;
-/// The most scheduled or expired messages one receive moves.
-const MAINTENANCE_BATCH: i64 = 1000;
 /// How long, by the transport's clock, a receiver whose last claim was filled goes on
 /// claiming without running the maintenance first (see [`Upkeep`]).
 const UPKEEP_EVERY_MS: i64 = 250;
@@ -86,99 +87,6 @@ impl Upkeep {
 enum Mode {
     PeekLock,
     ReceiveAndDelete,
-}
-
-/// Activates `owner`'s due scheduled messages (fanned out when `owner` is a topic),
-/// dead-letters `entity`'s expired messages and those whose lock expired at the max
-/// delivery count (the work the clock makes due, done by whoever reads the entity), and
-/// ends the locks of `entity`'s messages whose holder is gone (see `holder.rs`): they are
-/// receivable at once, their delivery count kept. (A message whose lock ends so at the max
-/// delivery count is dead-lettered by the next receive.)
-///
-/// It runs before a receive's claim (a busy receiver skips it for a while, see
-/// [`Upkeep`]), so each of its parts must cost what it finds, not what the entity holds:
-/// each reads an index of its own. `exhausted` tests `state + 0 = 0`, so
-/// that `message_active` (every waiting message) cannot serve it and `message_locked`
-/// (the messages with a lock) does: without statistics (a table autovacuum never
-/// analysed) Postgres chose `message_active` and read the whole backlog at every receive,
-/// 14 ms at 18,000 waiting messages. `orphaned` reads `message_locked` in order with a
-/// limit: a plain index scan, which marks the entries of deleted rows dead as it passes
-/// them, where a bitmap scan visited every row locked within the last lock duration
-/// (completed ones included) again at every receive.
-pub(crate) async fn maintain(shared: &Shared, entity: &EntityInfo, now: DateTime<Utc>) -> Result<()> {
-    sqlx::query(
-        "WITH due AS (DELETE FROM courier.message m WHERE m.id IN ( \
-                 SELECT id FROM courier.message WHERE entity_id = $1 AND state = 1 \
-                 AND (scheduled_at <= $2 OR scheduled_at IS NULL OR scheduled_at > $9) \
-                 ORDER BY scheduled_at, id LIMIT $6 FOR UPDATE SKIP LOCKED) \
-                 RETURNING m.*, (m.scheduled_at IS NULL OR m.scheduled_at > $9) AS impossible), \
-         n AS MATERIALIZED (SELECT nextval('courier.message_seq') AS seq \
-                 FROM generate_series(1, (SELECT count(*) FROM due))), \
-         no AS (SELECT seq, row_number() OVER (ORDER BY seq) AS ord FROM n), \
-         d AS (SELECT due.*, row_number() OVER (ORDER BY scheduled_at, id) AS ord FROM due), \
-         t AS (SELECT id, path, default_ttl_ms, requires_session FROM courier.entity \
-               WHERE (id = $1 AND kind = 0) OR (parent = $1 AND kind = 2)), \
-         act AS (INSERT INTO courier.message (entity_id, seq, state, session_id, enqueued_at, scheduled_at, \
-                   expires_at, ttl_ms, message_id, correlation_id, causation_id, message_type, content_type, \
-                   reply_to, properties, dl_reason, dl_description, dl_source, body) \
-                 SELECT t.id, no.seq, \
-                   CASE WHEN d.impossible OR (t.requires_session AND d.session_id IS NULL) THEN 3 ELSE 0 END, \
-                   d.session_id, CASE WHEN d.impossible THEN $2 ELSE d.scheduled_at END, \
-                   CASE WHEN d.impossible THEN NULL ELSE d.scheduled_at END, \
-                   CASE WHEN NOT d.impossible \
-                     THEN d.scheduled_at + LEAST(d.ttl_ms, t.default_ttl_ms) * interval '1 millisecond' END, \
-                   LEAST(d.ttl_ms, t.default_ttl_ms), d.message_id, d.correlation_id, d.causation_id, \
-                   d.message_type, d.content_type, d.reply_to, d.properties, \
-                   CASE WHEN d.impossible THEN $10 \
-                        WHEN t.requires_session AND d.session_id IS NULL THEN 'SessionIdMissing' END, \
-                   CASE WHEN d.scheduled_at IS NULL THEN $13 \
-                        WHEN d.impossible THEN $11 || coalesce(to_char(d.scheduled_at AT TIME ZONE 'UTC', \
-                          'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), d.scheduled_at::text) || $12 \
-                        WHEN t.requires_session AND d.session_id IS NULL \
-                        THEN 'the subscription requires sessions and the message has no session id' END, \
-                   CASE WHEN d.impossible OR (t.requires_session AND d.session_id IS NULL) THEN t.path END, d.body \
-                 FROM d JOIN no USING (ord) CROSS JOIN t RETURNING entity_id), \
-         orphaned AS (UPDATE courier.message m SET locked_until = $2 WHERE m.id IN ( \
-                   SELECT id FROM courier.message o WHERE o.entity_id = $3 AND o.locked_until > $2 \
-                   AND o.holder IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_locks l \
-                     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
-                     AND l.classid::bigint = o.holder >> 32 AND l.objid::bigint = o.holder & 2147483647) \
-                   ORDER BY o.locked_until LIMIT $6 FOR UPDATE SKIP LOCKED) RETURNING m.entity_id), \
-         expired AS (SELECT id FROM courier.message WHERE entity_id = $3 AND state IN (0, 2) \
-                   AND expires_at <= $2 AND (locked_until IS NULL OR locked_until <= $2) \
-                   LIMIT $6 FOR UPDATE SKIP LOCKED), \
-         exhausted AS (SELECT id FROM courier.message WHERE entity_id = $3 AND state + 0 = 0 \
-                   AND locked_until <= $2 AND delivery_count >= $4 LIMIT $6 FOR UPDATE SKIP LOCKED), \
-         dead AS (UPDATE courier.message m SET state = 3, locked_until = NULL, \
-                   dl_reason = CASE WHEN m.expires_at <= $2 THEN $7 ELSE $8 END, \
-                   dl_description = CASE WHEN m.expires_at <= $2 \
-                       THEN 'the message expired before it was received' \
-                       ELSE 'the message was delivered ' || m.delivery_count || ' times without being settled' END, \
-                   dl_source = $5 \
-                 WHERE m.id IN (SELECT id FROM expired UNION SELECT id FROM exhausted) \
-                 RETURNING m.entity_id) \
-         SELECT count(pg_notify('courier_transport', x.entity_id::text)) \
-         FROM (SELECT entity_id FROM act UNION SELECT entity_id FROM dead UNION SELECT entity_id FROM orphaned) x",
-    )
-    .bind(entity.schedule_owner())
-    .bind(now)
-    .bind(entity.id)
-    .bind(entity.max_delivery_count)
-    .bind(&entity.path)
-    .bind(MAINTENANCE_BATCH)
-    .bind(reasons::TTL_EXPIRED)
-    .bind(reasons::MAX_DELIVERY_COUNT_EXCEEDED)
-    // A scheduled row no sender could have written (another program's: more than 100
-    // years ahead, or no time) is "due" at once, dead-lettered instead of activated.
-    .bind(now + MAX_SCHEDULE_AHEAD)
-    .bind(reasons::INVALID_WIRE_FORMAT)
-    .bind(FAR_SCHEDULE[0])
-    .bind(FAR_SCHEDULE[1])
-    .bind(NO_SCHEDULED_TIME)
-    .execute(&shared.pool)
-    .await
-    .map_err(|e| shared.closed_or(db_error("cannot activate scheduled or expired messages", e)))?;
-    Ok(())
 }
 
 /// The filter of the messages a receive may take: `$1` entity, `$2` now, `$3` max
@@ -257,7 +165,7 @@ impl Link {
 
     /// Runs the maintenance for this link's entity at `now`.
     async fn maintain(&self, now: DateTime<Utc>) -> Result<()> {
-        maintain(&self.shared, &self.entity, now).await?;
+        super::upkeep::run(&self.shared, &self.entity, now).await?;
         self.upkeep().last = Some(now);
         Ok(())
     }
@@ -373,7 +281,54 @@ impl Link {
             .fetch_all(&self.shared.pool)
             .await
             .map_err(|e| self.shared.closed_or(db_error("cannot receive messages", e)))?;
-        read_rows(&rows, now, (mode == Mode::PeekLock).then_some(self.shared.tag))
+        if mode == Mode::ReceiveAndDelete {
+            return read_rows(&rows, now, None);
+        }
+        // Each row on its own: one that cannot be read is dead-lettered, not the claim
+        // failed (which would fail every receive of the queue).
+        let mut read = Vec::with_capacity(rows.len());
+        for row in &rows {
+            match read_row(row, now, Some(self.shared.tag)) {
+                Ok(r) => read.push(r),
+                Err(e) => self.dead_letter_unreadable(row, &e).await?,
+            }
+        }
+        read.sort_by_key(|r| r.message.broker.sequence_number);
+        Ok(read)
+    }
+
+    /// Dead-letters a claimed row that could not be read (`courier.InvalidWireFormat`,
+    /// the error as its description).
+    async fn dead_letter_unreadable(&self, row: &PgRow, error: &Error) -> Result<()> {
+        let id: i64 = row
+            .try_get(0)
+            .map_err(|e| db_error("cannot read the id of a claimed message", e))?;
+        let why = format!("the stored message could not be read: {error}");
+        tracing::warn!(
+            queue = %Escaped(&self.entity.path),
+            row = id,
+            description = %Escaped(&why),
+            "a stored message could not be read: it was dead-lettered"
+        );
+        metrics::counter!(
+            names::DEAD_LETTERED,
+            labels::SYSTEM => "postgres",
+            labels::DESTINATION => self.entity.path.clone(),
+            labels::REASON => reasons::INVALID_WIRE_FORMAT
+        )
+        .increment(1);
+        sqlx::query(
+            "UPDATE courier.message SET state = 3, locked_until = NULL, dl_reason = $2, dl_description = $3, \
+             dl_source = $4 WHERE id = $1 RETURNING pg_notify('courier_transport', entity_id::text)",
+        )
+        .bind(id)
+        .bind(reasons::INVALID_WIRE_FORMAT)
+        .bind(&why)
+        .bind(&self.entity.path)
+        .execute(&self.shared.pool)
+        .await
+        .map(|_| ())
+        .map_err(|e| self.shared.closed_or(db_error("cannot dead-letter an unreadable message", e)))
     }
 
     /// Dead-letters a message a receive refused (`courier.InvalidWireFormat` or
@@ -386,13 +341,20 @@ impl Link {
             description: why,
         } = refusal;
         tracing::warn!(
-            queue = %self.entity.path,
+            queue = %Escaped(&self.entity.path),
             sequence_number = m.broker.sequence_number,
-            message_id = %m.envelope.message_id,
+            message_id = %Escaped(&m.envelope.message_id),
             reason,
-            description = %why,
+            description = %Escaped(&why),
             "a stored message was refused: it was dead-lettered"
         );
+        metrics::counter!(
+            names::DEAD_LETTERED,
+            labels::SYSTEM => "postgres",
+            labels::DESTINATION => self.entity.path.clone(),
+            labels::REASON => reason
+        )
+        .increment(1);
         let done = if locked {
             sqlx::query(
                 "UPDATE courier.message SET state = 3, locked_until = NULL, dl_reason = $2, dl_description = $3, \
@@ -535,7 +497,8 @@ impl Link {
             .await
             .map_err(|e| self.shared.closed_or(db_error("cannot begin a receive", e)))?;
         let rows: Vec<PgRow> = sqlx::query(concat!(
-            "UPDATE courier.message m SET locked_until = $4, delivery_count = m.delivery_count + 1, holder = $6 \
+            "UPDATE courier.message m SET locked_until = $4, delivery_count = LEAST(m.delivery_count, 2147483646) + 1, \
+             holder = $6 \
              WHERE m.entity_id = $1 AND m.seq = ANY($2) AND m.state = 2 \
              AND (m.locked_until IS NULL OR m.locked_until <= $3) AND ($5::text IS NULL OR m.session_id = $5) \
              RETURNING ",

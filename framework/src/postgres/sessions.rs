@@ -50,7 +50,7 @@ async fn try_accept(shared: &Shared, entity: &EntityInfo, selector: &SessionSele
             generation,
         })),
         SessionSelector::Next => {
-            super::receive::maintain(shared, entity, now).await?;
+            super::upkeep::run(shared, entity, now).await?;
             // A few candidates: one taken by a competing receiver meanwhile is skipped.
             let candidates: Vec<String> = sqlx::query_scalar(
                 "SELECT session_id FROM ( \
