@@ -190,7 +190,7 @@ async fn maintain(shared: &Shared, entity: &EntityInfo, now: DateTime<Utc>) -> R
                    CASE WHEN d.impossible OR (t.requires_session AND d.session_id IS NULL) THEN 3 ELSE 0 END, \
                    d.session_id, CASE WHEN d.impossible THEN $2 ELSE d.scheduled_at END, \
                    CASE WHEN d.impossible THEN NULL ELSE d.scheduled_at END, \
-                   CASE WHEN NOT d.impossible \
+                   CASE WHEN NOT d.impossible AND LEAST(d.ttl_ms, t.default_ttl_ms) IS NOT NULL \
                      THEN d.scheduled_at + LEAST(d.ttl_ms, t.default_ttl_ms, 3162240000000) \
                           * interval '1 millisecond' END, \
                    LEAST(d.ttl_ms, t.default_ttl_ms), d.message_id, d.correlation_id, d.causation_id, \
