@@ -53,6 +53,17 @@ pub(crate) fn check_envelope(
     if let Some(at) = m.scheduled_enqueue_time {
         check_schedule(at, now)?;
     }
+    if let Some((key, _)) = m
+        .properties
+        .iter()
+        .find(|(_, v)| matches!(v, crate::message::PropertyValue::Float(f) if !f.is_finite()))
+    {
+        // JSON has no infinity or NaN: the embedded broker and Postgres would store null,
+        // which no receiver reads back as the value sent.
+        return invalid(format!(
+            "property {key:?} is a float that is not finite; property floats must be finite numbers"
+        ));
+    }
     Ok(())
 }
 
@@ -193,5 +204,39 @@ pub(crate) fn impossible_schedule(at: Option<DateTime<Utc>>, now: DateTime<Utc>)
             FAR_SCHEDULE[1]
         )),
         Some(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::message::PropertyValue;
+
+    #[test]
+    fn a_stored_time_to_live_out_of_range_is_refused_at_receive() {
+        for ttl in [
+            Duration::ZERO,
+            crate::entity::MAX_TIME_TO_LIVE + Duration::from_millis(1),
+        ] {
+            let m = Envelope::new("{}").with_time_to_live(ttl);
+            let refusal = stored_refusal(None, &m, DEFAULT_MAX_MESSAGE_SIZE, "x").unwrap();
+            assert_eq!(refusal.reason, INVALID_WIRE_FORMAT);
+            assert!(refusal.description.contains("time-to-live"), "{}", refusal.description);
+        }
+        let m = Envelope::new("{}").with_time_to_live(crate::entity::MAX_TIME_TO_LIVE);
+        assert!(stored_refusal(None, &m, DEFAULT_MAX_MESSAGE_SIZE, "x").is_none());
+    }
+
+    #[test]
+    fn a_float_property_that_is_not_finite_is_refused_at_send() {
+        for f in [f64::INFINITY, f64::NEG_INFINITY, f64::NAN] {
+            let m = Envelope::new("{}").with_property("x", PropertyValue::Float(f));
+            let e = check_envelope(DEFAULT_MAX_MESSAGE_SIZE, &m, "q", false, Utc::now()).unwrap_err();
+            assert!(e.to_string().contains("not finite"), "{e}");
+        }
+        let m = Envelope::new("{}").with_property("x", PropertyValue::Float(1.5));
+        assert!(check_envelope(DEFAULT_MAX_MESSAGE_SIZE, &m, "q", false, Utc::now()).is_ok());
     }
 }
