@@ -14,7 +14,8 @@
 #    name: with both set (e.g. the official images, where a registry is reachable)
 #    nothing is built, and neither root nor debootstrap is needed.
 # 3. Headless Chromium and chromedriver (Debian's chromium, chromium-driver) for the web
-#    console's browser tests: installed with apt as root when missing.
+#    console's browser tests: installed with apt as root when missing; and psycopg (pip)
+#    for the Python example of docs/postgres.md.
 # 4. `cargo test` with DATABASE_URL and AMQP_URL unset: each test binary starts one
 #    Postgres and one RabbitMQ container (tests/src/containers.rs).
 # 5. At the end, failed or not: the test containers of exited processes are removed (each
@@ -151,6 +152,14 @@ if ! command -v chromedriver >/dev/null || ! command -v chromium >/dev/null; the
     else
         say "no chromium/chromedriver: the console's browser tests will fail (Debian: sudo apt-get install chromium chromium-driver)"
     fi
+fi
+
+# psycopg (PyPI) runs the Python example of docs/postgres.md ("Messages from other
+# producers", tests/transport/pg_send_function.rs); without it the test only parses it.
+if command -v python3 >/dev/null && ! python3 -c "import psycopg" 2>/dev/null; then
+    say "installing psycopg with pip (the Python example of docs/postgres.md)"
+    python3 -m pip install -q "psycopg[binary]" ||
+        say "pip could not install psycopg: the Python example of docs/postgres.md will only be parsed"
 fi
 
 # --- 4. the suite -----------------------------------------------------------------------
