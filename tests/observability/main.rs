@@ -382,3 +382,35 @@ async fn a_reconnection_to_rabbitmq_is_counted() {
     assert_eq!(transport.connections_made(), 2);
     assert_eq!(reconnects() - before, 1);
 }
+
+/// The Postgres transport counts the dead-letterings it does itself (issue 30): expired
+/// messages moved by its maintenance, labelled with the transport, the queue and the
+/// reason (before, they were neither logged nor counted).
+#[tokio::test]
+async fn the_postgres_transport_counts_what_its_maintenance_dead_letters() {
+    use courier::{EntityPath, Envelope, QueueOptions, SenderOptions, Transport, VirtualClock};
+    recorder::install();
+    let clock = VirtualClock::starting_now();
+    let transport = courier_tests::pg_transport::transport(&clock).await;
+    let queue = format!("obs-expiring-{}", uuid::Uuid::new_v4().simple());
+    transport.create_queue(&queue, &QueueOptions::default()).await.unwrap();
+    let sender = transport.sender(&queue, SenderOptions::default()).await.unwrap();
+    for n in 0..2 {
+        let mut m = Envelope::new("{}").with_time_to_live(std::time::Duration::from_secs(1));
+        m.message_id = format!("expiring-{n}");
+        sender.send(m).await.unwrap();
+    }
+    clock.advance(std::time::Duration::from_secs(2));
+    let counts = transport.counts(&EntityPath::queue(&queue)).await.unwrap();
+    assert_eq!(counts.dead_lettered, 2);
+    let dead = recorder::counter(
+        names::DEAD_LETTERED,
+        &[
+            (labels::SYSTEM, "postgres"),
+            (labels::DESTINATION, queue.as_str()),
+            (labels::REASON, "TTLExpiredException"),
+        ],
+    );
+    assert_eq!(dead, 2);
+    transport.close().await;
+}
