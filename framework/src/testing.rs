@@ -117,7 +117,7 @@ use crate::embedded::{Embedded, EmbeddedStore};
 use crate::endpoint::bus::SendOptions;
 use crate::endpoint::handler::Message;
 use crate::endpoint::{Endpoint, EndpointBuilder, EndpointStats, RunningEndpoint, ShutdownReport};
-use crate::entity::{EntityPath, QueueOptions, TopicOptions};
+use crate::entity::{EntityPath, QueueOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{MessageState, SequenceNumber};
 use crate::saga::Saga;
@@ -178,8 +178,10 @@ impl TestEndpointBuilder {
 
     /// Starts the endpoint. `configure` adds the routes, handlers, sagas and options; the
     /// harness sets the transport, store and clock (its own, whatever `configure` sets).
-    /// The queues and topics of the routes are created, so handlers can send to endpoints
-    /// that are not running.
+    /// The queues of the routes' commands are created, so handlers can send to endpoints
+    /// that are not running. The topics of the routes' events are not: as on every
+    /// transport, a publish creates its topic if it is missing (and the endpoint creates
+    /// those of the events it handles, with its subscriptions).
     ///
     /// # Errors
     /// As [`EmbeddedBuilder::open`](crate::EmbeddedBuilder::open) (a migration that
@@ -195,11 +197,12 @@ impl TestEndpointBuilder {
         let store = broker.store();
         let record = Arc::new(Recorder::default());
         let builder = configure(Endpoint::builder(&self.name));
+        // Queues only: a command to a queue that does not exist fails on every transport,
+        // and handlers under test may send to endpoints that are not running. A topic is
+        // created by its first publish (or by a subscriber), as on the transports, so a
+        // publish to a topic nobody created is tested as it runs in production.
         for (_, queue) in builder.routes_ref().commands() {
             broker.create_queue(queue, &QueueOptions::default()).await?;
-        }
-        for (_, topic) in builder.routes_ref().events() {
-            broker.create_topic(topic, &TopicOptions::default()).await?;
         }
         let endpoint = builder
             .transport(Arc::new(broker.clone()))

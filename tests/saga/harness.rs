@@ -447,3 +447,66 @@ async fn reads_the_applications_own_tables() {
     assert_eq!(order_count(&t, "o-1").await, 1);
     t.shutdown().await.unwrap();
 }
+
+#[derive(Debug, PartialEq, Serialize, Deserialize, courier::Message)]
+#[message(name = "harness.Announce")]
+struct Announce {
+    n: u32,
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize, courier::Message)]
+#[message(name = "harness.Announced")]
+struct Announced {
+    n: u32,
+}
+
+#[courier::handler]
+async fn announce(m: Announce, ctx: &mut Context) -> Result<(), HandlerError> {
+    ctx.publish(&Announced { n: m.n })?;
+    Ok(())
+}
+
+/// The harness behaves as the transports do (issue 30, bug 6): it does not create the
+/// topics of the routed events up front (that hid a store that could not publish to a
+/// topic nobody created yet); a handler's publish creates the topic, in its handling's
+/// transaction, and the handling completes. The queues of the routed commands are still
+/// created (handlers may send to endpoints that are not running).
+#[tokio::test]
+async fn a_published_events_topic_is_not_created_up_front_and_the_publish_creates_it() {
+    use courier::{SenderOptions, Transport};
+    let routes = Routes::new()
+        .send::<Announce>("announcer")
+        .send::<SendMail>("mailer")
+        .event::<Announced>();
+    let t = TestEndpoint::start("announcer", |e| {
+        e.routes(routes).handler(announce).recoverability(RetryPolicy::none())
+    })
+    .await
+    .unwrap();
+    let exists = |name: &'static str| {
+        let broker = t.broker().clone();
+        async move {
+            match broker.sender(name, SenderOptions::default()).await {
+                Ok(_) => true,
+                Err(e) if matches!(e.kind(), courier::ErrorKind::EntityNotFound { .. }) => false,
+                Err(e) => panic!("cannot look up {name}: {e}"),
+            }
+        }
+    };
+    assert!(
+        !exists("harness.Announced").await,
+        "the topic of an event the endpoint only publishes is not created up front"
+    );
+    assert!(exists("mailer").await, "the queue of a routed command is created");
+
+    t.send(&Announce { n: 1 }).await.unwrap();
+    assert_eq!(t.handled().await.unwrap(), 1, "handled, once");
+    assert!(t.dead_lettered().await.unwrap().is_empty());
+    assert_eq!(t.published::<Announced>().await.unwrap(), vec![Announced { n: 1 }]);
+    assert!(exists("harness.Announced").await, "the publish created the topic");
+
+    t.send(&Announce { n: 2 }).await.unwrap();
+    assert_eq!(t.handled().await.unwrap(), 2);
+    assert!(t.dead_lettered().await.unwrap().is_empty());
+    t.shutdown().await.unwrap();
+}

@@ -9,6 +9,7 @@ mod embedded_engine;
 mod pg_corpus;
 mod pg_foreign;
 mod pg_one_transaction;
+mod pg_publish_new_topic;
 mod pg_transport;
 mod pg_unit_of_work;
 

@@ -76,6 +76,15 @@ impl TxWork {
 }
 
 /// Inserts `messages` for the queue or topic `destination`, checked as a send would be.
+/// A topic that does not exist yet is created first, in the caller's transaction, as a
+/// publish on the transport's sender creates it (publishing before any subscriber
+/// exists is not an error; a topic without subscriptions keeps no copy). A queue that
+/// does not exist is an error.
+///
+/// # Errors
+/// [`ErrorKind::EntityNotFound`] for a missing queue; the name of a missing topic taken
+/// by a queue ([`ErrorKind::InvalidOperation`]) or invalid; a message the destination
+/// refuses; a storage error.
 async fn send_in(
     conn: &mut PgConnection,
     transport: &PostgresTransport,
@@ -91,10 +100,14 @@ async fn send_in(
             .fetch_optional(&mut *conn)
             .await
             .map_err(|e| db_error("cannot look up a destination", e))?;
-    let Some((entity, requires_session)) = found else {
-        return Err(Error::new(ErrorKind::EntityNotFound {
-            path: destination.to_owned(),
-        }));
+    let (entity, requires_session) = match found {
+        Some(found) => found,
+        None if is_topic => (create_topic_in(&mut *conn, destination, now).await?, false),
+        None => {
+            return Err(Error::new(ErrorKind::EntityNotFound {
+                path: destination.to_owned(),
+            }));
+        }
     };
     for m in messages {
         check_envelope(transport.shared.max_message_size, m, destination, requires_session, now)?;
@@ -105,6 +118,63 @@ async fn send_in(
         })
     })?;
     Ok(())
+}
+
+/// Creates topic `name` with the default options (as `Transport::create_topic` with
+/// `TopicOptions::default()` does) on `conn`, inside its transaction, unless it exists;
+/// returns its id. A concurrent creator's row is waited for and then used: the insert
+/// does nothing on the conflict and the lookup after it sees the committed row (READ
+/// COMMITTED: each statement takes a new snapshot). If that creator rolls back, the
+/// insert goes through instead.
+///
+/// # Errors
+/// An invalid name; [`ErrorKind::InvalidOperation`] when a queue has the name; a storage
+/// error.
+async fn create_topic_in(conn: &mut PgConnection, name: &str, now: DateTime<Utc>) -> Result<i64> {
+    crate::entity::validate_name(name)?;
+    let options = crate::entity::QueueOptions {
+        default_time_to_live: crate::entity::TopicOptions::default().default_time_to_live,
+        ..crate::entity::QueueOptions::default()
+    };
+    options.validate()?;
+    let lock_ms = i64::try_from(options.lock_duration.as_millis()).unwrap_or(i64::MAX);
+    let ttl_ms = options
+        .default_time_to_live
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let max = i32::try_from(options.max_delivery_count).unwrap_or(i32::MAX);
+    let created: Option<i64> = sqlx::query_scalar(
+        "INSERT INTO courier.entity (kind, parent, name, path, lock_duration_ms, max_delivery_count, \
+         default_ttl_ms, requires_session, created_at) VALUES (1, 0, $1, $1, $2, $3, $4, $5, $6) \
+         ON CONFLICT (parent, name) DO NOTHING RETURNING id",
+    )
+    .bind(name)
+    .bind(lock_ms)
+    .bind(max)
+    .bind(ttl_ms)
+    .bind(options.requires_session)
+    .bind(now)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(|e| db_error("cannot create the topic published to", e))?;
+    if let Some(id) = created {
+        tracing::debug!(topic = name, "created the topic published to (it did not exist)");
+        return Ok(id);
+    }
+    let existing: Option<(i64, i16)> =
+        sqlx::query_as("SELECT id, kind FROM courier.entity WHERE parent = 0 AND name = $1")
+            .bind(name)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(|e| db_error("cannot look up a topic", e))?;
+    match existing {
+        Some((id, 1)) => Ok(id),
+        Some(_) => Err(Error::new(ErrorKind::InvalidOperation {
+            reason: format!("cannot publish to {name:?}: the name is taken by a queue"),
+        })),
+        // The conflicting row was deleted between the insert and the lookup (a topic
+        // created and deleted at once): say so rather than loop.
+        None => Err(Error::new(ErrorKind::EntityNotFound { path: name.to_owned() })),
+    }
 }
 
 /// The lock of a delivery of `transport`'s database (`None`: a delivery of another
