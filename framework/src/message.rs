@@ -235,16 +235,13 @@ impl Envelope {
     /// Decodes the body with `codec`.
     ///
     /// # Errors
-    /// [`CodecError::ContentTypeMismatch`] if the message says it is of another content
-    /// type, or the codec's error if the body does not decode.
+    /// [`CodecError::ContentTypeMismatch`] if the message says it is of a content type
+    /// the codec does not read ([`Codec::check_content_type`]: media types match
+    /// without regard to case, with parameters), or the codec's error if the body does
+    /// not decode.
     pub fn decode<C: Codec, T: serde::de::DeserializeOwned>(&self, codec: &C) -> Result<T, CodecError> {
-        if let Some(ct) = &self.content_type
-            && ct != codec.content_type()
-        {
-            return Err(CodecError::ContentTypeMismatch {
-                expected: codec.content_type().to_owned(),
-                found: ct.clone(),
-            });
+        if let Some(ct) = &self.content_type {
+            codec.check_content_type(ct)?;
         }
         codec.decode(&self.body)
     }
