@@ -100,6 +100,7 @@ mod entity;
 mod error;
 #[cfg(test)]
 mod fuzz;
+mod logtext;
 mod message;
 pub mod saga;
 mod store;

@@ -17,6 +17,7 @@ use chrono::{DateTime, Utc};
 use crate::clock::Clock;
 use crate::entity::{EntityCounts, EntityPath, QueueOptions, SubscriptionOptions, TopicOptions};
 use crate::error::{Error, ErrorKind, Result};
+use crate::logtext::Escaped;
 use crate::message::{Envelope, LockToken, Properties, ReceivedMessage, SequenceNumber};
 
 /// A rule of docs/semantics.md that a transport cannot honour, with the reason and what it
@@ -247,7 +248,7 @@ impl Delivery {
                 out = &mut work => return (out, failure),
                 () = clock.sleep_until(at) => {
                     if let Err(e) = self.renew_lock().await {
-                        tracing::warn!(error = %e, message_id = %self.message.envelope.message_id, "lock renewal failed");
+                        tracing::warn!(error = %e, message_id = %Escaped(&self.message.envelope.message_id), "lock renewal failed");
                         failure = Some(e);
                     }
                 }

@@ -214,3 +214,40 @@ async fn a_message_too_large_to_send_dead_letters_the_handled_message_with_a_rea
     cleanup(&transport, &name).await;
     db.drop_now().await;
 }
+
+/// A foreign producer's terminal escapes, line breaks and bidi overrides in a message id
+/// (issue 30): the endpoint's log lines show them escaped and never pass them to the
+/// operator's terminal.
+// One thread, so the endpoint's events reach this test's subscriber.
+#[tokio::test(flavor = "current_thread")]
+async fn a_message_id_with_terminal_escapes_is_logged_escaped() {
+    let log = courier_tests::logs::Logs::default();
+    let _guard = log.capture_at(tracing::Level::INFO);
+    let (db, store) = database().await;
+    let name = unique("escapes");
+    let transport = rabbit(&store, None).await;
+    let running = endpoint(&name, transport.clone(), &store, 1).start().await.unwrap();
+    let evil = "evil-\u{1b}[31m-\r\n-\u{202e}";
+    publish(&name, "amqp.Nobody", br#"{"n":1}"#, Some(evil)).await;
+    let dead = dead_letter(&transport, &name).await;
+    assert_eq!(dead.envelope.message_id, evil);
+    assert_eq!(
+        dead.broker.dead_letter_reason.as_deref(),
+        Some(reasons::UNKNOWN_MESSAGE_TYPE)
+    );
+    running.shutdown().await.unwrap();
+    let text = log.text();
+    for c in ['\u{1b}', '\r', '\u{202e}'] {
+        assert!(!text.contains(c), "{c:?} reached the log: {text:?}");
+    }
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("evil") || l.contains("[31m"))
+        .collect();
+    assert!(lines.iter().any(|l| l.contains("message dead-lettered")), "{text:?}");
+    for line in &lines {
+        assert!(line.contains(r"message_id=evil-\u{1b}[31m-\r\n-\u{202e}"), "{line:?}");
+    }
+    cleanup(&transport, &name).await;
+    db.drop_now().await;
+}

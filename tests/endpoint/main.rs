@@ -347,6 +347,59 @@ async fn undecodable_bodies_unknown_types_and_permanent_errors_are_dead_lettered
     sales.shutdown().await.unwrap();
 }
 
+/// A producer's terminal escapes, line breaks and bidi overrides in a message id (issue
+/// 30): the log lines of its handling show them escaped, in the `message` span and in a
+/// handler's error that quotes the id, and never pass them to the operator's terminal.
+#[tokio::test]
+async fn a_message_id_with_terminal_escapes_is_logged_escaped() {
+    let log = courier_tests::logs::Logs::default();
+    let _guard = log.capture_at(tracing::Level::INFO);
+    let fx = fixture().await;
+    let sales = endpoint(&fx, "sales")
+        .handler(handler_fn("place", move |_: PlaceOrder, ctx: &mut Context| {
+            let error = std::io::Error::other(format!("cannot place {}", ctx.message_id()));
+            Box::pin(async move {
+                Err::<(), _>(error).permanent()?;
+                Ok(())
+            })
+        }))
+        .start()
+        .await
+        .unwrap();
+    let evil = "evil-\u{1b}[31m-\r\n-\u{202e}";
+    let escaped = r"evil-\u{1b}[31m-\r\n-\u{202e}";
+    let unknown = Envelope::json(&serde_json::json!({"x": 1}))
+        .unwrap()
+        .with_message_type("test.Nobody")
+        .with_message_id(evil);
+    sales.bus().send_envelope("sales", unknown).await.unwrap();
+    sales
+        .bus()
+        .send_with(&PlaceOrder { id: 1 }, SendOptions::new().message_id(format!("{evil}2")))
+        .await
+        .unwrap();
+    wait_counts(&fx.transport, "sales", |c| c.dead_lettered == 2 && c.active == 0).await;
+    sales.shutdown().await.unwrap();
+    let text = log.text();
+    for c in ['\u{1b}', '\r', '\u{202e}'] {
+        assert!(!text.contains(c), "{c:?} reached the log: {text:?}");
+    }
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("evil") || l.contains("[31m"))
+        .collect();
+    for line in &lines {
+        assert!(line.contains(&format!("message_id={escaped}")), "{line:?}");
+    }
+    let dead: Vec<&&str> = lines.iter().filter(|l| l.contains("message dead-lettered")).collect();
+    assert_eq!(dead.len(), 2, "{text:?}");
+    assert!(
+        dead.iter()
+            .any(|l| l.contains(&format!("description=cannot place {escaped}2"))),
+        "{text:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_message_sent_under_an_earlier_name_is_handled_through_its_alias() {
     let fx = fixture().await;

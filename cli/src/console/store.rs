@@ -190,7 +190,8 @@ pub(crate) async fn complete(axum::extract::State(state): Shared, F(form): F<Com
     let done = admin
         .complete_saga(&form.saga, &form.correlation, form.reason.trim())
         .await?;
-    tracing::info!(saga = %form.saga, correlation = %form.correlation, version = done.version, "completed from the web console");
+    // With Debug, escaped and quoted: the correlation value came from a message.
+    tracing::info!(saga = ?form.saga, correlation = ?form.correlation, version = done.version, "completed from the web console");
     Ok(Redirect::to(&format!(
         "{}&completed={}&version={}",
         saga_link(&form.saga),

@@ -76,6 +76,7 @@ pub use sqlite::SqliteAdmin;
 #[cfg(feature = "sqlite")]
 pub(crate) use sqlite::complete as sqlite_complete;
 
+use crate::logtext::Escaped;
 use crate::message::SequenceNumber;
 
 /// The most items one page or list returns.
@@ -259,11 +260,11 @@ pub trait StoreAdmin: Send + Sync {
 pub(crate) fn log_completed(store: &str, saga_type: &str, correlation: &str, done: &CompletedSaga, reason: &str) {
     tracing::warn!(
         store,
-        saga_type,
-        correlation,
+        saga_type = %Escaped(saga_type),
+        correlation = %Escaped(correlation),
         version = done.version,
         timeouts_removed = done.timeouts_removed,
-        reason,
+        reason = %Escaped(reason),
         "saga instance completed by hand"
     );
 }

@@ -19,6 +19,7 @@ use uuid::Uuid;
 
 use crate::entity::EntityPath;
 use crate::error::{Error, ErrorKind, Result};
+use crate::logtext::Escaped;
 use crate::message::{LockToken, ReceivedMessage, SequenceNumber, reasons};
 use crate::transport::{Delivery, Receiver, Settlement, Settler};
 
@@ -122,14 +123,14 @@ impl AmqpReceiver {
         self.dead_letter_queue.as_ref()?;
         let findings = inspect::inspect(p, &m.envelope, self.inner.max_message_size);
         self.inner.wire.ignored(findings.ignored.len());
-        // Text from the producer is logged with Debug (escaped): no forged log lines.
+        // Text from the producer is escaped: no forged log lines, no terminal escapes.
         for (header, problem) in &findings.ignored {
             tracing::warn!(
                 queue = %self.queue,
                 delivery_tag,
-                message_id = ?m.envelope.message_id,
-                header = ?header,
-                problem = %problem,
+                message_id = %Escaped(&m.envelope.message_id),
+                header = %Escaped(header),
+                problem = %Escaped(problem),
                 "an x-courier header is ignored"
             );
         }
@@ -145,9 +146,9 @@ impl AmqpReceiver {
         tracing::warn!(
             queue = %self.queue,
             delivery_tag,
-            message_id = ?m.envelope.message_id,
+            message_id = %Escaped(&m.envelope.message_id),
             reason = refusal.reason,
-            problem = %refusal.description,
+            problem = %Escaped(&refusal.description),
             "a message breaks the wire format; it is moved to the dead-letter queue"
         );
         let mut copy = m.envelope.clone();

@@ -14,6 +14,7 @@ use crate::endpoint::handler::{HandlerError, Message};
 use crate::endpoint::otel;
 use crate::endpoint::trace::TraceContext;
 use crate::error::{Error, ErrorKind, Result};
+use crate::logtext::Escaped;
 use crate::message::{Properties, PropertyValue, ReceivedMessage, SequenceNumber};
 use crate::store::UnitOfWork;
 
@@ -387,7 +388,7 @@ impl Context {
                     ErrorKind::NoRoute { .. } | ErrorKind::InvalidMessage { .. } | ErrorKind::InvalidEntityName { .. }
                 ) {
                     let description = format!("outgoing message {} cannot be sent: {}", M::NAME, e.kind());
-                    tracing::warn!(error = %e, "{description}");
+                    tracing::warn!(error = %e, "{}", Escaped(&description));
                     self.refused.push((e.tracking_id(), description));
                 }
                 return Err(e);
@@ -396,7 +397,7 @@ impl Context {
         let _created = otel::producer(&mut out, self.bus.transport().name(), otel::Operation::Create);
         if let Err(e) = self.bus.check(&out) {
             let description = describe_refusal(&out.destination, out.is_topic, &out.envelope, &e);
-            tracing::warn!(error = %e, "{description}");
+            tracing::warn!(error = %e, "{}", Escaped(&description));
             self.refused.push((e.tracking_id(), description));
             return Err(e);
         }

@@ -21,6 +21,7 @@ use crate::endpoint::otel;
 use crate::endpoint::sagas::{LockOwner, Registered, SagaStats};
 use crate::endpoint::{ErasedHandler, Failure};
 use crate::error::{Error, ErrorKind};
+use crate::logtext::Escaped;
 use crate::message::PropertyValue;
 
 /// Serializes the handling of messages of one saga instance inside this process.
@@ -346,7 +347,7 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
         self.shared.stats.not_found.fetch_add(1, Ordering::Relaxed);
         crate::endpoint::metrics::saga_not_found(ctx.endpoint(), S::NAME);
         if let Some((handler, f)) = self.not_found {
-            tracing::info!(saga = S::NAME, correlation = %correlation, message_type = M::NAME, handler,
+            tracing::info!(saga = S::NAME, correlation = %Escaped(&correlation), message_type = M::NAME, handler,
                 "no saga instance for the message; running its not-found handler");
             return f(message, ctx)
                 .await
@@ -354,7 +355,7 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
         }
         match self.shared.options.not_found {
             NotFound::Complete => {
-                tracing::info!(saga = S::NAME, correlation = %correlation, message_type = M::NAME,
+                tracing::info!(saga = S::NAME, correlation = %Escaped(&correlation), message_type = M::NAME,
                     "no saga instance for the message; completing it");
                 Ok(())
             }
@@ -468,7 +469,7 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
             && !work.take_timeout(id).await.map_err(store_error)?
         {
             self.shared.stats.timeouts_discarded.fetch_add(1, Ordering::Relaxed);
-            tracing::info!(saga = S::NAME, correlation = %correlation, timeout = %id,
+            tracing::info!(saga = S::NAME, correlation = %Escaped(&correlation), timeout = %Escaped(id),
                 "timeout discarded: it was cancelled or its saga completed");
             ctx.observe_saga(|| SagaEffects {
                 saga_type: S::NAME,

@@ -34,6 +34,7 @@ use sqlx::{PgConnection, Postgres, Transaction};
 use tokio::sync::{Mutex, OnceCell, OwnedMutexGuard, watch};
 
 use crate::error::{Error, ErrorKind, Result};
+use crate::logtext::Escaped;
 use crate::message::{Envelope, LockToken};
 use crate::postgres::PostgresTransport;
 use crate::postgres::store::{Lock, own_lock, send_and_complete};
@@ -200,7 +201,7 @@ impl PgGroup {
 
     fn poisoned(&self, member: usize) {
         tracing::warn!(
-            member = %self.ids.get(member).map_or("", String::as_str),
+            member = %Escaped(self.ids.get(member).map_or("", String::as_str)),
             "a handler reported success but a statement of its transaction had failed; its work is rolled back and it will be retried"
         );
         if let Some(seat) = self.members().seats.get_mut(member) {

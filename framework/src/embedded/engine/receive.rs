@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use crate::checks::{Refusal, stored_refusal};
 use crate::entity::SubQueue;
 use crate::error::{Error, ErrorKind, Result};
+use crate::logtext::Escaped;
 use crate::message::{ReceivedMessage, SequenceNumber};
 
 use super::commands::EntityInfo;
@@ -233,7 +234,7 @@ impl Engine {
                 queue = %info.display,
                 sequence_number = seq,
                 reason,
-                description = %why,
+                description = %Escaped(&why),
                 "a stored message was refused: it was dead-lettered"
             );
             if locked {

@@ -13,6 +13,7 @@ use sqlx::Row;
 use sqlx::sqlite::SqliteConnection;
 
 use crate::checks::{Refusal, impossible_schedule, stored_refusal};
+use crate::logtext::Escaped;
 use crate::message::reasons;
 use crate::message::reasons::INVALID_WIRE_FORMAT;
 
@@ -161,7 +162,7 @@ impl Engine {
                     // Text that is not UTF-8, properties that are not JSON, an id or a size
                     // no sender accepts: the copies go to the dead-letter sub-queue with the
                     // reason, not to receivers.
-                    tracing::warn!(entity = %info.display, reason, description = %why, "a scheduled message was refused: it was dead-lettered");
+                    tracing::warn!(entity = %info.display, reason, description = %Escaped(&why), "a scheduled message was refused: it was dead-lettered");
                     for r in &mut new_rows[first_new..] {
                         let source = self.state.entities.get(&r.entity).map(|e| e.display.clone());
                         r.state = DEAD;

@@ -13,6 +13,7 @@ use super::timeout_rows;
 use crate::endpoint::Failure;
 use crate::endpoint::recoverability::{Decision, headers};
 use crate::error::Error;
+use crate::logtext::Escaped;
 use crate::message::{Properties, PropertyValue};
 use crate::transport::{Delivery, Settlement};
 
@@ -65,7 +66,7 @@ pub(super) async fn on_failure(shared: &Shared, delivery: Delivery, failure: Fai
         Decision::Immediate => {
             shared.stats.retried.fetch_add(1, Ordering::Relaxed);
             metrics.retried(false);
-            tracing::warn!(error = %error_text, handler = failure.handler(), "handler failed; immediate retry");
+            tracing::warn!(error = %Escaped(&error_text), handler = failure.handler(), "handler failed; immediate retry");
             if let Err(e) = delivery.abandon_with(properties).await {
                 tracing::warn!(error = %e, "abandon failed; the lock will expire and the message come back");
             }
@@ -108,7 +109,7 @@ pub(super) async fn on_failure(shared: &Shared, delivery: Delivery, failure: Fai
                     shared.stats.retried.fetch_add(1, Ordering::Relaxed);
                     metrics.retried(true);
                     tracing::warn!(
-                        error = %error_text,
+                        error = %Escaped(&error_text),
                         handler = failure.handler(),
                         delayed_retry = n,
                         due = %at,
@@ -122,7 +123,7 @@ pub(super) async fn on_failure(shared: &Shared, delivery: Delivery, failure: Fai
                     shared.stats.retried.fetch_add(1, Ordering::Relaxed);
                     metrics.retried(true);
                     tracing::warn!(
-                        error = %error_text,
+                        error = %Escaped(&error_text),
                         handler = failure.handler(),
                         delayed_retry = n,
                         due = %at,
@@ -157,7 +158,7 @@ pub(super) async fn dead_letter(
     properties: Properties,
 ) {
     let metrics = shared.metrics.of(delivery.message());
-    tracing::error!(reason, description = %description, "message dead-lettered");
+    tracing::error!(reason, description = %Escaped(&description), "message dead-lettered");
     if let Some(store) = &shared.store {
         let envelope = &delivery.message().envelope;
         if timeout_rows::dead_lettered(&**store, &shared.name, envelope, reason, shared.clock.now()).await {

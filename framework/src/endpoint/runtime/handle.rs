@@ -27,6 +27,7 @@ use crate::endpoint::observe::Handled;
 use crate::endpoint::recoverability::{headers, reasons};
 use crate::endpoint::sagas::LockOwner;
 use crate::endpoint::trace::TraceContext;
+use crate::logtext::Escaped;
 use crate::message::{Properties, PropertyValue};
 use crate::store::{Begin, Committed, OutboxMessage};
 use crate::transport::Delivery;
@@ -95,7 +96,7 @@ pub(super) async fn process(
     let span = tracing::info_span!(
         "message",
         endpoint = %shared.name,
-        message_id = %message.envelope.message_id,
+        message_id = %Escaped(&message.envelope.message_id),
         message_type = message.envelope.message_type.as_deref().unwrap_or(""),
         queue = %shared.name,
         delivery_count,

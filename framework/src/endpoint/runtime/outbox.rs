@@ -14,6 +14,7 @@ use crate::endpoint::bus::{describe_refusal, refused_for_good};
 use crate::endpoint::otel;
 use crate::endpoint::recoverability::reasons;
 use crate::error::{Error, Result};
+use crate::logtext::Escaped;
 use crate::store::OutboxMessage;
 use crate::transport::Sender;
 
@@ -138,7 +139,8 @@ async fn set_aside(shared: &Shared, row: OutboxMessage, error: &Error) -> Result
             outbox_id = row.id,
             reason = reasons::DISPATCH_REFUSED,
             error = %error,
-            "{description}; moved to the outbox's dead letters"
+            "{}; moved to the outbox's dead letters",
+            Escaped(&description)
         );
     }
     Ok(())

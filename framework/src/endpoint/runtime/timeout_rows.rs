@@ -9,6 +9,7 @@
 
 use chrono::{DateTime, Utc};
 
+use crate::logtext::Escaped;
 use crate::message::{Envelope, PropertyValue};
 use crate::store::Store;
 
@@ -40,13 +41,13 @@ pub(crate) async fn dead_lettered(
     match store.dead_letter_timeout(endpoint, id, reason, now).await {
         Ok(marked) => {
             if marked {
-                tracing::warn!(timeout = %id, reason, "saga timeout dead-lettered: it will not be sent again \
+                tracing::warn!(timeout = %Escaped(id), reason, "saga timeout dead-lettered: it will not be sent again \
                     unless its dead letter is resubmitted");
             }
             marked
         }
         Err(e) => {
-            tracing::warn!(timeout = %id, error = %e,
+            tracing::warn!(timeout = %Escaped(id), error = %e,
                 "could not mark the dead-lettered saga timeout; it may be sent once more");
             false
         }
@@ -58,7 +59,7 @@ pub(crate) async fn dead_lettered(
 pub(crate) async fn retry_scheduled(store: &dyn Store, endpoint: &str, envelope: &Envelope, at: DateTime<Utc>) {
     let Some(id) = timeout_id(envelope) else { return };
     if let Err(e) = store.postpone_timeout_reclaim(endpoint, id, at).await {
-        tracing::warn!(timeout = %id, error = %e,
+        tracing::warn!(timeout = %Escaped(id), error = %e,
             "could not postpone the saga timeout's reclaim; a second copy may be sent while it waits");
     }
 }
