@@ -39,7 +39,7 @@ pub(super) fn storage(e: &sqlx::Error) -> ErrorKind {
         _ => false,
     };
     ErrorKind::Storage {
-        detail: e.to_string(),
+        detail: crate::store::db_cause(e),
         transient,
     }
 }
