@@ -21,9 +21,9 @@ use super::Shared;
 use super::entities::EntityInfo;
 use super::rows::{ReadMessage, columns, read_row, read_rows, rows_to_messages};
 use crate::checks::{Refusal, stored_refusal};
+use crate::endpoint::metrics::{labels, names};
 use crate::entity::{EntityPath, SubQueue};
 use crate::error::{Error, ErrorKind, Result};
-use crate::endpoint::metrics::{labels, names};
 use crate::logtext::Escaped;
 use crate::message::{LockToken, ReceivedMessage, SequenceNumber, reasons};
 use crate::store::db_error;
@@ -328,7 +328,10 @@ impl Link {
         .execute(&self.shared.pool)
         .await
         .map(|_| ())
-        .map_err(|e| self.shared.closed_or(db_error("cannot dead-letter an unreadable message", e)))
+        .map_err(|e| {
+            self.shared
+                .closed_or(db_error("cannot dead-letter an unreadable message", e))
+        })
     }
 
     /// Dead-letters a message a receive refused (`courier.InvalidWireFormat` or
@@ -467,7 +470,8 @@ impl Link {
         .execute(&self.shared.pool)
         .await;
         if let Err(e) = r {
-            tracing::warn!(error = %e, "cannot give back the locks of a cancelled receive; they will expire");
+            let e = db_error("cannot give back the locks of a cancelled receive", e);
+            tracing::warn!(error = %e, "the locks of a cancelled receive will expire instead");
         }
     }
 

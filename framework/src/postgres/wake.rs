@@ -90,6 +90,7 @@ pub(crate) async fn listen(pool: &PgPool, wakers: Weak<Wakers>) -> Result<tokio:
                     if pool_closed(&e) {
                         return;
                     }
+                    let e = crate::store::db_error("the LISTEN connection failed", e);
                     tracing::warn!(error = %e, "the Postgres transport's LISTEN connection failed; retrying");
                     wakers.holder_check.notify_one();
                     wakers.wake_all();
