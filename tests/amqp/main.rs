@@ -16,6 +16,7 @@ mod corpus;
 mod foreign;
 mod leftovers;
 mod malformed;
+mod retry_headers;
 mod scheduled;
 mod support;
 mod test_servers;

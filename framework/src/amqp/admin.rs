@@ -417,7 +417,14 @@ impl AmqpAdmin {
     /// What a listing shows of a delivered dead letter, and the message to keep.
     fn parking(&self, d: &Delivery) -> AdminResult<Parking> {
         // The body is not needed to decode the headers.
-        let m = wire::decode(&d.properties, Vec::new(), true, None, self.inner.clock.now());
+        let m = wire::decode(
+            &d.properties,
+            Vec::new(),
+            true,
+            d.redelivered,
+            None,
+            self.inner.clock.now(),
+        );
         let error = failure_text(&m.envelope.properties, m.broker.dead_letter_description.as_deref());
         Ok(Parking {
             identity: identify(&d.properties, &d.data),
@@ -770,7 +777,7 @@ impl QueueAdmin for AmqpAdmin {
         };
         let body_size = p.body.len();
         let body = BodyView::decode(&p.body);
-        let m = wire::decode(&p.properties, p.body, true, None, self.inner.clock.now());
+        let m = wire::decode(&p.properties, p.body, true, false, None, self.inner.clock.now());
         let headers_ = m.envelope.properties;
         Ok(DeadLetter {
             queue: queue.to_owned(),

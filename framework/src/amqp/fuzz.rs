@@ -2,7 +2,9 @@
 //! arbitrary properties and headers (text that is not UTF-8, ids of any length, nested
 //! tables, values of every AMQP type under Courier's own header names) through
 //! `wire::decode` and `inspect::inspect`. Nothing may panic; every message that is not
-//! refused decodes to an envelope that keeps Courier's limits.
+//! refused decodes to an envelope that keeps Courier's limits, and no header makes a
+//! message skip its retry policy: a producer's `x-delivery-count` counts for nothing on a
+//! first delivery, and no time-to-live outside 1 ms to 100 years is carried.
 //!
 //! `cargo test -p courier --features amqp --lib fuzz` runs a short version (256 cases);
 //! `COURIER_FUZZ_CASES=200000` a long one (see docs/rabbitmq.md).
@@ -13,8 +15,9 @@ use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 use proptest::prelude::*;
 
 use super::inspect::inspect;
-use super::wire::decode;
+use super::wire::{H_TIME_TO_LIVE, decode};
 use crate::checks::MAX_MESSAGE_ID_LEN;
+use crate::entity::MAX_TIME_TO_LIVE;
 
 use crate::fuzz::cases;
 
@@ -39,6 +42,7 @@ fn header_name() -> impl Strategy<Value = ShortString> {
             "x-courier-dead-letter-description",
             "x-courier-dead-letter-source",
             "x-courier-delivery-count",
+            "x-delivery-count",
             "x-courier-unknown",
             "x-death",
             "traceparent",
@@ -49,8 +53,41 @@ fn header_name() -> impl Strategy<Value = ShortString> {
     ]
 }
 
+/// The longest time-to-live Courier sends, in milliseconds.
+fn max_ttl_ms() -> i64 {
+    i64::try_from(crate::entity::MAX_TIME_TO_LIVE.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Integers at the edges of the counts and time-to-lives Courier reads.
+fn edge_int() -> impl Strategy<Value = i64> {
+    prop::sample::select(vec![
+        i64::MIN,
+        -1,
+        0,
+        1,
+        2,
+        9_999,
+        10_000,
+        10_001,
+        max_ttl_ms(),
+        max_ttl_ms() + 1,
+        i64::MAX,
+    ])
+}
+
+/// An `expiration`: any short string, or an integer as text (RabbitMQ delivers 0 to 10
+/// years; a raw message may hold anything).
+fn expiration() -> impl Strategy<Value = ShortString> {
+    prop_oneof![
+        short_string(),
+        prop_oneof![edge_int(), any::<i64>()].prop_map(|ms| ShortString::from(ms.to_string())),
+        prop::sample::select(vec!["00", "+0", "+5", "99999999999999999999999", "-0"]).prop_map(ShortString::from),
+    ]
+}
+
 fn leaf() -> impl Strategy<Value = AMQPValue> {
     prop_oneof![
+        edge_int().prop_map(AMQPValue::LongLongInt),
         any::<bool>().prop_map(AMQPValue::Boolean),
         any::<i8>().prop_map(AMQPValue::ShortShortInt),
         any::<u8>().prop_map(AMQPValue::ShortShortUInt),
@@ -89,7 +126,7 @@ prop_compose! {
         kind in proptest::option::of(short_string()),
         content_type in proptest::option::of(short_string()),
         reply_to in proptest::option::of(short_string()),
-        expiration in proptest::option::of(short_string()),
+        expiration in proptest::option::of(expiration()),
         timestamp in proptest::option::of(any::<u64>()),
         headers in proptest::collection::vec((header_name(), value()), 0..10),
     ) -> BasicProperties {
@@ -119,10 +156,34 @@ proptest! {
         p in properties(),
         body in proptest::collection::vec(any::<u8>(), 0..256),
         dead_letter_queue in any::<bool>(),
+        redelivered in any::<bool>(),
         limit in 64usize..4096,
     ) {
-        let decoded = decode(&p, body, dead_letter_queue, None, Utc::now());
+        let decoded = decode(&p, body, dead_letter_queue, redelivered, None, Utc::now());
         let findings = inspect(&p, &decoded.envelope, limit);
+        // A time-to-live is carried only in Courier's range (a delayed retry's copy keeps
+        // it and must be sendable), in a dead-letter queue too.
+        prop_assert!(decoded.envelope.time_to_live.is_none_or(|t| !t.is_zero() && t <= MAX_TIME_TO_LIVE));
+        // The count is RabbitMQ's only on a redelivery, and within a queue's range.
+        if redelivered {
+            prop_assert!((2..=10_001).contains(&decoded.broker.delivery_count));
+        } else {
+            prop_assert_eq!(decoded.broker.delivery_count, 1);
+        }
+        // An integer time-to-live out of range, in the header or `expiration`, is refused.
+        let header_ttl = p
+            .headers()
+            .as_ref()
+            .and_then(|h| h.inner().get(H_TIME_TO_LIVE).cloned())
+            .and_then(|v| match v {
+                AMQPValue::Timestamp(n) => Some(i128::from(n)),
+                other => super::wire::int(&other).map(i128::from),
+            });
+        let expiration_ttl = p.expiration().as_ref().and_then(|e| e.as_str().parse::<i128>().ok());
+        for ms in [header_ttl, expiration_ttl].into_iter().flatten() {
+            let in_range = (1..=i128::from(max_ttl_ms())).contains(&ms);
+            prop_assert!(in_range || findings.refusal.is_some(), "{} ms was not refused", ms);
+        }
         if findings.refusal.is_none() {
             let e = &decoded.envelope;
             prop_assert!(e.message_id.len() <= MAX_MESSAGE_ID_LEN);

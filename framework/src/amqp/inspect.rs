@@ -10,6 +10,7 @@
 //! whole connection.
 
 use std::fmt::Write as _;
+use std::num::IntErrorKind;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use lapin::BasicProperties;
@@ -21,7 +22,7 @@ use crate::message::reasons::{INVALID_WIRE_FORMAT, MESSAGE_TOO_LARGE};
 
 use super::wire::{
     H_CAUSATION_ID, H_DEAD_LETTER_DESCRIPTION, H_DEAD_LETTER_REASON, H_DEAD_LETTER_SOURCE, H_ENQUEUED_TIME,
-    H_SEQUENCE_NUMBER, H_SESSION_ID, H_TIME_TO_LIVE, from_millis,
+    H_SEQUENCE_NUMBER, H_SESSION_ID, H_TIME_TO_LIVE, from_millis, time_to_live_of,
 };
 
 /// The prefix of Courier's own headers.
@@ -99,17 +100,41 @@ fn type_name(v: &AMQPValue) -> String {
     format!("{:?}", v.get_type())
 }
 
+/// The refusal of a time-to-live of `ms` milliseconds in `what`, worded as the other
+/// transports word it (`checks::stored_refusal`).
+fn time_to_live_out_of_range(what: &str, ms: impl std::fmt::Display) -> String {
+    format!("{what} is {ms} ms; Courier's time-to-lives are 1 ms to 100 years (a Courier sender refuses another)")
+}
+
+/// An AMQP integer header value of any width, an unsigned timestamp over `i64::MAX`
+/// included.
+fn wide_int(v: &AMQPValue) -> Option<i128> {
+    match v {
+        AMQPValue::Timestamp(n) => Some(i128::from(*n)),
+        other => super::wire::int(other).map(i128::from),
+    }
+}
+
 /// Checks one `x-courier-*` header: `Err(problem)` refuses the delivery, `Ok(Some(why))`
 /// ignores the header.
 fn courier_header(name: &str, v: &AMQPValue) -> Result<Option<String>, String> {
     let ignored = |why: String| Ok(Some(why));
     match name {
-        H_ENQUEUED_TIME | H_SEQUENCE_NUMBER | H_TIME_TO_LIVE => match super::wire::int(v) {
+        // 0, negative or over 100 years: a Courier sender refuses it, so the delayed retry
+        // (a copy with the same time-to-live) could not be sent and the retry policy would
+        // be skipped.
+        H_TIME_TO_LIVE => match wide_int(v) {
+            None => ignored(format!("a {}, not an integer", type_name(v))),
+            Some(ms) if i64::try_from(ms).ok().and_then(time_to_live_of).is_none() => {
+                Err(time_to_live_out_of_range(name, ms))
+            }
+            Some(_) => Ok(None),
+        },
+        H_ENQUEUED_TIME | H_SEQUENCE_NUMBER => match super::wire::int(v) {
             None => ignored(format!("a {}, not an integer", type_name(v))),
             Some(ms) if name == H_ENQUEUED_TIME && from_millis(ms).is_none() => {
                 ignored(format!("{ms} ms is not a time"))
             }
-            Some(ms) if name == H_TIME_TO_LIVE && ms < 0 => ignored(format!("a negative time-to-live ({ms} ms)")),
             Some(_) => Ok(None),
         },
         H_CAUSATION_ID | H_SESSION_ID | H_DEAD_LETTER_REASON | H_DEAD_LETTER_DESCRIPTION | H_DEAD_LETTER_SOURCE => {
@@ -128,6 +153,17 @@ fn courier_header(name: &str, v: &AMQPValue) -> Result<Option<String>, String> {
             Ok(None)
         }
         _ => ignored("not a header Courier knows".to_owned()),
+    }
+}
+
+/// The `expiration` property as an integer, if it is one outside Courier's time-to-lives
+/// (text that is no integer is not read: `wire::decode` ignores it, and RabbitMQ refuses it
+/// at publish).
+fn expiration_out_of_range(text: &str) -> Option<String> {
+    match text.parse::<i64>() {
+        Ok(ms) => time_to_live_of(ms).is_none().then(|| ms.to_string()),
+        Err(e) if matches!(e.kind(), IntErrorKind::PosOverflow | IntErrorKind::NegOverflow) => Some(text.to_owned()),
+        Err(_) => None,
     }
 }
 
@@ -155,6 +191,13 @@ pub(crate) fn inspect(p: &BasicProperties, envelope: &Envelope, max_message_size
             "message_id has {} bytes; Courier's message ids have 1 to {MAX_MESSAGE_ID_LEN}",
             id.as_str().len()
         ));
+    }
+    // RabbitMQ delivers an `expiration` of 0 (to a consumer that waits) and refuses at
+    // publish what is negative, not an integer, or over its own maximum (10 years in 3.10).
+    if let Some(e) = p.expiration()
+        && let Some(ms) = expiration_out_of_range(e.as_str())
+    {
+        problems.push(time_to_live_out_of_range("expiration", ms));
     }
     let mut ignored = Vec::new();
     if let Some(headers) = p.headers() {
@@ -207,7 +250,7 @@ mod tests {
     }
 
     fn check(p: &BasicProperties) -> Findings {
-        let envelope = super::super::wire::decode(p, b"{}".to_vec(), false, None, chrono::Utc::now()).envelope;
+        let envelope = super::super::wire::decode(p, b"{}".to_vec(), false, false, None, chrono::Utc::now()).envelope;
         inspect(p, &envelope, 1024)
     }
 
@@ -276,7 +319,7 @@ mod tests {
         );
 
         let p = valid();
-        let big = super::super::wire::decode(&p, vec![b' '; 2000], false, None, chrono::Utc::now()).envelope;
+        let big = super::super::wire::decode(&p, vec![b' '; 2000], false, false, None, chrono::Utc::now()).envelope;
         let r = inspect(&p, &big, 1024).refusal;
         assert_eq!(r.as_ref().map(|r| r.reason), Some(MESSAGE_TOO_LARGE));
         assert!(r.is_some_and(|r| r.description.contains("limit is 1024")));
@@ -289,7 +332,7 @@ mod tests {
         headers.insert("bytes".into(), AMQPValue::LongString(LongString::from(&b"\xff"[..])));
         headers.insert("text".into(), AMQPValue::LongString("ok".into()));
         let p = valid().with_message_id(received(b"\xff\xfe")).with_headers(headers);
-        let d = super::super::wire::decode(&p, b"{}".to_vec(), true, None, chrono::Utc::now());
+        let d = super::super::wire::decode(&p, b"{}".to_vec(), true, false, None, chrono::Utc::now());
         assert_eq!(d.envelope.message_id, "\u{FFFD}\u{FFFD}");
         // The name that is not UTF-8 and the value that is not are no properties.
         let names: Vec<&String> = d.envelope.properties.keys().collect();
@@ -300,7 +343,7 @@ mod tests {
     fn wrong_typed_or_unknown_courier_headers_are_ignored_with_a_reason() {
         let mut headers = FieldTable::default();
         headers.insert(H_ENQUEUED_TIME.into(), AMQPValue::LongString("yesterday".into()));
-        headers.insert(H_TIME_TO_LIVE.into(), AMQPValue::LongLongInt(-5));
+        headers.insert(H_TIME_TO_LIVE.into(), AMQPValue::LongString("soon".into()));
         headers.insert(H_SESSION_ID.into(), AMQPValue::LongLongInt(5));
         headers.insert("x-courier-sequence".into(), AMQPValue::LongLongInt(5));
         headers.insert("x-death-note".into(), AMQPValue::LongLongInt(5)); // not Courier's
@@ -314,5 +357,60 @@ mod tests {
             "{:?}",
             f.ignored
         );
+    }
+
+    #[test]
+    fn a_time_to_live_no_courier_sender_sends_is_refused_naming_it_and_its_value() {
+        let max = i64::try_from(crate::entity::MAX_TIME_TO_LIVE.as_millis()).unwrap_or(i64::MAX);
+        let refusal = |p: BasicProperties| check(&p).refusal.map(|r| (r.reason, r.description));
+        let tail = "ms; Courier's time-to-lives are 1 ms to 100 years (a Courier sender refuses another)";
+        for ms in [0, -1, max + 1, i64::MAX, i64::MIN] {
+            let mut headers = FieldTable::default();
+            headers.insert(H_TIME_TO_LIVE.into(), AMQPValue::LongLongInt(ms));
+            assert_eq!(
+                refusal(valid().with_headers(headers)),
+                Some((INVALID_WIRE_FORMAT, format!("x-courier-time-to-live is {ms} {tail}"))),
+            );
+        }
+        let mut headers = FieldTable::default();
+        headers.insert(H_TIME_TO_LIVE.into(), AMQPValue::Timestamp(u64::MAX));
+        assert_eq!(
+            refusal(valid().with_headers(headers)),
+            Some((
+                INVALID_WIRE_FORMAT,
+                format!("x-courier-time-to-live is {} {tail}", u64::MAX)
+            )),
+        );
+        for text in ["0", "00", "+0", "-1", "99999999999999999999999"] {
+            let shown = if text.len() > 20 {
+                text.to_owned()
+            } else {
+                text.parse::<i64>().unwrap_or(1).to_string()
+            };
+            assert_eq!(
+                refusal(valid().with_expiration(text.into())),
+                Some((INVALID_WIRE_FORMAT, format!("expiration is {shown} {tail}"))),
+                "{text}"
+            );
+        }
+        // Both at once: each is named.
+        let mut headers = FieldTable::default();
+        headers.insert(H_TIME_TO_LIVE.into(), AMQPValue::LongInt(0));
+        let both = refusal(valid().with_headers(headers).with_expiration("0".into())).map(|r| r.1);
+        assert_eq!(
+            both,
+            Some(format!("expiration is 0 {tail}; x-courier-time-to-live is 0 {tail}"))
+        );
+        // Courier's own range passes, at both ends; an expiration that is no integer is not
+        // read (RabbitMQ refuses it at publish).
+        for ms in [1, 60_000, max] {
+            let mut headers = FieldTable::default();
+            headers.insert(H_TIME_TO_LIVE.into(), AMQPValue::LongLongInt(ms));
+            let p = valid()
+                .with_headers(headers)
+                .with_expiration(ms.to_string().as_str().into());
+            assert_eq!(check(&p).refusal, None, "{ms}");
+        }
+        assert_eq!(check(&valid().with_expiration("soon".into())).refusal, None);
     }
 }

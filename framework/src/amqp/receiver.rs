@@ -172,6 +172,7 @@ impl AmqpReceiver {
             &d.properties,
             d.data,
             self.dead_letter_queue.is_none(),
+            d.redelivered,
             Some(token),
             now,
         );
@@ -321,7 +322,14 @@ impl Receiver for AmqpReceiver {
                 Some(m) => {
                     let now = self.inner.clock.now();
                     let d = m.delivery;
-                    let decoded = wire::decode(&d.properties, d.data, self.dead_letter_queue.is_none(), None, now);
+                    let decoded = wire::decode(
+                        &d.properties,
+                        d.data,
+                        self.dead_letter_queue.is_none(),
+                        d.redelivered,
+                        None,
+                        now,
+                    );
                     let message = ReceivedMessage {
                         envelope: decoded.envelope,
                         broker: decoded.broker,

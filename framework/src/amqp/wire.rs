@@ -36,7 +36,13 @@ pub(crate) const H_DEAD_LETTER_DESCRIPTION: &str = "x-courier-dead-letter-descri
 /// Header: the queue the message was dead-lettered from.
 pub(crate) const H_DEAD_LETTER_SOURCE: &str = "x-courier-dead-letter-source";
 /// RabbitMQ's header on a redelivered message of a quorum queue: earlier failed deliveries.
+/// Read only on a redelivery: on a first delivery to a consumer RabbitMQ passes on the
+/// header a producer set, as it was set (see [`decode`]).
 pub(crate) const H_DELIVERY_COUNT: &str = "x-delivery-count";
+/// The most earlier deliveries read from [`H_DELIVERY_COUNT`]: a queue's max delivery
+/// count is at most 10000 (`QueueOptions::validate`), and its quorum queue's delivery
+/// limit one less, so RabbitMQ never writes more.
+const MAX_EARLIER_DELIVERIES: i64 = 10_000;
 /// RabbitMQ's header on a message the broker dead-lettered.
 pub(crate) const H_DEATH: &str = "x-death";
 
@@ -211,14 +217,46 @@ pub(crate) struct Decoded {
     pub(crate) broker: BrokerProperties,
 }
 
+/// A time-to-live in milliseconds, if Courier's senders could send it: 1 ms to
+/// [`MAX_TIME_TO_LIVE`](crate::entity::MAX_TIME_TO_LIVE).
+pub(crate) fn time_to_live_of(ms: i64) -> Option<Duration> {
+    let ttl = Duration::from_millis(u64::try_from(ms).ok()?);
+    (!ttl.is_zero() && ttl <= crate::entity::MAX_TIME_TO_LIVE).then_some(ttl)
+}
+
+/// The delivery count of a delivery: 1 on a first delivery (`redelivered` false),
+/// whatever a producer wrote in `x-delivery-count`; on a redelivery, the earlier
+/// deliveries RabbitMQ's quorum queue wrote there, plus this one. RabbitMQ 3.10 passes a
+/// producer's header on to a consumer as it was set on a first delivery, and writes its own
+/// count over it on every redelivery (`tests/amqp/retry_headers.rs` checks both), so the
+/// header counts only where the broker set the `redelivered` flag. What is read is held
+/// to 1 (a redelivery had an earlier delivery) to [`MAX_EARLIER_DELIVERIES`]; a missing
+/// or non-integer header on a redelivery counts as one earlier delivery.
+fn delivery_count(headers: &FieldTable, redelivered: bool) -> u32 {
+    if !redelivered {
+        return 1;
+    }
+    let earlier = headers
+        .inner()
+        .get(H_DELIVERY_COUNT)
+        .and_then(int)
+        .unwrap_or(1)
+        .clamp(1, MAX_EARLIER_DELIVERIES);
+    // 2 to 10001: always a u32.
+    u32::try_from(earlier.saturating_add(1)).unwrap_or(u32::MAX)
+}
+
 /// Decodes what RabbitMQ delivered. Missing Courier headers (a producer in another
 /// language) fall back: no message id leaves the envelope's id empty (the endpoint
 /// decides: see `EndpointBuilder::accept_messages_without_id`), no enqueued time takes
-/// the AMQP timestamp, then `now`.
+/// the AMQP timestamp, then `now`. `redelivered` is the delivery's flag (false where
+/// there is none: a parked dead letter); the delivery count trusts `x-delivery-count` only
+/// when it is set.
 pub(crate) fn decode(
     p: &BasicProperties,
     body: Vec<u8>,
     dead_letter_queue: bool,
+    redelivered: bool,
     lock_token: Option<LockToken>,
     now: DateTime<Utc>,
 ) -> Decoded {
@@ -245,16 +283,16 @@ pub(crate) fn decode(
                 .and_then(|s| Utc.timestamp_opt(s, 0).single())
         })
         .unwrap_or(now);
+    // Courier's header, else `expiration`; a value outside Courier's range is none: a main
+    // queue's receiver refuses the message (`inspect`), a DLQ's reads it without one.
     let time_to_live = get(H_TIME_TO_LIVE)
         .and_then(int)
         .or_else(|| p.expiration().as_ref().and_then(|e| e.as_str().parse::<i64>().ok()))
-        .and_then(|ms| u64::try_from(ms).ok())
-        .map(Duration::from_millis);
+        .and_then(time_to_live_of);
     let expires_at = time_to_live
         .and_then(|ttl| chrono::Duration::from_std(ttl).ok())
         .and_then(|ttl| enqueued_time.checked_add_signed(ttl));
-    let earlier = get(H_DELIVERY_COUNT).and_then(int).unwrap_or(0);
-    let delivery_count = u32::try_from(earlier.saturating_add(1)).unwrap_or(u32::MAX);
+    let delivery_count = delivery_count(headers, redelivered);
     let mut dead_letter_reason = get(H_DEAD_LETTER_REASON).and_then(text);
     let mut dead_letter_description = get(H_DEAD_LETTER_DESCRIPTION).and_then(text);
     let mut dead_letter_source = get(H_DEAD_LETTER_SOURCE).and_then(text);
@@ -325,7 +363,7 @@ mod tests {
             .with_property("b", true)
             .with_property("f", 1.5);
         let p = properties(&m, at, 42).unwrap_or_default();
-        let d = decode(&p, b"body".to_vec(), false, None, now);
+        let d = decode(&p, b"body".to_vec(), false, false, None, now);
         assert_eq!(d.envelope, m);
         assert_eq!(d.broker.sequence_number, 42);
         assert_eq!(d.broker.enqueued_time, at);
@@ -336,7 +374,7 @@ mod tests {
     #[test]
     fn a_foreign_message_gets_defaults_and_a_long_id_is_refused() {
         let now = Utc::now();
-        let d = decode(&BasicProperties::default(), Vec::new(), false, None, now);
+        let d = decode(&BasicProperties::default(), Vec::new(), false, false, None, now);
         assert_eq!(d.envelope.message_id, "", "a missing id is not made up");
         assert_eq!(d.broker.enqueued_time, now);
         let long = Envelope::new("x").with_correlation_id("c".repeat(300));
@@ -345,6 +383,80 @@ mod tests {
         let reserved = Envelope::new("x").with_property("x-courier-time-to-live", 5_i64);
         let e = properties(&reserved, now, 1).err().map(|e| e.kind().clone());
         assert!(matches!(e, Some(ErrorKind::InvalidMessage { .. })), "{e:?}");
+    }
+
+    fn with_header(name: &str, value: AMQPValue) -> BasicProperties {
+        let mut headers = FieldTable::default();
+        headers.insert(name.into(), value);
+        BasicProperties::default().with_headers(headers)
+    }
+
+    #[test]
+    fn a_producers_delivery_count_is_not_read_on_a_first_delivery() {
+        let now = Utc::now();
+        for value in [
+            AMQPValue::LongLongInt(1000),
+            AMQPValue::LongLongInt(-5),
+            AMQPValue::LongLongInt(i64::MAX),
+            AMQPValue::LongLongInt(i64::MIN),
+            AMQPValue::LongInt(i32::MAX),
+            AMQPValue::Timestamp(u64::MAX),
+            AMQPValue::LongString("1000".into()),
+        ] {
+            let p = with_header(H_DELIVERY_COUNT, value.clone());
+            for dead_letter_queue in [false, true] {
+                let d = decode(&p, Vec::new(), dead_letter_queue, false, None, now);
+                assert_eq!(d.broker.delivery_count, 1, "{value:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn on_a_redelivery_rabbitmqs_count_is_read_within_range() {
+        let now = Utc::now();
+        let count = |value: Option<AMQPValue>| {
+            let p = value.map_or_else(BasicProperties::default, |v| with_header(H_DELIVERY_COUNT, v));
+            decode(&p, Vec::new(), false, true, None, now).broker.delivery_count
+        };
+        // What RabbitMQ writes: earlier deliveries.
+        assert_eq!(count(Some(AMQPValue::LongLongInt(1))), 2);
+        assert_eq!(count(Some(AMQPValue::LongLongInt(4))), 5);
+        assert_eq!(count(Some(AMQPValue::LongInt(9_999))), 10_000);
+        // A redelivery had an earlier delivery; no more than a queue's max delivery count.
+        assert_eq!(count(Some(AMQPValue::LongLongInt(0))), 2);
+        assert_eq!(count(Some(AMQPValue::LongLongInt(-5))), 2);
+        assert_eq!(count(None), 2);
+        assert_eq!(count(Some(AMQPValue::LongString("3".into()))), 2);
+        assert_eq!(count(Some(AMQPValue::LongLongInt(i64::MAX))), 10_001);
+        assert_eq!(count(Some(AMQPValue::Timestamp(u64::MAX))), 2);
+    }
+
+    #[test]
+    fn a_time_to_live_out_of_courier_s_range_is_not_carried() {
+        let now = Utc::now();
+        let max = i64::try_from(crate::entity::MAX_TIME_TO_LIVE.as_millis()).unwrap_or(i64::MAX);
+        let ttl = |p: BasicProperties| {
+            let d = decode(&p, Vec::new(), false, false, None, now);
+            (d.envelope.time_to_live, d.broker.expires_at.is_some())
+        };
+        for ms in [0, -1, max + 1, i64::MAX, i64::MIN] {
+            let header = with_header(H_TIME_TO_LIVE, AMQPValue::LongLongInt(ms));
+            assert_eq!(ttl(header), (None, false), "header {ms}");
+            let expiration = BasicProperties::default().with_expiration(ms.to_string().as_str().into());
+            assert_eq!(ttl(expiration), (None, false), "expiration {ms}");
+        }
+        // The header decides when it is an integer, even out of range: no fallback.
+        let both = with_header(H_TIME_TO_LIVE, AMQPValue::LongLongInt(0)).with_expiration("5000".into());
+        assert_eq!(ttl(both), (None, false));
+        for ms in [1, 5000, max] {
+            let want = (Some(Duration::from_millis(u64::try_from(ms).unwrap_or(0))), true);
+            assert_eq!(ttl(with_header(H_TIME_TO_LIVE, AMQPValue::LongLongInt(ms))), want);
+            let expiration = BasicProperties::default().with_expiration(ms.to_string().as_str().into());
+            assert_eq!(ttl(expiration), want);
+        }
+        // A header that is no integer falls back to the expiration.
+        let text = with_header(H_TIME_TO_LIVE, AMQPValue::LongString("soon".into())).with_expiration("+5".into());
+        assert_eq!(ttl(text), (Some(Duration::from_millis(5)), true));
     }
 
     #[test]
