@@ -86,9 +86,21 @@ async fn rows_no_sender_writes_are_refused_at_insert() {
     let q = name("odd");
     t.create_queue(&q, &QueueOptions::default()).await.unwrap();
     let cases: [(&str, &str, &str); 8] = [
-        (", state, scheduled_at, ttl_ms", ", 1, now(), 9223372036854775807", "message_ttl_in_range"),
-        (", state, scheduled_at, ttl_ms", ", 1, now(), 10000000000000000", "message_ttl_in_range"),
-        (", state, delivery_count", ", 0, -2147483648", "message_delivery_count_not_negative"),
+        (
+            ", state, scheduled_at, ttl_ms",
+            ", 1, now(), 9223372036854775807",
+            "message_ttl_in_range",
+        ),
+        (
+            ", state, scheduled_at, ttl_ms",
+            ", 1, now(), 10000000000000000",
+            "message_ttl_in_range",
+        ),
+        (
+            ", state, delivery_count",
+            ", 0, -2147483648",
+            "message_delivery_count_not_negative",
+        ),
         (", state, ttl_ms", ", 0, 0", "message_ttl_in_range"),
         (", state, ttl_ms", ", 0, 3162240000001", "message_ttl_in_range"),
         (", state", ", 2", "message_deferred_was_delivered"),
@@ -123,7 +135,9 @@ async fn rows_no_claim_takes_are_dead_lettered_or_released() {
     t.create_queue(&q, &QueueOptions::default()).await.unwrap();
     let path = EntityPath::queue(&q);
 
-    insert_row(&pool, &q, ", state, delivery_count", ", 0, 10").await.unwrap();
+    insert_row(&pool, &q, ", state, delivery_count", ", 0, 10")
+        .await
+        .unwrap();
     send_valid(&t, &q, "behind-exhausted").await;
     assert_eq!(drain(&t, &path).await, ["behind-exhausted"]);
     let dead_letters = dead(&t, &path).await;
@@ -265,7 +279,10 @@ async fn the_maintenance_logs_what_it_dead_letters() {
         .lines()
         .find(|l| l.contains("the maintenance dead-lettered messages of the queue"))
         .unwrap_or_else(|| panic!("{text}"));
-    assert!(line.contains("TTLExpiredException") && line.contains("count=3"), "{line}");
+    assert!(
+        line.contains("TTLExpiredException") && line.contains("count=3"),
+        "{line}"
+    );
     assert!(line.contains("exp-\\u{1b}[31m-0"), "the first id, escaped: {line}");
     assert!(!text.contains('\u{1b}'), "{text}");
     t.close().await;
@@ -325,9 +342,14 @@ async fn a_time_to_live_out_of_range_is_refused_at_receive() {
     insert_row(&pool, &q, ", state, ttl_ms", ", 0, 0").await.unwrap();
     // Scheduled with a time-to-live Postgres cannot add to a time: activated (its expiry
     // bounded), then refused.
-    insert_row(&pool, &q, ", state, scheduled_at, ttl_ms", ", 1, now() - interval '1 day', 9223372036854775807")
-        .await
-        .unwrap();
+    insert_row(
+        &pool,
+        &q,
+        ", state, scheduled_at, ttl_ms",
+        ", 1, now() - interval '1 day', 9223372036854775807",
+    )
+    .await
+    .unwrap();
     send_valid(&t, &q, "valid").await;
     assert_eq!(drain(&t, &EntityPath::queue(&q)).await, ["valid"]);
     let dead_letters = dead(&t, &EntityPath::queue(&q)).await;

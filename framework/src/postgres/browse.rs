@@ -6,8 +6,8 @@ use sqlx::Row;
 
 use super::Shared;
 use super::entities::EntityInfo;
-use super::upkeep::run as maintain;
 use super::rows::{columns, rows_to_messages};
+use super::upkeep::run as maintain;
 use crate::entity::{EntityCounts, SubQueue};
 use crate::error::Result;
 use crate::message::{ReceivedMessage, SequenceNumber};
