@@ -26,9 +26,9 @@
 //! not judged (no queue holds it), but must not stop anything either.
 //!
 //! ```text
-//! cargo test -p courier-tests --test transport embedded_row_property       # 300 cases, CI
+//! cargo test -p courier-tests --test transport embedded_row_property -- --ignored  # 300 cases, ~15 s
 //! COURIER_FUZZ_CASES=20000 cargo test -p courier-tests --test transport \
-//!     embedded_row_property -- --nocapture                                  # a long run
+//!     embedded_row_property -- --ignored --nocapture                 # a long run, ~10 min
 //! ```
 //!
 //! `COURIER_ROW_SEED` and `COURIER_ROW_SURVEY` work as in `pg_row_property`.
