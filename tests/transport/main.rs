@@ -6,12 +6,13 @@
 
 mod embedded_durability;
 mod embedded_engine;
-mod embedded_row_property;
 mod pg_corpus;
 mod pg_foreign;
+mod pg_odd_rows;
 mod pg_one_transaction;
 mod pg_publish_new_topic;
 mod pg_row_property;
+mod pg_send_function;
 mod pg_transport;
 mod pg_unit_of_work;
 

@@ -596,7 +596,7 @@ impl Found {
 /// duration + 5 min in ms, `$4` the valid message's id.
 const INSPECT: &str = "SELECT m.id, m.entity_id, m.state, m.delivery_count, m.seq, m.session_id, \
        m.message_id = $4 AS is_valid, m.dl_reason, \
-       coalesce(m.dl_reason, '') <> '' AND coalesce(m.dl_description, '') <> '' AS dl_ok, \
+       m.dl_reason IS NOT NULL AND m.dl_description IS NOT NULL AS dl_ok, \
        coalesce(m.scheduled_at > $2 AND m.scheduled_at <= $2 + interval '36600 days', false) AS schedule_ok, \
        coalesce(m.locked_until > $2, false) AS locked, \
        coalesce(m.locked_until <= $2 + $3 * interval '1 millisecond', false) AS lock_in_bounds, \

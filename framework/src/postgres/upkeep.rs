@@ -147,7 +147,8 @@ fn report(entity: &EntityInfo, part: &str, rows: &[sqlx::postgres::PgRow]) {
     }
 }
 
-/// Activates `owner`'s due scheduled messages (fanned out when `owner` is a topic),
+/// Activates `owner`'s due scheduled messages (fanned out when `owner` is a topic) and
+/// `entity`'s own (a subscription's scheduled row, which only another program writes),
 /// dead-letters `entity`'s expired messages and those whose lock expired at the max
 /// delivery count (the work the clock makes due, done by whoever reads the entity), and
 /// ends the locks of `entity`'s messages whose holder is gone (see `holder.rs`) or that
@@ -173,7 +174,7 @@ fn report(entity: &EntityInfo, part: &str, rows: &[sqlx::postgres::PgRow]) {
 async fn maintain(shared: &Shared, entity: &EntityInfo, now: DateTime<Utc>) -> Result<()> {
     let rows = sqlx::query(
         "WITH due AS (DELETE FROM courier.message m WHERE m.id IN ( \
-                 SELECT id FROM courier.message WHERE entity_id = $1 AND state = 1 \
+                 SELECT id FROM courier.message WHERE entity_id IN ($1, $3) AND state = 1 \
                  AND (scheduled_at <= $2 OR scheduled_at IS NULL OR scheduled_at > $9) \
                  ORDER BY scheduled_at, id LIMIT $6 FOR UPDATE SKIP LOCKED) \
                  RETURNING m.*, (m.scheduled_at IS NULL OR m.scheduled_at > $9) AS impossible), \
@@ -203,7 +204,8 @@ async fn maintain(shared: &Shared, entity: &EntityInfo, now: DateTime<Utc>) -> R
                         WHEN t.requires_session AND d.session_id IS NULL \
                         THEN 'the subscription requires sessions and the message has no session id' END, \
                    CASE WHEN d.impossible OR (t.requires_session AND d.session_id IS NULL) THEN t.path END, d.body \
-                 FROM d JOIN no USING (ord) CROSS JOIN t RETURNING entity_id, state, dl_reason, message_id), \
+                 FROM d JOIN no USING (ord) JOIN t ON (d.entity_id = $1 OR t.id = d.entity_id) \
+                 RETURNING entity_id, state, dl_reason, message_id), \
          orphaned AS (UPDATE courier.message m SET locked_until = $2 WHERE m.id IN ( \
                    SELECT id FROM courier.message o WHERE o.entity_id = $3 AND o.locked_until > $2 \
                    AND (o.holder IS NULL OR o.locked_until > $14 OR NOT EXISTS (SELECT 1 FROM pg_locks l \
