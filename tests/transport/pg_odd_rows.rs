@@ -46,6 +46,21 @@ async fn insert_row(pool: &PgPool, entity: &str, cols: &str, values: &str) -> Re
     }
 }
 
+/// A database of the test's own (for what changes the table: a trigger, a constraint
+/// dropped), a pool on it, and a transport on a virtual clock.
+async fn own_database() -> (TestDatabase, PgPool, VirtualClock, PostgresTransport) {
+    let db = TestDatabase::create().await;
+    let pool = db.pool().await;
+    let clock = VirtualClock::starting_now();
+    let shared: std::sync::Arc<dyn Clock> = std::sync::Arc::new(clock.clone());
+    let t = PostgresTransport::from_pool(db.pool().await)
+        .clock(shared)
+        .open()
+        .await
+        .unwrap();
+    (db, pool, clock, t)
+}
+
 async fn send_valid(t: &PostgresTransport, queue: &str, id: &str) {
     let sender = t.sender(queue, SenderOptions::default()).await.unwrap();
     let mut m = Envelope::new("{}");
@@ -207,15 +222,7 @@ async fn rows_no_claim_takes_are_dead_lettered_or_released() {
 async fn a_maintenance_that_fails_does_not_stop_the_queue() {
     let logs = Logs::default();
     let _guard = logs.capture();
-    let db = TestDatabase::create().await;
-    let pool = db.pool().await;
-    let clock = VirtualClock::starting_now();
-    let shared: std::sync::Arc<dyn Clock> = std::sync::Arc::new(clock.clone());
-    let t = PostgresTransport::from_pool(db.pool().await)
-        .clock(shared)
-        .open()
-        .await
-        .unwrap();
+    let (db, pool, clock, t) = own_database().await;
     sqlx::raw_sql(
         "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$ \
          BEGIN RAISE EXCEPTION 'the poison row is refused by a trigger'; END $$; \
@@ -324,15 +331,7 @@ async fn a_database_that_is_not_utf8_is_refused() {
 /// instead of skipping the delayed retries.
 #[tokio::test]
 async fn a_time_to_live_out_of_range_is_refused_at_receive() {
-    let db = TestDatabase::create().await;
-    let pool = db.pool().await;
-    let clock = VirtualClock::starting_now();
-    let shared: std::sync::Arc<dyn Clock> = std::sync::Arc::new(clock.clone());
-    let t = PostgresTransport::from_pool(db.pool().await)
-        .clock(shared)
-        .open()
-        .await
-        .unwrap();
+    let (db, pool, _clock, t) = own_database().await;
     sqlx::query("ALTER TABLE courier.message DROP CONSTRAINT message_ttl_in_range")
         .execute(&pool)
         .await

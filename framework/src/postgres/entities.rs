@@ -11,6 +11,17 @@ use crate::entity::{EntityPath, QueueOptions};
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::db_error;
 
+/// The columns of `courier.entity` that hold `options`: lock duration and default
+/// time-to-live in milliseconds, and the max delivery count.
+pub(crate) fn stored_options(options: &QueueOptions) -> (i64, Option<i64>, i32) {
+    let lock_ms = i64::try_from(options.lock_duration.as_millis()).unwrap_or(i64::MAX);
+    let ttl_ms = options
+        .default_time_to_live
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let max = i32::try_from(options.max_delivery_count).unwrap_or(i32::MAX);
+    (lock_ms, ttl_ms, max)
+}
+
 /// What an entity is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -119,11 +130,7 @@ pub(crate) async fn create(
         },
         None => (0, name.to_owned()),
     };
-    let lock_ms = i64::try_from(options.lock_duration.as_millis()).unwrap_or(i64::MAX);
-    let ttl_ms = options
-        .default_time_to_live
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    let max = i32::try_from(options.max_delivery_count).unwrap_or(i32::MAX);
+    let (lock_ms, ttl_ms, max) = stored_options(options);
     let created: Option<i64> = sqlx::query_scalar(
         "INSERT INTO courier.entity (kind, parent, name, path, lock_duration_ms, max_delivery_count, \
          default_ttl_ms, requires_session, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \

@@ -22,8 +22,8 @@ use crate::store::pg_group::{PgGroup, poisoned_if_aborted};
 use crate::store::pg_saga::pg_unit_of_work;
 use crate::store::postgres::{OutboxRow, claim_due, ensure_not_aborted, insert_outbox, outbox_of, postpone_reclaim};
 use crate::store::{
-    Begin, CommitGroup, Committed, DueTimeouts, OutboxDeadLetter, OutboxMessage, PostgresStore, Store, StoreBacklog,
-    TimeoutClaim, UnitOfWorkScope, db_error,
+    Begin, CommitGroup, Committed, DueTimeouts, EndpointSecret, OutboxDeadLetter, OutboxMessage, PostgresStore, Store,
+    StoreBacklog, TimeoutClaim, UnitOfWorkScope, db_error,
 };
 use crate::transport::Transport;
 
@@ -137,11 +137,7 @@ async fn create_topic_in(conn: &mut PgConnection, name: &str, now: DateTime<Utc>
         ..crate::entity::QueueOptions::default()
     };
     options.validate()?;
-    let lock_ms = i64::try_from(options.lock_duration.as_millis()).unwrap_or(i64::MAX);
-    let ttl_ms = options
-        .default_time_to_live
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-    let max = i32::try_from(options.max_delivery_count).unwrap_or(i32::MAX);
+    let (lock_ms, ttl_ms, max) = super::entities::stored_options(&options);
     let created: Option<i64> = sqlx::query_scalar(
         "INSERT INTO courier.entity (kind, parent, name, path, lock_duration_ms, max_delivery_count, \
          default_ttl_ms, requires_session, created_at) VALUES (1, 0, $1, $1, $2, $3, $4, $5, $6) \
@@ -467,5 +463,9 @@ impl Store for PgTransportStore {
 
     async fn dead_lettered_outbox(&self, endpoint: &str, limit: i64) -> Result<Vec<OutboxDeadLetter>> {
         self.inner.dead_lettered_outbox(endpoint, limit).await
+    }
+
+    async fn endpoint_secret(&self, endpoint: &str, now: DateTime<Utc>) -> Result<Option<EndpointSecret>> {
+        self.inner.endpoint_secret(endpoint, now).await
     }
 }
