@@ -190,8 +190,8 @@ pub use store::PostgresStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
 pub use store::{
-    Begin, CommitGroup, Committed, DEFAULT_INBOX_RETENTION, DueTimeouts, OutboxDeadLetter, OutboxMessage, Store,
-    StoreBacklog, StoredSaga, Timeout, TimeoutClaim, UnitOfWork, UnitOfWorkScope,
+    Begin, CommitGroup, Committed, DEFAULT_INBOX_RETENTION, DueTimeouts, EndpointSecret, OutboxDeadLetter,
+    OutboxMessage, Store, StoreBacklog, StoredSaga, Timeout, TimeoutClaim, UnitOfWork, UnitOfWorkScope,
 };
 
 /// The names most programs need: `use courier::prelude::*;`.

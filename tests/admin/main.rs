@@ -97,6 +97,8 @@ async fn dead_letters(broker: &Embedded, queue: &str, n: usize) -> Vec<i64> {
             .insert(headers::FAILURE_ERROR.into(), PropertyValue::from("boom"));
         m.properties
             .insert(headers::DELAYED_RETRIES.into(), PropertyValue::from(3));
+        m.properties
+            .insert(headers::DELAYED_RETRY_SEAL.into(), PropertyValue::from("00"));
         m.properties.insert("tenant".into(), PropertyValue::from("acme"));
         sender.send(m).await.unwrap();
     }
@@ -200,6 +202,7 @@ async fn a_resubmitted_message_has_no_failure_headers_and_keeps_the_others() {
     assert!(m.broker.dead_letter_reason.is_none());
     assert!(!m.envelope.properties.contains_key(headers::FAILURE_ERROR));
     assert!(!m.envelope.properties.contains_key(headers::DELAYED_RETRIES));
+    assert!(!m.envelope.properties.contains_key(headers::DELAYED_RETRY_SEAL));
     assert_eq!(m.envelope.properties.get("tenant"), Some(&PropertyValue::from("acme")));
     // Put back in place: its sequence number kept (received before later messages).
     assert_eq!(m.broker.sequence_number, seqs[0]);

@@ -40,6 +40,8 @@ async fn dead_letter_n(t: &PostgresTransport, send_to: &str, path: &EntityPath, 
             .insert(headers::FAILURE_ERROR.into(), PropertyValue::from("boom"));
         m.properties
             .insert(headers::DELAYED_RETRIES.into(), PropertyValue::from(3));
+        m.properties
+            .insert(headers::DELAYED_RETRY_SEAL.into(), PropertyValue::from("00"));
         m.properties.insert("tenant".into(), PropertyValue::from("acme"));
         batch.push(m);
     }
@@ -144,6 +146,7 @@ async fn pg_a_resubmitted_message_has_no_failure_headers_and_a_new_sequence_numb
     assert!(m.broker.dead_letter_reason.is_none());
     assert!(!m.envelope.properties.contains_key(headers::FAILURE_ERROR));
     assert!(!m.envelope.properties.contains_key(headers::DELAYED_RETRIES));
+    assert!(!m.envelope.properties.contains_key(headers::DELAYED_RETRY_SEAL));
     assert_eq!(m.envelope.properties.get("tenant"), Some(&PropertyValue::from("acme")));
     assert!(m.broker.sequence_number > seqs[0]);
     assert_eq!(m.broker.enqueued_time, clock.now());

@@ -56,6 +56,8 @@ async fn dead_letter_all(t: &AmqpTransport, send_to: &str, path: &EntityPath, bo
             .insert(headers::FAILURE_ATTEMPTS.into(), PropertyValue::from(4));
         m.properties
             .insert(headers::DELAYED_RETRIES.into(), PropertyValue::from(3));
+        m.properties
+            .insert(headers::DELAYED_RETRY_SEAL.into(), PropertyValue::from("00"));
         m.properties.insert("tenant".into(), PropertyValue::from("acme"));
         batch.push(m);
     }
@@ -112,6 +114,7 @@ async fn publish_dead_letters(dlq: &str, prefix: &str, first_sequence: i64, n: u
             h.insert(headers::FAILURE_ERROR.into(), text("boom"));
             h.insert(headers::FAILURE_ATTEMPTS.into(), AMQPValue::LongLongInt(4));
             h.insert(headers::DELAYED_RETRIES.into(), AMQPValue::LongLongInt(3));
+            h.insert(headers::DELAYED_RETRY_SEAL.into(), text("00"));
             h.insert("tenant".into(), text("acme"));
             h.insert("x-courier-dead-letter-reason".into(), text("test.Poison"));
             h.insert("x-courier-dead-letter-description".into(), text("broken on purpose"));
@@ -162,6 +165,7 @@ async fn receive_resubmitted(t: &AmqpTransport, path: &EntityPath, n: usize) -> 
         {
             assert!(!m.envelope.properties.contains_key(headers::FAILURE_ERROR));
             assert!(!m.envelope.properties.contains_key(headers::DELAYED_RETRIES));
+            assert!(!m.envelope.properties.contains_key(headers::DELAYED_RETRY_SEAL));
             assert!(m.broker.dead_letter_reason.is_none());
             assert_eq!(m.envelope.properties.get("tenant"), Some(&PropertyValue::from("acme")));
             ids.push(m.envelope.message_id);
@@ -384,6 +388,7 @@ async fn rabbit_resubmit_many_and_all_move_copies_without_failure_headers() {
         assert_eq!(m.broker.delivery_count, 1, "a new delivery count");
         assert!(!m.envelope.properties.contains_key(headers::FAILURE_ERROR));
         assert!(!m.envelope.properties.contains_key(headers::DELAYED_RETRIES));
+        assert!(!m.envelope.properties.contains_key(headers::DELAYED_RETRY_SEAL));
         assert!(m.broker.dead_letter_reason.is_none());
         assert_eq!(m.envelope.properties.get("tenant"), Some(&PropertyValue::from("acme")));
         ids.insert(m.envelope.message_id.clone());

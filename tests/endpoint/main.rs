@@ -13,6 +13,7 @@
 mod content_types;
 mod corpus;
 mod crash;
+mod forged_retry_count;
 mod lifecycle;
 mod missing_queue;
 mod refused;

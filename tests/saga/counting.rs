@@ -110,4 +110,11 @@ impl courier::Store for CountingClaims {
     ) -> courier::Result<()> {
         self.inner.postpone_timeout_reclaim(endpoint, id, until).await
     }
+    async fn endpoint_secret(
+        &self,
+        endpoint: &str,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> courier::Result<Option<courier::EndpointSecret>> {
+        self.inner.endpoint_secret(endpoint, now).await
+    }
 }

@@ -475,7 +475,34 @@ on_every_store!(
     a_message_refused_at_dispatch_is_never_retried_forever,
     a_refused_row_left_behind_does_not_block_the_sweeper,
     an_invalid_destination_or_id_dead_letters_the_handled_message,
+    the_endpoint_secret_is_made_once_and_shared,
 );
+
+/// `Store::endpoint_secret`: the first call for an endpoint makes its secret, every later
+/// one (from any process: calls racing to make it included) reads the same; endpoints have
+/// secrets of their own. The endpoint seals its delayed retries' counts with it
+/// (`tests/endpoint/forged_retry_count.rs`).
+async fn the_endpoint_secret_is_made_once_and_shared(kind: Kind) {
+    let env = StoreEnv::new(kind).await;
+    let now = env.fx.clock.now();
+    let mut racing = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let store = env.store.clone();
+        racing.spawn(async move { store.endpoint_secret("sales", now).await.unwrap().unwrap() });
+    }
+    let first = racing.join_next().await.unwrap().unwrap();
+    while let Some(other) = racing.join_next().await {
+        assert_eq!(other.unwrap(), first, "every caller gets the one secret");
+    }
+    let later = env.store.endpoint_secret("sales", now).await.unwrap().unwrap();
+    assert_eq!(later, first);
+    let billing = env.store.endpoint_secret("billing", now).await.unwrap().unwrap();
+    assert_ne!(billing, first);
+    assert_ne!(first.as_bytes(), &[0; 32]);
+    let table = kind.table("endpoint_secret");
+    assert_eq!(env.count(&format!("SELECT count(*) FROM {table}")).await, 2);
+    env.finish().await;
+}
 
 /// Courier's Postgres tables live in the schema `courier`, with their migrations table;
 /// the application's schema and its own `_sqlx_migrations` are untouched, and migrating

@@ -34,12 +34,12 @@ use crate::recoverability::headers;
 pub(crate) const CHUNK: usize = 1000;
 
 /// The properties of a resubmitted message: those of the dead letter without the
-/// failure headers the endpoint wrote and the delayed-retry count (so its retries start
-/// again): the headers of `recoverability::headers::is_failure_header`; `NULL` when
-/// none are left.
+/// failure headers the endpoint wrote and the delayed-retry count and its seal (so its
+/// retries start again): the headers of `recoverability::headers::is_failure_header`
+/// (`$4` is `FAILURE_HEADERS`); `NULL` when none are left.
 const KEPT_PROPERTIES: &str = "(SELECT jsonb_object_agg(p.key, p.value) FROM jsonb_each( \
      CASE WHEN jsonb_typeof(m.properties) = 'object' THEN m.properties END) p \
-     WHERE p.key <> $4 AND p.key NOT LIKE 'courier.failure.%')";
+     WHERE p.key <> ALL($4) AND p.key NOT LIKE 'courier.failure.%')";
 
 fn delivery_count(v: i32) -> u32 {
     u32::try_from(v).unwrap_or(0)
@@ -111,7 +111,7 @@ impl PostgresAdmin {
             .bind(id)
             .bind(seqs)
             .bind(now)
-            .bind(headers::DELAYED_RETRIES)
+            .bind(headers::FAILURE_HEADERS.as_slice())
             .fetch_all(&self.pool)
             .await
             .map_err(|e| AdminError::db("cannot resubmit dead letters", e))?;

@@ -12,12 +12,12 @@ use super::engine::{Command, Finish, Lease, read_token};
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Envelope, LockToken};
 use crate::store::sqlite::{
-    dead_letter_outbox_row, delete_inbox, delete_outbox, insert_outbox, left_over, outbox_dead_letters,
-    outbox_older_than, record_inbox,
+    dead_letter_outbox_row, delete_inbox, delete_outbox, endpoint_secret, insert_outbox, left_over,
+    outbox_dead_letters, outbox_older_than, record_inbox,
 };
 use crate::store::{
-    Begin, Committed, DueTimeouts, OutboxDeadLetter, OutboxMessage, Store, StoredSaga, TimeoutClaim, UnitOfWorkScope,
-    db_error, sqlite_saga,
+    Begin, Committed, DueTimeouts, EndpointSecret, OutboxDeadLetter, OutboxMessage, Store, StoredSaga, TimeoutClaim,
+    UnitOfWorkScope, db_error, sqlite_saga,
 };
 
 /// An endpoint store in the embedded broker's database: `Embedded::store()`.
@@ -291,5 +291,11 @@ impl Store for EmbeddedStore {
     async fn dead_lettered_outbox(&self, endpoint: &str, limit: i64) -> Result<Vec<OutboxDeadLetter>> {
         let mut lease = self.lease().await?;
         outbox_dead_letters(conn(&mut lease)?, endpoint, limit).await
+    }
+
+    /// In the broker's own file, as [`SqliteStore`](crate::SqliteStore) keeps it.
+    async fn endpoint_secret(&self, endpoint: &str, now: DateTime<Utc>) -> Result<Option<EndpointSecret>> {
+        let mut lease = self.lease().await?;
+        endpoint_secret(conn(&mut lease)?, endpoint, now).await.map(Some)
     }
 }

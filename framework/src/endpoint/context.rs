@@ -305,7 +305,9 @@ impl Context {
         self.attempt
     }
 
-    /// How many delayed retries came before this attempt.
+    /// How many delayed retries came before this attempt: the message's
+    /// `courier.retry.delayed`, on an endpoint with a store only when it carries the seal
+    /// this endpoint wrote (0 otherwise; see `docs/endpoints.md`, "Recoverability").
     pub fn delayed_retries(&self) -> u32 {
         self.delayed_retries
     }

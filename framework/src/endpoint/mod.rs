@@ -17,6 +17,7 @@ pub(crate) mod observe;
 pub(crate) mod otel;
 mod parts;
 pub(crate) mod recoverability;
+pub(crate) mod retry_seal;
 pub(crate) mod routing;
 pub(crate) mod sagas;
 pub(crate) mod trace;

@@ -51,8 +51,15 @@ pub mod reasons {
 /// The headers (application properties) the endpoint writes on a retried or
 /// dead-lettered message.
 pub mod headers {
-    /// How many delayed retries the message has had (an integer).
+    /// How many delayed retries the message has had (an integer). An endpoint with a
+    /// store trusts it only with a valid [`DELAYED_RETRY_SEAL`]; without one it counts as
+    /// 0 (and is removed from the headers the handler sees).
     pub const DELAYED_RETRIES: &str = "courier.retry.delayed";
+    /// The seal of [`DELAYED_RETRIES`] (64 hex digits): HMAC-SHA256 under the endpoint's
+    /// secret ([`Store::endpoint_secret`](crate::Store::endpoint_secret)) of the
+    /// endpoint's name, the message id and the count, written with the count on each
+    /// delayed retry by an endpoint with a store. See `docs/endpoints.md`.
+    pub const DELAYED_RETRY_SEAL: &str = "courier.retry.seal";
     /// The text of the last failure.
     pub const FAILURE_ERROR: &str = "courier.failure.error";
     /// The last failure's error chain, outermost first, one per line.
@@ -68,20 +75,22 @@ pub mod headers {
     /// Whether the handler marked the failure permanent (a boolean).
     pub const FAILURE_PERMANENT: &str = "courier.failure.permanent";
 
-    /// The prefix of every failure header above (all but [`DELAYED_RETRIES`]).
+    /// The prefix of every failure header above (all but [`DELAYED_RETRIES`] and
+    /// [`DELAYED_RETRY_SEAL`]).
     pub const FAILURE_PREFIX: &str = "courier.failure.";
 
-    /// Whether `name` is a header a failed handling writes ([`DELAYED_RETRIES`] or one
-    /// under [`FAILURE_PREFIX`]): what a resubmit of a dead letter (`courier::admin`)
-    /// leaves out, on every broker.
+    /// Whether `name` is a header a failed handling writes ([`DELAYED_RETRIES`],
+    /// [`DELAYED_RETRY_SEAL`] or one under [`FAILURE_PREFIX`]): what a resubmit of a dead
+    /// letter (`courier::admin`) leaves out, on every broker, so its retries start again.
     pub fn is_failure_header(name: &str) -> bool {
-        name == DELAYED_RETRIES || name.starts_with(FAILURE_PREFIX)
+        name == DELAYED_RETRIES || name == DELAYED_RETRY_SEAL || name.starts_with(FAILURE_PREFIX)
     }
 
     /// Every header above, by name (for SQL that removes them one by one, as the embedded
     /// broker's `json_remove` does): each is a failure header.
-    pub const FAILURE_HEADERS: [&str; 8] = [
+    pub const FAILURE_HEADERS: [&str; 9] = [
         DELAYED_RETRIES,
+        DELAYED_RETRY_SEAL,
         FAILURE_ERROR,
         FAILURE_CHAIN,
         FAILURE_HANDLER,

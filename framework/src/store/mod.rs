@@ -586,6 +586,79 @@ pub trait Store: Send + Sync + 'static {
         let _ = (endpoint, limit);
         Ok(Vec::new())
     }
+
+    /// `endpoint`'s secret, shared by all its processes through this store: made of 32
+    /// random bytes by the first call for that endpoint (one `INSERT ... ON CONFLICT DO
+    /// NOTHING`, then a read, so processes starting together agree) and the same ever
+    /// after; `now` is recorded with it. An endpoint reads it once when it starts and seals
+    /// the count of each delayed retry with it, so that a count a producer wrote cannot
+    /// make a message skip its retries (see `docs/endpoints.md`, "Recoverability").
+    ///
+    /// The default returns `Ok(None)`, for a store that has no table for it: the endpoint
+    /// then trusts the count as it finds it, as an endpoint without a store does. A store
+    /// that wraps another should delegate.
+    ///
+    /// # Errors
+    /// A storage error (transient when retrying can help; a missing table means Courier's
+    /// migrations were not applied: [`migrate`](Self::migrate)); [`ErrorKind::Corrupt`]
+    /// when the stored secret is not 32 bytes (a row written by hand).
+    async fn endpoint_secret(&self, endpoint: &str, now: DateTime<Utc>) -> Result<Option<EndpointSecret>> {
+        let _ = (endpoint, now);
+        Ok(None)
+    }
+}
+
+/// An endpoint's secret ([`Store::endpoint_secret`]): 32 random bytes, the key that seals
+/// the count of a delayed retry. Its `Debug` does not show the bytes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EndpointSecret([u8; EndpointSecret::LEN]);
+
+impl EndpointSecret {
+    /// The length of a secret, in bytes.
+    pub const LEN: usize = 32;
+
+    /// A secret of these bytes.
+    pub fn from_bytes(bytes: [u8; Self::LEN]) -> Self {
+        Self(bytes)
+    }
+
+    /// A new secret of random bytes (two version-4 UUIDs: 244 random bits from the
+    /// operating system's generator).
+    pub fn random() -> Self {
+        let mut bytes = [0; Self::LEN];
+        bytes[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+        bytes[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
+        Self(bytes)
+    }
+
+    /// The bytes.
+    pub fn as_bytes(&self) -> &[u8; Self::LEN] {
+        &self.0
+    }
+
+    /// The secret stored for `endpoint` in `table`, or [`ErrorKind::Corrupt`] when it is
+    /// not [`LEN`](Self::LEN) bytes.
+    #[cfg(any(feature = "sqlite", feature = "postgres"))]
+    pub(crate) fn stored(bytes: &[u8], table: &str, endpoint: &str) -> Result<Self> {
+        <[u8; Self::LEN]>::try_from(bytes).map(Self).map_err(|_| {
+            Error::new(ErrorKind::Corrupt {
+                detail: format!(
+                    "the secret of endpoint {} in {table} has {} bytes, not {}: delete the row and restart the \
+                     endpoint's processes to make a new one (messages waiting for a delayed retry then start \
+                     their retries again)",
+                    Escaped(endpoint),
+                    bytes.len(),
+                    Self::LEN
+                ),
+            })
+        })
+    }
+}
+
+impl std::fmt::Debug for EndpointSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EndpointSecret(..)")
+    }
 }
 
 /// What an endpoint has in the store ([`Store::backlog`]).

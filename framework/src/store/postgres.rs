@@ -14,8 +14,8 @@ use crate::message::LockToken;
 use crate::store::pg_group::PgGroup;
 use crate::store::pg_saga::pg_unit_of_work;
 use crate::store::{
-    Begin, CommitGroup, Committed, DueTimeouts, OutboxDeadLetter, OutboxMessage, Store, StoredEnvelope, TimeoutClaim,
-    db_error,
+    Begin, CommitGroup, Committed, DueTimeouts, EndpointSecret, OutboxDeadLetter, OutboxMessage, Store, StoredEnvelope,
+    TimeoutClaim, db_error,
 };
 
 /// The inbox and outbox in Postgres, in the schema `courier`, through a sqlx pool.
@@ -224,6 +224,29 @@ fn outbox_rows(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<OutboxMessage>> {
             })
         })
         .collect()
+}
+
+/// `endpoint`'s secret in `courier.endpoint_secret`, made now if it has none: a new
+/// random secret is inserted unless a row is there (another process may be inserting
+/// its own at the same moment: the insert then waits for it and does nothing), and the
+/// row is read.
+pub(crate) async fn endpoint_secret(pool: &PgPool, endpoint: &str, now: DateTime<Utc>) -> Result<EndpointSecret> {
+    sqlx::query(
+        "INSERT INTO courier.endpoint_secret (endpoint, secret, created_at) VALUES ($1, $2, $3) \
+         ON CONFLICT (endpoint) DO NOTHING",
+    )
+    .bind(endpoint)
+    .bind(EndpointSecret::random().as_bytes().as_slice())
+    .bind(now)
+    .execute(pool)
+    .await
+    .map_err(|e| db_error("cannot make the endpoint's secret in courier.endpoint_secret (were Courier's migrations applied? Store::migrate)", e))?;
+    let stored: Vec<u8> = sqlx::query_scalar("SELECT secret FROM courier.endpoint_secret WHERE endpoint = $1")
+        .bind(endpoint)
+        .fetch_one(pool)
+        .await
+        .map_err(|e| db_error("cannot read the endpoint's secret in courier.endpoint_secret", e))?;
+    EndpointSecret::stored(&stored, "courier.endpoint_secret", endpoint)
 }
 
 /// Applies Courier's Postgres migrations (the store's and the Postgres transport's: one
@@ -456,6 +479,10 @@ impl Store for PostgresStore {
         .await
         .map_err(|e| db_error("cannot move an outbox message to the dead letters", e))?;
         Ok(moved.rows_affected() > 0)
+    }
+
+    async fn endpoint_secret(&self, endpoint: &str, now: DateTime<Utc>) -> Result<Option<EndpointSecret>> {
+        endpoint_secret(&self.pool, endpoint, now).await.map(Some)
     }
 
     async fn dead_lettered_outbox(&self, endpoint: &str, limit: i64) -> Result<Vec<OutboxDeadLetter>> {

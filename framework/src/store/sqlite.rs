@@ -14,8 +14,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::message::Envelope;
 use crate::message::LockToken;
 use crate::store::{
-    Begin, Committed, DueTimeouts, OutboxDeadLetter, OutboxMessage, Store, StoreBacklog, StoredEnvelope, TimeoutClaim,
-    db_error, sqlite_saga,
+    Begin, Committed, DueTimeouts, EndpointSecret, OutboxDeadLetter, OutboxMessage, Store, StoreBacklog,
+    StoredEnvelope, TimeoutClaim, db_error, sqlite_saga,
 };
 
 fn micros(t: DateTime<Utc>) -> i64 {
@@ -396,6 +396,32 @@ pub(crate) async fn outbox_dead_letters(
         .collect()
 }
 
+/// `endpoint`'s secret in `courier_endpoint_secret`, made now if it has none (a new
+/// random secret is inserted unless a row is there, then the row is read); the caller
+/// holds the store's write turn.
+pub(crate) async fn endpoint_secret(
+    conn: &mut SqliteConnection,
+    endpoint: &str,
+    now: DateTime<Utc>,
+) -> Result<EndpointSecret> {
+    sqlx::query(
+        "INSERT INTO courier_endpoint_secret (endpoint, secret, created_at) VALUES (?1, ?2, ?3) \
+         ON CONFLICT (endpoint) DO NOTHING",
+    )
+    .bind(endpoint)
+    .bind(EndpointSecret::random().as_bytes().as_slice())
+    .bind(micros(now))
+    .execute(&mut *conn)
+    .await
+    .map_err(|e| db_error("cannot make the endpoint's secret in courier_endpoint_secret (were Courier's migrations applied? Store::migrate)", e))?;
+    let stored: Vec<u8> = sqlx::query_scalar("SELECT secret FROM courier_endpoint_secret WHERE endpoint = ?1")
+        .bind(endpoint)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot read the endpoint's secret in courier_endpoint_secret", e))?;
+    EndpointSecret::stored(&stored, "courier_endpoint_secret", endpoint)
+}
+
 fn outbox_rows(rows: Vec<sqlx::sqlite::SqliteRow>) -> Result<Vec<OutboxMessage>> {
     rows.into_iter()
         .map(|r| {
@@ -542,5 +568,10 @@ impl Store for SqliteStore {
 
     async fn dead_lettered_outbox(&self, endpoint: &str, limit: i64) -> Result<Vec<OutboxDeadLetter>> {
         outbox_dead_letters(&mut *self.conn().await?, endpoint, limit).await
+    }
+
+    async fn endpoint_secret(&self, endpoint: &str, now: DateTime<Utc>) -> Result<Option<EndpointSecret>> {
+        let _turn = self.writer.take().await?;
+        endpoint_secret(&mut *self.conn().await?, endpoint, now).await.map(Some)
     }
 }

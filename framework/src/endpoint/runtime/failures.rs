@@ -74,8 +74,16 @@ pub(super) async fn on_failure(shared: &Shared, delivery: Delivery, failure: Fai
         Decision::Delayed { n, delay } => {
             let mut copy = delivery.message().envelope.clone();
             copy.properties.extend(properties);
-            copy.properties
-                .insert(headers::DELAYED_RETRIES.to_owned(), PropertyValue::Int(i64::from(n)));
+            // The count, sealed with the endpoint's secret when it has one (trusted as it
+            // is otherwise).
+            match &shared.seal {
+                Some(seal) => seal.write(&mut copy.properties, &shared.name, &copy.message_id, n),
+                None => {
+                    copy.properties
+                        .insert(headers::DELAYED_RETRIES.to_owned(), PropertyValue::Int(i64::from(n)));
+                    copy.properties.remove(headers::DELAYED_RETRY_SEAL);
+                }
+            }
             let at = shared.clock.now() + chrono::Duration::from_std(delay).unwrap_or(chrono::Duration::MAX);
             copy.scheduled_enqueue_time = Some(at);
             // A store in the transport's database schedules the copy and completes the

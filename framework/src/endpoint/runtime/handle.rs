@@ -25,10 +25,11 @@ use crate::endpoint::bus::{self, Outgoing, describe_sent, name_outgoing};
 use crate::endpoint::context::{Context, ContextParts};
 use crate::endpoint::observe::Handled;
 use crate::endpoint::recoverability::{headers, reasons};
+use crate::endpoint::retry_seal::{Count, read_count};
 use crate::endpoint::sagas::LockOwner;
 use crate::endpoint::trace::TraceContext;
 use crate::logtext::Escaped;
-use crate::message::{Properties, PropertyValue};
+use crate::message::Properties;
 use crate::store::{Begin, Committed, OutboxMessage};
 use crate::transport::Delivery;
 
@@ -53,13 +54,6 @@ pub(super) fn missing_id_description(endpoint: &str, transport: &str) -> String 
          same message again; or build the endpoint with \
          EndpointBuilder::accept_messages_without_id(true) to handle such messages at least once"
     )
-}
-
-pub(super) fn int_property(properties: &Properties, key: &str) -> u32 {
-    match properties.get(key) {
-        Some(PropertyValue::Int(n)) => u32::try_from(*n).unwrap_or(0),
-        _ => 0,
-    }
 }
 
 pub(super) async fn process(
@@ -87,8 +81,25 @@ pub(super) async fn process(
         // At least once: a fresh id at each delivery (see accept_messages_without_id).
         delivery.message_mut().envelope.message_id = uuid::Uuid::now_v7().to_string();
     }
+    // The count of delayed retries: trusted when the endpoint sealed it (or has no secret
+    // to check it with); a count it did not seal counts as none and is taken off the
+    // message the handler sees (it is logged below, in the message's span).
+    let count = {
+        let envelope = &delivery.message().envelope;
+        read_count(
+            shared.seal.as_ref(),
+            &shared.name,
+            &envelope.message_id,
+            &envelope.properties,
+        )
+    };
+    if let Count::Unsealed(_) = count {
+        let properties = &mut delivery.message_mut().envelope.properties;
+        properties.remove(headers::DELAYED_RETRIES);
+        properties.remove(headers::DELAYED_RETRY_SEAL);
+    }
+    let delayed = count.delayed();
     let message = delivery.message();
-    let delayed = int_property(&message.envelope.properties, headers::DELAYED_RETRIES);
     let delivery_count = message.broker.delivery_count;
     let attempt = shared.policy.attempt_number(delayed, delivery_count);
     let trace = TraceContext::from_properties(&message.envelope.properties)
@@ -106,6 +117,15 @@ pub(super) async fn process(
         otel.name = tracing::field::Empty,
         otel.kind = tracing::field::Empty,
     );
+    if let Count::Unsealed(value) = &count {
+        span.in_scope(|| {
+            tracing::warn!(
+                count = %Escaped(&value.to_string()),
+                "the message carries a delayed-retry count (courier.retry.delayed) that this endpoint did not seal: \
+                 ignored and removed from its headers, its delayed retries count from 0"
+            );
+        });
+    }
     let trace = crate::endpoint::otel::consumer(&span, shared.bus.transport().name(), &shared.name, message, trace);
     let hard_stop = shared.hard_stop.clone();
     tokio::select! {

@@ -34,6 +34,7 @@ use crate::endpoint::context::Extensions;
 use crate::endpoint::metrics::EndpointMetrics;
 use crate::endpoint::observe::Observer;
 use crate::endpoint::recoverability::RetryPolicy;
+use crate::endpoint::retry_seal::RetrySeal;
 use crate::endpoint::routing::Routes;
 use crate::endpoint::sagas::{SagaStats, TimeoutSignal};
 use crate::entity::EntityPath;
@@ -196,4 +197,7 @@ struct Shared {
     accept_messages_without_id: bool,
     /// How much of a handling the store's transaction covers (`None`: no store).
     scope: Option<crate::store::UnitOfWorkScope>,
+    /// Seals and checks the count of delayed retries, with the endpoint's secret from its
+    /// store (`None`: no store, or one that keeps no secret: counts are trusted as found).
+    seal: Option<RetrySeal>,
 }

@@ -16,6 +16,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::endpoint::bus::Bus;
 use crate::endpoint::metrics::EndpointMetrics;
+use crate::endpoint::retry_seal::RetrySeal;
 use crate::entity::EntityPath;
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::UnitOfWorkScope;
@@ -97,6 +98,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
         .as_ref()
         .map(|store| store.unit_of_work_scope(&*config.transport));
     log_unit_of_work(&config, scope);
+    let seal = retry_seal(&config).await?;
     let bus = Bus::with_clock(config.transport.clone(), config.routes, config.clock.clone());
     let metrics = EndpointMetrics::new(
         config.transport.name(),
@@ -124,6 +126,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
         stopping: std::sync::atomic::AtomicBool::new(false),
         accept_messages_without_id: config.accept_messages_without_id,
         scope,
+        seal,
     });
     // Make the sender of the input queue now, so delayed retries never wait for it.
     bus.sender(&config.name, false).await?;
@@ -178,6 +181,25 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
         shutdown_timeout: config.shutdown_timeout,
         sources: config.sources,
     })
+}
+
+/// The seal of delayed-retry counts, with the endpoint's secret read (or made) in its
+/// store once, here: `None` without a store or with one that keeps no secret.
+async fn retry_seal(config: &Config) -> Result<Option<RetrySeal>> {
+    let Some(store) = &config.store else {
+        return Ok(None);
+    };
+    // The store's error names the table and what the database said (a missing table:
+    // Courier's migrations were not applied).
+    let secret = store.endpoint_secret(&config.name, config.clock.now()).await?;
+    if secret.is_none() {
+        tracing::info!(
+            endpoint = %config.name,
+            store = store.name(),
+            "the store keeps no endpoint secret: delayed-retry counts are trusted as found"
+        );
+    }
+    secret.as_ref().map(RetrySeal::new).transpose()
 }
 
 /// Says at info which steps of a handling commit together, and which are separate.

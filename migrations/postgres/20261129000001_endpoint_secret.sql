@@ -1,0 +1,14 @@
+-- Each endpoint's secret: 32 random bytes, made by the first process of the endpoint that
+-- starts (INSERT ... ON CONFLICT DO NOTHING, then read) and shared by all its processes.
+-- The endpoint seals the count of each delayed retry (`courier.retry.delayed`) with it
+-- (HMAC-SHA256 in `courier.retry.seal`), and trusts a count only with a valid seal, so a
+-- producer cannot make a message skip its retries by writing a count. Grant no producer
+-- role access to this table: whoever reads a secret can forge its endpoint's counts.
+-- Deleting a row makes a new secret at the endpoint's next start (messages waiting for a
+-- delayed retry then start their retries again).
+CREATE TABLE courier.endpoint_secret (
+    endpoint   text        PRIMARY KEY,
+    secret     bytea       NOT NULL CONSTRAINT endpoint_secret_is_32_bytes CHECK (octet_length(secret) = 32),
+    -- From the clock of the endpoint that made it.
+    created_at timestamptz NOT NULL
+);
