@@ -212,14 +212,13 @@ async fn rows_no_claim_takes_are_dead_lettered_or_released() {
     pool.close().await;
 }
 
-/// Bug 1's class: whatever makes the maintenance fail (here a trigger of the
-/// application's that raises for one row, so the activation of that scheduled row
-/// fails) no longer fails the receives of the queue: the valid messages are received,
-/// and the failure is logged once with the database's cause and tried again after a
-/// backoff. Before, every receive failed and the log said only "cannot activate
-/// scheduled or expired messages".
+/// Bug 1's class, one row: a scheduled row whose activation Postgres refuses (here a
+/// trigger of the application's raises for it) is dead-lettered alone, with the
+/// database's error as its description; the scheduled row beside it is activated and the
+/// valid messages are received. Before, every receive of the queue failed and the log
+/// said only "cannot activate scheduled or expired messages".
 #[tokio::test(flavor = "current_thread")]
-async fn a_maintenance_that_fails_does_not_stop_the_queue() {
+async fn a_row_whose_activation_fails_is_dead_lettered_alone() {
     let logs = Logs::default();
     let _guard = logs.capture();
     let (db, pool, clock, t) = own_database().await;
@@ -235,12 +234,73 @@ async fn a_maintenance_that_fails_does_not_stop_the_queue() {
     let q = name("poisoned");
     t.create_queue(&q, &QueueOptions::default()).await.unwrap();
     let sender = t.sender(&q, SenderOptions::default()).await.unwrap();
-    let mut poison = Envelope::new("{}");
-    poison.message_id = "poison".into();
-    sender
-        .schedule(poison, clock.now() + chrono::Duration::seconds(1))
-        .await
-        .unwrap();
+    for id in ["poison", "scheduled-beside"] {
+        let mut m = Envelope::new("{}");
+        m.message_id = id.into();
+        sender
+            .schedule(m, clock.now() + chrono::Duration::seconds(1))
+            .await
+            .unwrap();
+    }
+    clock.advance(Duration::from_secs(2));
+    for n in 0..3 {
+        send_valid(&t, &q, &format!("valid-{n}")).await;
+    }
+    let mut got = drain(&t, &EntityPath::queue(&q)).await;
+    got.sort();
+    assert_eq!(got, ["scheduled-beside", "valid-0", "valid-1", "valid-2"]);
+    let dead_letters = dead(&t, &EntityPath::queue(&q)).await;
+    assert_eq!(dead_letters.len(), 1);
+    assert_eq!(dead_letters[0].message_id(), "poison");
+    assert_eq!(
+        dead_letters[0].broker.dead_letter_reason.as_deref(),
+        Some(INVALID_WIRE_FORMAT)
+    );
+    let why = dead_letters[0]
+        .broker
+        .dead_letter_description
+        .as_deref()
+        .unwrap_or_default();
+    assert!(
+        why.contains("could not be activated")
+            && why.contains("the poison row is refused by a trigger (SQLSTATE P0001)"),
+        "{why}"
+    );
+    let text = logs.text();
+    assert!(
+        text.contains("a scheduled message could not be activated: it was dead-lettered"),
+        "{text}"
+    );
+    t.close().await;
+    pool.close().await;
+    db.drop_now().await;
+}
+
+/// Bug 1's class, no one row: whatever else makes the maintenance fail (here a trigger
+/// refuses every dead-lettering of an expired message) does not fail the receives of the
+/// queue; the failure is logged once with the database's cause and tried again after a
+/// backoff, not at every receive.
+#[tokio::test(flavor = "current_thread")]
+async fn a_maintenance_that_fails_does_not_stop_the_queue() {
+    let logs = Logs::default();
+    let _guard = logs.capture();
+    let (db, pool, clock, t) = own_database().await;
+    sqlx::raw_sql(
+        "CREATE FUNCTION refuse_expiry() RETURNS trigger LANGUAGE plpgsql AS $$ \
+         BEGIN RAISE EXCEPTION 'expiry is refused by a trigger'; END $$; \
+         CREATE TRIGGER refuse_expiry BEFORE UPDATE ON courier.message FOR EACH ROW \
+         WHEN (NEW.state = 3 AND NEW.dl_reason = 'TTLExpiredException') EXECUTE FUNCTION refuse_expiry();",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let q = name("failing");
+    t.create_queue(&q, &QueueOptions::default()).await.unwrap();
+    let sender = t.sender(&q, SenderOptions::default()).await.unwrap();
+    let mut expiring = Envelope::new("{}");
+    expiring.message_id = "expiring".into();
+    expiring.time_to_live = Some(Duration::from_secs(1));
+    sender.send(expiring).await.unwrap();
     clock.advance(Duration::from_secs(2));
     for n in 0..5 {
         send_valid(&t, &q, &format!("valid-{n}")).await;
@@ -248,8 +308,7 @@ async fn a_maintenance_that_fails_does_not_stop_the_queue() {
     let got = drain(&t, &EntityPath::queue(&q)).await;
     assert_eq!(got, ["valid-0", "valid-1", "valid-2", "valid-3", "valid-4"]);
     let text = logs.text();
-    assert!(text.contains("the maintenance of the queue failed"), "{text}");
-    assert!(text.contains("the poison row is refused by a trigger"), "{text}");
+    assert!(text.contains("expiry is refused by a trigger"), "{text}");
     assert!(text.contains("P0001"), "the SQLSTATE: {text}");
     assert_eq!(
         text.matches("the maintenance of the queue failed").count(),

@@ -8,10 +8,12 @@
 //! a count and the first message id) and counted in `courier.messages.dead_lettered`.
 //!
 //! A failure of either statement never fails the receive, browse or count that ran it
-//! (the claim's own filter never takes what the maintenance would have moved): it is
-//! logged with the database's cause and tried again after a backoff of the transport's
-//! clock (1 s, doubling, at most 60 s), so one row that breaks a statement cannot stop a
-//! queue (issue 30).
+//! (the claim's own filter never takes what the maintenance would have moved). When the
+//! maintenance fails, the due scheduled rows are activated one at a time and each one
+//! whose activation fails alone is dead-lettered with the database's error (`isolate`),
+//! then the whole is tried again; what still fails is logged with the database's cause
+//! and tried again after a backoff of the transport's clock (1 s, doubling, at most
+//! 60 s). So one row that breaks a statement cannot stop a queue (issue 30).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -74,6 +76,17 @@ pub(crate) async fn run(shared: &Shared, entity: &EntityInfo, now: DateTime<Utc>
         .swept
         .is_none_or(|at| now < at || now - at >= Duration::milliseconds(SWEEP_EVERY_MS));
     let mut result = maintain(shared, entity, now).await;
+    if let Err(e) = &result
+        && !matches!(e.kind(), ErrorKind::Closed)
+    {
+        // One row may be what fails: activate the due ones one by one, dead-letter those
+        // that fail alone, and try the whole again.
+        result = match isolate(shared, entity, now).await {
+            Ok(0) => result,
+            Ok(_) => maintain(shared, entity, now).await,
+            Err(e) => Err(e),
+        };
+    }
     if result.is_ok() && sweep_due {
         result = sweep(shared, entity, now).await;
         if result.is_ok() {
@@ -171,12 +184,15 @@ fn report(entity: &EntityInfo, part: &str, rows: &[sqlx::postgres::PgRow]) {
 /// to 100 years, `message_ttl_in_range`) and its scheduled time by 100 years ahead, so
 /// the expiry computed never leaves Postgres' range ("interval out of range" stopped a
 /// queue before the constraint).
-async fn maintain(shared: &Shared, entity: &EntityInfo, now: DateTime<Utc>) -> Result<()> {
-    let rows = sqlx::query(
-        "WITH due AS (DELETE FROM courier.message m WHERE m.id IN ( \
+/// The activation of due scheduled messages, as the CTEs `due` .. `act` (`act` returns
+/// `entity_id, state, dl_reason, message_id` of each copy made): `$16` limits it to one
+/// row (`NULL`: every due row, up to `$6`). SQL is built only from literals.
+macro_rules! activation {
+    () => {
+        "due AS (DELETE FROM courier.message m WHERE m.id IN ( \
                  SELECT id FROM courier.message WHERE entity_id IN ($1, $3) AND state = 1 \
                  AND (scheduled_at <= $2 OR scheduled_at IS NULL OR scheduled_at > $9) \
-                 ORDER BY scheduled_at, id LIMIT $6 FOR UPDATE SKIP LOCKED) \
+                 AND ($16::int8 IS NULL OR id = $16) ORDER BY scheduled_at, id LIMIT $6 FOR UPDATE SKIP LOCKED) \
                  RETURNING m.*, (m.scheduled_at IS NULL OR m.scheduled_at > $9) AS impossible), \
          n AS MATERIALIZED (SELECT nextval('courier.message_seq') AS seq \
                  FROM generate_series(1, (SELECT count(*) FROM due))), \
@@ -205,7 +221,16 @@ async fn maintain(shared: &Shared, entity: &EntityInfo, now: DateTime<Utc>) -> R
                         THEN 'the subscription requires sessions and the message has no session id' END, \
                    CASE WHEN d.impossible OR (t.requires_session AND d.session_id IS NULL) THEN t.path END, d.body \
                  FROM d JOIN no USING (ord) JOIN t ON (d.entity_id = $1 OR t.id = d.entity_id) \
-                 RETURNING entity_id, state, dl_reason, message_id), \
+                 RETURNING entity_id, state, dl_reason, message_id)"
+    };
+}
+
+async fn maintain(shared: &Shared, entity: &EntityInfo, now: DateTime<Utc>) -> Result<()> {
+    let rows = bind(
+        sqlx::query(concat!(
+            "WITH ",
+            activation!(),
+            ", \
          orphaned AS (UPDATE courier.message m SET locked_until = $2 WHERE m.id IN ( \
                    SELECT id FROM courier.message o WHERE o.entity_id = $3 AND o.locked_until > $2 \
                    AND (o.holder IS NULL OR o.locked_until > $14 OR NOT EXISTS (SELECT 1 FROM pg_locks l \
@@ -231,30 +256,118 @@ async fn maintain(shared: &Shared, entity: &EntityInfo, now: DateTime<Utc>) -> R
          gone AS (SELECT dl_reason AS reason, count(*) AS n, min(message_id) AS first FROM \
                  (SELECT dl_reason, message_id FROM act WHERE state = 3 \
                   UNION ALL SELECT dl_reason, message_id FROM dead) g GROUP BY dl_reason) \
-         SELECT gone.reason, gone.n, gone.first, woke.n FROM woke LEFT JOIN gone ON true",
+         SELECT gone.reason, gone.n, gone.first, woke.n FROM woke LEFT JOIN gone ON true"
+        )),
+        entity,
+        now,
+        None,
     )
-    .bind(entity.schedule_owner())
-    .bind(now)
-    .bind(entity.id)
-    .bind(entity.max_delivery_count)
-    .bind(&entity.path)
-    .bind(BATCH)
-    .bind(reasons::TTL_EXPIRED)
-    .bind(reasons::MAX_DELIVERY_COUNT_EXCEEDED)
-    // A scheduled row no sender could have written (another program's: more than 100
-    // years ahead, or no time) is "due" at once, dead-lettered instead of activated.
-    .bind(now + MAX_SCHEDULE_AHEAD)
-    .bind(reasons::INVALID_WIRE_FORMAT)
-    .bind(FAR_SCHEDULE[0])
-    .bind(FAR_SCHEDULE[1])
-    .bind(NO_SCHEDULED_TIME)
-    .bind(now + Duration::milliseconds(entity.lock_ms.saturating_add(LOCK_SLACK_MS)))
-    .bind(SESSION_ID_MISSING)
     .fetch_all(&shared.pool)
     .await
     .map_err(|e| shared.closed_or(db_error("cannot activate scheduled or expired messages", e)))?;
     report(entity, "maintenance", &rows);
     Ok(())
+}
+
+/// Binds the parameters of the maintenance's statements (each uses some of them; sqlx
+/// declares every type): `only` limits the activation to one row.
+fn bind<'q>(
+    q: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    entity: &'q EntityInfo,
+    now: DateTime<Utc>,
+    only: Option<i64>,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    q.bind(entity.schedule_owner())
+        .bind(now)
+        .bind(entity.id)
+        .bind(entity.max_delivery_count)
+        .bind(&entity.path)
+        .bind(BATCH)
+        .bind(reasons::TTL_EXPIRED)
+        .bind(reasons::MAX_DELIVERY_COUNT_EXCEEDED)
+        // A scheduled row no sender could have written (another program's: more than 100
+        // years ahead, or no time) is "due" at once, dead-lettered instead of activated.
+        .bind(now + MAX_SCHEDULE_AHEAD)
+        .bind(reasons::INVALID_WIRE_FORMAT)
+        .bind(FAR_SCHEDULE[0])
+        .bind(FAR_SCHEDULE[1])
+        .bind(NO_SCHEDULED_TIME)
+        .bind(now + Duration::milliseconds(entity.lock_ms.saturating_add(LOCK_SLACK_MS)))
+        .bind(SESSION_ID_MISSING)
+        .bind(only)
+}
+
+/// The most due scheduled rows [`isolate`] tries one by one after the maintenance failed.
+const ISOLATE_ROWS: i64 = 20;
+
+/// After the maintenance failed: activates `entity`'s due scheduled rows one at a time,
+/// and dead-letters (`courier.InvalidWireFormat`, the database's error as the
+/// description) each one whose activation fails on its own, so that one row Postgres
+/// refuses to activate (an index entry too large, a trigger of the application's) does
+/// not hold back the activation of the others. Returns how many it dead-lettered.
+async fn isolate(shared: &Shared, entity: &EntityInfo, now: DateTime<Utc>) -> Result<u64> {
+    let due: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM courier.message WHERE entity_id IN ($1, $2) AND state = 1 \
+         AND (scheduled_at <= $3 OR scheduled_at > $4) ORDER BY scheduled_at, id LIMIT $5",
+    )
+    .bind(entity.schedule_owner())
+    .bind(entity.id)
+    .bind(now)
+    .bind(now + MAX_SCHEDULE_AHEAD)
+    .bind(ISOLATE_ROWS)
+    .fetch_all(&shared.pool)
+    .await
+    .map_err(|e| shared.closed_or(db_error("cannot look for the due scheduled messages", e)))?;
+    let mut refused = 0;
+    for id in due {
+        let one = bind(
+            sqlx::query(concat!(
+                "WITH ",
+                activation!(),
+                ", woke AS (SELECT count(pg_notify('courier_transport', x.entity_id::text)) AS n \
+                   FROM (SELECT DISTINCT entity_id FROM act) x) SELECT n FROM woke"
+            )),
+            entity,
+            now,
+            Some(id),
+        )
+        .execute(&shared.pool)
+        .await;
+        let Err(e) = one else { continue };
+        let e = shared.closed_or(db_error("cannot activate the scheduled message", e));
+        if matches!(e.kind(), ErrorKind::Closed) {
+            return Err(e);
+        }
+        let why = format!("the scheduled message could not be activated: {e}");
+        let done: Option<String> = sqlx::query_scalar(
+            "UPDATE courier.message SET state = 3, dl_reason = $2, dl_description = $3, dl_source = $4 \
+             WHERE id = $1 AND state = 1 RETURNING message_id",
+        )
+        .bind(id)
+        .bind(reasons::INVALID_WIRE_FORMAT)
+        .bind(&why)
+        .bind(&entity.path)
+        .fetch_optional(&shared.pool)
+        .await
+        .map_err(|e| shared.closed_or(db_error("cannot dead-letter a message that cannot be activated", e)))?;
+        if let Some(message_id) = done {
+            refused += 1;
+            metrics::counter!(
+                names::DEAD_LETTERED,
+                labels::SYSTEM => "postgres",
+                labels::DESTINATION => entity.path.clone(),
+                labels::REASON => reasons::INVALID_WIRE_FORMAT
+            )
+            .increment(1);
+            tracing::warn!(
+                queue = %Escaped(&entity.path),
+                message_id = %Escaped(&message_id),
+                description = %Escaped(&why),
+                "a scheduled message could not be activated: it was dead-lettered"
+            );
+        }
+    }
+    Ok(refused)
 }
 
 /// Dead-letters `entity`'s rows that no claim takes and the maintenance does not look
