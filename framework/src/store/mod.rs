@@ -1,6 +1,12 @@
 //! Stores: where an endpoint keeps the inbox of processed message ids and the outbox of
 //! messages its handlers sent, in the same transaction as the handler's own writes. See
 //! `docs/stores.md`.
+//!
+//! This module holds what every store shares: the traits ([`Store`], [`UnitOfWork`],
+//! [`CommitGroup`]) and the types they exchange (outbox messages, saga state and timeouts,
+//! the backlog). Beside it: `errors` (the naming of storage errors), `secret` (an
+//! endpoint's secret), `stored_envelope` (the envelope as a store keeps it), and the
+//! stores themselves (`sqlite`, `postgres`, with their saga tables).
 #![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 
 /// `impl UnitOfWork for $ty { $methods + the saga methods }`: the saga methods call the
@@ -113,24 +119,30 @@ pub(crate) mod sqlite;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite_saga;
 
+mod errors;
+mod secret;
+mod stored_envelope;
+
 use std::any::Any;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use chrono::{DateTime, Utc};
-use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::logtext::Escaped;
-use crate::message::{Envelope, LockToken, PropertyValue};
+use crate::message::{Envelope, LockToken};
 
+#[cfg(feature = "sqlite")]
+pub(crate) use errors::db_cause;
+pub(crate) use errors::db_error;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
+pub use secret::EndpointSecret;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) use stored_envelope::StoredEnvelope;
 
 /// How long processed message ids are kept by default.
 pub const DEFAULT_INBOX_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -608,59 +620,6 @@ pub trait Store: Send + Sync + 'static {
     }
 }
 
-/// An endpoint's secret ([`Store::endpoint_secret`]): 32 random bytes, the key that seals
-/// the count of a delayed retry. Its `Debug` does not show the bytes.
-#[derive(Clone, PartialEq, Eq)]
-pub struct EndpointSecret([u8; EndpointSecret::LEN]);
-
-impl EndpointSecret {
-    /// The length of a secret, in bytes.
-    pub const LEN: usize = 32;
-
-    /// A secret of these bytes.
-    pub fn from_bytes(bytes: [u8; Self::LEN]) -> Self {
-        Self(bytes)
-    }
-
-    /// A new secret of random bytes (two version-4 UUIDs: 244 random bits from the
-    /// operating system's generator).
-    pub fn random() -> Self {
-        let mut bytes = [0; Self::LEN];
-        bytes[..16].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-        bytes[16..].copy_from_slice(uuid::Uuid::new_v4().as_bytes());
-        Self(bytes)
-    }
-
-    /// The bytes.
-    pub fn as_bytes(&self) -> &[u8; Self::LEN] {
-        &self.0
-    }
-
-    /// The secret stored for `endpoint` in `table`, or [`ErrorKind::Corrupt`] when it is
-    /// not [`LEN`](Self::LEN) bytes.
-    #[cfg(any(feature = "sqlite", feature = "postgres"))]
-    pub(crate) fn stored(bytes: &[u8], table: &str, endpoint: &str) -> Result<Self> {
-        <[u8; Self::LEN]>::try_from(bytes).map(Self).map_err(|_| {
-            Error::new(ErrorKind::Corrupt {
-                detail: format!(
-                    "the secret of endpoint {} in {table} has {} bytes, not {}: delete the row and restart the \
-                     endpoint's processes to make a new one (messages waiting for a delayed retry then start \
-                     their retries again)",
-                    Escaped(endpoint),
-                    bytes.len(),
-                    Self::LEN
-                ),
-            })
-        })
-    }
-}
-
-impl std::fmt::Debug for EndpointSecret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("EndpointSecret(..)")
-    }
-}
-
 /// What an endpoint has in the store ([`Store::backlog`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -701,296 +660,4 @@ pub struct OutboxDeadLetter {
     pub description: String,
     /// When it was moved, by the endpoint's clock.
     pub dead_lettered_at: DateTime<Utc>,
-}
-
-/// The envelope's fields other than the body, as the outbox stores them.
-#[derive(Debug, Serialize, Deserialize)]
-pub(crate) struct StoredEnvelope {
-    pub(crate) message_id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) correlation_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) causation_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) message_type: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) content_type: Option<String>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub(crate) properties: BTreeMap<String, PropertyValue>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) session_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) reply_to: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) time_to_live_ms: Option<u64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) scheduled_enqueue_time: Option<DateTime<Utc>>,
-}
-
-impl StoredEnvelope {
-    pub(crate) fn split(envelope: Envelope) -> Result<(String, Bytes)> {
-        let meta = StoredEnvelope {
-            message_id: envelope.message_id,
-            correlation_id: envelope.correlation_id,
-            causation_id: envelope.causation_id,
-            message_type: envelope.message_type,
-            content_type: envelope.content_type,
-            properties: envelope.properties,
-            session_id: envelope.session_id,
-            reply_to: envelope.reply_to,
-            time_to_live_ms: envelope
-                .time_to_live
-                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-            scheduled_enqueue_time: envelope.scheduled_enqueue_time,
-        };
-        let json = serde_json::to_string(&meta).map_err(|e| {
-            Error::with_source(
-                ErrorKind::InvalidMessage {
-                    reason: "cannot store the envelope in the outbox".into(),
-                },
-                e,
-            )
-        })?;
-        Ok((json, envelope.body))
-    }
-
-    pub(crate) fn join(json: &str, body: Vec<u8>) -> Result<Envelope> {
-        let meta: StoredEnvelope = serde_json::from_str(json).map_err(|e| {
-            Error::with_source(
-                ErrorKind::Corrupt {
-                    detail: "an outbox row's envelope does not parse".into(),
-                },
-                e,
-            )
-        })?;
-        let mut envelope = Envelope::new(body);
-        envelope.message_id = meta.message_id;
-        envelope.correlation_id = meta.correlation_id;
-        envelope.causation_id = meta.causation_id;
-        envelope.message_type = meta.message_type;
-        envelope.content_type = meta.content_type;
-        envelope.properties = meta.properties;
-        envelope.session_id = meta.session_id;
-        envelope.reply_to = meta.reply_to;
-        envelope.time_to_live = meta.time_to_live_ms.map(Duration::from_millis);
-        envelope.scheduled_enqueue_time = meta.scheduled_enqueue_time;
-        Ok(envelope)
-    }
-}
-
-/// Maps a database error to a storage error, transient when retrying can help. Its detail
-/// is `context: cause`, the cause as [`db_cause`] says it, so a log line that prints the
-/// error (`error = %e`) shows what the database said; the sqlx error stays the source.
-pub(crate) fn db_error(context: &'static str, e: sqlx::Error) -> Error {
-    let transient = matches!(
-        e,
-        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed
-    ) || matches!(&e, sqlx::Error::Database(d) if is_transient_code(d.code().as_deref()));
-    Error::with_source(
-        ErrorKind::Storage {
-            detail: format!("{context}: {}", db_cause(&e)),
-            transient,
-        },
-        e,
-    )
-}
-
-/// What the database said: for an error it raised, its message and its code
-/// (`interval out of range (SQLSTATE 22008)`, `UNIQUE constraint failed: t.id (SQLite
-/// error 1555)`), else the error's text. Escaped ([`Escaped`]): a database's message can
-/// quote a value that a producer wrote (`invalid input syntax for type uuid: "..."`).
-pub(crate) fn db_cause(e: &sqlx::Error) -> String {
-    let text = match e {
-        sqlx::Error::Database(d) => match d.code() {
-            Some(code) if d.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() => {
-                format!("{} (SQLite error {code})", d.message())
-            }
-            Some(code) => format!("{} (SQLSTATE {code})", d.message()),
-            None => d.message().to_owned(),
-        },
-        other => other.to_string(),
-    };
-    Escaped(&text).to_string()
-}
-
-/// Postgres serialization failures, deadlocks and aborted transactions (a new one can
-/// succeed), SQLite busy and locked.
-fn is_transient_code(code: Option<&str>) -> bool {
-    matches!(
-        code,
-        Some("40001" | "40P01" | "55P03" | "57P01" | "25P02" | "5" | "6" | "517" | "261" | "262")
-    )
-}
-
-/// Property tests of the outbox's and the timeouts' stored envelopes: any row text and
-/// body is read back or refused as `Corrupt`, never a panic; whatever a handler sends is
-/// stored and read back the same. `COURIER_FUZZ_CASES` sets the number of cases.
-#[cfg(test)]
-mod fuzz {
-    use proptest::prelude::*;
-
-    use super::StoredEnvelope;
-    use crate::error::ErrorKind;
-    use crate::message::{Envelope, PropertyValue};
-
-    use crate::fuzz::cases;
-
-    fn property() -> impl Strategy<Value = PropertyValue> {
-        prop_oneof![
-            "\\PC{0,20}".prop_map(PropertyValue::String),
-            any::<i64>().prop_map(PropertyValue::Int),
-            any::<bool>().prop_map(PropertyValue::Bool),
-        ]
-    }
-
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(cases()))]
-
-        #[test]
-        fn any_row_reads_back_or_is_corrupt(json in "\\PC{0,200}", body in proptest::collection::vec(any::<u8>(), 0..64)) {
-            if let Err(e) = StoredEnvelope::join(&json, body) {
-                prop_assert!(matches!(e.kind(), ErrorKind::Corrupt { .. }), "{}", e);
-            }
-        }
-
-        #[test]
-        fn a_stored_envelope_reads_back_the_same(
-            id in "[a-z0-9-]{1,128}",
-            kind in proptest::option::of("\\PC{0,40}"),
-            correlation in proptest::option::of("\\PC{0,40}"),
-            properties in proptest::collection::btree_map("[a-z.]{1,16}", property(), 0..6),
-            body in proptest::collection::vec(any::<u8>(), 0..64),
-            ttl_ms in proptest::option::of(0u64..10_000_000),
-        ) {
-            let mut e = Envelope::new(body).with_message_id(id);
-            e.message_type = kind;
-            e.correlation_id = correlation;
-            e.properties = properties.into_iter().collect();
-            e.time_to_live = ttl_ms.map(std::time::Duration::from_millis);
-            let (json, bytes) = StoredEnvelope::split(e.clone()).map_err(|e| TestCaseError::fail(e.to_string()))?;
-            let back = StoredEnvelope::join(&json, bytes.to_vec()).map_err(|e| TestCaseError::fail(e.to_string()))?;
-            prop_assert_eq!(back, e);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::borrow::Cow;
-    use std::error::Error as _;
-
-    use sqlx::Connection as _;
-
-    use super::db_error;
-    use crate::error::ErrorKind;
-
-    /// An error raised by a database: what Postgres sends, without a server.
-    #[derive(Debug)]
-    struct Raised {
-        code: &'static str,
-        message: &'static str,
-    }
-
-    impl std::fmt::Display for Raised {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str(self.message)
-        }
-    }
-
-    impl std::error::Error for Raised {}
-
-    impl sqlx::error::DatabaseError for Raised {
-        fn message(&self) -> &str {
-            self.message
-        }
-        fn code(&self) -> Option<Cow<'_, str>> {
-            Some(Cow::Borrowed(self.code))
-        }
-        fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
-            self
-        }
-        fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
-            self
-        }
-        fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
-            self
-        }
-        fn kind(&self) -> sqlx::error::ErrorKind {
-            sqlx::error::ErrorKind::Other
-        }
-    }
-
-    fn raised(code: &'static str, message: &'static str) -> sqlx::Error {
-        sqlx::Error::Database(Box::new(Raised { code, message }))
-    }
-
-    #[test]
-    fn a_storage_error_says_what_the_database_said_and_keeps_it_as_its_source() {
-        let e = db_error(
-            "cannot activate scheduled or expired messages",
-            raised("22008", "interval out of range"),
-        );
-        assert_eq!(
-            e.kind().to_string(),
-            "storage error: cannot activate scheduled or expired messages: interval out of range (SQLSTATE 22008)"
-        );
-        assert!(e.to_string().starts_with(&e.kind().to_string()), "{e}");
-        assert!(!e.is_transient());
-        let source = e.source().and_then(|s| s.downcast_ref::<sqlx::Error>());
-        assert!(
-            matches!(source, Some(sqlx::Error::Database(d)) if d.code().as_deref() == Some("22008")),
-            "{source:?}"
-        );
-        let e = db_error("cannot claim", raised("40001", "could not serialize access"));
-        assert!(e.is_transient());
-        assert!(
-            e.to_string()
-                .contains("cannot claim: could not serialize access (SQLSTATE 40001)"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn an_error_the_database_did_not_raise_is_named_by_its_text() {
-        let e = db_error("cannot read the outbox", sqlx::Error::PoolTimedOut);
-        assert_eq!(
-            e.kind().to_string(),
-            format!("storage error: cannot read the outbox: {}", sqlx::Error::PoolTimedOut)
-        );
-        assert!(e.is_transient());
-    }
-
-    #[test]
-    fn a_database_message_quoting_a_producer_s_text_is_escaped() {
-        let e = db_error(
-            "cannot receive messages",
-            raised(
-                "22P02",
-                "invalid input syntax for type uuid: \"x\u{1b}[2J\r\n\u{202e}\"",
-            ),
-        );
-        let ErrorKind::Storage { detail, .. } = e.kind() else {
-            panic!("{e}");
-        };
-        assert_eq!(
-            detail,
-            "cannot receive messages: invalid input syntax for type uuid: \"x\\u{1b}[2J\\r\\n\\u{202e}\" (SQLSTATE 22P02)"
-        );
-    }
-
-    #[tokio::test]
-    async fn a_sqlite_error_is_named_by_its_sqlite_code() {
-        let mut conn = sqlx::SqliteConnection::connect("sqlite::memory:").await.unwrap();
-        sqlx::query("CREATE TABLE t (id INTEGER PRIMARY KEY)")
-            .execute(&mut conn)
-            .await
-            .unwrap();
-        let insert = || sqlx::query("INSERT INTO t (id) VALUES (1)");
-        insert().execute(&mut conn).await.unwrap();
-        let e = db_error("cannot insert", insert().execute(&mut conn).await.unwrap_err());
-        assert_eq!(
-            e.kind().to_string(),
-            "storage error: cannot insert: UNIQUE constraint failed: t.id (SQLite error 1555)"
-        );
-    }
 }
