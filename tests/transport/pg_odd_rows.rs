@@ -421,3 +421,35 @@ async fn a_time_to_live_out_of_range_is_refused_at_receive() {
     pool.close().await;
     db.drop_now().await;
 }
+
+/// A scheduled message that expired before it became due is dead-lettered as it
+/// activates, in the same run of the maintenance (found by the row property: it was
+/// activated, then sat active and expired until some later receive).
+#[tokio::test]
+async fn a_message_that_expired_before_it_was_due_is_dead_lettered_as_it_activates() {
+    let clock = VirtualClock::starting_now();
+    let t = transport(&clock).await;
+    let q = name("expired-scheduled");
+    t.create_queue(&q, &QueueOptions::default()).await.unwrap();
+    let sender = t.sender(&q, SenderOptions::default()).await.unwrap();
+    let mut m = Envelope::new("{}");
+    m.message_id = "short-lived".into();
+    m.time_to_live = Some(Duration::from_millis(1));
+    sender
+        .schedule(m, clock.now() + chrono::Duration::seconds(1))
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(2));
+    let counts = t.counts(&EntityPath::queue(&q)).await.unwrap();
+    assert_eq!(
+        (counts.active, counts.scheduled, counts.dead_lettered),
+        (0, 0, 1),
+        "{counts:?}"
+    );
+    let dead_letters = dead(&t, &EntityPath::queue(&q)).await;
+    assert_eq!(
+        dead_letters[0].broker.dead_letter_reason.as_deref(),
+        Some("TTLExpiredException")
+    );
+    t.close().await;
+}

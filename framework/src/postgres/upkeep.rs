@@ -186,7 +186,9 @@ fn report(entity: &EntityInfo, part: &str, rows: &[sqlx::postgres::PgRow]) {
 /// queue before the constraint).
 /// The activation of due scheduled messages, as the CTEs `due` .. `act` (`act` returns
 /// `entity_id, state, dl_reason, message_id` of each copy made): `$16` limits it to one
-/// row (`NULL`: every due row, up to `$6`). SQL is built only from literals.
+/// row (`NULL`: every due row, up to `$6`). A message that expired before it became due
+/// is dead-lettered as it activates (`TTLExpiredException`): the same statement's
+/// `expired` does not see the rows it inserts. SQL is built only from literals.
 macro_rules! activation {
     () => {
         "due AS (DELETE FROM courier.message m WHERE m.id IN ( \
@@ -204,23 +206,28 @@ macro_rules! activation {
                    expires_at, ttl_ms, message_id, correlation_id, causation_id, message_type, content_type, \
                    reply_to, properties, dl_reason, dl_description, dl_source, body) \
                  SELECT t.id, no.seq, \
-                   CASE WHEN d.impossible OR (t.requires_session AND d.session_id IS NULL) THEN 3 ELSE 0 END, \
+                   CASE WHEN d.impossible OR (t.requires_session AND d.session_id IS NULL) \
+                     OR x.expires_at <= $2 THEN 3 ELSE 0 END, \
                    d.session_id, CASE WHEN d.impossible THEN $2 ELSE d.scheduled_at END, \
-                   CASE WHEN d.impossible THEN NULL ELSE d.scheduled_at END, \
-                   CASE WHEN NOT d.impossible AND LEAST(d.ttl_ms, t.default_ttl_ms) IS NOT NULL \
-                     THEN d.scheduled_at + LEAST(d.ttl_ms, t.default_ttl_ms, 3162240000000) \
-                          * interval '1 millisecond' END, \
+                   CASE WHEN d.impossible THEN NULL ELSE d.scheduled_at END, x.expires_at, \
                    LEAST(d.ttl_ms, t.default_ttl_ms), d.message_id, d.correlation_id, d.causation_id, \
                    d.message_type, d.content_type, d.reply_to, d.properties, \
                    CASE WHEN d.impossible THEN $10 \
-                        WHEN t.requires_session AND d.session_id IS NULL THEN $15 END, \
+                        WHEN t.requires_session AND d.session_id IS NULL THEN $15 \
+                        WHEN x.expires_at <= $2 THEN $7 END, \
                    CASE WHEN d.scheduled_at IS NULL THEN $13 \
                         WHEN d.impossible THEN $11 || coalesce(to_char(d.scheduled_at AT TIME ZONE 'UTC', \
                           'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"'), d.scheduled_at::text) || $12 \
                         WHEN t.requires_session AND d.session_id IS NULL \
-                        THEN 'the subscription requires sessions and the message has no session id' END, \
-                   CASE WHEN d.impossible OR (t.requires_session AND d.session_id IS NULL) THEN t.path END, d.body \
+                        THEN 'the subscription requires sessions and the message has no session id' \
+                        WHEN x.expires_at <= $2 THEN 'the message expired before it was received' END, \
+                   CASE WHEN d.impossible OR (t.requires_session AND d.session_id IS NULL) \
+                     OR x.expires_at <= $2 THEN t.path END, d.body \
                  FROM d JOIN no USING (ord) JOIN t ON (d.entity_id = $1 OR t.id = d.entity_id) \
+                 CROSS JOIN LATERAL (SELECT CASE WHEN NOT d.impossible \
+                     AND LEAST(d.ttl_ms, t.default_ttl_ms) IS NOT NULL \
+                   THEN d.scheduled_at + LEAST(d.ttl_ms, t.default_ttl_ms, 3162240000000) \
+                     * interval '1 millisecond' END AS expires_at) x \
                  RETURNING entity_id, state, dl_reason, message_id)"
     };
 }
