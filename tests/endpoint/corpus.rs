@@ -401,9 +401,10 @@ async fn an_unreadable_scheduled_row_is_dead_lettered_when_due_not_dropped() {
     broker.close().await;
 }
 
-/// A row stored as scheduled without a scheduled time, or at the largest time the column
-/// holds, would never become due (before the fix it stayed in the file for good, counted
-/// as scheduled): the broker dead-letters it when it opens, saying why.
+/// A row stored as scheduled at the largest time the column holds would never become due
+/// (before the fix it stayed in the file for good, counted as scheduled): the broker
+/// dead-letters it when it opens, saying why. One without a scheduled time is refused by
+/// the table (`message_scheduled_has_time`, docs/embedded-broker.md).
 #[tokio::test]
 async fn a_scheduled_row_that_can_never_become_due_is_dead_lettered_when_the_broker_opens() {
     let dir = tempfile::tempdir().unwrap();
@@ -418,7 +419,19 @@ async fn a_scheduled_row_that_can_never_become_due_is_dead_lettered_when_the_bro
         properties: "NULL",
         body: "CAST('{\"id\":1}' AS BLOB)",
     };
-    insert_raw(&path, queue, &[row("'no-time'")], 1, None).await;
+    let pool = SqlitePool::connect_with(SqliteConnectOptions::new().filename(&path))
+        .await
+        .unwrap();
+    let refused = sqlx::query(
+        "INSERT INTO courier_message (id, entity_id, seq, state, enqueued_at, message_id, body) \
+         SELECT (id << 40) | next_seq, id, next_seq, 1, 0, 'no-time', x'7b7d' FROM courier_entity WHERE name = ?1",
+    )
+    .bind(queue)
+    .execute(&pool)
+    .await
+    .unwrap_err();
+    assert!(refused.to_string().contains("message_scheduled_has_time"), "{refused}");
+    pool.close().await;
     insert_raw(&path, queue, &[row("'at-the-end-of-time'")], 1, Some(i64::MAX)).await;
     let broker = Embedded::open(&path).await.unwrap();
     let dead = dead_letters_of(&broker, queue).await;
@@ -426,23 +439,12 @@ async fn a_scheduled_row_that_can_never_become_due_is_dead_lettered_when_the_bro
         .iter()
         .map(|m| (m.message_id(), m.broker.dead_letter_reason.as_deref()))
         .collect();
-    assert_eq!(
-        got,
-        [
-            ("no-time", Some(INVALID_WIRE_FORMAT)),
-            ("at-the-end-of-time", Some(INVALID_WIRE_FORMAT))
-        ]
-    );
-    let description = |i: usize| dead[i].broker.dead_letter_description.clone().unwrap_or_default();
-    assert!(description(0).contains("no scheduled time"), "{}", description(0));
-    assert!(
-        description(1).contains("more than 100 years ahead"),
-        "{}",
-        description(1)
-    );
-    assert_eq!(dead[1].broker.dead_letter_source.as_deref(), Some(queue));
+    assert_eq!(got, [("at-the-end-of-time", Some(INVALID_WIRE_FORMAT))]);
+    let description = dead[0].broker.dead_letter_description.clone().unwrap_or_default();
+    assert!(description.contains("more than 100 years ahead"), "{description}");
+    assert_eq!(dead[0].broker.dead_letter_source.as_deref(), Some(queue));
     let counts = broker.counts(&EntityPath::queue(queue)).await.unwrap();
-    assert_eq!((counts.scheduled, counts.dead_lettered), (0, 2));
+    assert_eq!((counts.scheduled, counts.dead_lettered), (0, 1));
     broker.close().await;
 }
 

@@ -6,6 +6,8 @@
 
 mod embedded_durability;
 mod embedded_engine;
+mod embedded_odd_rows;
+mod embedded_row_property;
 mod pg_corpus;
 mod pg_foreign;
 mod pg_odd_rows;

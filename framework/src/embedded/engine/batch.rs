@@ -25,7 +25,7 @@ use super::entities::load_entities;
 use super::lease::Conn;
 use super::receive::Waiter;
 use super::rows::{Sql, from_micros, read_token, storage, storage_error};
-use super::timers::{dead_letter_impossible_schedules, refresh_due_times};
+use super::timers::refresh_due_times;
 use super::{Engine, State};
 
 /// The most commands served in one transaction.
@@ -39,21 +39,12 @@ impl Engine {
     /// The engine on `conn`, with the broker's `max_message_size` (a stored message over
     /// it is refused at receipt, as a send refuses it).
     pub(crate) async fn start(
-        mut conn: SqliteConnection,
+        conn: SqliteConnection,
         clock: Arc<dyn Clock>,
         epoch: u32,
         max_message_size: usize,
     ) -> Result<Self> {
-        // Locks are volatile (S2.7): whatever a previous process held is released, and its
-        // locked messages are ready again with their delivery count kept.
-        for sql in [
-            "UPDATE courier_message SET state = 0, locked_until = NULL WHERE state = 4",
-            "UPDATE courier_message SET locked_until = NULL WHERE locked_until IS NOT NULL",
-            "UPDATE courier_session SET locked_until = NULL WHERE locked_until IS NOT NULL",
-        ] {
-            sqlx::query(sql).execute(&mut conn).await.map_err(storage_error)?;
-        }
-        let mut state = State {
+        let state = State {
             clock,
             epoch,
             entities: HashMap::new(),
@@ -69,16 +60,14 @@ impl Engine {
             releases: Vec::new(),
             max_message_size,
         };
-        load_entities(&mut conn, &mut state).await.map_err(storage_error)?;
-        dead_letter_impossible_schedules(&mut conn, &state)
-            .await
-            .map_err(storage_error)?;
-        refresh_due_times(&mut conn, &mut state).await.map_err(storage_error)?;
-        Ok(Self {
+        let mut engine = Self {
             conn: Conn(Some(conn)),
             state,
             guards: Vec::new(),
-        })
+        };
+        // Locks a previous process left, rows another program wrote (`opening.rs`).
+        engine.open_file().await.map_err(storage_error)?;
+        Ok(engine)
     }
 
     /// Keeps `guard` alive until the engine has closed its connection.
@@ -299,6 +288,17 @@ impl Engine {
         if let Err(e) = load_entities(conn, &mut self.state).await {
             tracing::error!(error = %e, "reloading the embedded broker's entities failed");
         }
+        // A row written into the file in a store transaction (a lease) at a number a send
+        // was then given fails that send's batch once: its counter moves past it here.
+        let synced: Sql = async {
+            self.sync_sequences().await?;
+            self.flush_sequences().await
+        }
+        .await;
+        if let Err(e) = synced {
+            tracing::error!(error = %e, "checking the embedded broker's sequence numbers failed");
+        }
+        let Ok(conn) = self.conn.get() else { return };
         if let Err(e) = refresh_due_times(conn, &mut self.state).await {
             tracing::error!(error = %e, "reloading the embedded broker's timers failed");
         }

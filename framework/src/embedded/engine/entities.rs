@@ -92,6 +92,9 @@ impl Engine {
         if kind == Kind::Subscription {
             self.state.subscriptions.entry(parent).or_default().push(id);
         }
+        // Rows another program wrote for this id before the entity existed: numbered
+        // after the counter, so that its first sends do not meet them.
+        self.sync_sequence(self.state.numbering(id)).await?;
         Ok(Ok(()))
     }
 

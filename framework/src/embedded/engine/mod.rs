@@ -22,6 +22,9 @@
 //! - lending the connection to a store transaction (`EmbeddedStore`): `lease.rs`
 //! - what the clock makes due (scheduled messages activated, locks expiring, time to live
 //!   running out): `timers.rs` (`maintenance`)
+//! - what the broker does with the rows it finds when it opens a file (locks a previous
+//!   process left, rows another program wrote: numbered again, dead-lettered, published):
+//!   `opening.rs` (`open_file`)
 //! - a send, a topic's fan-out, cancelling a scheduled message: `send.rs`
 //! - a receive, a receiver waiting for a message, receiving deferred messages:
 //!   `receive.rs`
@@ -48,6 +51,7 @@ mod browse;
 mod commands;
 mod entities;
 mod lease;
+mod opening;
 mod put_back;
 mod receive;
 mod rows;

@@ -20,7 +20,7 @@ use crate::message::{ReceivedMessage, SequenceNumber};
 
 use super::commands::EntityInfo;
 use super::commands::{AcceptRequest, Outcome, ReceiveMode, ReceiveRequest, SessionKey, outcome};
-use super::rows::{DeadMark, Fields, NewRow, ReadMessage, Sql, after_ms, micros, row_id};
+use super::rows::{DeadMark, Fields, MAX_STORED_DELIVERY_COUNT, NewRow, ReadMessage, Sql, after_ms, micros, row_id};
 use super::{DEAD, Engine, State};
 
 /// The most messages one receive statement locks.
@@ -262,7 +262,7 @@ impl Engine {
                         .time_to_live
                         .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
                     dead: Some(DeadMark {
-                        reason,
+                        reason: reason.into(),
                         description: Some(why),
                         source: info.display.clone(),
                     }),
@@ -324,15 +324,19 @@ impl Engine {
                 None => return Ok(Err(Error::new(ErrorKind::SessionLockLost))),
             }
         }
-        // Check all first: either every message is locked or none.
+        // Check all first: either every message is locked or none. A lock adds one to the
+        // delivery count, which a row holds up to MAX_STORED_DELIVERY_COUNT (the broker
+        // dead-letters a deferred row at it when it opens).
         for seq in seqs {
             let found: Option<i64> = sqlx::query_scalar(
                 "SELECT id FROM courier_message WHERE id = ?1 AND state = 2 \
-                 AND (locked_until IS NULL OR locked_until <= ?2) AND (?3 IS NULL OR session_id = ?3)",
+                 AND (locked_until IS NULL OR locked_until <= ?2) AND (?3 IS NULL OR session_id = ?3) \
+                 AND delivery_count < ?4",
             )
             .bind(row_id(entity, *seq))
             .bind(now)
             .bind(session.map(|k| k.id.as_str()))
+            .bind(MAX_STORED_DELIVERY_COUNT)
             .fetch_optional(self.conn.get()?)
             .await?;
             if found.is_none() {

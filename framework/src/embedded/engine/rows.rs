@@ -6,6 +6,7 @@
 //!
 //! No statement runs here: these are the pure conversions the other files share.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -25,6 +26,16 @@ use super::{DEAD, DEFERRED, LOCKED, READY, SCHEDULED, State};
 
 /// Row ids are `entity << SEQ_BITS | seq`.
 pub(super) const SEQ_BITS: u32 = 40;
+
+/// The largest delivery count a row holds (`message_delivery_count_in_range`): a lock
+/// token holds 32 bits of it.
+pub(super) const MAX_STORED_DELIVERY_COUNT: i64 = u32::MAX as i64;
+
+/// The reason of a message in an entity that requires sessions without a session id.
+pub(super) const SESSION_ID_MISSING: &str = "SessionIdMissing";
+/// Its description.
+pub(super) const SESSION_ID_MISSING_DESCRIPTION: &str =
+    "the entity requires sessions and the message has no session id";
 
 pub(super) type Sql<T = ()> = Result<T, sqlx::Error>;
 
@@ -210,7 +221,7 @@ fn text(row: &SqliteRow, i: usize, name: &str, problems: &mut Vec<String>) -> Re
 
 /// Why a row is stored dead-lettered on insert.
 pub(super) struct DeadMark {
-    pub(super) reason: &'static str,
+    pub(super) reason: Cow<'static, str>,
     pub(super) description: Option<String>,
     /// The entity it was dead-lettered from.
     pub(super) source: String,
@@ -312,10 +323,21 @@ impl State {
         Ok(out)
     }
 
+    /// The entity whose counter numbers `entity`'s messages: a subscription's copies take
+    /// its topic's numbers (so that a scheduled message found on a subscription itself is
+    /// numbered where its topic's copies are).
+    pub(super) fn numbering(&self, entity: i64) -> i64 {
+        match self.entities.get(&entity) {
+            Some(e) if e.kind == Kind::Subscription => e.parent,
+            _ => entity,
+        }
+    }
+
     pub(super) fn alloc_seq(&mut self, entity: i64, n: i64) -> Result<i64> {
+        let numbering = self.numbering(entity);
         let info = self
             .entities
-            .get_mut(&entity)
+            .get_mut(&numbering)
             .ok_or_else(|| corrupt("sequence of unknown entity"))?;
         let first = info.next_seq;
         if first + n >= 1 << SEQ_BITS {
@@ -324,7 +346,7 @@ impl State {
             }));
         }
         info.next_seq += n;
-        self.dirty_seq.insert(entity);
+        self.dirty_seq.insert(numbering);
         Ok(first)
     }
 
@@ -388,8 +410,8 @@ impl State {
             let Some(s) = self.entities.get(sub) else { continue };
             let ttl = min_opt(ttl, s.default_ttl_ms);
             let dead = (s.requires_session && fields.session_id.is_none()).then(|| DeadMark {
-                reason: "SessionIdMissing",
-                description: None,
+                reason: Cow::Borrowed(SESSION_ID_MISSING),
+                description: Some(SESSION_ID_MISSING_DESCRIPTION.to_owned()),
                 source: s.display.clone(),
             });
             out.push(NewRow {

@@ -79,7 +79,7 @@ impl Engine {
                     .bind(f.content_type.as_deref())
                     .bind(f.reply_to.as_deref())
                     .bind(f.properties.as_deref())
-                    .bind(r.dead.as_ref().map(|d| d.reason))
+                    .bind(r.dead.as_ref().map(|d| d.reason.as_ref()))
                     .bind(r.dead.as_ref().and_then(|d| d.description.as_deref()))
                     .bind(r.dead.as_ref().map(|d| d.source.as_str()))
                     .bind(&f.body[..]);

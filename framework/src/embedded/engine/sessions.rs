@@ -1,19 +1,27 @@
 //! Sessions: accepting (locking) a session, waiting for one to become available, renewing
 //! and releasing a session lock, and a session's state.
 //!
-//! Holds: `accept`, `try_accept`, `session_lock`, `renew_session` and `session_op`.
+//! Holds: `accept`, `try_accept` (and `next_session`, the session `SessionSelector::Next`
+//! gets), `session_lock`, `renew_session` and `session_op`.
 //! Receiving the messages of a locked session is in `receive.rs`.
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
+use crate::checks::{MAX_MESSAGE_ID_LEN, quoted};
 use crate::error::{Error, ErrorKind, Result};
+use crate::logtext::Escaped;
+use crate::message::reasons::INVALID_WIRE_FORMAT;
 use crate::transport::SessionSelector;
 
-use super::commands::{AcceptRequest, Outcome, SessionKey, SessionOp, outcome};
+use super::commands::{AcceptRequest, EntityInfo, Outcome, SessionKey, SessionOp, outcome};
 use super::receive::Waiter;
 use super::rows::{Sql, after_ms, from_micros, row_id};
 use super::{Engine, State};
+
+/// The most sessions no receiver can name that one accept dead-letters before it answers
+/// that no session is available (the next accept goes on).
+const MAX_UNNAMEABLE_SKIPPED: usize = 16;
 
 impl Engine {
     /// A session lock's locked-until time, if it is still held.
@@ -126,22 +134,10 @@ impl Engine {
                 }
                 s.clone()
             }
-            SessionSelector::Next => {
-                let found: Option<String> = sqlx::query_scalar(
-                    "SELECT m.session_id FROM courier_message m WHERE m.entity_id = ?1 AND m.state = 0 \
-                     AND m.session_id IS NOT NULL AND NOT EXISTS (SELECT 1 FROM courier_session s \
-                     WHERE s.entity_id = ?1 AND s.session_id = m.session_id AND s.locked_until > ?2) \
-                     ORDER BY m.seq LIMIT 1",
-                )
-                .bind(req.entity)
-                .bind(now)
-                .fetch_optional(self.conn.get()?)
-                .await?;
-                match found {
-                    Some(s) => s,
-                    None => return Ok(None),
-                }
-            }
+            SessionSelector::Next => match self.next_session(&info, now).await? {
+                Some(s) => s,
+                None => return Ok(None),
+            },
         };
         let until = after_ms(now, info.lock_ms);
         let generation: i64 = sqlx::query_scalar(
@@ -156,6 +152,63 @@ impl Engine {
         .await?;
         State::note(&mut self.state.next_session_unlock, Some(until));
         Ok(Some(Ok((session, generation, from_micros(until)))))
+    }
+
+    /// The session of the first message a receive in it would take (ready, under the max
+    /// delivery count, not expired) whose session is not locked. A session id no receiver
+    /// can name (not UTF-8, empty, over 128 bytes: another program's row) is never offered:
+    /// its messages are dead-lettered on the way (`courier.InvalidWireFormat`, the
+    /// session id named), and the next session is looked for.
+    async fn next_session(&mut self, info: &EntityInfo, now: i64) -> Sql<Option<String>> {
+        for _ in 0..MAX_UNNAMEABLE_SKIPPED {
+            let found: Option<Vec<u8>> = sqlx::query_scalar(
+                "SELECT CAST(m.session_id AS BLOB) FROM courier_message m WHERE m.entity_id = ?1 AND m.state = 0 \
+                 AND m.session_id IS NOT NULL AND m.delivery_count < ?3 \
+                 AND (m.expires_at IS NULL OR m.expires_at > ?2) AND NOT EXISTS (SELECT 1 FROM courier_session s \
+                 WHERE s.entity_id = ?1 AND s.session_id = m.session_id AND s.locked_until > ?2) \
+                 ORDER BY m.seq LIMIT 1",
+            )
+            .bind(info.id)
+            .bind(now)
+            .bind(info.max_delivery_count)
+            .fetch_optional(self.conn.get()?)
+            .await?;
+            let Some(bytes) = found else {
+                return Ok(None);
+            };
+            let problem = match std::str::from_utf8(&bytes) {
+                Ok(s) if !s.is_empty() && s.len() <= MAX_MESSAGE_ID_LEN => return Ok(Some(s.to_owned())),
+                Ok(_) => format!(
+                    "session_id has {} bytes; Courier's session ids have 1 to {MAX_MESSAGE_ID_LEN}: \"{}\"",
+                    bytes.len(),
+                    quoted(&bytes)
+                ),
+                Err(_) => format!("session_id is not UTF-8: \"{}\"", quoted(&bytes)),
+            };
+            let why = format!("no receiver can accept the message's session: {problem}");
+            let moved = sqlx::query(
+                "UPDATE courier_message SET state = 3, locked_until = NULL, dl_reason = ?4, dl_description = ?5, \
+                 dl_source = ?6 WHERE id >= ?1 AND id < ?2 AND state IN (0, 2) AND session_id IS NOT NULL \
+                 AND CAST(session_id AS BLOB) = ?3",
+            )
+            .bind(row_id(info.id, 0))
+            .bind(row_id(info.id + 1, 0))
+            .bind(&bytes)
+            .bind(INVALID_WIRE_FORMAT)
+            .bind(&why)
+            .bind(&info.display)
+            .execute(self.conn.get()?)
+            .await?;
+            tracing::warn!(
+                queue = %info.display,
+                count = moved.rows_affected(),
+                reason = INVALID_WIRE_FORMAT,
+                description = %Escaped(&why),
+                "messages of a session no receiver can accept were dead-lettered"
+            );
+            self.state.touched.insert(info.id);
+        }
+        Ok(None)
     }
 
     pub(super) async fn session_op(

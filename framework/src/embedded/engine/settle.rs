@@ -18,6 +18,11 @@ use super::Engine;
 use super::commands::{LockRef, Outcome, Reply, outcome};
 use super::rows::{Sql, after_ms, from_micros, lock_lost, props_json};
 
+/// The reason stored for a dead-lettering whose reason is empty.
+pub(super) const NO_REASON_GIVEN: &str = "courier.NoReasonGiven";
+/// The description stored for a dead-lettering whose description is empty.
+pub(super) const NO_DESCRIPTION_GIVEN: &str = "the receiver gave no description when it dead-lettered the message";
+
 impl Engine {
     /// Completes many locks with one statement.
     pub(super) async fn complete_all(
@@ -135,8 +140,11 @@ impl Engine {
                 if dead {
                     return invalid("dead-lettered again");
                 }
+                // A dead letter says why (`message_dead_letter_has_reason`): an empty
+                // reason or description is stored as one that says none was given.
                 let r = sqlx::query(concat!(
-                    "UPDATE courier_message SET state = 3, locked_until = NULL, dl_reason = ?5, dl_description = ?6, \
+                    "UPDATE courier_message SET state = 3, locked_until = NULL, \
+                     dl_reason = coalesce(nullif(?5, ''), ?8), dl_description = coalesce(nullif(?6, ''), ?9), \
                      dl_source = ?7, ",
                     patch_props!("?4"),
                     lock_cond!("(2, 4)")
@@ -148,6 +156,8 @@ impl Engine {
                 .bind(reason)
                 .bind(description)
                 .bind(&info.display)
+                .bind(NO_REASON_GIVEN)
+                .bind(NO_DESCRIPTION_GIVEN)
                 .execute(self.conn.get()?)
                 .await?
                 .rows_affected();

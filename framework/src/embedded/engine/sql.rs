@@ -66,14 +66,18 @@ macro_rules! lock_cond {
         )
     };
 }
+/// Merges the properties `$n` (JSON) into a row's. A row whose properties are not JSON
+/// (another program's, kept as written in the dead-letter sub-queue) keeps them: patching
+/// them would fail the statement, and with it every command of the batch.
 macro_rules! patch_props {
     ($n:literal) => {
         concat!(
             "properties = CASE WHEN ",
             $n,
-            " IS NULL THEN properties ELSE json_patch(COALESCE(properties, '{}'), ",
+            " IS NULL THEN properties WHEN json_valid(COALESCE(properties, '{}')) \
+             THEN json_patch(COALESCE(properties, '{}'), ",
             $n,
-            ") END"
+            ") ELSE properties END"
         )
     };
 }

@@ -18,7 +18,10 @@ use crate::message::reasons;
 use crate::message::reasons::INVALID_WIRE_FORMAT;
 
 use super::commands::Kind;
-use super::rows::{DeadMark, Fields, NewRow, ReadMessage, Sql, after_ms, entity_of, micros, row_id};
+use super::rows::{
+    DeadMark, Fields, NewRow, ReadMessage, SESSION_ID_MISSING, SESSION_ID_MISSING_DESCRIPTION, Sql, after_ms,
+    entity_of, micros, row_id,
+};
 use super::{DEAD, Engine, READY, State};
 
 /// The most scheduled messages activated in one statement.
@@ -90,6 +93,12 @@ impl Engine {
                 let old_id: i64 = row.try_get(0)?;
                 let entity = entity_of(old_id);
                 let Some(info) = self.state.entities.get(&entity).cloned() else {
+                    // No queue, topic or subscription holds it (its entity was never
+                    // created): nothing could ever receive it.
+                    tracing::warn!(
+                        entity,
+                        "a scheduled message of an entity that does not exist was removed when due"
+                    );
                     sqlx::query("DELETE FROM courier_message WHERE id = ?1")
                         .bind(old_id)
                         .execute(self.conn.get()?)
@@ -116,6 +125,27 @@ impl Engine {
                         continue;
                     }
                 };
+                // Enqueued as if sent now: a new sequence number (of its topic's counter, for
+                // a subscription's row) and enqueued time (S5.4). With no number left, it
+                // stays where it is, dead-lettered: never dropped.
+                let seq = match self.state.alloc_seq(entity, 1) {
+                    Ok(seq) => seq,
+                    Err(e) => {
+                        tracing::error!(entity = %info.display, error = %e, "a scheduled message could not be numbered: it was dead-lettered");
+                        sqlx::query(
+                            "UPDATE courier_message SET state = 3, dl_reason = ?2, dl_description = ?3, dl_source = ?4 \
+                             WHERE id = ?1",
+                        )
+                        .bind(old_id)
+                        .bind(INVALID_WIRE_FORMAT)
+                        .bind(format!("the scheduled message could not be activated: {e}"))
+                        .bind(&info.display)
+                        .execute(self.conn.get()?)
+                        .await?;
+                        self.state.touched.insert(entity);
+                        continue;
+                    }
+                };
                 sqlx::query("DELETE FROM courier_message WHERE id = ?1")
                     .bind(old_id)
                     .execute(self.conn.get()?)
@@ -131,26 +161,33 @@ impl Engine {
                     .envelope
                     .time_to_live
                     .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-                let Ok(seq) = self.state.alloc_seq(entity, 1) else {
-                    continue;
-                };
-                // Enqueued as if sent now: a new sequence number and enqueued time (S5.4).
                 let fields = Arc::new(Fields::from_message(message));
                 let first_new = new_rows.len();
                 if info.kind == Kind::Topic {
                     self.state
                         .fan_out(entity, seq, ttl, scheduled_at, &fields, now, &mut new_rows);
                 } else {
+                    // Another program's row without a session id, in an entity that
+                    // requires sessions: no session receiver would take it.
+                    let dead = (info.requires_session && fields.session_id.is_none()).then(|| DeadMark {
+                        reason: SESSION_ID_MISSING.into(),
+                        description: Some(SESSION_ID_MISSING_DESCRIPTION.to_owned()),
+                        source: info.display.clone(),
+                    });
                     new_rows.push(NewRow {
                         id: row_id(entity, seq),
                         entity,
                         seq,
-                        state: READY,
+                        state: if dead.is_some() { DEAD } else { READY },
                         enqueued_at: now,
                         scheduled_at,
-                        expires_at: ttl.map(|ms| after_ms(now, ms)),
+                        expires_at: if dead.is_some() {
+                            None
+                        } else {
+                            ttl.map(|ms| after_ms(now, ms))
+                        },
                         ttl_ms: ttl,
-                        dead: None,
+                        dead,
                         fields,
                     });
                 }
@@ -168,7 +205,7 @@ impl Engine {
                         r.state = DEAD;
                         r.expires_at = None;
                         r.dead = Some(DeadMark {
-                            reason,
+                            reason: reason.into(),
                             description: Some(why.clone()),
                             source: source.unwrap_or_else(|| info.display.clone()),
                         });
