@@ -13,6 +13,7 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use crate::endpoint::recoverability::headers;
+use crate::endpoint::trace::hex;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Properties, PropertyValue};
 use crate::store::EndpointSecret;
@@ -135,16 +136,6 @@ pub(crate) fn read_count(seal: Option<&RetrySeal>, endpoint: &str, message_id: &
         Some(n) => Count::Trusted(n),
         None => Count::Unsealed(value.clone()),
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(char::from(DIGITS[usize::from(b >> 4)]));
-        s.push(char::from(DIGITS[usize::from(b & 15)]));
-    }
-    s
 }
 
 /// The bytes of a seal's text (64 hex digits, either case), or `None`.

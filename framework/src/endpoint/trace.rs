@@ -163,7 +163,8 @@ fn new_trace_id() -> [u8; 16] {
     id
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// `bytes` as lowercase hex digits (also the retry seal's text, `retry_seal.rs`).
+pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {

@@ -20,8 +20,8 @@ use tokio::sync::oneshot;
 use super::Shared;
 use super::entities::EntityInfo;
 use super::rows::{ReadMessage, columns, read_row, read_rows, rows_to_messages};
+use super::upkeep::count_dead_lettered;
 use crate::checks::{Refusal, stored_refusal};
-use crate::endpoint::metrics::{labels, names};
 use crate::entity::{EntityPath, SubQueue};
 use crate::error::{Error, ErrorKind, Result};
 use crate::logtext::Escaped;
@@ -310,28 +310,33 @@ impl Link {
             description = %Escaped(&why),
             "a stored message could not be read: it was dead-lettered"
         );
-        metrics::counter!(
-            names::DEAD_LETTERED,
-            labels::SYSTEM => "postgres",
-            labels::DESTINATION => self.entity.path.clone(),
-            labels::REASON => reasons::INVALID_WIRE_FORMAT
-        )
-        .increment(1);
+        count_dead_lettered(&self.entity, reasons::INVALID_WIRE_FORMAT, 1);
+        self.dead_letter_in_place(id, reasons::INVALID_WIRE_FORMAT, &why)
+            .await
+            .map(|_| ())
+            .map_err(|e| {
+                self.shared
+                    .closed_or(db_error("cannot dead-letter an unreadable message", e))
+            })
+    }
+
+    /// Dead-letters the locked row `id` where it is, with `reason` and `why`.
+    async fn dead_letter_in_place(
+        &self,
+        id: i64,
+        reason: &str,
+        why: &str,
+    ) -> std::result::Result<sqlx::postgres::PgQueryResult, sqlx::Error> {
         sqlx::query(
             "UPDATE courier.message SET state = 3, locked_until = NULL, dl_reason = $2, dl_description = $3, \
              dl_source = $4 WHERE id = $1 RETURNING pg_notify('courier_transport', entity_id::text)",
         )
         .bind(id)
-        .bind(reasons::INVALID_WIRE_FORMAT)
-        .bind(&why)
+        .bind(reason)
+        .bind(why)
         .bind(&self.entity.path)
         .execute(&self.shared.pool)
         .await
-        .map(|_| ())
-        .map_err(|e| {
-            self.shared
-                .closed_or(db_error("cannot dead-letter an unreadable message", e))
-        })
     }
 
     /// Dead-letters a message a receive refused (`courier.InvalidWireFormat` or
@@ -351,24 +356,9 @@ impl Link {
             description = %Escaped(&why),
             "a stored message was refused: it was dead-lettered"
         );
-        metrics::counter!(
-            names::DEAD_LETTERED,
-            labels::SYSTEM => "postgres",
-            labels::DESTINATION => self.entity.path.clone(),
-            labels::REASON => reason
-        )
-        .increment(1);
+        count_dead_lettered(&self.entity, reason, 1);
         let done = if locked {
-            sqlx::query(
-                "UPDATE courier.message SET state = 3, locked_until = NULL, dl_reason = $2, dl_description = $3, \
-                 dl_source = $4 WHERE id = $1 RETURNING pg_notify('courier_transport', entity_id::text)",
-            )
-            .bind(read.id)
-            .bind(reason)
-            .bind(&why)
-            .bind(&self.entity.path)
-            .execute(&self.shared.pool)
-            .await
+            self.dead_letter_in_place(read.id, reason, &why).await
         } else {
             let e = &m.envelope;
             sqlx::query(

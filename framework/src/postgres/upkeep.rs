@@ -94,6 +94,8 @@ pub(crate) async fn run(shared: &Shared, entity: &EntityInfo, now: DateTime<Utc>
         }
     }
     match result {
+        // The usual case, no failure before: nothing to reset.
+        Ok(()) if state.failures == 0 => Ok(()),
         Ok(()) => {
             let failed = shared.upkeeps.with(entity.id, |u| {
                 let failed = u.failures;
@@ -130,6 +132,18 @@ pub(crate) async fn run(shared: &Shared, entity: &EntityInfo, now: DateTime<Utc>
     }
 }
 
+/// Counts `n` messages of `entity` that the transport dead-lettered itself with `reason`
+/// in `courier.messages.dead_lettered` (labelled with the transport and the queue).
+pub(crate) fn count_dead_lettered(entity: &EntityInfo, reason: &str, n: u64) {
+    metrics::counter!(
+        names::DEAD_LETTERED,
+        labels::SYSTEM => "postgres",
+        labels::DESTINATION => entity.path.clone(),
+        labels::REASON => reason.to_owned()
+    )
+    .increment(n);
+}
+
 /// Logs and counts what a run dead-lettered: one line per reason.
 fn report(entity: &EntityInfo, part: &str, rows: &[sqlx::postgres::PgRow]) {
     for row in rows {
@@ -143,13 +157,7 @@ fn report(entity: &EntityInfo, part: &str, rows: &[sqlx::postgres::PgRow]) {
         if count <= 0 {
             continue;
         }
-        metrics::counter!(
-            names::DEAD_LETTERED,
-            labels::SYSTEM => "postgres",
-            labels::DESTINATION => entity.path.clone(),
-            labels::REASON => reason.clone()
-        )
-        .increment(u64::try_from(count).unwrap_or(0));
+        count_dead_lettered(entity, &reason, u64::try_from(count).unwrap_or(0));
         tracing::warn!(
             queue = %Escaped(&entity.path),
             reason = %Escaped(&reason),
@@ -359,13 +367,7 @@ async fn isolate(shared: &Shared, entity: &EntityInfo, now: DateTime<Utc>) -> Re
         .map_err(|e| shared.closed_or(db_error("cannot dead-letter a message that cannot be activated", e)))?;
         if let Some(message_id) = done {
             refused += 1;
-            metrics::counter!(
-                names::DEAD_LETTERED,
-                labels::SYSTEM => "postgres",
-                labels::DESTINATION => entity.path.clone(),
-                labels::REASON => reasons::INVALID_WIRE_FORMAT
-            )
-            .increment(1);
+            count_dead_lettered(entity, reasons::INVALID_WIRE_FORMAT, 1);
             tracing::warn!(
                 queue = %Escaped(&entity.path),
                 message_id = %Escaped(&message_id),
