@@ -41,7 +41,7 @@ pub fn gen_raw_value<'a, W: Write + BackToTheBuffer + 'a>(
         AMQPValue::Float(f) => gen_float(f)(x),
         AMQPValue::Double(d) => gen_double(d)(x),
         AMQPValue::DecimalValue(d) => gen_decimal_value(d)(x),
-        AMQPValue::ShortString(ref s) => gen_short_string(s.as_str())(x),
+        AMQPValue::ShortString(ref s) => gen_received_short_string(s)(x),
         AMQPValue::LongString(ref s) => gen_long_string(s.as_bytes())(x),
         AMQPValue::FieldArray(ref a) => gen_field_array(a)(x),
         AMQPValue::Timestamp(t) => gen_timestamp(t)(x),
@@ -156,6 +156,24 @@ pub fn gen_short_string<'a, W: Write + 'a>(s: &'a str) -> impl SerializeFn<W> + 
     )
 }
 
+// COURIER PATCH (see PATCH.md): begin
+/// Generate a [ShortString](../type.ShortString.html) as it was received: the bytes read
+/// from the wire when they were not UTF-8 ([ShortString::invalid_utf8]), its text
+/// otherwise. A message read and published again keeps every byte of its short strings.
+#[must_use]
+pub fn gen_received_short_string<'a, W: Write + 'a>(s: &'a ShortString) -> impl SerializeFn<W> + 'a {
+    let bytes = s.invalid_utf8().unwrap_or(s.as_str().as_bytes());
+    debug_assert!(
+        bytes.len() <= ShortShortUInt::MAX as usize,
+        "short string exceeds 255 bytes"
+    );
+    pair(
+        gen_short_short_uint(bytes.len() as ShortShortUInt),
+        slice(bytes),
+    )
+}
+// COURIER PATCH: end
+
 /// Generate the [LongString](../type.LongString.html) in the given buffer (x)
 #[must_use]
 pub fn gen_long_string<'a, W: Write + 'a>(s: &'a [u8]) -> impl SerializeFn<W> + 'a {
@@ -190,7 +208,7 @@ pub fn gen_field_table<'a, W: Write + BackToTheBuffer + 'a>(
 fn gen_field_entry<'a, W: Write + BackToTheBuffer + 'a>(
     e: (&'a ShortString, &'a AMQPValue),
 ) -> impl SerializeFn<W> + 'a {
-    pair(gen_short_string(e.0.as_str()), gen_value(e.1))
+    pair(gen_received_short_string(e.0), gen_value(e.1))
 }
 
 /// Generate the [ByteArray](../type.ByteArray.html) in the given buffer (x)

@@ -602,6 +602,32 @@ mod test {
         assert_eq!(key.invalid_utf8(), Some(&[b'k', 0xfe][..]));
     }
 
+    // COURIER PATCH (see PATCH.md)
+    #[test]
+    fn test_short_strings_not_utf8_round_trip_and_stay_distinct() {
+        use crate::generation::{gen_field_table, gen_received_short_string};
+        // Two header names whose lossy texts are the same stay two entries, and both are
+        // written back as the bytes received.
+        let table = [0, 0, 0, 8, 2, b'k', 0xfe, b'V', 2, b'k', 0xff, b'V'];
+        let (_, t) = parse_field_table(&table[..]).unwrap();
+        assert_eq!(t.inner().len(), 2);
+        let mut out = [0_u8; 12];
+        let (_, len) = cookie_factory::r#gen(gen_field_table(&t), &mut out[..]).unwrap();
+        assert_eq!(&out[..len as usize], &table[..]);
+        let (_, a) = parse_short_string(&[2, b'x', 0xfe][..]).unwrap();
+        let (_, b) = parse_short_string(&[2, b'x', 0xff][..]).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(a.as_str(), b.as_str());
+        let mut out = [0_u8; 3];
+        let (_, len) = cookie_factory::r#gen(gen_received_short_string(&b), &mut out[..]).unwrap();
+        assert_eq!(&out[..len as usize], &[2, b'x', 0xff]);
+        // A valid string is written as its text.
+        let ok = ShortString::from("ok");
+        let mut out = [0_u8; 3];
+        let (_, len) = cookie_factory::r#gen(gen_received_short_string(&ok), &mut out[..]).unwrap();
+        assert_eq!(&out[..len as usize], &[2, b'o', b'k']);
+    }
+
     #[test]
     fn test_parse_long_string() {
         assert_eq!(

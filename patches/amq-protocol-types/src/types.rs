@@ -240,9 +240,13 @@ impl ShortString {
     }
 }
 
+// Two strings received as different bytes are different, even when their lossy texts are
+// the same: two header names must not become one entry of a table, nor two message ids one.
+// Hashing looks at the text only (equal strings have equal texts), so a lookup by `&str`
+// through `Borrow` finds a string whose text it is.
 impl PartialEq for ShortString {
     fn eq(&self, other: &Self) -> bool {
-        self.0 == other.0
+        self.0 == other.0 && self.1 == other.1
     }
 }
 
@@ -256,7 +260,7 @@ impl PartialOrd for ShortString {
 
 impl Ord for ShortString {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.0.cmp(&other.0)
+        self.0.cmp(&other.0).then_with(|| self.1.cmp(&other.1))
     }
 }
 
