@@ -46,6 +46,17 @@ pub mod reasons {
     /// it was lost each time. The copies the broker dead-lettered are in the queue's
     /// dead-letter queue; resubmitting one handles the timeout as usual.
     pub const TIMEOUT_DISPATCHES_EXHAUSTED: &str = "courier.TimeoutDispatchesExhausted";
+    /// A message reached a saga's timeout handler without the seal the endpoint's timeout
+    /// dispatcher writes on each timeout it sends (`courier.saga.timeout_seal`): a copy
+    /// made by another producer (with the headers of a real timeout, whose id `courier
+    /// timeouts` shows) or altered. Nothing was changed: the saga did not run and the
+    /// timeout it names still fires at its due time. See `docs/sagas.md`, "Timeouts".
+    pub const FORGED_TIMEOUT: &str = "courier.ForgedTimeout";
+    /// The timeout dispatcher's copy of a saga timeout arrived before its due time by the
+    /// endpoint's clock (clocks of the endpoint's processes out of step, or a copy sent
+    /// again early): refused, nothing was changed; the dispatcher sends the timeout again
+    /// after its reclaim wait (5 minutes) and it fires then.
+    pub const EARLY_TIMEOUT: &str = "courier.EarlyTimeout";
 }
 
 /// The headers (application properties) the endpoint writes on a retried or
