@@ -631,6 +631,7 @@ macro_rules! on_every_store {
     };
 }
 
+mod forged_timeouts;
 mod order;
 mod timeouts;
 mod versions;

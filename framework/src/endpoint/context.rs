@@ -63,6 +63,9 @@ pub struct Context {
     saga_tally: Vec<crate::endpoint::metrics::SagaTally>,
     /// Who holds the saga instance locks this handling takes.
     lock_owner: crate::endpoint::sagas::LockOwner,
+    /// Checks that a saga timeout's message is the dispatcher's (`None`: the store keeps
+    /// no secret).
+    timeout_seal: Option<Arc<crate::endpoint::timeout_seal::TimeoutSeal>>,
     /// Outgoing messages the transport refused when they were sent: the tracking id of
     /// the error returned, and the description of the refused message.
     refused: Vec<(uuid::Uuid, String)>,
@@ -94,6 +97,9 @@ pub(crate) struct ContextParts {
     pub(crate) observing: bool,
     /// Who holds the saga instance locks this handling takes (its commit group, or itself).
     pub(crate) lock_owner: crate::endpoint::sagas::LockOwner,
+    /// Checks that a saga timeout's message is the dispatcher's (`None`: no store, or one
+    /// that keeps no secret).
+    pub(crate) timeout_seal: Option<Arc<crate::endpoint::timeout_seal::TimeoutSeal>>,
 }
 
 impl Context {
@@ -115,6 +121,7 @@ impl Context {
             observed: parts.observing.then(Vec::new),
             saga_tally: Vec::new(),
             lock_owner: parts.lock_owner,
+            timeout_seal: parts.timeout_seal,
             refused: Vec::new(),
         }
     }
@@ -139,6 +146,11 @@ impl Context {
     }
 
     /// Who holds the saga instance locks this handling takes.
+    /// The key that checks a saga timeout's seal (`None`: the store keeps no secret).
+    pub(crate) fn timeout_seal(&self) -> Option<&crate::endpoint::timeout_seal::TimeoutSeal> {
+        self.timeout_seal.as_deref()
+    }
+
     pub(crate) fn lock_owner(&self) -> crate::endpoint::sagas::LockOwner {
         self.lock_owner
     }

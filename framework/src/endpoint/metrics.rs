@@ -360,6 +360,7 @@ pub(crate) fn error_type(failure: &Failure) -> &'static str {
         Failure::SagaNotFound { .. } => "saga_not_found",
         Failure::Refused { .. } | Failure::RefusedAtCommit { .. } => "refused",
         Failure::Version { .. } => "version",
+        Failure::TimeoutRefused { .. } => "timeout_refused",
     }
 }
 

@@ -20,6 +20,7 @@ pub(crate) mod recoverability;
 pub(crate) mod retry_seal;
 pub(crate) mod routing;
 pub(crate) mod sagas;
+pub(crate) mod timeout_seal;
 pub(crate) mod trace;
 
 mod runtime;
@@ -94,6 +95,15 @@ pub(crate) enum Failure {
     /// the handlers sent that only the destination could refuse (`description` names the
     /// messages of the transaction). Nothing was committed.
     RefusedAtCommit { description: String, error: Box<Error> },
+    /// A message that reached a saga's timeout handler is not the copy the endpoint's
+    /// timeout dispatcher sent, or came before its due time (`timeout_seal.rs`):
+    /// permanent, with its own reason (`reasons::FORGED_TIMEOUT`, `EARLY_TIMEOUT`);
+    /// nothing was changed.
+    TimeoutRefused {
+        reason: &'static str,
+        handler: &'static str,
+        detail: String,
+    },
 }
 
 impl Failure {
@@ -102,7 +112,7 @@ impl Failure {
         match self {
             Failure::Decode { .. } => Some(reasons::DESERIALIZATION_FAILED),
             Failure::SagaNotFound { reason, .. } => Some(reason),
-            Failure::Version { reason, .. } => Some(reason),
+            Failure::Version { reason, .. } | Failure::TimeoutRefused { reason, .. } => Some(reason),
             Failure::Handler { error, .. } if error.is_permanent() => Some(reasons::PERMANENT_FAILURE),
             Failure::Refused { .. } | Failure::RefusedAtCommit { .. } => Some(reasons::INVALID_OUTGOING_MESSAGE),
             Failure::Dispatch(e) if bus::refused_for_good(e) => Some(reasons::INVALID_OUTGOING_MESSAGE),
@@ -125,9 +135,10 @@ impl Failure {
 
     pub(crate) fn handler(&self) -> Option<&'static str> {
         match self {
-            Failure::Handler { handler, .. } | Failure::Panic { handler, .. } | Failure::Refused { handler, .. } => {
-                Some(handler)
-            }
+            Failure::Handler { handler, .. }
+            | Failure::Panic { handler, .. }
+            | Failure::Refused { handler, .. }
+            | Failure::TimeoutRefused { handler, .. } => Some(handler),
             Failure::Version { handler, .. } => *handler,
             Failure::Decode { .. }
             | Failure::Dispatch(_)
@@ -214,6 +225,7 @@ impl Failure {
                 "no instance of saga {saga} correlates to {correlation:?}, and the message does not start one"
             )],
             Failure::Version { chain, .. } => chain.clone(),
+            Failure::TimeoutRefused { detail, .. } => vec![detail.clone()],
         }
     }
 }

@@ -138,8 +138,9 @@ pub(crate) fn read_count(seal: Option<&RetrySeal>, endpoint: &str, message_id: &
     }
 }
 
-/// The bytes of a seal's text (64 hex digits, either case), or `None`.
-fn unhex(text: &str) -> Option<Vec<u8>> {
+/// The bytes of a seal's text (64 hex digits, either case), or `None` (the timeout seal's
+/// text too: `timeout_seal.rs`).
+pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
     if text.len() != SEAL_LEN {
         return None;
     }

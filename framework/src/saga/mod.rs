@@ -60,13 +60,22 @@ pub mod headers {
     /// The timeout's id (also its message id).
     pub const TIMEOUT_ID: &str = crate::endpoint::TIMEOUT_ID;
     /// The saga type's name.
-    pub const SAGA_TYPE: &str = "courier.saga.type";
+    pub const SAGA_TYPE: &str = crate::endpoint::timeout_seal::SAGA_TYPE;
     /// The instance's correlation value.
-    pub const CORRELATION: &str = "courier.saga.correlation";
+    pub const CORRELATION: &str = crate::endpoint::timeout_seal::CORRELATION;
     /// The timeout's key (see [`SagaContext::request_timeout_keyed`](super::SagaContext::request_timeout_keyed)).
     pub const TIMEOUT_KEY: &str = "courier.saga.timeout_key";
-    /// When the timeout is due (RFC 3339, UTC): its lateness is measured from it.
-    pub const TIMEOUT_DUE: &str = "courier.saga.timeout_due";
+    /// When the timeout is due (RFC 3339, UTC): its lateness is measured from it, and a
+    /// copy that arrives before it is refused.
+    pub const TIMEOUT_DUE: &str = crate::endpoint::timeout_seal::TIMEOUT_DUE;
+    /// The proof that the message is the one the endpoint's timeout dispatcher sent (64
+    /// hex digits: HMAC-SHA256 under the endpoint's secret of the endpoint's name, the
+    /// timeout's id, the message's id, type and body, the saga type, the correlation and
+    /// the due time), written when the dispatcher claims the timeout. A message of a
+    /// timeout type without a valid one is dead-lettered with
+    /// [`FORGED_TIMEOUT`](crate::recoverability::reasons::FORGED_TIMEOUT) and changes
+    /// nothing. Never stored with the timeout's row; not shown by `courier timeouts`.
+    pub const TIMEOUT_SEAL: &str = crate::endpoint::timeout_seal::TIMEOUT_SEAL;
 }
 
 /// The longest correlation value of a saga instance, in bytes. An instance is stored and

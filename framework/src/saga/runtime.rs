@@ -19,10 +19,12 @@ use crate::endpoint::metrics::SagaTally;
 use crate::endpoint::observe::{RequestedTimeout, SagaEffects};
 use crate::endpoint::otel;
 use crate::endpoint::sagas::{LockOwner, Registered, SagaStats};
+use crate::endpoint::timeout_seal::{self, Verdict};
 use crate::endpoint::{ErasedHandler, Failure};
 use crate::error::{Error, ErrorKind};
 use crate::logtext::Escaped;
 use crate::message::PropertyValue;
+use crate::recoverability::reasons;
 
 /// Serializes the handling of messages of one saga instance inside this process.
 ///
@@ -374,6 +376,44 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
         }
     }
 
+    /// Refuses a message that reached this timeout handler unless it is the timeout
+    /// dispatcher's copy and due (`endpoint/timeout_seal.rs`): before its body is decoded
+    /// and the instance looked up or locked, so a refused copy changes nothing and waits
+    /// for nothing.
+    fn judge_timeout(&self, ctx: &Context) -> Result<(), Failure> {
+        let now = ctx.clock().now();
+        let verdict = timeout_seal::judge(ctx.timeout_seal(), ctx.endpoint(), &ctx.received().envelope, now);
+        let (reason, detail) = match verdict {
+            Verdict::Due => return Ok(()),
+            Verdict::Forged(why) => (
+                reasons::FORGED_TIMEOUT,
+                format!(
+                    "{why}; refused by the timeout handler {} of saga {} as forged: the saga did not run, and the \
+                     timeout it names (if any) is unchanged and fires at its due time",
+                    self.name,
+                    S::NAME
+                ),
+            ),
+            Verdict::Early { due } => (
+                reasons::EARLY_TIMEOUT,
+                format!(
+                    "the timeout dispatcher's copy of a {} timeout of saga {} arrived at {} by the endpoint's clock, \
+                     before its due time {}: refused, the saga did not run; the timeout is sent again after the \
+                     dispatcher's reclaim wait (keep the clocks of the endpoint's processes in step)",
+                    M::NAME,
+                    S::NAME,
+                    now.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+                    due.to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+                ),
+            ),
+        };
+        Err(Failure::TimeoutRefused {
+            reason,
+            handler: self.name,
+            detail,
+        })
+    }
+
     /// The instance's correlation value and, for a timeout, its id.
     fn correlation(&self, message: &M, ctx: &Context) -> Result<(String, Option<String>), Failure> {
         match (&self.correlate, self.role) {
@@ -406,6 +446,10 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
     }
 
     async fn run(&self, ctx: &mut Context) -> Result<(), Failure> {
+        if self.role == Role::Timeout {
+            // First: a forged copy is refused as such, whatever its body.
+            self.judge_timeout(ctx)?;
+        }
         let message = crate::version::decode_message::<M>(&ctx.received().envelope)?;
         let (correlation, timeout_id) = self.correlation(&message, ctx)?;
         // (A value looked up through a correlation property is not an instance's

@@ -8,6 +8,7 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::{PgConnection, Postgres, Row, Transaction};
 
 use crate::endpoint::recoverability::reasons;
+use crate::endpoint::timeout_seal::TimeoutSeal;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::Envelope;
 use crate::message::LockToken;
@@ -229,8 +230,12 @@ fn outbox_rows(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<OutboxMessage>> {
 /// `endpoint`'s secret in `courier.endpoint_secret`, made now if it has none: a new
 /// random secret is inserted unless a row is there (another process may be inserting
 /// its own at the same moment: the insert then waits for it and does nothing), and the
-/// row is read.
-pub(crate) async fn endpoint_secret(pool: &PgPool, endpoint: &str, now: DateTime<Utc>) -> Result<EndpointSecret> {
+/// row is read, on `conn` (in the caller's transaction, if it has one).
+pub(crate) async fn endpoint_secret(
+    conn: &mut PgConnection,
+    endpoint: &str,
+    now: DateTime<Utc>,
+) -> Result<EndpointSecret> {
     sqlx::query(
         "INSERT INTO courier.endpoint_secret (endpoint, secret, created_at) VALUES ($1, $2, $3) \
          ON CONFLICT (endpoint) DO NOTHING",
@@ -238,12 +243,12 @@ pub(crate) async fn endpoint_secret(pool: &PgPool, endpoint: &str, now: DateTime
     .bind(endpoint)
     .bind(EndpointSecret::random().as_bytes().as_slice())
     .bind(now)
-    .execute(pool)
+    .execute(&mut *conn)
     .await
     .map_err(|e| db_error("cannot make the endpoint's secret in courier.endpoint_secret (were Courier's migrations applied? Store::migrate)", e))?;
     let stored: Vec<u8> = sqlx::query_scalar("SELECT secret FROM courier.endpoint_secret WHERE endpoint = $1")
         .bind(endpoint)
-        .fetch_one(pool)
+        .fetch_one(&mut *conn)
         .await
         .map_err(|e| db_error("cannot read the endpoint's secret in courier.endpoint_secret", e))?;
     EndpointSecret::stored(&stored, "courier.endpoint_secret", endpoint)
@@ -482,7 +487,12 @@ impl Store for PostgresStore {
     }
 
     async fn endpoint_secret(&self, endpoint: &str, now: DateTime<Utc>) -> Result<Option<EndpointSecret>> {
-        endpoint_secret(&self.pool, endpoint, now).await.map(Some)
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| db_error("cannot read the endpoint's secret", e))?;
+        endpoint_secret(&mut conn, endpoint, now).await.map(Some)
     }
 
     async fn dead_lettered_outbox(&self, endpoint: &str, limit: i64) -> Result<Vec<OutboxDeadLetter>> {
@@ -518,7 +528,8 @@ impl Store for PostgresStore {
 }
 
 /// Claims `endpoint`'s timeouts as `claim` says on `conn`, marking the claimed rows
-/// dispatched at `marked_at`: their messages, and the ids of the rows marked
+/// dispatched at `marked_at`: their messages, sealed with the endpoint's secret (made
+/// now if it has none; `endpoint/timeout_seal.rs`), and the ids of the rows marked
 /// dead-lettered instead (sent their most times).
 pub(crate) async fn claim_due(
     conn: &mut sqlx::PgConnection,
@@ -560,6 +571,7 @@ pub(crate) async fn claim_due(
     .await
     .map_err(|e| db_error("cannot claim due saga timeouts", e))?;
     let (mut to_send, mut dead_lettered) = (Vec::new(), Vec::new());
+    let mut seal = None;
     for r in rows {
         let get = |e| db_error("cannot read a saga timeout", e);
         if r.try_get::<bool, _>(4).map_err(get)? {
@@ -569,7 +581,13 @@ pub(crate) async fn claim_due(
         let json: String = r.try_get(0).map_err(get)?;
         let body: Vec<u8> = r.try_get(1).map_err(get)?;
         let due: DateTime<Utc> = r.try_get(2).map_err(get)?;
-        to_send.push(claim.schedule(StoredEnvelope::join(&json, body)?, due));
+        let seal = match &mut seal {
+            Some(seal) => seal,
+            None => seal.insert(TimeoutSeal::new(&endpoint_secret(conn, endpoint, claim.now).await?)?),
+        };
+        let mut envelope = StoredEnvelope::join(&json, body)?;
+        seal.seal(endpoint, &mut envelope, due);
+        to_send.push(claim.schedule(envelope, due));
     }
     Ok((to_send, dead_lettered))
 }

@@ -6,8 +6,10 @@ use chrono::{DateTime, Utc};
 use sqlx::{Row, SqliteConnection};
 
 use crate::endpoint::recoverability::reasons;
+use crate::endpoint::timeout_seal::TimeoutSeal;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::Envelope;
+use crate::store::sqlite::endpoint_secret;
 use crate::store::{StoredEnvelope, StoredSaga, Timeout, TimeoutClaim, db_error};
 
 fn micros(t: DateTime<Utc>) -> i64 {
@@ -271,7 +273,8 @@ pub(crate) async fn take_timeout(conn: &mut SqliteConnection, id: &str) -> Resul
 }
 
 /// Marks due (and long unhandled) timeouts dispatched at `mark` and returns their
-/// messages; and, in the same statement, marks those already sent
+/// messages, sealed with the endpoint's secret (made now if it has none;
+/// `endpoint/timeout_seal.rs`); and, in the same statement, marks those already sent
 /// `claim.max_dispatches` times dead-lettered instead, returning their ids.
 pub(crate) async fn claim_due(
     conn: &mut SqliteConnection,
@@ -306,10 +309,11 @@ pub(crate) async fn claim_due(
     .bind(i64::from(claim.max_dispatches.max(1)))
     .bind(micros(claim.now))
     .bind(reasons::TIMEOUT_DISPATCHES_EXHAUSTED)
-    .fetch_all(conn)
+    .fetch_all(&mut *conn)
     .await
     .map_err(|e| db_error("cannot claim due saga timeouts", e))?;
     let (mut to_send, mut dead_lettered) = (Vec::new(), Vec::new());
+    let mut seal = None;
     for r in rows {
         let get = |e| db_error("cannot read a saga timeout", e);
         if r.try_get::<i64, _>(4).map_err(get)? != 0 {
@@ -320,7 +324,15 @@ pub(crate) async fn claim_due(
         let body: Vec<u8> = r.try_get(1).map_err(get)?;
         let due: i64 = r.try_get(2).map_err(get)?;
         let due = DateTime::from_timestamp_micros(due).unwrap_or(claim.now);
-        to_send.push(claim.schedule(StoredEnvelope::join(&json, body)?, due));
+        let seal = match &mut seal {
+            Some(seal) => seal,
+            None => seal.insert(TimeoutSeal::new(
+                &endpoint_secret(&mut *conn, endpoint, claim.now).await?,
+            )?),
+        };
+        let mut envelope = StoredEnvelope::join(&json, body)?;
+        seal.seal(endpoint, &mut envelope, due);
+        to_send.push(claim.schedule(envelope, due));
     }
     Ok((to_send, dead_lettered))
 }

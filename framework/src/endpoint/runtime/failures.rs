@@ -90,7 +90,8 @@ pub(super) async fn on_failure(shared: &Shared, delivery: Delivery, failure: Fai
             // received message in one transaction; others leave it to the two steps below.
             let in_store = match (&shared.store, delivery.lock_token()) {
                 (Some(store), Some(lock)) => {
-                    let timeout = timeout_rows::timeout_id(&delivery.message().envelope);
+                    let seal = shared.timeout_seal.as_deref();
+                    let timeout = timeout_rows::timeout_id(seal, &shared.name, &delivery.message().envelope);
                     store
                         .schedule_retry(&shared.name, lock, copy.clone(), timeout, at)
                         .await
@@ -126,7 +127,8 @@ pub(super) async fn on_failure(shared: &Shared, delivery: Delivery, failure: Fai
                 }
                 Ok(false) => {
                     if let Some(store) = &shared.store {
-                        timeout_rows::retry_scheduled(&**store, &shared.name, &delivery.message().envelope, at).await;
+                        let (seal, envelope) = (shared.timeout_seal.as_deref(), &delivery.message().envelope);
+                        timeout_rows::retry_scheduled(&**store, seal, &shared.name, envelope, at).await;
                     }
                     shared.stats.retried.fetch_add(1, Ordering::Relaxed);
                     metrics.retried(true);
@@ -169,7 +171,8 @@ pub(super) async fn dead_letter(
     tracing::error!(reason, description = %Escaped(&description), "message dead-lettered");
     if let Some(store) = &shared.store {
         let envelope = &delivery.message().envelope;
-        if timeout_rows::dead_lettered(&**store, &shared.name, envelope, reason, shared.clock.now()).await {
+        let seal = shared.timeout_seal.as_deref();
+        if timeout_rows::dead_lettered(&**store, seal, &shared.name, envelope, reason, shared.clock.now()).await {
             shared.stats.timeouts_dead_lettered.fetch_add(1, Ordering::Relaxed);
             shared.metrics.timeout_dead_lettered();
         }

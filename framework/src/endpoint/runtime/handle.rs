@@ -207,6 +207,7 @@ pub(super) async fn handle(
                 id: seat.as_ref().map_or_else(next_owner, |s| s.owner),
                 bounded: shared.group_size > 1,
             },
+            timeout_seal: shared.timeout_seal.clone(),
         });
         let handlers = entry.handlers.clone();
         let lock = delivery.lock_token();

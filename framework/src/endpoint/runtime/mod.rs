@@ -37,6 +37,7 @@ use crate::endpoint::recoverability::RetryPolicy;
 use crate::endpoint::retry_seal::RetrySeal;
 use crate::endpoint::routing::Routes;
 use crate::endpoint::sagas::{SagaStats, TimeoutSignal};
+use crate::endpoint::timeout_seal::TimeoutSeal;
 use crate::entity::EntityPath;
 use crate::store::Store;
 use crate::transport::Transport;
@@ -200,4 +201,7 @@ struct Shared {
     /// Seals and checks the count of delayed retries, with the endpoint's secret from its
     /// store (`None`: no store, or one that keeps no secret: counts are trusted as found).
     seal: Option<RetrySeal>,
+    /// Checks that a saga timeout's message is one its dispatcher sent, with the same
+    /// secret (`None`: no store, or one that keeps no secret).
+    timeout_seal: Option<Arc<TimeoutSeal>>,
 }

@@ -17,6 +17,7 @@ use tokio_util::task::TaskTracker;
 use crate::endpoint::bus::Bus;
 use crate::endpoint::metrics::EndpointMetrics;
 use crate::endpoint::retry_seal::RetrySeal;
+use crate::endpoint::timeout_seal::TimeoutSeal;
 use crate::entity::EntityPath;
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::UnitOfWorkScope;
@@ -98,7 +99,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
         .as_ref()
         .map(|store| store.unit_of_work_scope(&*config.transport));
     log_unit_of_work(&config, scope);
-    let seal = retry_seal(&config).await?;
+    let (seal, timeout_seal) = seals(&config).await?;
     let bus = Bus::with_clock(config.transport.clone(), config.routes, config.clock.clone());
     let metrics = EndpointMetrics::new(
         config.transport.name(),
@@ -127,6 +128,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
         accept_messages_without_id: config.accept_messages_without_id,
         scope,
         seal,
+        timeout_seal,
     });
     // Make the sender of the input queue now, so delayed retries never wait for it.
     bus.sender(&config.name, false).await?;
@@ -183,11 +185,12 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
     })
 }
 
-/// The seal of delayed-retry counts, with the endpoint's secret read (or made) in its
-/// store once, here: `None` without a store or with one that keeps no secret.
-async fn retry_seal(config: &Config) -> Result<Option<RetrySeal>> {
+/// The seal of delayed-retry counts and the check of saga timeouts' seals, with the
+/// endpoint's secret read (or made) in its store once, here: `None` without a store or
+/// with one that keeps no secret.
+async fn seals(config: &Config) -> Result<(Option<RetrySeal>, Option<Arc<TimeoutSeal>>)> {
     let Some(store) = &config.store else {
-        return Ok(None);
+        return Ok((None, None));
     };
     // The store's error names the table and what the database said (a missing table:
     // Courier's migrations were not applied).
@@ -196,10 +199,13 @@ async fn retry_seal(config: &Config) -> Result<Option<RetrySeal>> {
         tracing::info!(
             endpoint = %config.name,
             store = store.name(),
-            "the store keeps no endpoint secret: delayed-retry counts are trusted as found"
+            "the store keeps no endpoint secret: delayed-retry counts are trusted as found, and saga timeouts \
+             as their headers say (only their due time is checked)"
         );
     }
-    secret.as_ref().map(RetrySeal::new).transpose()
+    let retry = secret.as_ref().map(RetrySeal::new).transpose()?;
+    let timeout = secret.as_ref().map(TimeoutSeal::new).transpose()?.map(Arc::new);
+    Ok((retry, timeout))
 }
 
 /// Says at info which steps of a handling commit together, and which are separate.
