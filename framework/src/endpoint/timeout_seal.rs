@@ -307,7 +307,8 @@ mod tests {
     fn any_change_to_a_sealed_field_breaks_the_seal() {
         let s = seal();
         let later = due() + chrono::Duration::hours(2);
-        let changes: Vec<(&str, Box<dyn Fn(&mut Envelope)>)> = vec![
+        type Change = Box<dyn Fn(&mut Envelope)>;
+        let changes: Vec<(&str, Change)> = vec![
             ("message id", Box::new(|e| e.message_id = "t-2".into())),
             ("type", Box::new(|e| e.message_type = Some("shop.Other".into()))),
             ("no type", Box::new(|e| e.message_type = None)),
@@ -413,7 +414,7 @@ mod tests {
         let mut e = Envelope::new(Vec::new());
         e.message_type = Some("shop.Expired".into());
         assert!(!seal().seal("orders", &mut e, due()));
-        assert!(e.properties.get(TIMEOUT_SEAL).is_none());
+        assert!(!e.properties.contains_key(TIMEOUT_SEAL));
         let mut e = timeout();
         e.message_type = None;
         assert!(!seal().seal("orders", &mut e, due()));
