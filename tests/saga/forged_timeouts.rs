@@ -3,12 +3,13 @@
 //! console and the logs show) was handled at once, so a one-hour timeout fired an hour
 //! early. Only the copy the timeout dispatcher sealed fires a timeout, and not before its
 //! due time; a refused copy is dead-lettered with its reason, changes nothing and does
-//! not stop the real timeout. On the three stores with the embedded broker and on the
-//! Postgres transport.
+//! not stop the real timeout. On the three stores with the embedded broker, on the
+//! Postgres transport and on RabbitMQ (with a Postgres store).
 
 use courier::recoverability::reasons;
+use courier::saga::SagaOptions;
 use courier::saga::headers;
-use courier::{Clock, EntityPath, Envelope, Message as _, PropertyValue, SenderOptions, TimeoutClaim};
+use courier::{Clock, EntityPath, Envelope, Message as _, PropertyValue, SendOptions, SenderOptions, TimeoutClaim};
 use courier_tests::eventually;
 use courier_tests::stores::StoreKind;
 use proptest::prelude::*;
@@ -44,18 +45,42 @@ impl Env {
 
     /// Sends `envelope` to the endpoint's queue as any producer can.
     async fn send_raw(&self, envelope: Envelope) -> courier::Result<()> {
-        let sender = self.env.fx.transport.sender("flows", SenderOptions::default()).await?;
+        self.send_raw_to("flows", envelope).await
+    }
+
+    /// Sends `envelope` to `queue` as any producer can.
+    async fn send_raw_to(&self, queue: &str, envelope: Envelope) -> courier::Result<()> {
+        let sender = self.env.fx.transport.sender(queue, SenderOptions::default()).await?;
         sender.send(envelope).await.map_err(courier::Error::from)
     }
 
     /// The dead letters of the endpoint's queue: (reason, description).
     async fn dead(&self) -> Vec<(String, String)> {
-        self.env
-            .fx
-            .transport
-            .peek(&EntityPath::queue("flows").dead_letter(), 0, 500)
-            .await
-            .unwrap()
+        self.dead_of("flows").await
+    }
+
+    /// The dead letters of `queue`: (reason, description). Peeked; drained on RabbitMQ,
+    /// which cannot browse.
+    async fn dead_of(&self, queue: &str) -> Vec<(String, String)> {
+        let transport = &self.env.fx.transport;
+        let path = EntityPath::queue(queue).dead_letter();
+        let messages = if transport.name() == "amqp" {
+            let dlq = transport.receiver(&path).await.unwrap();
+            let mut dead = Vec::new();
+            loop {
+                let got = dlq.receive(16, std::time::Duration::from_millis(500)).await.unwrap();
+                if got.is_empty() {
+                    break dead;
+                }
+                for d in got {
+                    dead.push(d.message().clone());
+                    d.complete().await.unwrap();
+                }
+            }
+        } else {
+            transport.peek(&path, 0, 500).await.unwrap()
+        };
+        messages
             .into_iter()
             .map(|m| {
                 (
@@ -91,7 +116,7 @@ impl Env {
     /// once: not a second before. `completed` is what the endpoint completed so far.
     async fn real_timeout_fires_at_its_due_time(&self, flows: &courier::RunningEndpoint, id: &str, completed: u64) {
         self.advance(3599);
-        handled(flows, &Bump { id: id.into() }, completed + 1).await;
+        handled_at(flows, &Bump { id: id.into() }, completed + 1).await;
         assert_eq!(self.fired(), 0, "not before its due time");
         self.advance(2);
         eventually("the real timeout", || async { self.fired() == 1 }).await;
@@ -101,6 +126,17 @@ impl Env {
         .await;
         assert_eq!(self.fired(), 1, "once");
     }
+}
+
+/// Sends `message` to the endpoint `flows` (whatever its name) and waits until it
+/// completed `n` messages in all.
+async fn handled_at<M: courier::Message>(flows: &courier::RunningEndpoint, message: &M, n: u64) {
+    flows
+        .bus()
+        .send_with(message, SendOptions::new().to(flows.name()))
+        .await
+        .unwrap();
+    eventually("the message handled", || async { flows.stats().completed >= n }).await;
 }
 
 /// A copy of a real timeout's message with every header the store keeps (the id from
@@ -343,3 +379,48 @@ on_every_store!(
     an_early_copy_of_the_dispatchers_message_is_refused,
     forged_header_values_never_fire_the_timeout,
 );
+
+/// On RabbitMQ (a Postgres store; timeouts handed back by the claim and sent as scheduled
+/// messages through the transport's scheduler): a copy with every header the row keeps,
+/// the same copy under another type, and forged copies with any header values are
+/// dead-lettered (as forged, or as an unknown type) without touching the saga or the
+/// timeout, and the real timeout, sealed by the claim, fires at its due time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_rabbitmq_forged_copies_are_dead_lettered_and_the_real_timeout_fires_on_time() {
+    let mut env = Env::new(StoreKind::Postgres).await;
+    env.env.fx = courier_tests::rabbit::amqp_fixture().await;
+    let name = format!("forged-{}", uuid::Uuid::new_v4().simple());
+    let flows = env.builder_named(&name, SagaOptions::default()).start().await.unwrap();
+    handled_at(&flows, &begin("rabbit-1", Some(3600)), 1).await;
+    let (id, forged) = env.visible_timeout().await;
+    let mut other_type = forged.clone();
+    other_type.message_type = Some("tests.NoSuchType".into());
+    let strategy = forged_copy(forged.clone());
+    let mut runner = TestRunner::deterministic();
+    let mut copies = vec![forged, other_type];
+    copies.extend((0..16).map(|_| strategy.new_tree(&mut runner).unwrap().current()));
+    let n = copies.len() as u64;
+    for copy in copies {
+        env.send_raw_to(&name, copy).await.unwrap();
+    }
+    eventually("every copy dead-lettered", || async {
+        flows.stats().dead_lettered == n
+    })
+    .await;
+    let dead = env.dead_of(&name).await;
+    assert_eq!(dead.len() as u64, n);
+    let unknown = dead.iter().filter(|(r, _)| r == reasons::UNKNOWN_MESSAGE_TYPE).count();
+    assert_eq!(unknown, 1, "{dead:?}");
+    assert!(
+        dead.iter()
+            .all(|(r, _)| r == reasons::FORGED_TIMEOUT || r == reasons::UNKNOWN_MESSAGE_TYPE),
+        "{dead:?}"
+    );
+    assert_eq!(env.fired(), 0);
+    assert_eq!(env.version("rabbit-1").await, 1, "the saga is unchanged");
+    assert!(env.still_pending(&id).await, "the real timeout is untouched");
+    assert_eq!(flows.stats().completed, 1);
+    env.real_timeout_fires_at_its_due_time(&flows, "rabbit-1", 1).await;
+    flows.shutdown().await.unwrap();
+    env.finish().await;
+}
