@@ -53,6 +53,7 @@ fn envelope() -> impl Strategy<Value = Envelope> {
         crate::saga::headers::CORRELATION,
         crate::saga::headers::TIMEOUT_KEY,
         crate::saga::headers::TIMEOUT_DUE,
+        crate::saga::headers::TIMEOUT_SEAL,
         "traceparent",
         "x-other",
     ]);
@@ -159,9 +160,15 @@ proptest! {
     }
 
     /// A body of any shape, with any content type, version header and saga headers,
-    /// decodes to the message or to a failure that says why.
+    /// decodes to the message or to a failure that says why; and, reaching a saga's
+    /// timeout handler, is never taken for the timeout dispatcher's copy (it carries no
+    /// seal the endpoint made).
     #[test]
     fn a_received_message_decodes_or_fails_with_a_reason(envelope in envelope()) {
+        let seal = crate::endpoint::timeout_seal::TimeoutSeal::new(&crate::store::EndpointSecret::from_bytes([3; 32]))
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let verdict = crate::endpoint::timeout_seal::judge(Some(&seal), "e", &envelope, chrono::DateTime::<chrono::Utc>::MAX_UTC);
+        prop_assert!(matches!(verdict, crate::endpoint::timeout_seal::Verdict::Forged(_)), "{:?}", verdict);
         match crate::version::decode_message::<Probe>(&envelope) {
             // Decoded: at version 2, or brought up from version 1 by the upcast.
             Ok(_) => {}
