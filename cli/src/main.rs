@@ -145,7 +145,7 @@ async fn run(cli: Cli) -> Exit {
         }
     };
     if let Command::Serve(args) = &cli.command {
-        let exit = serve::serve(args, &to).await;
+        let exit = serve::serve(args, &to, cli.target.embedded.as_deref()).await;
         if let Some(e) = &to.embedded {
             e.close().await;
         }

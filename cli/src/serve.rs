@@ -1,20 +1,55 @@
 //! `courier serve`: the web console ([`courier_cli::console`]) over the broker and store
 //! the command line connected to, until Ctrl-C.
+//!
+//! An embedded broker's file is served as an [`EmbeddedFile`]: the broker the command
+//! opened (to release the locks a previous process left, as every command does) is
+//! closed before the console serves, which then reads the file without its lock and opens
+//! it only for each change; the application can start meanwhile, and the console is
+//! read-only while it runs.
 
-use courier_cli::console::{Console, ConsoleError, DEFAULT_SAMPLE_EVERY};
+use std::path::Path;
+use std::sync::Arc;
+
+use courier::admin::QueueAdmin;
+use courier_cli::console::{Console, ConsoleError, DEFAULT_SAMPLE_EVERY, EmbeddedFile};
 
 use crate::Exit;
 use crate::args::ServeArgs;
 use crate::commands::Connections;
 
-/// Serves the console; the exit code says how it ended.
-pub(crate) async fn serve(args: &ServeArgs, to: &Connections) -> Exit {
+/// Serves the console; the exit code says how it ended. `embedded` is the broker file
+/// given with `--embedded`.
+pub(crate) async fn serve(args: &ServeArgs, to: &Connections, embedded: Option<&Path>) -> Exit {
     let mut console = Console::new().sample_every(args.sample_every.to_std().unwrap_or(DEFAULT_SAMPLE_EVERY));
-    if let Some(queues) = &to.queues {
-        console = console.queues(queues.clone());
+    let mut file = None;
+    let mut queues = to.queues.clone();
+    let mut store = to.store.clone();
+    if let (Some(path), Some(opened)) = (embedded, &to.embedded) {
+        // The file is the store too unless --postgres or --sqlite named another.
+        let store_too = store
+            .as_ref()
+            .is_some_and(|s| s.describe() == QueueAdmin::describe(opened));
+        opened.close().await;
+        let served = match EmbeddedFile::open(path).await {
+            Ok(f) => Arc::new(f),
+            Err(e) => {
+                crate::report(&e);
+                return crate::code_of(&e);
+            }
+        };
+        queues = Some(served.clone());
+        if store_too {
+            store = Some(served.clone());
+        }
+        let probe = served.clone();
+        console = console.read_only_when(move || probe.read_only_reason());
+        file = Some(served);
     }
-    if let Some(store) = &to.store {
-        console = console.store(store.clone());
+    if let Some(queues) = queues {
+        console = console.queues(queues);
+    }
+    if let Some(store) = store {
+        console = console.store(store);
     }
     if let Some(token) = &args.token {
         console = console.token(token.clone());
@@ -42,6 +77,18 @@ pub(crate) async fn serve(args: &ServeArgs, to: &Connections) -> Exit {
             "loopback only, no token"
         }
     );
+    if let Some(f) = &file {
+        eprintln!(
+            "the broker file {} is not held: the application can start while the console serves (the console opens \
+             the file only for each change, and is read-only while the application runs){}",
+            f.path().display(),
+            if f.read_only_reason().is_some() {
+                "; the application runs now: read-only"
+            } else {
+                ""
+            }
+        );
+    }
     let stop = async {
         if let Err(e) = tokio::signal::ctrl_c().await {
             eprintln!("error: cannot listen for Ctrl-C ({e}); stop the console with SIGTERM");

@@ -8,6 +8,8 @@ use chrono::{DateTime, Utc};
 use courier::admin::AdminError;
 use maud::{DOCTYPE, Markup, html};
 
+pub(crate) use super::security::Viewer;
+
 /// The style of every page: small, inline (the policy allows no other source).
 const STYLE: &str = r#"
 *{box-sizing:border-box}
@@ -46,16 +48,20 @@ td.id{white-space:nowrap;font-family:ui-monospace,monospace;font-size:.88em}
 td.err{max-width:28em;overflow-wrap:anywhere}
 td.spark{padding:.2em .7em}
 svg.spark{display:block}
+.readonly{padding:.6em 1.5em;background:#fff8c5;border-bottom:1px solid #d4a72c;color:#1f2328}
 "#;
 
-/// A page: the navigation, an optional logout button, `body`.
-pub(crate) fn frame(title: &str, logout_csrf: Option<&str>, body: &Markup) -> Markup {
+/// A page: the navigation, an optional logout button, an optional banner saying why the
+/// console is read-only, `body`.
+pub(crate) fn frame(title: &str, logout_csrf: Option<&str>, read_only: Option<&str>, body: &Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
+                // No icon: a browser asks for none.
+                link rel="icon" href="data:,";
                 title { (title) " · Courier console" }
                 style { (maud::PreEscaped(STYLE)) }
             }
@@ -73,16 +79,20 @@ pub(crate) fn frame(title: &str, logout_csrf: Option<&str>, body: &Markup) -> Ma
                         }
                     }
                 }
+                @if let Some(why) = read_only {
+                    div.readonly #read-only role="status" { strong { "Read-only. " } (why) "." }
+                }
                 main { (body) }
             }
         }
     }
 }
 
-/// A page for a request that passed the guard (with a logout button when a token is in
-/// force).
-pub(crate) fn page(state: &super::State, title: &str, body: &Markup) -> Markup {
-    frame(title, state.access.as_ref().map(|_| state.csrf.as_str()), body)
+/// A page for a request that passed the guard: a logout button for a session, and the
+/// read-only banner while the console is.
+pub(crate) fn page(state: &super::State, viewer: &Viewer, title: &str, body: &Markup) -> Markup {
+    let logout = viewer.session.as_ref().map(|_| viewer.csrf.as_str());
+    frame(title, logout, state.read_only_note().as_deref(), body)
 }
 
 /// An error shown as a page.
@@ -154,7 +164,7 @@ impl IntoResponse for PageError {
             p.flash.bad { (self.detail) }
             p { a href="/" { "Back to the queues" } }
         };
-        (self.status, frame(&self.title, None, &body)).into_response()
+        (self.status, frame(&self.title, None, None, &body)).into_response()
     }
 }
 
@@ -292,7 +302,13 @@ mod tests {
 
     #[test]
     fn values_are_escaped() {
-        let page = frame("t", None, &html! { pre { (opt(Some("<script>alert(1)</script>"))) } }).into_string();
+        let page = frame(
+            "t",
+            None,
+            None,
+            &html! { pre { (opt(Some("<script>alert(1)</script>"))) } },
+        )
+        .into_string();
         assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{page}");
         assert!(!page.contains("<script>"));
     }

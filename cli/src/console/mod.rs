@@ -13,17 +13,23 @@
 //!
 //! Security (see `security.rs`): without a token it answers only requests from loopback
 //! addressed to a loopback name, and [`Console::serve`] refuses to listen on another
-//! address; with a token every request must present it (a login form sets an
-//! `HttpOnly`, `SameSite=Strict` cookie, or the header `Authorization: Bearer TOKEN`).
-//! Every change is
-//! a POST carrying the process's CSRF token; GET never changes anything. Every value
+//! address; with a token every request must present it (a login opens a session of its
+//! own, `session.rs`, with an `HttpOnly`, `SameSite=Strict` cookie; or the header
+//! `Authorization: Bearer TOKEN`). Every change is a POST carrying the CSRF token of its
+//! session (or, without sessions, the process's); GET never changes anything. Every value
 //! from a message or a store is HTML-escaped (maud escapes by default), and connection
 //! passwords are never shown (the admins' `describe()`).
 //!
-//! Modules: `security.rs` (the checks every request passes), `history.rs` (the sampled
-//! dead-letter counts and their sparkline), `layout.rs` (the page frame, style, formats,
-//! error pages), `queues.rs` (dashboard and dead letters), `store.rs` (sagas, timeouts,
-//! outbox).
+//! An embedded broker's file that `courier serve` shows is an [`EmbeddedFile`]: read
+//! without the broker's lock, opened as the broker only for a change, so the application
+//! can start while the console serves; the console is read-only while it runs, and every
+//! page says so ([`Console::read_only_when`]).
+//!
+//! Modules: `security.rs` (the checks every request passes, login and logout),
+//! `session.rs` (the login sessions), `embedded.rs` (a broker file served without its
+//! lock), `history.rs` (the sampled dead-letter counts and their sparkline), `layout.rs`
+//! (the page frame, style, formats, error pages), `queues.rs` (dashboard and dead
+//! letters), `store.rs` (sagas, timeouts, outbox).
 //!
 //! # Examples
 //!
@@ -50,10 +56,12 @@
 //! # Ok(()) }
 //! ```
 
+mod embedded;
 mod history;
 mod layout;
 mod queues;
 mod security;
+mod session;
 mod store;
 
 use std::future::Future;
@@ -63,9 +71,12 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::{get, post};
+use courier::Clock;
 use courier::admin::{QueueAdmin, StoreAdmin};
 
+pub use self::embedded::EmbeddedFile;
 use self::history::History;
+pub use self::session::{IDLE as SESSION_IDLE, MAX_AGE as SESSION_MAX_AGE, MAX_SESSIONS};
 
 /// The shortest access token the console accepts.
 pub const MIN_TOKEN_LEN: usize = 16;
@@ -110,7 +121,12 @@ pub struct Console {
     store: Option<Arc<dyn StoreAdmin>>,
     token: Option<String>,
     sample_every: Duration,
+    clock: Arc<dyn Clock>,
+    read_only: Option<ReadOnlyProbe>,
 }
+
+/// Says why the console is read-only now, or `None`.
+type ReadOnlyProbe = Arc<dyn Fn() -> Option<String> + Send + Sync>;
 
 impl std::fmt::Debug for Console {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -119,6 +135,8 @@ impl std::fmt::Debug for Console {
             .field("store", &self.store.as_ref().map(|s| s.describe()))
             .field("token", &self.token.as_ref().map(|_| "***"))
             .field("sample_every", &self.sample_every)
+            .field("clock", &self.clock)
+            .field("read_only", &self.read_only.as_ref().map(|p| p()))
             .finish()
     }
 }
@@ -138,7 +156,36 @@ impl Console {
             store: None,
             token: None,
             sample_every: DEFAULT_SAMPLE_EVERY,
+            clock: Arc::new(courier::SystemClock),
+            read_only: None,
         }
+    }
+
+    /// An embedded broker's file, served without holding it ([`EmbeddedFile`]): its
+    /// queues and its store, and a banner on every page while an application runs it
+    /// (the console is read-only then).
+    #[must_use]
+    pub fn embedded_file(self, file: Arc<EmbeddedFile>) -> Self {
+        let probe = file.clone();
+        self.queues(file.clone())
+            .store(file)
+            .read_only_when(move || probe.read_only_reason())
+    }
+
+    /// A banner on every page while `reason` says why the console is read-only now (it is
+    /// asked at each page).
+    #[must_use]
+    pub fn read_only_when(mut self, reason: impl Fn() -> Option<String> + Send + Sync + 'static) -> Self {
+        self.read_only = Some(Arc::new(reason));
+        self
+    }
+
+    /// The clock the login sessions' expiry is measured on (the system's by default; a
+    /// test drives a `courier::VirtualClock`).
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// The broker whose queues and dead letters it shows.
@@ -213,9 +260,12 @@ impl Console {
         let state = Arc::new(State {
             queues: self.queues,
             store: self.store,
-            access: self.token.map(security::Access::new),
+            access: self
+                .token
+                .map(|t| security::Access::new(t, session::Sessions::new(self.clock.clone()))),
             csrf: security::random_token(),
             history,
+            read_only: self.read_only,
         });
         Ok(Router::new()
             .route("/", get(queues::dashboard))
@@ -259,12 +309,22 @@ impl Console {
 pub(crate) struct State {
     pub(crate) queues: Option<Arc<dyn QueueAdmin>>,
     pub(crate) store: Option<Arc<dyn StoreAdmin>>,
-    /// The access token and session, when one is required.
+    /// The access token and the sessions, when a token is required.
     pub(crate) access: Option<security::Access>,
-    /// The process's CSRF token, in every form and checked on every POST.
+    /// The process's CSRF token: in every form when there is no token, and in the forms of
+    /// requests with the bearer token (never on a session's page or the login form).
     pub(crate) csrf: String,
     /// The sampled dead-letter counts.
     pub(crate) history: Arc<History>,
+    /// Why the console is read-only now.
+    pub(crate) read_only: Option<ReadOnlyProbe>,
+}
+
+impl State {
+    /// Why the console is read-only now (the banner's text), or `None`.
+    pub(crate) fn read_only_note(&self) -> Option<String> {
+        self.read_only.as_ref().and_then(|p| p())
+    }
 }
 
 /// The shared state as handlers take it.

@@ -13,7 +13,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::history::sparkline;
-use super::layout::{F, PageError, PageResult, Q, age, opt, page, short, time, when};
+use super::layout::{F, PageError, PageResult, Q, Viewer, age, opt, page, short, time, when};
 use super::{Shared, State};
 
 /// Dead letters per page.
@@ -50,7 +50,7 @@ pub(crate) fn encode(value: &str) -> String {
 }
 
 /// `GET /`: the dashboard.
-pub(crate) async fn dashboard(axum::extract::State(state): Shared) -> PageResult {
+pub(crate) async fn dashboard(axum::extract::State(state): Shared, viewer: Viewer) -> PageResult {
     let mut describe: Vec<String> = state.queues.iter().map(|q| q.describe()).collect();
     if let Some(store) = &state.store {
         // The embedded broker's file is both: name it once.
@@ -137,6 +137,7 @@ pub(crate) async fn dashboard(axum::extract::State(state): Shared) -> PageResult
     };
     Ok(page(
         &state,
+        &viewer,
         "Queues",
         &html! {
             h1 { "Queues" }
@@ -184,7 +185,11 @@ pub(crate) struct ListQuery {
 }
 
 /// `GET /dlq?queue=Q&after=N`: a page of dead letters.
-pub(crate) async fn dead_letters(axum::extract::State(state): Shared, Q(q): Q<ListQuery>) -> PageResult {
+pub(crate) async fn dead_letters(
+    axum::extract::State(state): Shared,
+    viewer: Viewer,
+    Q(q): Q<ListQuery>,
+) -> PageResult {
     let admin = queues(&state)?;
     let list = admin.dead_letters(&q.queue, q.after, PAGE).await?;
     let now = admin.now();
@@ -197,7 +202,7 @@ pub(crate) async fn dead_letters(axum::extract::State(state): Shared, Q(q): Q<Li
             }
         }
     });
-    let csrf = &state.csrf;
+    let csrf = &viewer.csrf;
     let body = html! {
         p.small { a href="/" { "Queues" } " › " (q.queue) }
         h1 { "Dead letters of " (q.queue) }
@@ -259,7 +264,7 @@ pub(crate) async fn dead_letters(axum::extract::State(state): Shared, Q(q): Q<Li
             }
         }
     };
-    Ok(page(&state, &format!("Dead letters of {}", q.queue), &body).into_response())
+    Ok(page(&state, &viewer, &format!("Dead letters of {}", q.queue), &body).into_response())
 }
 
 fn plural(n: u64, one: &'static str, many: &'static str) -> &'static str {
@@ -278,7 +283,11 @@ pub(crate) struct MessageQuery {
 }
 
 /// `GET /dlq/message?queue=Q&seq=N`: one dead letter in full.
-pub(crate) async fn dead_letter(axum::extract::State(state): Shared, Q(q): Q<MessageQuery>) -> PageResult {
+pub(crate) async fn dead_letter(
+    axum::extract::State(state): Shared,
+    viewer: Viewer,
+    Q(q): Q<MessageQuery>,
+) -> PageResult {
     let admin = queues(&state)?;
     let d = admin.dead_letter(&q.queue, q.seq).await?;
     let now = admin.now();
@@ -286,7 +295,7 @@ pub(crate) async fn dead_letter(axum::extract::State(state): Shared, Q(q): Q<Mes
         p.small { a href="/" { "Queues" } " › " a href=(dlq_link(&q.queue, 0)) { (q.queue) } " › " (d.sequence_number) }
         h1 { "Dead letter " (d.message_id) }
         form.actions method="post" action="/dlq/resubmit" {
-            input type="hidden" name="csrf" value=(state.csrf);
+            input type="hidden" name="csrf" value=(viewer.csrf);
             input type="hidden" name="queue" value=(q.queue);
             button.primary type="submit" name="one" value=(d.sequence_number) formaction="/dlq/resubmit" { "Resubmit to " (d.queue) }
             button.danger type="submit" name="one" value=(d.sequence_number) formaction="/dlq/delete" { "Delete…" }
@@ -304,7 +313,7 @@ pub(crate) async fn dead_letter(axum::extract::State(state): Shared, Q(q): Q<Mes
             }
         }
     };
-    Ok(page(&state, &format!("Dead letter {}", d.message_id), &body).into_response())
+    Ok(page(&state, &viewer, &format!("Dead letter {}", d.message_id), &body).into_response())
 }
 
 fn fields(d: &DeadLetter, now: chrono::DateTime<chrono::Utc>) -> Markup {
@@ -430,16 +439,24 @@ impl Change {
 }
 
 /// `POST /dlq/resubmit`.
-pub(crate) async fn resubmit(axum::extract::State(state): Shared, F(form): F<Vec<(String, String)>>) -> PageResult {
-    change(&state, &form, true).await
+pub(crate) async fn resubmit(
+    axum::extract::State(state): Shared,
+    viewer: Viewer,
+    F(form): F<Vec<(String, String)>>,
+) -> PageResult {
+    change(&state, &viewer, &form, true).await
 }
 
 /// `POST /dlq/delete`.
-pub(crate) async fn delete(axum::extract::State(state): Shared, F(form): F<Vec<(String, String)>>) -> PageResult {
-    change(&state, &form, false).await
+pub(crate) async fn delete(
+    axum::extract::State(state): Shared,
+    viewer: Viewer,
+    F(form): F<Vec<(String, String)>>,
+) -> PageResult {
+    change(&state, &viewer, &form, false).await
 }
 
-async fn change(state: &State, pairs: &[(String, String)], resubmit: bool) -> PageResult {
+async fn change(state: &State, viewer: &Viewer, pairs: &[(String, String)], resubmit: bool) -> PageResult {
     let admin = queues(state)?;
     let c = Change::parse(pairs)?;
     let verb = if resubmit { "Resubmit" } else { "Delete" };
@@ -457,7 +474,7 @@ async fn change(state: &State, pairs: &[(String, String)], resubmit: bool) -> Pa
     }
     // Deleting is for good, and "all" may be many: ask first (a second form, no script).
     if !c.confirmed && (!resubmit || c.all) {
-        return Ok(confirm(state, &c, &seqs, resubmit).into_response());
+        return Ok(confirm(state, viewer, &c, &seqs, resubmit).into_response());
     }
     let outcome: BatchOutcome = if resubmit {
         admin.resubmit_many(&c.queue, &seqs).await?
@@ -487,13 +504,13 @@ async fn change(state: &State, pairs: &[(String, String)], resubmit: bool) -> Pa
     };
     Ok((
         StatusCode::INTERNAL_SERVER_ERROR,
-        page(state, "Some changes failed", &body),
+        page(state, viewer, "Some changes failed", &body),
     )
         .into_response())
 }
 
 /// The confirmation form of a change.
-fn confirm(state: &State, c: &Change, seqs: &[SequenceNumber], resubmit: bool) -> Markup {
+fn confirm(state: &State, viewer: &Viewer, c: &Change, seqs: &[SequenceNumber], resubmit: bool) -> Markup {
     let n = seqs.len() as u64;
     let what = if c.all {
         format!("all {n} dead letters of {}", c.queue)
@@ -515,7 +532,7 @@ fn confirm(state: &State, c: &Change, seqs: &[SequenceNumber], resubmit: bool) -
         @if !c.all { p.muted.small { "Sequence numbers: " (seqs.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")) } }
         @else { p.muted.small { "Those there now; a message that fails again meanwhile is not taken a second time." } }
         form.actions method="post" action=(action) {
-            input type="hidden" name="csrf" value=(state.csrf);
+            input type="hidden" name="csrf" value=(viewer.csrf);
             input type="hidden" name="queue" value=(c.queue);
             input type="hidden" name="confirmed" value="1";
             @if c.all { input type="hidden" name="all" value="1"; }
@@ -524,7 +541,7 @@ fn confirm(state: &State, c: &Change, seqs: &[SequenceNumber], resubmit: bool) -
             a href=(dlq_link(&c.queue, 0)) { "Cancel" }
         }
     };
-    page(state, &title, &body)
+    page(state, viewer, &title, &body)
 }
 
 #[cfg(test)]

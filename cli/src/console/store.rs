@@ -9,7 +9,7 @@ use courier::admin::{PendingTimeout, SagaFilter, StoreAdmin, TimeoutFilter, Time
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::layout::{F, PageError, PageResult, Q, opt, page, parse_age, short, time, when};
+use super::layout::{F, PageError, PageResult, Q, Viewer, opt, page, parse_age, short, time, when};
 use super::queues::encode;
 use super::{Shared, State};
 
@@ -37,7 +37,7 @@ fn instance_link(saga: &str, correlation: &str) -> String {
 }
 
 /// `GET /sagas`: saga types with their number of instances.
-pub(crate) async fn saga_types(axum::extract::State(state): Shared) -> PageResult {
+pub(crate) async fn saga_types(axum::extract::State(state): Shared, viewer: Viewer) -> PageResult {
     let admin = store(&state)?;
     let types = admin.saga_types().await?;
     let now = admin.now();
@@ -55,7 +55,7 @@ pub(crate) async fn saga_types(axum::extract::State(state): Shared) -> PageResul
             }
         }
     };
-    Ok(page(&state, "Sagas", &body).into_response())
+    Ok(page(&state, &viewer, "Sagas", &body).into_response())
 }
 
 /// The filters of a saga's instances.
@@ -73,7 +73,7 @@ pub(crate) struct SagasQuery {
 
 /// `GET /sagas/list?saga=S&correlation=&older_than=&timeout=`: instances, least recently
 /// updated first.
-pub(crate) async fn sagas(axum::extract::State(state): Shared, Q(q): Q<SagasQuery>) -> PageResult {
+pub(crate) async fn sagas(axum::extract::State(state): Shared, viewer: Viewer, Q(q): Q<SagasQuery>) -> PageResult {
     let admin = store(&state)?;
     let now = admin.now();
     let mut filter = SagaFilter::default().limit(200);
@@ -125,7 +125,7 @@ pub(crate) async fn sagas(axum::extract::State(state): Shared, Q(q): Q<SagasQuer
             @if list.len() >= 200 { p.muted.small { "The first 200; narrow the filter to see others." } }
         }
     };
-    Ok(page(&state, &format!("Instances of {}", q.saga), &body).into_response())
+    Ok(page(&state, &viewer, &format!("Instances of {}", q.saga), &body).into_response())
 }
 
 /// One instance's address.
@@ -137,7 +137,7 @@ pub(crate) struct InstanceQuery {
 
 /// `GET /sagas/instance?saga=S&correlation=C`: state, version, pending timeouts, and the
 /// completion form.
-pub(crate) async fn saga(axum::extract::State(state): Shared, Q(q): Q<InstanceQuery>) -> PageResult {
+pub(crate) async fn saga(axum::extract::State(state): Shared, viewer: Viewer, Q(q): Q<InstanceQuery>) -> PageResult {
     let admin = store(&state)?;
     let s = admin.saga(&q.saga, &q.correlation).await?;
     let now = admin.now();
@@ -160,14 +160,14 @@ pub(crate) async fn saga(axum::extract::State(state): Shared, Q(q): Q<InstanceQu
         p { "Deletes the instance with its pending timeouts, in one transaction. A message for it that comes later "
             "finds no instance (it starts a new one only if it is a start message). The reason is logged." }
         form.filters method="post" action="/sagas/complete" {
-            input type="hidden" name="csrf" value=(state.csrf);
+            input type="hidden" name="csrf" value=(viewer.csrf);
             input type="hidden" name="saga" value=(q.saga);
             input type="hidden" name="correlation" value=(q.correlation);
             label { "Reason (required)" input type="text" name="reason" size="50" required; }
             button.danger type="submit" { "Complete" }
         }
     };
-    Ok(page(&state, &format!("{} {}", q.saga, q.correlation), &body).into_response())
+    Ok(page(&state, &viewer, &format!("{} {}", q.saga, q.correlation), &body).into_response())
 }
 
 /// The completion form.
@@ -239,7 +239,11 @@ pub(crate) struct TimeoutsQuery {
 }
 
 /// `GET /timeouts?overdue=on`: pending timeouts, earliest due first.
-pub(crate) async fn timeouts(axum::extract::State(state): Shared, Q(q): Q<TimeoutsQuery>) -> PageResult {
+pub(crate) async fn timeouts(
+    axum::extract::State(state): Shared,
+    viewer: Viewer,
+    Q(q): Q<TimeoutsQuery>,
+) -> PageResult {
     let admin = store(&state)?;
     let overdue = q.overdue.is_some_and(|v| !v.is_empty());
     let mut filter = TimeoutFilter::default().limit(500);
@@ -260,7 +264,7 @@ pub(crate) async fn timeouts(axum::extract::State(state): Shared, Q(q): Q<Timeou
         }
         (timeout_table(&list, now, true))
     };
-    Ok(page(&state, "Timeouts", &body).into_response())
+    Ok(page(&state, &viewer, "Timeouts", &body).into_response())
 }
 
 /// The outbox page's choice.
@@ -270,7 +274,7 @@ pub(crate) struct OutboxQuery {
 }
 
 /// `GET /outbox?dead=on`: messages stored and not dispatched, or the outbox's dead letters.
-pub(crate) async fn outbox(axum::extract::State(state): Shared, Q(q): Q<OutboxQuery>) -> PageResult {
+pub(crate) async fn outbox(axum::extract::State(state): Shared, viewer: Viewer, Q(q): Q<OutboxQuery>) -> PageResult {
     let admin = store(&state)?;
     let dead = q.dead.is_some_and(|v| !v.is_empty());
     let list = if dead {
@@ -310,5 +314,5 @@ pub(crate) async fn outbox(axum::extract::State(state): Shared, Q(q): Q<OutboxQu
             }
         }
     };
-    Ok(page(&state, "Outbox", &body).into_response())
+    Ok(page(&state, &viewer, "Outbox", &body).into_response())
 }

@@ -49,3 +49,41 @@ pub(crate) fn csrf_of(page: &str) -> String {
     let at = page.find("name=\"csrf\" value=\"").expect("a form with the CSRF token") + 19;
     page[at..].split('"').next().unwrap().to_owned()
 }
+
+/// The `name=value` of the cookie `name` an answer sets.
+pub(crate) fn set_cookie(answer: &Answer, name: &str) -> Option<String> {
+    answer
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with(&format!("{name}=")))
+        .map(str::to_owned)
+}
+
+/// The whole `Set-Cookie` of the session cookie, and its `courier_console=ID` part.
+pub(crate) struct Login {
+    pub(crate) set_cookie: String,
+    pub(crate) cookie: String,
+}
+
+/// Logs in as a browser does: the login form (its cookie and hidden field), then its POST
+/// with the token.
+pub(crate) async fn login(base: &str, token: &str) -> Login {
+    let form = http("GET", &format!("{base}/login"), &[], None).await;
+    assert_eq!(form.status, 200, "{}", form.body);
+    let nonce = csrf_of(&form.body);
+    let login_cookie = set_cookie(&form, "courier_console_login").expect("the login form's cookie");
+    let login_cookie = login_cookie.split(';').next().unwrap().to_owned();
+    let done = http(
+        "POST",
+        &format!("{base}/login"),
+        &[("cookie", &login_cookie)],
+        Some(&format!("csrf={nonce}&token={token}")),
+    )
+    .await;
+    assert_eq!(done.status, 303, "{}", done.body);
+    let set_cookie = set_cookie(&done, "courier_console").expect("a session cookie");
+    let cookie = set_cookie.split(';').next().unwrap().to_owned();
+    Login { set_cookie, cookie }
+}

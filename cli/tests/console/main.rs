@@ -16,7 +16,9 @@
 //! `browser.rs` (Chromium over WebDriver), `http.rs` (a plain HTTP client); the tests:
 //! `pages.rs` (every page, with the screenshots, and the error pages), `dead_letters.rs`
 //! (resubmit to a running endpoint, markup shown as text), `security.rs` (tokens, CSRF,
-//! loopback, passwords), `transports.rs` (the same pages over the Postgres transport and
+//! loopback, passwords), `sessions.rs` (one session per login, logout, expiry, the login
+//! form), `read_only.rs` (an embedded file served without its lock: the application
+//! starts, the pages say read-only), `transports.rs` (the same pages over the Postgres transport and
 //! over RabbitMQ with a SQLite store, driven over plain HTTP).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
@@ -26,5 +28,7 @@ mod dead_letters;
 mod fixture;
 mod http;
 mod pages;
+mod read_only;
 mod security;
+mod sessions;
 mod transports;

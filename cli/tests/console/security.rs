@@ -97,18 +97,15 @@ async fn changes_need_the_csrf_token_and_requests_the_access_token() {
     assert_eq!(b.text("h1").await, "Queues", "the cookie keeps the browser in");
     b.close().await;
 
-    // The login's cookie is HttpOnly and SameSite=Strict.
-    let form = format!("csrf={csrf}&token={token}");
-    let logged = http("POST", &format!("{base}/login"), &[], Some(&form)).await;
-    assert_eq!(logged.status, 303);
-    let cookie = logged.headers["set-cookie"].to_str().unwrap().to_owned();
+    // The login's cookie is HttpOnly and SameSite=Strict (sessions.rs tests the rest).
+    let logged = crate::http::login(&base, token).await;
     assert!(
-        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
-        "{cookie}"
+        logged.set_cookie.contains("HttpOnly") && logged.set_cookie.contains("SameSite=Strict"),
+        "{}",
+        logged.set_cookie
     );
-    let session = cookie.split(';').next().unwrap();
     assert_eq!(
-        http("GET", &format!("{base}/"), &[("cookie", session)], None)
+        http("GET", &format!("{base}/"), &[("cookie", &logged.cookie)], None)
             .await
             .status,
         200

@@ -68,22 +68,43 @@ impl EmbeddedAdmin {
         if !path.is_file() {
             return Err(AdminError::not_found(format!("the broker file {}", path.display())));
         }
-        let name = format!("embedded broker {}", path.display());
         if in_use(path) {
-            return Ok(Self {
-                broker: None,
-                pool: sqlite::read_only_pool(path).await?,
-                clock: Arc::new(SystemClock),
-                name,
-            });
+            return Self::open_read_only(path).await;
         }
         let broker = Embedded::open(path)
             .await
             .map_err(|e| AdminError::unavailable(path.display().to_string(), e))?;
         Ok(Self {
-            name,
+            name: format!("embedded broker {}", path.display()),
             ..Self::new(broker)
         })
+    }
+
+    /// Opens an existing broker file read-only, whether or not a process runs it, and
+    /// without taking its lock: an application can open the broker meanwhile. Changes are
+    /// refused ([`is_read_only`](Self::is_read_only)). The web console serves a file so,
+    /// opening the broker only for each change.
+    ///
+    /// # Errors
+    /// [`AdminError::NotFound`] if there is no such file (nothing is created);
+    /// [`AdminError::Unavailable`] if it cannot be opened.
+    pub async fn open_read_only(path: impl AsRef<Path>) -> AdminResult<Self> {
+        let path = path.as_ref();
+        if !path.is_file() {
+            return Err(AdminError::not_found(format!("the broker file {}", path.display())));
+        }
+        Ok(Self {
+            broker: None,
+            pool: sqlite::read_only_pool(path).await?,
+            clock: Arc::new(SystemClock),
+            name: format!("embedded broker {}", path.display()),
+        })
+    }
+
+    /// Whether a process runs the broker of the file at `path` (holds its lock file
+    /// `<path>.lock`). The check takes the lock for an instant when it is free.
+    pub fn is_in_use(path: impl AsRef<Path>) -> bool {
+        in_use(path.as_ref())
     }
 
     /// Whether changes are refused (another process runs the broker).
