@@ -215,16 +215,9 @@ impl Run<'_> {
         };
         let verb = if resubmit { "resubmit" } else { "delete" };
         if change.dry_run {
-            // What is there now, message by message.
-            let mut found = Vec::new();
-            let mut missing = Vec::new();
-            for &seq in &seqs {
-                match admin.dead_letter(queue, seq).await {
-                    Ok(d) => found.push(d),
-                    Err(AdminError::NotFound { .. }) => missing.push(seq),
-                    Err(e) => return Err(e.into()),
-                }
-            }
+            // What is there now (on RabbitMQ one reading of the dead-letter queue, which
+            // moves nothing).
+            let (found, missing) = admin.dead_letter_summaries(queue, &seqs).await?;
             if self.json {
                 let seqs: Vec<i64> = found.iter().map(|d| d.sequence_number).collect();
                 self.out.json(&json!({

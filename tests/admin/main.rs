@@ -17,6 +17,7 @@
 mod pg_transport;
 mod rabbit;
 mod rabbit_management;
+mod rabbit_reading;
 mod resubmit;
 mod sagas;
 mod stores;

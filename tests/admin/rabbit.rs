@@ -1,11 +1,12 @@
 //! Queues and dead letters on RabbitMQ through `QueueAdmin` on `AmqpAdmin`, against the
 //! real broker (tests/src/rabbit.rs): the entities the transport recorded in its
-//! schedule store, counts from passive declares and parked rows, dead letters parked in
-//! the schedule store (SQLite and Postgres) when first looked at, more of them than
-//! RabbitMQ hands one consumer unacknowledged, parking that is cut or sees a message
-//! again, resubmit (confirmed copies, then the rows deleted), delete, a subscription's
-//! dead letters, an interrupted resubmit that leaves every message somewhere (in both at
-//! worst, with the same message id), and an admin without a store. Each test has its own
+//! schedule store, counts from passive declares, dead letters read in their DLQ and
+//! numbered in the schedule store (SQLite and Postgres), more of them than RabbitMQ hands
+//! one consumer unacknowledged, a reading that is cut or meets a message twice, resubmit
+//! (confirmed copies, then the dead letters taken), delete, a subscription's dead letters,
+//! an interrupted resubmit that leaves every message somewhere (in both at worst, with the
+//! same message id), and an admin without a store. What reading must not move, the bytes
+//! a resubmit sends and its time-to-live are in `rabbit_reading.rs`. Each test has its own
 //! names (a random suffix) and its own schedule store.
 
 use std::collections::BTreeSet;
@@ -28,12 +29,21 @@ use lapin::{BasicProperties, Connection, ConnectionProperties};
 
 use super::{Flaky, PlaceOrder, poll_then_drop};
 
-fn unique(prefix: &str) -> String {
+/// Waits until the admin counts `n` dead letters of `queue` (RabbitMQ counts what a
+/// reading gave back a moment after it closed its channels).
+pub(crate) async fn settles(admin: &AmqpAdmin, queue: &str, n: u64) {
+    eventually("the dead letters counted", || async {
+        dead_count(admin, queue).await == n
+    })
+    .await;
+}
+
+pub(crate) fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", &uuid::Uuid::new_v4().simple().to_string()[..10])
 }
 
 /// A transport and an admin on its connection, scheduled messages in SQLite in memory.
-async fn setup() -> (AmqpTransport, AmqpAdmin, VirtualClock) {
+pub(crate) async fn setup() -> (AmqpTransport, AmqpAdmin, VirtualClock) {
     let clock = VirtualClock::starting_now();
     let store = memory_store().await;
     let t = transport(&clock, ScheduleStore::from(&store)).await;
@@ -43,7 +53,7 @@ async fn setup() -> (AmqpTransport, AmqpAdmin, VirtualClock) {
 
 /// Sends `bodies` to `send_to` (ids `send_to-i`, with failure headers) and dead-letters
 /// them from `path`.
-async fn dead_letter_all(t: &AmqpTransport, send_to: &str, path: &EntityPath, bodies: &[Vec<u8>]) {
+pub(crate) async fn dead_letter_all(t: &AmqpTransport, send_to: &str, path: &EntityPath, bodies: &[Vec<u8>]) {
     let sender = t.sender(send_to, SenderOptions::default()).await.unwrap();
     let mut batch = Vec::new();
     for (i, body) in bodies.iter().enumerate() {
@@ -78,16 +88,16 @@ async fn dead_letter_all(t: &AmqpTransport, send_to: &str, path: &EntityPath, bo
     }
 }
 
-fn json_bodies(n: usize) -> Vec<Vec<u8>> {
+pub(crate) fn json_bodies(n: usize) -> Vec<Vec<u8>> {
     (0..n).map(|i| format!("{{\"n\":{i}}}").into_bytes()).collect()
 }
 
-async fn counts(t: &AmqpTransport, path: &EntityPath) -> courier::EntityCounts {
+pub(crate) async fn counts(t: &AmqpTransport, path: &EntityPath) -> courier::EntityCounts {
     t.counts(path).await.unwrap()
 }
 
 /// The admin's dead-letter count of `queue`: its DLQ's ready messages and its parked rows.
-async fn dead_count(admin: &AmqpAdmin, queue: &str) -> u64 {
+pub(crate) async fn dead_count(admin: &AmqpAdmin, queue: &str) -> u64 {
     admin
         .queues()
         .await
@@ -100,7 +110,7 @@ async fn dead_count(admin: &AmqpAdmin, queue: &str) -> u64 {
 /// Publishes `n` messages straight into `dlq` as the transport's dead-lettering writes
 /// them (failure and dead-letter headers, a sequence number of its own each, ids
 /// `prefix-i`), with publisher confirms: thousands of dead letters in a second.
-async fn publish_dead_letters(dlq: &str, prefix: &str, first_sequence: i64, n: usize) {
+pub(crate) async fn publish_dead_letters(dlq: &str, prefix: &str, first_sequence: i64, n: usize) {
     let conn = Connection::connect(&amqp_url().await, ConnectionProperties::default())
         .await
         .unwrap();
@@ -224,10 +234,10 @@ async fn rabbit_a_poison_message_is_listed_shown_resubmitted_and_then_handled() 
     assert_eq!(shown.body, BodyView::Json(serde_json::json!({"id": 7})));
     assert_eq!(shown.source.as_deref(), Some(queue.as_str()));
     assert!(shown.headers.contains_key(headers::FAILURE_HANDLER));
-    // Listing parked it in the schedule store: the DLQ is empty (RabbitMQ's count
-    // follows the acknowledgement a moment later), the admin still counts it.
-    eventually("the dead letter parked", || async {
-        counts(&t, &path).await.dead_lettered == 0
+    // Reading it moved nothing: it is still in RabbitMQ's DLQ (given back a moment after
+    // the reading closed its channels).
+    eventually("the dead letter still in the DLQ", || async {
+        counts(&t, &path).await.dead_lettered == 1
     })
     .await;
     assert_eq!(dead_count(&admin, &queue).await, 1);
@@ -252,7 +262,7 @@ async fn rabbit_a_poison_message_is_listed_shown_resubmitted_and_then_handled() 
 }
 
 #[tokio::test]
-async fn rabbit_a_listing_parks_the_dlq_and_pages_are_stable() {
+async fn rabbit_pages_are_stable_and_the_dlq_keeps_its_messages() {
     let (t, admin, _clock) = setup().await;
     let queue = unique("rbadm-pages");
     t.create_queue(&queue, &QueueOptions::default()).await.unwrap();
@@ -261,11 +271,6 @@ async fn rabbit_a_listing_parks_the_dlq_and_pages_are_stable() {
 
     let first = admin.dead_letters(&queue, 0, 3).await.unwrap();
     assert_eq!((first.items.len(), first.total), (3, 7));
-    // A page parks what it lacks (a page and one more), and counts the rest in the DLQ.
-    eventually("the rest still in RabbitMQ's DLQ", || async {
-        counts(&t, &path).await.dead_lettered == 3
-    })
-    .await;
     let second = admin.dead_letters(&queue, first.next_after.unwrap(), 3).await.unwrap();
     let third = admin.dead_letters(&queue, second.next_after.unwrap(), 3).await.unwrap();
     assert_eq!((second.items.len(), third.items.len(), third.next_after), (3, 1, None));
@@ -275,27 +280,26 @@ async fn rabbit_a_listing_parks_the_dlq_and_pages_are_stable() {
         .collect();
     let all = admin.all_dead_letters(&queue).await.unwrap();
     assert_eq!(paged, all, "the same numbers at every listing, in order");
-    let ids: BTreeSet<String> = [&first, &second, &third]
+    // Numbered in queue order: the ids in the order they were dead-lettered.
+    let ids: Vec<String> = [&first, &second, &third]
         .iter()
         .flat_map(|p| p.items.iter().map(|d| d.message_id.clone()))
         .collect();
-    assert_eq!(ids.len(), 7);
+    let sent: Vec<String> = (0..7).map(|i| format!("{queue}-{i}")).collect();
+    assert_eq!(ids, sent);
     let d = &first.items[0];
     assert_eq!(d.reason.as_deref(), Some("test.Poison"));
     assert_eq!(d.delivery_count, 4, "from the endpoint's failure header");
     assert_eq!(d.error.as_deref(), Some("boom"));
-    // Parked in park order, numbered 1, 2, ... in this store.
     assert!(paged.windows(2).all(|w| w[0] < w[1]), "{paged:?}");
-    eventually("the DLQ drained into the store", || async {
+    // Every reading gave everything back: RabbitMQ's DLQ holds the seven.
+    eventually("the DLQ keeps every dead letter", || async {
         let c = counts(&t, &path).await;
-        (c.active, c.dead_lettered) == (0, 0)
+        (c.active, c.dead_lettered) == (0, 7)
     })
     .await;
     assert_eq!(dead_count(&admin, &queue).await, 7);
-    // A receiver of the DLQ sub-queue sees only dead letters not parked yet.
-    let dlq = t.receiver(&path.clone().dead_letter()).await.unwrap();
-    assert!(dlq.receive(1, Duration::from_millis(300)).await.unwrap().is_empty());
-    // Deleting the queue deletes its parked dead letters.
+    // Deleting the queue deletes its dead letters and their numbers.
     t.delete(&path).await.unwrap();
     t.create_queue(&queue, &QueueOptions::default()).await.unwrap();
     assert_eq!(admin.dead_letters(&queue, 0, 10).await.unwrap().total, 0);
@@ -342,10 +346,10 @@ async fn rabbit_show_decodes_bodies_and_delete_and_unknowns_behave() {
         admin.resubmit(&queue, all[0]).await,
         Err(AdminError::NotFound { .. })
     ));
-    assert_eq!(dead_count(&admin, &queue).await, 2);
+    settles(&admin, &queue, 2).await;
     let outcome = admin.delete_many(&queue, &[all[1], 12345]).await.unwrap();
     assert_eq!((outcome.done, outcome.not_found), (vec![all[1]], vec![12345]));
-    assert_eq!(dead_count(&admin, &queue).await, 1);
+    settles(&admin, &queue, 1).await;
     let missing = unique("rbadm-none");
     assert!(matches!(
         admin.dead_letters(&missing, 0, 10).await,
@@ -505,7 +509,7 @@ async fn rabbit_an_interrupted_resubmit_leaves_every_message_somewhere() {
     // is left.
     let rest = admin.all_dead_letters(&queue).await.unwrap();
     admin.resubmit_many(&queue, &rest).await.unwrap();
-    assert_eq!(dead_count(&admin, &queue).await, 0);
+    settles(&admin, &queue, 0).await;
     // Every message is there, at least once; a copy twice (cut between the confirm and
     // the ack) has the same message id, so an inbox drops the second.
     let receiver = t.receiver(&path).await.unwrap();
@@ -594,7 +598,7 @@ async fn more_than_two_thousand(t: &AmqpTransport, admin: &AmqpAdmin, queue: &st
     let deleted: Vec<i64> = listed[300..500].iter().map(|d| d.sequence_number).collect();
     let outcome = admin.delete_many(queue, &deleted).await.unwrap();
     assert_eq!(outcome.done, deleted);
-    assert_eq!(dead_count(admin, queue).await, 2_000);
+    settles(admin, queue, 2_000).await;
 
     let rest = admin.all_dead_letters(queue).await.unwrap();
     assert_eq!(rest.len(), 2_000);
@@ -603,7 +607,7 @@ async fn more_than_two_thousand(t: &AmqpTransport, admin: &AmqpAdmin, queue: &st
     let second = receive_resubmitted(t, &path, 2_000).await;
     let all: BTreeSet<&String> = first.iter().chain(&second).collect();
     assert_eq!((first.len() + second.len(), all.len()), (2_300, 2_300), "each once");
-    assert_eq!(dead_count(admin, queue).await, 0);
+    settles(admin, queue, 0).await;
     let receiver = t.receiver(&path).await.unwrap();
     assert!(
         receiver
@@ -639,34 +643,47 @@ async fn rabbit_more_than_2000_dead_letters_in_a_postgres_store() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rabbit_parking_a_message_again_or_cut_short_keeps_each_once() {
-    let (t, admin, _clock) = setup().await;
-    let queue = unique("rbadm-park");
+async fn rabbit_a_reading_cut_short_gives_back_and_copies_share_a_number() {
+    // A store in a file: a cut numbering transaction closes its connection, and an
+    // in-memory database would be gone with it.
+    let dir = tempfile::tempdir().unwrap();
+    let store = courier::SqliteStore::open(dir.path().join("schedules.db"))
+        .await
+        .unwrap();
+    store.migrate().await.unwrap();
+    let clock = VirtualClock::starting_now();
+    let t = transport(&clock, ScheduleStore::from(&store)).await;
+    let admin = AmqpAdmin::new(&t);
+    let queue = unique("rbadm-cut-read");
     t.create_queue(&queue, &QueueOptions::default()).await.unwrap();
+    let path = EntityPath::queue(&queue);
     let dlq = format!("{queue}::dlq");
     let n = 1_200;
     let base = chrono::Utc::now().timestamp_micros();
     publish_dead_letters(&dlq, &queue, base, n).await;
-    // Parking cut at many moments: a batch committed and not acknowledged is delivered
-    // again and skipped, one not committed is parked next time.
+    // Readings cut at many moments (a dropped future): RabbitMQ gives back what they held.
     for polls in [0, 2, 5, 10, 20, 40, 80] {
         poll_then_drop(admin.all_dead_letters(&queue), polls).await;
     }
-    // The same messages again in the DLQ, as RabbitMQ redelivers a batch whose commit
-    // went through when the acknowledgement did not (a crash between the two).
-    publish_dead_letters(&dlq, &queue, base, n).await;
-    eventually("everything parked once", || async {
-        let parked = admin.all_dead_letters(&queue).await.unwrap();
-        parked.len() == n && counts(&t, &EntityPath::queue(&queue)).await.dead_lettered == 0
+    eventually("every dead letter back in the DLQ", || async {
+        counts(&t, &path).await.dead_lettered == u64::try_from(n).unwrap()
     })
     .await;
+    let all = admin.all_dead_letters(&queue).await.unwrap();
+    assert_eq!(all.len(), n, "each numbered once");
+    // The same messages again in the DLQ (at-least-once dead-lettering can leave two
+    // copies): a copy has the number of its message.
+    publish_dead_letters(&dlq, &queue, base, n).await;
+    eventually("both copies counted", || async {
+        dead_count(&admin, &queue).await == 2 * u64::try_from(n).unwrap()
+    })
+    .await;
+    assert_eq!(admin.all_dead_letters(&queue).await.unwrap(), all);
     assert_eq!(
         admin.dead_letters(&queue, 0, 10).await.unwrap().total,
-        u64::try_from(n).unwrap()
+        2 * u64::try_from(n).unwrap()
     );
-    let all = admin.all_dead_letters(&queue).await.unwrap();
-    assert_eq!(all.len(), n, "never lost, never twice");
-    t.delete(&EntityPath::queue(&queue)).await.unwrap();
+    t.delete(&path).await.unwrap();
 }
 
 #[tokio::test]

@@ -137,6 +137,30 @@ pub trait QueueAdmin: Send + Sync {
     /// admin cannot write (see the implementation).
     async fn resubmit(&self, queue: &str, sequence_number: SequenceNumber) -> AdminResult<()>;
 
+    /// The dead letters among `sequence_numbers` as a listing shows them, in the order
+    /// given, and the numbers not found: what a dry run prints. On RabbitMQ, one reading
+    /// of the dead-letter queue for all of them.
+    ///
+    /// # Errors
+    /// As [`dead_letter`](Self::dead_letter), but a number not found is reported, not an
+    /// error.
+    async fn dead_letter_summaries(
+        &self,
+        queue: &str,
+        sequence_numbers: &[SequenceNumber],
+    ) -> AdminResult<(Vec<DeadLetterSummary>, Vec<SequenceNumber>)> {
+        let mut found = Vec::new();
+        let mut missing = Vec::new();
+        for &seq in sequence_numbers {
+            match self.dead_letter(queue, seq).await {
+                Ok(d) => found.push(d.summary()),
+                Err(AdminError::NotFound { .. }) => missing.push(seq),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok((found, missing))
+    }
+
     /// Deletes one dead letter for good.
     ///
     /// # Errors
@@ -257,6 +281,22 @@ pub trait StoreAdmin: Send + Sync {
 }
 
 /// Logs the completion of a saga by hand (every store does the same).
+impl DeadLetter {
+    /// What a listing shows of it.
+    #[must_use]
+    pub fn summary(&self) -> DeadLetterSummary {
+        DeadLetterSummary {
+            sequence_number: self.sequence_number,
+            message_id: self.message_id.clone(),
+            message_type: self.message_type.clone(),
+            enqueued_at: self.enqueued_at,
+            delivery_count: self.delivery_count,
+            reason: self.reason.clone(),
+            error: self.error.clone().or_else(|| self.description.clone()),
+        }
+    }
+}
+
 pub(crate) fn log_completed(store: &str, saga_type: &str, correlation: &str, done: &CompletedSaga, reason: &str) {
     tracing::warn!(
         store,

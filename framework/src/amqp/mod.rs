@@ -15,7 +15,10 @@
 //! substitute; `docs/rabbitmq.md` has the whole mapping and the wire format.
 
 mod admin;
+mod browse;
+mod catalog;
 mod conn;
+mod dead_letters;
 #[cfg(test)]
 mod fuzz;
 mod inspect;

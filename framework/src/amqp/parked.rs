@@ -1,31 +1,35 @@
-//! Dead letters of RabbitMQ parked in the transport's schedule store
+//! Dead letters of RabbitMQ as the transport's schedule store knows them
 //! (`courier.amqp_dead_letter` with `courier.amqp_dead_letter_message` /
-//! `courier_amqp_dead_letter`, migration
-//! `20261126210001_amqp_dead_letters.sql`): the rows the operations API
-//! ([`AmqpAdmin`](super::admin::AmqpAdmin)) pages, shows, resubmits and deletes.
+//! `courier_amqp_dead_letter`, migrations `20261126210001_amqp_dead_letters.sql` and
+//! `20261130000201_amqp_dead_letter_seen.sql`).
 //!
-//! A row holds the message exactly as RabbitMQ delivered it (its AMQP basic properties,
-//! headers included, in their wire encoding, and its body), so a resubmit publishes the
-//! same message, whoever produced it (in Postgres in a table of its own, so the rows a
-//! page counts stay narrow); and the columns a listing shows, decoded once when the
-//! message is parked, so a page is one indexed query. Rows are unique per (queue,
-//! identity): parking a message again (a redelivery after a crash between the commit and
-//! the acknowledgement) inserts nothing.
+//! * **Seen** rows (`in_rabbitmq`): a dead letter the operations API
+//!   ([`AmqpAdmin`](super::admin::AmqpAdmin)) read in a DLQ and left there. The row gives
+//!   it its number (the row's id, what pages, `show`, `resubmit` and `delete` take), the
+//!   same at every listing, and the identity that finds it in the DLQ again
+//!   (`catalog.rs`). Unique per (queue, identity).
+//! * **Parked** rows: a dead letter an earlier Courier moved out of the DLQ (it parked a
+//!   DLQ to page it). The row holds the message exactly as RabbitMQ delivered it (its AMQP
+//!   basic properties, headers included, in their wire encoding, and its body; in Postgres
+//!   in a table of its own), and is listed, shown, resubmitted (a copy published, then the
+//!   row deleted) and deleted as before. Nothing parks any more.
 
 use chrono::{DateTime, Utc};
 use lapin::BasicProperties;
-use lapin::protocol::basic::{gen_properties, parse_properties};
+#[cfg(test)]
+use lapin::protocol::basic::gen_properties;
+use lapin::protocol::basic::parse_properties;
 
 use super::schedule::ScheduleStore;
-use super::wire::{from_millis, millis};
+use super::wire::from_millis;
 use crate::admin::DeadLetterSummary;
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::db_error;
 
-/// A dead letter to park: what a listing shows, and the message itself.
+/// A dead letter seen in a DLQ: what a listing shows of it, and its identity.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Parking {
-    /// The sequence number the sender stamped, or a hash (`admin::identify`).
+pub(crate) struct Seen {
+    /// A hash of what a redelivery does not change (`dead_letters::identify`).
     pub(crate) identity: i64,
     pub(crate) message_id: String,
     pub(crate) message_type: Option<String>,
@@ -34,9 +38,22 @@ pub(crate) struct Parking {
     pub(crate) error: Option<String>,
     pub(crate) delivery_count: u32,
     pub(crate) enqueued_at: DateTime<Utc>,
-    /// The AMQP basic properties in their wire encoding ([`encode_properties`]).
-    pub(crate) properties: Vec<u8>,
-    pub(crate) body: Vec<u8>,
+    pub(crate) size: usize,
+}
+
+impl Seen {
+    /// What a listing shows of it, under its number.
+    pub(crate) fn summary(&self, number: i64) -> DeadLetterSummary {
+        summary(
+            number,
+            self.message_id.clone(),
+            self.message_type.clone(),
+            self.enqueued_at,
+            self.delivery_count,
+            self.reason.clone(),
+            self.error.clone(),
+        )
+    }
 }
 
 /// A parked dead letter read back: its number and the message.
@@ -48,7 +65,9 @@ pub(crate) struct Parked {
 }
 
 /// The AMQP basic properties (content type ... cluster id, and the headers table) in the
-/// encoding of an AMQP 0-9-1 content header: every field and header value type is kept.
+/// encoding of an AMQP 0-9-1 content header: every field and header value type is kept
+/// (how an earlier Courier parked them).
+#[cfg(test)]
 pub(crate) fn encode_properties(p: &BasicProperties) -> Result<Vec<u8>> {
     gen_properties(p)(Vec::new().into()).map(|ctx| ctx.write).map_err(|e| {
         Error::new(ErrorKind::InvalidMessage {
@@ -57,7 +76,7 @@ pub(crate) fn encode_properties(p: &BasicProperties) -> Result<Vec<u8>> {
     })
 }
 
-/// The AMQP basic properties [`encode_properties`] wrote.
+/// The AMQP basic properties of a parked row, in the encoding of a content header.
 pub(crate) fn decode_properties(bytes: &[u8]) -> Result<BasicProperties> {
     match parse_properties(bytes) {
         Ok((_, p)) => Ok(p),
@@ -88,7 +107,7 @@ type PgSummaryRow = (
 type LiteSummaryRow = (i64, String, Option<String>, i64, i64, Option<String>, Option<String>);
 
 /// The ids as a JSON array, for SQLite's `json_each` (one bound value for a whole batch).
-fn json_ids(ids: &[i64]) -> String {
+pub(crate) fn json_ids(ids: &[i64]) -> String {
     let mut s = String::from("[");
     for (i, id) in ids.iter().enumerate() {
         if i > 0 {
@@ -114,120 +133,30 @@ fn to_messages(rows: Vec<MessageRow>) -> Result<Vec<Parked>> {
 
 /// What a failed statement of the table says: with a store older than this Courier, the
 /// table is missing until its migrations run.
-fn failed(what: &'static str) -> impl Fn(sqlx::Error) -> Error {
+pub(crate) fn failed(what: &'static str) -> impl Fn(sqlx::Error) -> Error {
     move |e| db_error(what, e)
 }
 
 impl ScheduleStore {
-    /// Parks `rows` of `queue` in one transaction; rows already parked (the same identity)
-    /// are skipped. Returns how many were new.
-    pub(crate) async fn park(&self, queue: &str, rows: &[Parking], now: DateTime<Utc>) -> Result<u64> {
-        if rows.is_empty() {
-            return Ok(0);
-        }
-        let failed =
-            failed("cannot park dead letters in the schedule store (a store of an older Courier: run its migrate())");
-        match self {
-            #[cfg(feature = "postgres")]
-            Self::Postgres(pool) => {
-                let col = |f: fn(&Parking) -> Option<String>| rows.iter().map(f).collect::<Vec<_>>();
-                let identity: Vec<i64> = rows.iter().map(|r| r.identity).collect();
-                let message_id: Vec<String> = rows.iter().map(|r| r.message_id.clone()).collect();
-                let count: Vec<i32> = rows
-                    .iter()
-                    .map(|r| i32::try_from(r.delivery_count).unwrap_or(i32::MAX))
-                    .collect();
-                let enqueued: Vec<DateTime<Utc>> = rows.iter().map(|r| r.enqueued_at).collect();
-                let size: Vec<i32> = rows
-                    .iter()
-                    .map(|r| i32::try_from(r.body.len()).unwrap_or(i32::MAX))
-                    .collect();
-                let properties: Vec<&[u8]> = rows.iter().map(|r| r.properties.as_slice()).collect();
-                let body: Vec<&[u8]> = rows.iter().map(|r| r.body.as_slice()).collect();
-                // One statement (its own transaction): all of the batch or none of it.
-                // The rows and their messages in one statement (one transaction); a
-                // message already parked inserts neither.
-                let done = sqlx::query(
-                    "WITH u AS (SELECT * FROM unnest($3::bigint[], $4::text[], $5::text[], $6::text[], \
-                     $7::text[], $8::text[], $9::int[], $10::timestamptz[], $11::int[], $12::bytea[], \
-                     $13::bytea[]) WITH ORDINALITY AS u(i, m, t, r, d, e, c, q, s, p, b, n)), \
-                     ins AS (INSERT INTO courier.amqp_dead_letter (queue, identity, parked_at, message_id, \
-                     message_type, reason, description, error, delivery_count, enqueued_at, size) \
-                     SELECT $1, i, $2, m, t, r, d, e, c, q, s FROM u ORDER BY n \
-                     ON CONFLICT (queue, identity) DO NOTHING RETURNING id, identity) \
-                     INSERT INTO courier.amqp_dead_letter_message (id, properties, body) \
-                     SELECT DISTINCT ON (ins.id) ins.id, u.p, u.b FROM ins JOIN u ON u.i = ins.identity \
-                     ORDER BY ins.id, u.n",
-                )
-                .bind(queue)
-                .bind(now)
-                .bind(identity)
-                .bind(message_id)
-                .bind(col(|r| r.message_type.clone()))
-                .bind(col(|r| r.reason.clone()))
-                .bind(col(|r| r.description.clone()))
-                .bind(col(|r| r.error.clone()))
-                .bind(count)
-                .bind(enqueued)
-                .bind(size)
-                .bind(properties)
-                .bind(body)
-                .execute(pool)
-                .await
-                .map_err(failed)?;
-                Ok(done.rows_affected())
-            }
-            Self::Sqlite(store) => {
-                let _turn = store.write_turn().await?;
-                let mut tx = store.pool().begin_with("BEGIN IMMEDIATE").await.map_err(&failed)?;
-                let mut new = 0;
-                for r in rows {
-                    new += sqlx::query(
-                        "INSERT INTO courier_amqp_dead_letter (queue, identity, parked_at, message_id, \
-                         message_type, reason, description, error, delivery_count, enqueued_at, size, properties, \
-                         body) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (queue, identity) DO NOTHING",
-                    )
-                    .bind(queue)
-                    .bind(r.identity)
-                    .bind(millis(now))
-                    .bind(&r.message_id)
-                    .bind(&r.message_type)
-                    .bind(&r.reason)
-                    .bind(&r.description)
-                    .bind(&r.error)
-                    .bind(i64::from(r.delivery_count))
-                    .bind(millis(r.enqueued_at))
-                    .bind(i64::try_from(r.body.len()).unwrap_or(i64::MAX))
-                    .bind(&r.properties)
-                    .bind(&r.body)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(&failed)?
-                    .rows_affected();
-                }
-                tx.commit().await.map_err(&failed)?;
-                Ok(new)
-            }
-        }
-    }
-
     /// How many dead letters of `queue` are parked.
     pub(crate) async fn parked_count(&self, queue: &str) -> Result<u64> {
         let failed = failed("cannot count parked dead letters (a store of an older Courier: run its migrate())");
         let n: i64 = match self {
             #[cfg(feature = "postgres")]
             Self::Postgres(pool) => {
-                sqlx::query_scalar("SELECT count(*) FROM courier.amqp_dead_letter WHERE queue = $1")
+                sqlx::query_scalar("SELECT count(*) FROM courier.amqp_dead_letter WHERE queue = $1 AND NOT in_rabbitmq")
                     .bind(queue)
                     .fetch_one(pool)
                     .await
                     .map_err(failed)?
             }
-            Self::Sqlite(store) => sqlx::query_scalar("SELECT count(*) FROM courier_amqp_dead_letter WHERE queue = ?")
-                .bind(queue)
-                .fetch_one(store.pool())
-                .await
-                .map_err(failed)?,
+            Self::Sqlite(store) => {
+                sqlx::query_scalar("SELECT count(*) FROM courier_amqp_dead_letter WHERE queue = ? AND NOT in_rabbitmq")
+                    .bind(queue)
+                    .fetch_one(store.pool())
+                    .await
+                    .map_err(failed)?
+            }
         };
         Ok(u64::try_from(n).unwrap_or(0))
     }
@@ -241,7 +170,7 @@ impl ScheduleStore {
             Self::Postgres(pool) => {
                 let rows: Vec<PgSummaryRow> = sqlx::query_as(
                     "SELECT id, message_id, message_type, enqueued_at, delivery_count, reason, error \
-                     FROM courier.amqp_dead_letter WHERE queue = $1 AND id > $2 ORDER BY id LIMIT $3",
+                     FROM courier.amqp_dead_letter WHERE queue = $1 AND id > $2 AND NOT in_rabbitmq ORDER BY id LIMIT $3",
                 )
                 .bind(queue)
                 .bind(after)
@@ -259,7 +188,7 @@ impl ScheduleStore {
             Self::Sqlite(store) => {
                 let rows: Vec<LiteSummaryRow> = sqlx::query_as(
                     "SELECT id, message_id, message_type, enqueued_at, delivery_count, reason, error \
-                     FROM courier_amqp_dead_letter WHERE queue = ? AND id > ? ORDER BY id LIMIT ?",
+                     FROM courier_amqp_dead_letter WHERE queue = ? AND id > ? AND NOT in_rabbitmq ORDER BY id LIMIT ?",
                 )
                 .bind(queue)
                 .bind(after)
@@ -295,7 +224,7 @@ impl ScheduleStore {
             .await
             .map_err(failed)?,
             Self::Sqlite(store) => sqlx::query_as(
-                "SELECT id, properties, body FROM courier_amqp_dead_letter WHERE queue = ? \
+                "SELECT id, properties, body FROM courier_amqp_dead_letter WHERE queue = ? AND NOT in_rabbitmq \
                  AND id IN (SELECT value FROM json_each(?)) ORDER BY id",
             )
             .bind(queue)
@@ -346,20 +275,20 @@ impl ScheduleStore {
         let failed = failed("cannot list parked dead letters");
         match self {
             #[cfg(feature = "postgres")]
-            Self::Postgres(pool) => {
-                sqlx::query_scalar("SELECT id FROM courier.amqp_dead_letter WHERE queue = $1 ORDER BY id")
-                    .bind(queue)
-                    .fetch_all(pool)
-                    .await
-                    .map_err(failed)
-            }
-            Self::Sqlite(store) => {
-                sqlx::query_scalar("SELECT id FROM courier_amqp_dead_letter WHERE queue = ? ORDER BY id")
-                    .bind(queue)
-                    .fetch_all(store.pool())
-                    .await
-                    .map_err(failed)
-            }
+            Self::Postgres(pool) => sqlx::query_scalar(
+                "SELECT id FROM courier.amqp_dead_letter WHERE queue = $1 AND NOT in_rabbitmq ORDER BY id",
+            )
+            .bind(queue)
+            .fetch_all(pool)
+            .await
+            .map_err(failed),
+            Self::Sqlite(store) => sqlx::query_scalar(
+                "SELECT id FROM courier_amqp_dead_letter WHERE queue = ? AND NOT in_rabbitmq ORDER BY id",
+            )
+            .bind(queue)
+            .fetch_all(store.pool())
+            .await
+            .map_err(failed),
         }
     }
 

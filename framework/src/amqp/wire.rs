@@ -29,6 +29,9 @@ pub(crate) const H_ENQUEUED_TIME: &str = "x-courier-enqueued-time";
 pub(crate) const H_SEQUENCE_NUMBER: &str = "x-courier-sequence-number";
 /// Header: time-to-live in milliseconds (also in the AMQP `expiration` property).
 pub(crate) const H_TIME_TO_LIVE: &str = "x-courier-time-to-live";
+/// Header of a dead letter Courier moved: the time-to-live in milliseconds the message had
+/// (a resubmitted copy gets it again, counted from the resubmit).
+pub(crate) const H_DEAD_LETTER_TIME_TO_LIVE: &str = "x-courier-dead-letter-time-to-live";
 /// Header: why the message was dead-lettered.
 pub(crate) const H_DEAD_LETTER_REASON: &str = "x-courier-dead-letter-reason";
 /// Header: the description given with the reason.
@@ -95,7 +98,12 @@ pub(crate) fn from_millis(ms: i64) -> Option<DateTime<Utc>> {
 pub(crate) fn properties(m: &Envelope, enqueued: DateTime<Utc>, sequence_number: i64) -> Result<BasicProperties> {
     let mut headers = FieldTable::default();
     for (key, value) in &m.properties {
-        let dead_letter = [H_DEAD_LETTER_REASON, H_DEAD_LETTER_DESCRIPTION, H_DEAD_LETTER_SOURCE];
+        let dead_letter = [
+            H_DEAD_LETTER_REASON,
+            H_DEAD_LETTER_DESCRIPTION,
+            H_DEAD_LETTER_SOURCE,
+            H_DEAD_LETTER_TIME_TO_LIVE,
+        ];
         if key.starts_with("x-") && !dead_letter.contains(&key.as_str()) {
             return Err(Error::new(ErrorKind::InvalidMessage {
                 reason: format!("property {key:?}: names starting with \"x-\" are reserved on RabbitMQ"),
@@ -142,7 +150,63 @@ pub(crate) fn properties(m: &Envelope, enqueued: DateTime<Utc>, sequence_number:
     Ok(p.with_headers(headers))
 }
 
-/// The dead-letter headers added to a copy moved to a dead-letter queue by Courier.
+/// The properties of a refused delivery's copy in the dead-letter queue: those received,
+/// byte for byte (a message id or header name that is not UTF-8 stays those bytes, so a
+/// resubmit sends what was received and is refused again), with the dead-letter headers
+/// added and without `expiration` (a DLQ keeps what it holds).
+pub(crate) fn refused_copy(p: &BasicProperties, reason: &str, description: &str, source: &str) -> BasicProperties {
+    let mut headers = p.headers().clone().unwrap_or_default();
+    for (k, v) in [
+        (H_DEAD_LETTER_REASON, reason),
+        (H_DEAD_LETTER_DESCRIPTION, description),
+        (H_DEAD_LETTER_SOURCE, source),
+    ] {
+        headers.insert(k.into(), long(v));
+    }
+    let mut copy = BasicProperties::default();
+    if let Some(v) = p.content_type() {
+        copy = copy.with_content_type(v.clone());
+    }
+    if let Some(v) = p.content_encoding() {
+        copy = copy.with_content_encoding(v.clone());
+    }
+    if let Some(v) = p.delivery_mode() {
+        copy = copy.with_delivery_mode(*v);
+    }
+    if let Some(v) = p.priority() {
+        copy = copy.with_priority(*v);
+    }
+    if let Some(v) = p.correlation_id() {
+        copy = copy.with_correlation_id(v.clone());
+    }
+    if let Some(v) = p.reply_to() {
+        copy = copy.with_reply_to(v.clone());
+    }
+    if let Some(v) = p.message_id() {
+        copy = copy.with_message_id(v.clone());
+    }
+    if let Some(v) = p.timestamp() {
+        copy = copy.with_timestamp(*v);
+    }
+    if let Some(v) = p.kind() {
+        copy = copy.with_type(v.clone());
+    }
+    if let Some(v) = p.user_id() {
+        copy = copy.with_user_id(v.clone());
+    }
+    if let Some(v) = p.app_id() {
+        copy = copy.with_app_id(v.clone());
+    }
+    if let Some(v) = p.cluster_id() {
+        copy = copy.with_cluster_id(v.clone());
+    }
+    copy.with_headers(headers)
+}
+
+/// The dead-letter headers added to a copy moved to a dead-letter queue by Courier. The
+/// copy has no time-to-live (a DLQ keeps what it holds); the message's own is kept in
+/// [`H_DEAD_LETTER_TIME_TO_LIVE`], for a resubmitted copy to count it again from the
+/// resubmit.
 pub(crate) fn dead_letter_headers(m: &mut Envelope, reason: &str, description: &str, source: &str) {
     for (k, v) in [
         (H_DEAD_LETTER_REASON, reason),
@@ -150,6 +214,11 @@ pub(crate) fn dead_letter_headers(m: &mut Envelope, reason: &str, description: &
         (H_DEAD_LETTER_SOURCE, source),
     ] {
         m.properties.insert(k.to_owned(), PropertyValue::from(v));
+    }
+    if let Some(ttl) = m.time_to_live.take() {
+        let ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        m.properties
+            .insert(H_DEAD_LETTER_TIME_TO_LIVE.to_owned(), PropertyValue::Int(ms));
     }
 }
 
