@@ -525,6 +525,18 @@ async fn rabbitmq_queues_are_listed_from_the_schedule_store_and_dead_letters_res
     let shown = json_of(&run(&["--json", "dlq", "show", &queue, &seq.to_string()]));
     assert_eq!(shown["reason"], "test.Poison");
 
+    // Reading moves nothing (issue 31): a dry run of --all, a page past the end.
+    let ran = run(&["dlq", "delete", &queue, "--all", "--dry-run"]);
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(ran.stdout.contains("dry run: 2 dead letters"), "{}", ran.stdout);
+    let past = json_of(&run(&["--json", "dlq", "list", &queue, "--after", "10000"]));
+    assert_eq!(
+        (past["total"].as_u64(), past["items"].as_array().map(Vec::len)),
+        (Some(2), Some(0))
+    );
+    let c = transport.counts(&EntityPath::queue(&queue)).await.unwrap();
+    assert_eq!(c.dead_lettered, 2, "still in RabbitMQ's dead-letter queue");
+
     let ran = run(&["--yes", "dlq", "resubmit", &queue, "--all"]);
     assert_eq!(ran.code, 0, "{}", ran.stderr);
     // RabbitMQ's counts follow the acknowledgements a moment later.

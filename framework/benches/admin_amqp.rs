@@ -1,14 +1,15 @@
 //! The operations API on a large dead-letter queue of the RabbitMQ transport, whose dead
-//! letters the admin parks in the schedule store as it needs them (docs/operations.md,
-//! "On RabbitMQ"): the first page of a fresh DLQ (which parks a page), taking all of
-//! them (which parks the rest), the first page and a page in the middle once parked,
-//! showing one, and "resubmit all",
+//! letters the admin reads where they are and numbers in the schedule store
+//! (docs/operations.md, "On RabbitMQ"): the first page of a fresh DLQ, taking all of them
+//! (every number: what `--all`, a dry run and a confirmation page read), the first page
+//! and a page in the middle once numbered, showing one in the middle, and "resubmit all",
 //! next to the transport's send rate for the same messages (batches of 256, with
 //! publisher confirms, measured in the same run, before and after, on the same broker).
-//! It asserts that the listing saw every dead letter and the resubmit moved every one.
+//! It asserts that the listing saw every dead letter, that reading left every one in the
+//! DLQ, and that the resubmit moved every one.
 //!
 //! Run: `cargo bench -p courier --features amqp,postgres --bench admin_amqp` (100,000 dead
-//! letters of 1 KiB; add `-- --quick` for 10,000; add `-- --postgres` to park in a
+//! letters of 1 KiB; add `-- --quick` for 10,000; add `-- --postgres` to number them in a
 //! Postgres schedule store, a database of its own on the server `DATABASE_URL` names,
 //! instead of a SQLite file). It needs RabbitMQ: `AMQP_URL`, else a container (see
 //! `courier::test_servers`); it makes a virtual host of its own and deletes it. The dead
@@ -173,6 +174,12 @@ async fn main() {
     let all = admin.all_dead_letters("orders").await.unwrap();
     let park_rest = start.elapsed();
     assert_eq!(all.len(), n);
+    // Reading moved nothing: RabbitMQ's DLQ holds every dead letter.
+    let dead = admin.queues().await.unwrap();
+    assert!(
+        dead.iter().any(|q| q.name == "orders" && q.dead_lettered == n as u64),
+        "reading left every dead letter in the DLQ"
+    );
     let first_page = timed(|| async { admin.dead_letters("orders", 0, 50).await.unwrap() }).await;
     let middle = all[n / 2];
     let middle_page = timed(|| async {
@@ -209,10 +216,10 @@ async fn main() {
     let send_after = send_rate(&t, sample).await;
     let mean = (send_before + send_after) / 2.0;
     let store_name = if postgres { "Postgres" } else { "SQLite file" };
-    println!("admin on RabbitMQ, {n} dead letters of {BODY} B, parked in a {store_name} schedule store");
-    println!("  first page (50) of the fresh DLQ (parks 51):  {first_listing:?}");
-    println!("  taking all of them (parks the other {}): {park_rest:?}", n - 51);
-    println!("  first page (50) once parked:   median of {ROUNDS} {first_page:?}");
+    println!("admin on RabbitMQ, {n} dead letters of {BODY} B, numbered in a {store_name} schedule store");
+    println!("  first page (50) of the fresh DLQ:   {first_listing:?}");
+    println!("  every number (reads all {n}, moves none): {park_rest:?}");
+    println!("  first page (50) once numbered: median of {ROUNDS} {first_page:?}");
     println!("  a page (50) in the middle:     median of {ROUNDS} {middle_page:?}");
     println!("  show one:                      median of {ROUNDS} {show:?}");
     println!("  queues with their counts:      median of 5 {:?}", median(counts));

@@ -323,3 +323,63 @@ async fn rabbit_a_resubmitted_copy_has_its_time_to_live_again() {
     conn.close(200, "done".into()).await.unwrap();
     t.delete(&path).await.unwrap();
 }
+
+/// Deletes `queue`'s DLQ outside Courier.
+async fn delete_dlq(queue: &str) {
+    let (conn, channel) = raw_channel().await;
+    channel
+        .queue_delete(
+            format!("{queue}::dlq").as_str().into(),
+            lapin::options::QueueDeleteOptions::default(),
+        )
+        .await
+        .unwrap();
+    conn.close(200, "done".into()).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbit_a_missing_dead_letter_queue_is_declared_again_and_receives() {
+    let (t, admin, _clock) = setup().await;
+    let queue = unique("rbread-nodlq");
+    t.create_queue(&queue, &QueueOptions::default()).await.unwrap();
+    let path = EntityPath::queue(&queue);
+    delete_dlq(&queue).await;
+    // A dead-lettering by Courier (a handler's failure) and a refusal (an id that is not
+    // UTF-8), both while the DLQ is missing.
+    let sender = t.sender(&queue, SenderOptions::default()).await.unwrap();
+    sender.send(Envelope::new(b"{}".to_vec())).await.unwrap();
+    let receiver = t.receiver(&path).await.unwrap();
+    let got = loop {
+        let mut got = receiver.receive(1, Duration::from_secs(5)).await.unwrap();
+        if let Some(d) = got.pop() {
+            break d;
+        }
+    };
+    got.dead_letter("test.Poison", "while the DLQ was missing")
+        .await
+        .unwrap();
+    dlq_holds(&t, &path, 1, "the DLQ declared again, with the dead letter").await;
+    delete_dlq(&queue).await;
+    let (conn, channel) = raw_channel().await;
+    publish_raw(
+        &channel,
+        &queue,
+        BasicProperties::default().with_message_id(ShortString::from_received_bytes(b"x\xff".to_vec())),
+    )
+    .await;
+    conn.close(200, "done".into()).await.unwrap();
+    eventually("the refusal declared it again", || async {
+        assert!(
+            receiver
+                .receive(1, Duration::from_millis(200))
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        counts(&t, &path).await.dead_lettered == 1
+    })
+    .await;
+    let page = admin.dead_letters(&queue, 0, 10).await.unwrap();
+    assert_eq!(page.items[0].reason.as_deref(), Some(INVALID_WIRE_FORMAT));
+    t.delete(&path).await.unwrap();
+}

@@ -370,7 +370,20 @@ impl QueueAdmin for AmqpAdmin {
                     continue;
                 };
                 let dlq = format!("{queue}{DEAD_LETTER_SUFFIX}");
-                let waiting = self.declare_ok(&dlq).await?.map_or(0, |(n, _)| n);
+                let waiting = match self.declare_ok(&dlq).await? {
+                    Some((n, _)) => n,
+                    None => {
+                        tracing::warn!(
+                            queue = %queue,
+                            dead_letter_queue = %dlq,
+                            "the dead-letter queue does not exist (deleted outside Courier): its dead letters \
+                             cannot be counted or read, and RabbitMQ holds those it dead-letters in the queue \
+                             itself until it exists; an endpoint of the queue declares it again when it \
+                             dead-letters, or restart one"
+                        );
+                        0
+                    }
+                };
                 let parked = match &self.inner.schedules {
                     Some(store) => store.parked_count(&queue).await.map_err(|e| self.failed(e))?,
                     None => 0,

@@ -292,6 +292,14 @@ fn quorum() -> FieldTable {
     args
 }
 
+/// Declares a queue's dead-letter queue alone (a quorum queue, durable).
+pub(crate) async fn declare_dead_letter_queue(channel: &Channel, dlq: &str) -> std::result::Result<(), lapin::Error> {
+    channel
+        .queue_declare(dlq.into(), QueueDeclareOptions::durable(), quorum())
+        .await
+        .map(drop)
+}
+
 async fn declare_queue(
     channel: &Channel,
     queue: &str,

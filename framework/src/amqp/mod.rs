@@ -228,6 +228,21 @@ impl Inner {
     }
 
     /// Declares and remembers `d`; an entity that exists with other settings keeps them.
+    /// Declares a dead-letter queue that is missing (deleted outside Courier) again, as
+    /// its queue's declaration makes it, and says so in the log.
+    pub(crate) async fn restore_dead_letter_queue(&self, dlq: &str) -> Result<()> {
+        let r = self
+            .on_fresh_channel(|c| async move { conn::declare_dead_letter_queue(&c, dlq).await })
+            .await?;
+        r.map_err(|e| self.failure("cannot declare a dead-letter queue again", &e))?;
+        tracing::warn!(
+            dead_letter_queue = %dlq,
+            "the dead-letter queue was missing (deleted outside Courier): declared again; messages RabbitMQ \
+             dead-lettered while it was missing are held by their queue until RabbitMQ retries them"
+        );
+        Ok(())
+    }
+
     async fn declare(&self, d: Declaration) -> Result<()> {
         self.conn.check_open()?;
         let r = self.on_fresh_channel(|c| {

@@ -89,18 +89,6 @@ impl ConfirmChannel {
             .await
             .map_err(|e| publish_error(target, &e))
     }
-
-    /// Publishes and waits until the broker confirmed (S1.1).
-    pub(crate) async fn publish(
-        &self,
-        conn: &Connector,
-        target: &Target,
-        properties: BasicProperties,
-        body: &[u8],
-    ) -> Result<()> {
-        let confirm = self.start(conn, target, properties, body).await?;
-        finish(target, confirm).await
-    }
 }
 
 /// Waits for a publish's confirm and says what it means.
