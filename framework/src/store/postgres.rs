@@ -227,15 +227,24 @@ fn outbox_rows(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<OutboxMessage>> {
         .collect()
 }
 
-/// `endpoint`'s secret in `courier.endpoint_secret`, made now if it has none: a new
-/// random secret is inserted unless a row is there (another process may be inserting
-/// its own at the same moment: the insert then waits for it and does nothing), and the
-/// row is read, on `conn` (in the caller's transaction, if it has one).
+/// `endpoint`'s secret in `courier.endpoint_secret`, made now if it has none: read; when
+/// there is no row, a new random secret is inserted unless a row is there (another
+/// process may be inserting its own at the same moment: the insert then waits for it and
+/// does nothing), and the row is read again; on `conn` (in the caller's transaction, if
+/// it has one: the timeout dispatcher's claim reads it too, `claim_due`).
 pub(crate) async fn endpoint_secret(
     conn: &mut PgConnection,
     endpoint: &str,
     now: DateTime<Utc>,
 ) -> Result<EndpointSecret> {
+    let found: Option<Vec<u8>> = sqlx::query_scalar("SELECT secret FROM courier.endpoint_secret WHERE endpoint = $1")
+        .bind(endpoint)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot read the endpoint's secret in courier.endpoint_secret (were Courier's migrations applied? Store::migrate)", e))?;
+    if let Some(stored) = found {
+        return EndpointSecret::stored(&stored, "courier.endpoint_secret", endpoint);
+    }
     sqlx::query(
         "INSERT INTO courier.endpoint_secret (endpoint, secret, created_at) VALUES ($1, $2, $3) \
          ON CONFLICT (endpoint) DO NOTHING",

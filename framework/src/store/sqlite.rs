@@ -396,14 +396,23 @@ pub(crate) async fn outbox_dead_letters(
         .collect()
 }
 
-/// `endpoint`'s secret in `courier_endpoint_secret`, made now if it has none (a new
-/// random secret is inserted unless a row is there, then the row is read); the caller
-/// holds the store's write turn.
+/// `endpoint`'s secret in `courier_endpoint_secret`, made now if it has none (read; when
+/// there is no row, a new random secret is inserted unless one is there by then, and the
+/// row is read again); the caller holds the store's write turn. The timeout dispatcher's
+/// claims read it too (`sqlite_saga::claim_due`): the read first spares them a write.
 pub(crate) async fn endpoint_secret(
     conn: &mut SqliteConnection,
     endpoint: &str,
     now: DateTime<Utc>,
 ) -> Result<EndpointSecret> {
+    let found: Option<Vec<u8>> = sqlx::query_scalar("SELECT secret FROM courier_endpoint_secret WHERE endpoint = ?1")
+        .bind(endpoint)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot read the endpoint's secret in courier_endpoint_secret (were Courier's migrations applied? Store::migrate)", e))?;
+    if let Some(stored) = found {
+        return EndpointSecret::stored(&stored, "courier_endpoint_secret", endpoint);
+    }
     sqlx::query(
         "INSERT INTO courier_endpoint_secret (endpoint, secret, created_at) VALUES (?1, ?2, ?3) \
          ON CONFLICT (endpoint) DO NOTHING",
