@@ -519,7 +519,12 @@ pub trait Store: Send + Sync + 'static {
     /// returns how many went.
     async fn purge_inbox(&self, endpoint: &str, before: DateTime<Utc>, limit: i64) -> Result<u64>;
 
-    /// Claims `endpoint`'s timeouts as `claim` says, marking them dispatched.
+    /// Claims `endpoint`'s timeouts as `claim` says, marking them dispatched. This crate's
+    /// stores seal each claimed timeout's message with the endpoint's secret
+    /// (`courier::saga::headers::TIMEOUT_SEAL`, over the message and its timeout headers);
+    /// an endpoint whose store keeps a secret refuses a timeout's message without that
+    /// seal as forged. A store of your own that keeps a secret and claims timeouts itself
+    /// should wrap one of this crate's, as only they can seal.
     async fn claim_due_timeouts(&self, endpoint: &str, claim: TimeoutClaim) -> Result<DueTimeouts> {
         let _ = (endpoint, claim);
         saga_unsupported()
@@ -600,11 +605,14 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// `endpoint`'s secret, shared by all its processes through this store: made of 32
-    /// random bytes by the first call for that endpoint (one `INSERT ... ON CONFLICT DO
-    /// NOTHING`, then a read, so processes starting together agree) and the same ever
-    /// after; `now` is recorded with it. An endpoint reads it once when it starts and seals
-    /// the count of each delayed retry with it, so that a count a producer wrote cannot
-    /// make a message skip its retries (see `docs/endpoints.md`, "Recoverability").
+    /// random bytes by the first call for that endpoint (a read; when there is no row one
+    /// `INSERT ... ON CONFLICT DO NOTHING`, then a read, so processes starting together
+    /// agree) and the same ever after; `now` is recorded with it. An endpoint reads it once
+    /// when it starts and seals the count of each delayed retry with it, so that a count a
+    /// producer wrote cannot make a message skip its retries (see `docs/endpoints.md`,
+    /// "Recoverability"), and checks with it the seal on each saga timeout's message, which
+    /// this crate's stores write when they claim the timeout
+    /// ([`claim_due_timeouts`](Self::claim_due_timeouts); see `docs/sagas.md`, "Timeouts").
     ///
     /// The default returns `Ok(None)`, for a store that has no table for it: the endpoint
     /// then trusts the count as it finds it, as an endpoint without a store does. A store

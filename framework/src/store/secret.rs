@@ -1,5 +1,5 @@
 //! An endpoint's secret ([`EndpointSecret`]): the key, kept by the store, that seals the
-//! count of a delayed retry.
+//! count of a delayed retry and the messages of the endpoint's saga timeouts.
 
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 use crate::error::{Error, ErrorKind, Result};
@@ -7,8 +7,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::logtext::Escaped;
 
 /// An endpoint's secret ([`Store::endpoint_secret`](super::Store::endpoint_secret)): 32
-/// random bytes, the key that seals the count of a delayed retry. Its `Debug` does not
-/// show the bytes.
+/// random bytes, the key that seals the count of a delayed retry and each saga timeout's
+/// message (`courier::saga::headers::TIMEOUT_SEAL`). Its `Debug` does not show the bytes.
 #[derive(Clone, PartialEq, Eq)]
 pub struct EndpointSecret([u8; EndpointSecret::LEN]);
 
