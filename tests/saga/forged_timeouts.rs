@@ -125,6 +125,10 @@ impl Env {
         })
         .await;
         assert_eq!(self.fired(), 1, "once");
+        assert!(
+            !self.probe.saw_seal.load(std::sync::atomic::Ordering::SeqCst),
+            "the handler does not see the seal"
+        );
     }
 }
 

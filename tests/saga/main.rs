@@ -78,6 +78,8 @@ struct Probe {
     attempts: AtomicU32,
     /// The reminder handler fails.
     failing: std::sync::atomic::AtomicBool,
+    /// The reminder handler saw the timeout's seal among its headers (it must not).
+    saw_seal: std::sync::atomic::AtomicBool,
     /// Two racing starts wait for each other on their first attempt (Postgres only).
     barrier: Option<tokio::sync::Barrier>,
 }
@@ -123,6 +125,9 @@ impl Flow {
     async fn remind(&mut self, _msg: Remind, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
         let probe = ctx.state::<Arc<Probe>>()?;
         probe.attempts.fetch_add(1, Ordering::SeqCst);
+        if ctx.header(courier::saga::headers::TIMEOUT_SEAL).is_some() {
+            probe.saw_seal.store(true, Ordering::SeqCst);
+        }
         if probe.failing.load(Ordering::SeqCst) {
             return Err(HandlerError::msg("the reminder cannot be handled"));
         }

@@ -185,6 +185,12 @@ impl Context {
         self.held.push(guard);
     }
 
+    /// Takes the header `name` off the message the handlers see (`header`, `headers`,
+    /// `received`); the broker's copy, which a retry or a dead letter keeps, is not this.
+    pub(crate) fn hide_header(&mut self, name: &str) {
+        self.message.envelope.properties.remove(name);
+    }
+
     /// The transaction ended: lets go of what was held for it.
     pub(crate) fn release_held(&mut self) {
         self.held.clear();

@@ -449,6 +449,9 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
         if self.role == Role::Timeout {
             // First: a forged copy is refused as such, whatever its body.
             self.judge_timeout(ctx)?;
+            // Checked: the handler has no use for the seal, and must not pass it on (a
+            // handler that logs its headers would show it).
+            ctx.hide_header(headers::TIMEOUT_SEAL);
         }
         let message = crate::version::decode_message::<M>(&ctx.received().envelope)?;
         let (correlation, timeout_id) = self.correlation(&message, ctx)?;
