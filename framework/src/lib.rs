@@ -100,6 +100,7 @@ mod entity;
 mod error;
 #[cfg(test)]
 mod fuzz;
+mod loglimit;
 mod logtext;
 mod message;
 pub mod saga;

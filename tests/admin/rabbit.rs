@@ -290,7 +290,9 @@ async fn rabbit_pages_are_stable_and_the_dlq_keeps_its_messages() {
     let d = &first.items[0];
     assert_eq!(d.reason.as_deref(), Some("test.Poison"));
     assert_eq!(d.delivery_count, 4, "from the endpoint's failure header");
-    assert_eq!(d.error.as_deref(), Some("boom"));
+    // The producer wrote courier.failure.error = "boom": not Courier's, so the
+    // description the dead-lettering wrote is shown (issue 31, point 6).
+    assert_eq!(d.error.as_deref(), Some("broken on purpose"));
     assert!(paged.windows(2).all(|w| w[0] < w[1]), "{paged:?}");
     // Every reading gave everything back: RabbitMQ's DLQ holds the seven.
     eventually("the DLQ keeps every dead letter", || async {
@@ -566,7 +568,7 @@ async fn more_than_two_thousand(t: &AmqpTransport, admin: &AmqpAdmin, queue: &st
     let d = &listed[1234];
     assert_eq!(
         (d.reason.as_deref(), d.error.as_deref(), d.delivery_count),
-        (Some("test.Poison"), Some("boom"), 4)
+        (Some("test.Poison"), Some("broken on purpose"), 4)
     );
     let shown = admin.dead_letter(queue, d.sequence_number).await.unwrap();
     assert_eq!(shown.message_id, d.message_id);

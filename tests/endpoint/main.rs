@@ -13,6 +13,8 @@
 mod content_types;
 mod corpus;
 mod crash;
+mod dead_letter_flood;
+mod forged_failure;
 mod forged_retry_count;
 mod lifecycle;
 mod missing_queue;

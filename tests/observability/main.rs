@@ -11,6 +11,7 @@
     unreachable_pub
 )]
 
+mod dead_letters;
 mod otel;
 mod recorder;
 mod saga;

@@ -17,7 +17,7 @@ use chrono::{DateTime, Utc};
 use sqlx::SqlitePool;
 use sqlx::sqlite::SqliteRow;
 
-use super::model::{failure_text, string_header};
+use super::model::{failure_chain, failure_text};
 use super::sqlite::{self, col, from_micros, micros};
 use super::{
     AdminError, AdminResult, BatchOutcome, BodyView, CompletedSaga, DeadLetter, DeadLetterSummary, EntityKind,
@@ -27,7 +27,6 @@ use super::{
 use crate::clock::{Clock, SystemClock};
 use crate::embedded::{Embedded, Moved};
 use crate::message::{Properties, SequenceNumber};
-use crate::recoverability::headers;
 
 /// The operations API on an embedded broker's file (queues, dead letters, sagas,
 /// timeouts, outbox).
@@ -328,8 +327,8 @@ impl QueueAdmin for EmbeddedAdmin {
             delivery_count: delivery_count(col(&r, 8)?),
             reason: col(&r, 9)?,
             source: col(&r, 11)?,
-            error: failure_text(&headers_, None),
-            error_chain: string_header(&headers_, headers::FAILURE_CHAIN),
+            error: failure_text(&headers_, description.as_deref()),
+            error_chain: failure_chain(&headers_, description.as_deref()),
             description,
             headers: headers_,
             body_size: body.len(),

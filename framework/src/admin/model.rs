@@ -161,9 +161,32 @@ pub(crate) fn string_header(headers: &Properties, key: &str) -> Option<String> {
     }
 }
 
-/// The failure's text of a dead letter: the endpoint's header, else the description.
+/// The failure's text of a dead letter, as Courier wrote it (issue 31, point 6).
+///
+/// The `courier.failure.*` headers are message properties: a producer can write them,
+/// and a message the broker or the transport dead-letters itself (a time-to-live, the max
+/// delivery count, a wire-format refusal) keeps what the producer wrote. The dead-letter
+/// description is the transport's record, which no send writes, and where an endpoint
+/// dead-letters it holds the whole error chain (`a: b: c`) whose first error is the
+/// [`headers::FAILURE_ERROR`] header. So the header is shown only when the description
+/// starts with it (it then says nothing the description does not), else the
+/// description; with no description, nothing. A producer's header is never shown as the
+/// failure.
 pub(crate) fn failure_text(headers: &Properties, description: Option<&str>) -> Option<String> {
-    string_header(headers, headers::FAILURE_ERROR).or_else(|| description.map(str::to_owned))
+    let description = description?;
+    match string_header(headers, headers::FAILURE_ERROR) {
+        Some(error) if !error.is_empty() && description.starts_with(error.as_str()) => Some(error),
+        _ => Some(description.to_owned()),
+    }
+}
+
+/// The failure's error chain of a dead letter (one error per line), as Courier wrote it:
+/// the [`headers::FAILURE_CHAIN`] header only when it is the dead letter's description
+/// (the chain joined by `: `) cut into lines, else `None` (see [`failure_text`]).
+pub(crate) fn failure_chain(headers: &Properties, description: Option<&str>) -> Option<String> {
+    let chain = string_header(headers, headers::FAILURE_CHAIN)?;
+    let one_line = |text: &str| text.replace('\n', ": ");
+    (one_line(&chain) == one_line(description?)).then_some(chain)
 }
 
 /// What a resubmit or delete of several dead letters did, message by message.
@@ -406,4 +429,45 @@ pub struct CompletedSaga {
     pub version: i64,
     /// Its pending timeouts, deleted with it (their messages are discarded if they come).
     pub timeouts_removed: u64,
+}
+
+#[cfg(test)]
+mod failure_display_tests {
+    use super::{failure_chain, failure_text};
+    use crate::message::{Properties, PropertyValue};
+    use crate::recoverability::headers;
+
+    fn with(error: Option<&str>, chain: Option<&str>) -> Properties {
+        let mut p = Properties::new();
+        if let Some(e) = error {
+            p.insert(headers::FAILURE_ERROR.to_owned(), PropertyValue::from(e));
+        }
+        if let Some(c) = chain {
+            p.insert(headers::FAILURE_CHAIN.to_owned(), PropertyValue::from(c));
+        }
+        p
+    }
+
+    #[test]
+    fn courier_s_own_failure_is_shown_as_it_wrote_it() {
+        let h = with(Some("card declined"), Some("card declined\nbank said no"));
+        let d = Some("card declined: bank said no");
+        assert_eq!(failure_text(&h, d).as_deref(), Some("card declined"));
+        assert_eq!(failure_chain(&h, d).as_deref(), Some("card declined\nbank said no"));
+    }
+
+    #[test]
+    fn a_producer_s_failure_headers_are_never_the_failure() {
+        let h = with(Some("X"), Some("X\nforged"));
+        let d = Some("the message's time-to-live passed");
+        assert_eq!(failure_text(&h, d).as_deref(), d);
+        assert_eq!(failure_chain(&h, d), None);
+        // Without a description there is nothing Courier wrote.
+        assert_eq!(failure_text(&h, None), None);
+        assert_eq!(failure_chain(&h, None), None);
+        // A header longer than the description is not shown.
+        let h = with(Some("endpoint e has no handler for message type \"t\" and more"), None);
+        let d = Some("endpoint e has no handler for message type \"t\"");
+        assert_eq!(failure_text(&h, d).as_deref(), d);
+    }
 }

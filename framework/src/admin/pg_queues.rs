@@ -21,7 +21,7 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 
-use super::model::{failure_text, string_header};
+use super::model::{failure_chain, failure_text};
 use super::postgres::{col, count};
 use super::{
     AdminError, AdminResult, BatchOutcome, BodyView, DeadLetter, DeadLetterSummary, EntityKind, Page, PostgresAdmin,
@@ -270,6 +270,7 @@ impl QueueAdmin for PostgresAdmin {
         .map_err(|e| AdminError::db("cannot read a dead letter", e))?
         .ok_or_else(|| AdminError::not_found(format!("dead letter {sequence_number} of {queue}")))?;
         let headers_ = properties(col(&r, 12)?);
+        let description: Option<String> = col(&r, 10)?;
         let body: Vec<u8> = col(&r, 13)?;
         Ok(DeadLetter {
             queue: queue.to_owned(),
@@ -283,10 +284,10 @@ impl QueueAdmin for PostgresAdmin {
             enqueued_at: col(&r, 7)?,
             delivery_count: delivery_count(col(&r, 8)?),
             reason: col(&r, 9)?,
-            description: col(&r, 10)?,
+            error: failure_text(&headers_, description.as_deref()),
+            error_chain: failure_chain(&headers_, description.as_deref()),
+            description,
             source: col(&r, 11)?,
-            error: failure_text(&headers_, None),
-            error_chain: string_header(&headers_, headers::FAILURE_CHAIN),
             headers: headers_,
             body_size: body.len(),
             body: BodyView::decode(&body),

@@ -19,7 +19,9 @@ use ::metrics::{Counter, Histogram, Label, SharedString, counter, histogram};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+use crate::clock::Clock;
 use crate::endpoint::Failure;
+use crate::loglimit::{Level, LogLimiter};
 use crate::message::{Envelope, ReceivedMessage, SequenceNumber};
 use crate::transport::Sender;
 
@@ -108,6 +110,39 @@ pub mod labels {
 
 /// The label value of a message type the endpoint does not know.
 pub const UNKNOWN_TYPE: &str = "unknown";
+
+/// How long, by the component's clock, the dead-letterings of one queue and reason are
+/// only counted after the first was logged in full: each such window ends with one
+/// summary line (see `loglimit.rs`).
+pub(crate) const DEAD_LETTER_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Counts `n` messages of `queue` that a transport dead-lettered itself (a refusal of the
+/// wire format, an expired time-to-live, the max delivery count) with `reason` in
+/// `courier.messages.dead_lettered`, labelled with the transport (`system`) and the queue
+/// (its entity path). An endpoint's own dead-letterings are counted per message type
+/// ([`TypeMetrics::dead_lettered`]), never here: each dead-lettering is counted once.
+pub(crate) fn count_dead_lettered(system: &'static str, queue: &str, reason: &str, n: u64) {
+    if n == 0 {
+        return;
+    }
+    counter!(
+        names::DEAD_LETTERED,
+        labels::SYSTEM => system,
+        labels::DESTINATION => queue.to_owned(),
+        labels::REASON => reason.to_owned()
+    )
+    .increment(n);
+}
+
+/// The log limiter of a transport's own dead-letterings (`WARN` summaries).
+pub(crate) fn transport_dead_letter_log(clock: Arc<dyn Clock>) -> LogLimiter {
+    LogLimiter::new(
+        clock,
+        DEAD_LETTER_LOG_EVERY,
+        Level::Warn,
+        "messages dead-lettered by the transport",
+    )
+}
 
 /// The handles of one message type at one endpoint.
 pub(crate) struct TypeMetrics {
@@ -212,15 +247,18 @@ pub(crate) struct EndpointMetrics {
     outbox_dead_lettered: Counter,
     inbox_purged: Counter,
     timeouts_dead_lettered: Counter,
+    /// Which dead-letterings are logged in full (see `loglimit.rs`).
+    dead_letter_log: LogLimiter,
 }
 
 impl EndpointMetrics {
     /// Registers the handles of `endpoint` on `system` for each of `types`: (a wire name
-    /// the endpoint handles, the type's name).
+    /// the endpoint handles, the type's name); its dead-letterings are logged by `clock`.
     pub(crate) fn new<'a>(
         system: &'static str,
         endpoint: &str,
         types: impl IntoIterator<Item = (&'a str, &'static str)>,
+        clock: Arc<dyn Clock>,
     ) -> Self {
         let system = SharedString::from(system);
         let endpoint = SharedString::from(endpoint.to_owned());
@@ -237,6 +275,7 @@ impl EndpointMetrics {
             outbox_dead_lettered: counter!(names::OUTBOX_DEAD_LETTERED, endpoint_labels.clone()),
             inbox_purged: counter!(names::INBOX_PURGED, endpoint_labels.clone()),
             timeouts_dead_lettered: counter!(names::TIMEOUTS_DEAD_LETTERED, endpoint_labels),
+            dead_letter_log: LogLimiter::new(clock, DEAD_LETTER_LOG_EVERY, Level::Error, "messages dead-lettered"),
             system,
             endpoint,
             known,
@@ -265,6 +304,14 @@ impl EndpointMetrics {
             ];
             counter!(names::SENT, l.to_vec()).increment(1);
         }
+    }
+
+    /// The endpoint dead-lettered the message `message_id` with `reason`: `true` when it
+    /// is logged in full (the first of its reason in a while), `false` when it is only
+    /// counted in the next summary line of the endpoint's queue and the reason.
+    pub(crate) fn log_dead_letter(&self, reason: &str, message_id: &str) -> bool {
+        self.dead_letter_log
+            .admit(&self.endpoint, reason, 1, message_id, message_id)
     }
 
     /// A timeout's message was dead-lettered.

@@ -70,6 +70,8 @@ pub(crate) struct Shared {
     pub(crate) holder: i64,
     /// Per entity: the sweep's last run and a failing maintenance's backoff.
     pub(crate) upkeeps: upkeep::Upkeeps,
+    /// Which of the transport's own dead-letterings are logged in full (`loglimit.rs`).
+    pub(crate) dead_log: crate::loglimit::LogLimiter,
     closed: AtomicBool,
     /// Whether the transport opened the pool (and closes it on close).
     owns_pool: bool,
@@ -213,10 +215,12 @@ impl PgTransportBuilder {
             Arc::downgrade(&wakers),
         )
         .await?;
+        let clock: Arc<dyn Clock> = self.clock.unwrap_or_else(|| Arc::new(SystemClock));
         Ok(PostgresTransport {
             shared: Arc::new(Shared {
                 pool,
-                clock: self.clock.unwrap_or_else(|| Arc::new(SystemClock)),
+                dead_log: crate::endpoint::metrics::transport_dead_letter_log(clock.clone()),
+                clock,
                 tag: u32::from_be_bytes(tag.to_be_bytes()),
                 max_message_size: self.max_message_size,
                 poll_interval: self.poll_interval,

@@ -20,7 +20,7 @@ use tokio::sync::oneshot;
 use super::Shared;
 use super::entities::EntityInfo;
 use super::rows::{ReadMessage, columns, read_row, read_rows, rows_to_messages};
-use super::upkeep::count_dead_lettered;
+use super::upkeep::dead_lettered;
 use crate::checks::{Refusal, stored_refusal};
 use crate::entity::{EntityPath, SubQueue};
 use crate::error::{Error, ErrorKind, Result};
@@ -304,13 +304,22 @@ impl Link {
             .try_get(0)
             .map_err(|e| db_error("cannot read the id of a claimed message", e))?;
         let why = format!("the stored message could not be read: {error}");
-        tracing::warn!(
-            queue = %Escaped(&self.entity.path),
-            row = id,
-            description = %Escaped(&why),
-            "a stored message could not be read: it was dead-lettered"
-        );
-        count_dead_lettered(&self.entity, reasons::INVALID_WIRE_FORMAT, 1);
+        let row_text = format!("row {id}");
+        if dead_lettered(
+            &self.shared,
+            &self.entity,
+            reasons::INVALID_WIRE_FORMAT,
+            1,
+            &row_text,
+            &row_text,
+        ) {
+            tracing::warn!(
+                queue = %Escaped(&self.entity.path),
+                row = id,
+                description = %Escaped(&why),
+                "a stored message could not be read: it was dead-lettered"
+            );
+        }
         self.dead_letter_in_place(id, reasons::INVALID_WIRE_FORMAT, &why)
             .await
             .map(|_| ())
@@ -348,15 +357,17 @@ impl Link {
             reason,
             description: why,
         } = refusal;
-        tracing::warn!(
-            queue = %Escaped(&self.entity.path),
-            sequence_number = m.broker.sequence_number,
-            message_id = %Escaped(&m.envelope.message_id),
-            reason,
-            description = %Escaped(&why),
-            "a stored message was refused: it was dead-lettered"
-        );
-        count_dead_lettered(&self.entity, reason, 1);
+        let id = &m.envelope.message_id;
+        if dead_lettered(&self.shared, &self.entity, reason, 1, id, id) {
+            tracing::warn!(
+                queue = %Escaped(&self.entity.path),
+                sequence_number = m.broker.sequence_number,
+                message_id = %Escaped(id),
+                reason,
+                description = %Escaped(&why),
+                "a stored message was refused: it was dead-lettered"
+            );
+        }
         let done = if locked {
             self.dead_letter_in_place(read.id, reason, &why).await
         } else {

@@ -25,10 +25,16 @@ macro_rules! fence {
         )
     };
 }
-/// Merges the properties `$5` (JSON, or NULL for none) into the message's.
+/// Merges the properties `$5` (JSON, or NULL for none) into the message's. Properties
+/// that hold `courier.failure.endpoint` are an endpoint's record of a failure
+/// (`runtime/failures.rs`): they replace every `courier.failure.*` property the message
+/// has, so that none a producer wrote stays beside Courier's (issue 31, point 6).
 macro_rules! merge_props {
     () => {
         "properties = CASE WHEN $5::text IS NULL THEN properties \
+         WHEN jsonb_typeof(properties) = 'object' AND $5::text::jsonb ? 'courier.failure.endpoint' \
+         THEN (SELECT COALESCE(jsonb_object_agg(k, v), '{}'::jsonb) FROM jsonb_each(properties) AS e(k, v) \
+               WHERE NOT starts_with(k, 'courier.failure.')) || $5::text::jsonb \
          ELSE COALESCE(properties, '{}'::jsonb) || $5::text::jsonb END"
     };
 }

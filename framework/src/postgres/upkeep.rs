@@ -4,8 +4,10 @@
 //! and, at most every [`SWEEP_EVERY_MS`] per entity and process, the sweep of rows that
 //! no claim ever takes (another program's: a session queue's row without a session id, a
 //! row over the max delivery count that is not locked, a topic's row that is not
-//! scheduled). Every dead-lettering it does is logged (one line per reason and run, with
-//! a count and the first message id) and counted in `courier.messages.dead_lettered`.
+//! scheduled). Every dead-lettering it does is counted in `courier.messages.dead_lettered`
+//! and logged through the transport's log limiter (`loglimit.rs`): a line per reason and
+//! run with a count and the first message id for the first of a queue and reason, then a
+//! summary line per window of the transport's clock while they go on.
 //!
 //! A failure of either statement never fails the receive, browse or count that ran it
 //! (the claim's own filter never takes what the maintenance would have moved). When the
@@ -24,7 +26,6 @@ use sqlx::Row;
 use super::Shared;
 use super::entities::{EntityInfo, Kind};
 use crate::checks::{FAR_SCHEDULE, MAX_SCHEDULE_AHEAD, NO_SCHEDULED_TIME};
-use crate::endpoint::metrics::{labels, names};
 use crate::error::{ErrorKind, Result};
 use crate::logtext::Escaped;
 use crate::message::reasons;
@@ -133,38 +134,54 @@ pub(crate) async fn run(shared: &Shared, entity: &EntityInfo, now: DateTime<Utc>
 }
 
 /// Counts `n` messages of `entity` that the transport dead-lettered itself with `reason`
-/// in `courier.messages.dead_lettered` (labelled with the transport and the queue).
-pub(crate) fn count_dead_lettered(entity: &EntityInfo, reason: &str, n: u64) {
-    metrics::counter!(
-        names::DEAD_LETTERED,
-        labels::SYSTEM => "postgres",
-        labels::DESTINATION => entity.path.clone(),
-        labels::REASON => reason.to_owned()
-    )
-    .increment(n);
+/// in `courier.messages.dead_lettered` (labelled with the transport and the queue), and
+/// tells whether to log them in full: `true` for the first of the queue and reason in a
+/// while, `false` when they go into the next summary line (`first` and `last` are the
+/// message ids of the first and the last of them; see `loglimit.rs`).
+pub(crate) fn dead_lettered(
+    shared: &Shared,
+    entity: &EntityInfo,
+    reason: &str,
+    n: u64,
+    first: &str,
+    last: &str,
+) -> bool {
+    crate::endpoint::metrics::count_dead_lettered("postgres", &entity.path, reason, n);
+    n > 0 && shared.dead_log.admit(&entity.path, reason, n, first, last)
 }
 
-/// Logs and counts what a run dead-lettered: one line per reason.
-fn report(entity: &EntityInfo, part: &str, rows: &[sqlx::postgres::PgRow]) {
+/// Logs and counts what a run dead-lettered: one line per reason, for the first of a
+/// flood; the rest in the limiter's summary lines.
+fn report(shared: &Shared, entity: &EntityInfo, part: &str, rows: &[sqlx::postgres::PgRow]) {
     for row in rows {
-        let (Ok(Some(reason)), Ok(count), Ok(first)) = (
+        let (Ok(Some(reason)), Ok(count), Ok(first), Ok(last)) = (
             row.try_get::<Option<String>, _>(0),
             row.try_get::<i64, _>(1),
             row.try_get::<Option<String>, _>(2),
+            row.try_get::<Option<String>, _>(3),
         ) else {
             continue;
         };
         if count <= 0 {
             continue;
         }
-        count_dead_lettered(entity, &reason, u64::try_from(count).unwrap_or(0));
-        tracing::warn!(
-            queue = %Escaped(&entity.path),
-            reason = %Escaped(&reason),
-            count,
-            first_message_id = %Escaped(first.as_deref().unwrap_or_default()),
-            "the {part} dead-lettered messages of the queue"
-        );
+        let (first, last) = (first.unwrap_or_default(), last.unwrap_or_default());
+        if dead_lettered(
+            shared,
+            entity,
+            &reason,
+            u64::try_from(count).unwrap_or(0),
+            &first,
+            &last,
+        ) {
+            tracing::warn!(
+                queue = %Escaped(&entity.path),
+                reason = %Escaped(&reason),
+                count,
+                first_message_id = %Escaped(&first),
+                "the {part} dead-lettered messages of the queue"
+            );
+        }
     }
 }
 
@@ -268,10 +285,10 @@ async fn maintain(shared: &Shared, entity: &EntityInfo, now: DateTime<Utc>) -> R
          woke AS (SELECT count(pg_notify('courier_transport', x.entity_id::text)) AS n \
                  FROM (SELECT entity_id FROM act UNION SELECT entity_id FROM dead \
                        UNION SELECT entity_id FROM orphaned) x), \
-         gone AS (SELECT dl_reason AS reason, count(*) AS n, min(message_id) AS first FROM \
+         gone AS (SELECT dl_reason AS reason, count(*) AS n, min(message_id) AS first, max(message_id) AS last FROM \
                  (SELECT dl_reason, message_id FROM act WHERE state = 3 \
                   UNION ALL SELECT dl_reason, message_id FROM dead) g GROUP BY dl_reason) \
-         SELECT gone.reason, gone.n, gone.first, woke.n FROM woke LEFT JOIN gone ON true"
+         SELECT gone.reason, gone.n, gone.first, gone.last, woke.n FROM woke LEFT JOIN gone ON true"
         )),
         entity,
         now,
@@ -280,7 +297,7 @@ async fn maintain(shared: &Shared, entity: &EntityInfo, now: DateTime<Utc>) -> R
     .fetch_all(&shared.pool)
     .await
     .map_err(|e| shared.closed_or(db_error("cannot activate scheduled or expired messages", e)))?;
-    report(entity, "maintenance", &rows);
+    report(shared, entity, "maintenance", &rows);
     Ok(())
 }
 
@@ -367,13 +384,21 @@ async fn isolate(shared: &Shared, entity: &EntityInfo, now: DateTime<Utc>) -> Re
         .map_err(|e| shared.closed_or(db_error("cannot dead-letter a message that cannot be activated", e)))?;
         if let Some(message_id) = done {
             refused += 1;
-            count_dead_lettered(entity, reasons::INVALID_WIRE_FORMAT, 1);
-            tracing::warn!(
+            if dead_lettered(
+                shared,
+                entity,
+                reasons::INVALID_WIRE_FORMAT,
+                1,
+                &message_id,
+                &message_id,
+            ) {
+                tracing::warn!(
                 queue = %Escaped(&entity.path),
-                message_id = %Escaped(&message_id),
-                description = %Escaped(&why),
-                "a scheduled message could not be activated: it was dead-lettered"
-            );
+                    message_id = %Escaped(&message_id),
+                    description = %Escaped(&why),
+                    "a scheduled message could not be activated: it was dead-lettered"
+                );
+            }
         }
     }
     Ok(refused)
@@ -423,10 +448,10 @@ async fn sweep(shared: &Shared, entity: &EntityInfo, now: DateTime<Utc>) -> Resu
          woke AS (SELECT count(pg_notify('courier_transport', x.entity_id::text)) AS n \
                  FROM (SELECT $1 AS entity_id FROM (SELECT 1 FROM nosession UNION ALL SELECT 1 FROM idle) y \
                        UNION SELECT entity_id FROM fanned) x), \
-         gone AS (SELECT dl_reason AS reason, count(*) AS n, min(message_id) AS first FROM \
+         gone AS (SELECT dl_reason AS reason, count(*) AS n, min(message_id) AS first, max(message_id) AS last FROM \
                  (SELECT dl_reason, message_id FROM nosession UNION ALL SELECT dl_reason, message_id FROM idle \
                   UNION ALL SELECT dl_reason, message_id FROM fanned WHERE state = 3) g GROUP BY dl_reason) \
-         SELECT gone.reason, gone.n, gone.first, woke.n FROM woke LEFT JOIN gone ON true",
+         SELECT gone.reason, gone.n, gone.first, gone.last, woke.n FROM woke LEFT JOIN gone ON true",
     )
     .bind(entity.id)
     .bind(now)
@@ -442,6 +467,6 @@ async fn sweep(shared: &Shared, entity: &EntityInfo, now: DateTime<Utc>) -> Resu
     .fetch_all(&shared.pool)
     .await
     .map_err(|e| shared.closed_or(db_error("cannot sweep the queue for rows no receive takes", e)))?;
-    report(entity, "sweep", &rows);
+    report(shared, entity, "sweep", &rows);
     Ok(())
 }

@@ -45,7 +45,7 @@ impl Engine {
         max_message_size: usize,
     ) -> Result<Self> {
         let state = State {
-            clock,
+            clock: clock.clone(),
             epoch,
             entities: HashMap::new(),
             by_name: HashMap::new(),
@@ -59,6 +59,8 @@ impl Engine {
             next_expiry: None,
             releases: Vec::new(),
             max_message_size,
+            dead: Vec::new(),
+            dead_log: crate::endpoint::metrics::transport_dead_letter_log(clock.clone()),
         };
         let mut engine = Self {
             conn: Conn(Some(conn)),
@@ -231,8 +233,13 @@ impl Engine {
         }
         .await;
         match result {
-            Ok(()) => self.deliver(outcomes),
+            Ok(()) => {
+                self.report_dead();
+                self.deliver(outcomes);
+            }
             Err(e) => {
+                // Rolled back: nothing of it was dead-lettered.
+                self.state.dead.clear();
                 let kind = storage(&e);
                 tracing::error!(error = %e, "embedded broker transaction failed; its commands are answered with an error");
                 if let Ok(c) = self.conn.get() {

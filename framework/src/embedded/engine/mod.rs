@@ -31,6 +31,8 @@
 //! - complete, abandon, dead-letter, defer; where a message's lock is renewed:
 //!   `settle.rs` (`settle`, `renew`)
 //! - accepting a session, a session's lock and state: `sessions.rs`
+//! - counting and logging what the broker dead-letters itself, after the commit:
+//!   `report.rs`
 //! - peek and counts: `browse.rs`
 //! - creating, finding and deleting queues, topics and subscriptions: `entities.rs`
 //! - row ids, lock tokens, reading a row into a message, SQLite errors: `rows.rs`
@@ -54,6 +56,7 @@ mod lease;
 mod opening;
 mod put_back;
 mod receive;
+mod report;
 mod rows;
 mod send;
 mod sessions;
@@ -96,6 +99,11 @@ struct State {
     /// The broker's limit on a message's size: a stored message over it (written by
     /// another program) is refused at receipt.
     max_message_size: usize,
+    /// What the broker dead-lettered itself in the current transaction (expired, over the
+    /// max delivery count, refused), counted and logged once it commits (`report.rs`).
+    dead: Vec<report::DeadNote>,
+    /// Which of them are logged in full (`loglimit.rs`).
+    dead_log: crate::loglimit::LogLimiter,
 }
 
 pub(crate) struct Engine {

@@ -96,12 +96,14 @@ impl Engine {
         }
         .await;
         if let Err(e) = result {
+            self.state.dead.clear();
             if let Ok(c) = self.conn.get() {
                 let _ = sqlx::query("ROLLBACK").execute(c).await;
             }
             return Err(e);
         }
         tally.log();
+        self.report_dead();
         self.state.touched.clear();
         refresh_due_times(self.conn.get()?, &mut self.state).await
     }

@@ -15,7 +15,6 @@ use tokio::time::Instant;
 use crate::checks::{Refusal, stored_refusal};
 use crate::entity::SubQueue;
 use crate::error::{Error, ErrorKind, Result};
-use crate::logtext::Escaped;
 use crate::message::{ReceivedMessage, SequenceNumber};
 
 use super::commands::EntityInfo;
@@ -230,14 +229,11 @@ impl Engine {
         ) in refused
         {
             let seq = message.broker.sequence_number;
-            tracing::warn!(
-                queue = %info.display,
-                sequence_number = seq,
-                reason,
-                description = %Escaped(&why),
-                "a stored message was refused: it was dead-lettered"
-            );
             if locked {
+                // Counted and logged after the commit (`report.rs`); a taken one by
+                // `insert_rows`.
+                let id = message.envelope.message_id.as_str();
+                self.state.dead_lettered(&info.display, reason, 1, id, id, &why);
                 sqlx::query(
                     "UPDATE courier_message SET state = 3, locked_until = NULL, dl_reason = ?2, dl_description = ?3, \
                      dl_source = ?4 WHERE id = ?1",

@@ -51,6 +51,15 @@ impl Engine {
     }
 
     pub(super) async fn insert_rows(&mut self, rows: &[NewRow]) -> Sql {
+        // A copy written dead-lettered (a session subscription and no session id, a
+        // scheduled or taken message refused) is the broker's own dead-lettering.
+        for r in rows {
+            if let Some(d) = &r.dead {
+                let id = r.fields.message_id.as_str();
+                let description = d.description.as_deref().unwrap_or_default();
+                self.state.dead_lettered(&d.source, &d.reason, 1, id, id, description);
+            }
+        }
         let mut rest = rows;
         while !rest.is_empty() {
             let Some((n, sql)) = INSERTS.iter().find(|(n, _)| *n <= rest.len()) else {

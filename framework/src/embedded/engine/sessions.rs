@@ -10,9 +10,9 @@ use chrono::{DateTime, Utc};
 
 use crate::checks::{MAX_MESSAGE_ID_LEN, quoted};
 use crate::error::{Error, ErrorKind, Result};
-use crate::logtext::Escaped;
 use crate::message::reasons::INVALID_WIRE_FORMAT;
 use crate::transport::SessionSelector;
+use sqlx::Row;
 
 use super::commands::{AcceptRequest, EntityInfo, Outcome, SessionKey, SessionOp, outcome};
 use super::receive::Waiter;
@@ -189,7 +189,7 @@ impl Engine {
             let moved = sqlx::query(
                 "UPDATE courier_message SET state = 3, locked_until = NULL, dl_reason = ?4, dl_description = ?5, \
                  dl_source = ?6 WHERE id >= ?1 AND id < ?2 AND state IN (0, 2) AND session_id IS NOT NULL \
-                 AND CAST(session_id AS BLOB) = ?3",
+                 AND CAST(session_id AS BLOB) = ?3 RETURNING CAST(message_id AS BLOB)",
             )
             .bind(row_id(info.id, 0))
             .bind(row_id(info.id + 1, 0))
@@ -197,15 +197,23 @@ impl Engine {
             .bind(INVALID_WIRE_FORMAT)
             .bind(&why)
             .bind(&info.display)
-            .execute(self.conn.get()?)
+            .fetch_all(self.conn.get()?)
             .await?;
-            tracing::warn!(
-                queue = %info.display,
-                count = moved.rows_affected(),
-                reason = INVALID_WIRE_FORMAT,
-                description = %Escaped(&why),
-                "messages of a session no receiver can accept were dead-lettered"
+            // Counted and logged after the commit (`report.rs`).
+            let ids: Vec<String> = moved
+                .iter()
+                .map(|r| {
+                    let b: Option<Vec<u8>> = r.try_get_unchecked(0).unwrap_or_default();
+                    b.map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default()
+                })
+                .collect();
+            let n = u64::try_from(ids.len()).unwrap_or(u64::MAX);
+            let (first, last) = (
+                ids.first().map_or("", String::as_str),
+                ids.last().map_or("", String::as_str),
             );
+            self.state
+                .dead_lettered(&info.display, INVALID_WIRE_FORMAT, n, first, last, &why);
             self.state.touched.insert(info.id);
         }
         Ok(None)

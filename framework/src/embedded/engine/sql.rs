@@ -69,13 +69,26 @@ macro_rules! lock_cond {
 /// Merges the properties `$n` (JSON) into a row's. A row whose properties are not JSON
 /// (another program's, kept as written in the dead-letter sub-queue) keeps them: patching
 /// them would fail the statement, and with it every command of the batch.
+///
+/// Properties that hold `courier.failure.endpoint` are an endpoint's record of a failure
+/// (`runtime/failures.rs`): they replace every `courier.failure.*` property the row has,
+/// so that none a producer wrote stays beside Courier's (issue 31, point 6). The others
+/// are kept with their JSON types (`json_each` gives a boolean as 0 or 1: written back
+/// as `true` or `false`).
 macro_rules! patch_props {
     ($n:literal) => {
         concat!(
             "properties = CASE WHEN ",
             $n,
             " IS NULL THEN properties WHEN json_valid(COALESCE(properties, '{}')) \
-             THEN json_patch(COALESCE(properties, '{}'), ",
+             THEN json_patch(CASE WHEN json_type(COALESCE(properties, '{}')) = 'object' \
+               AND json_extract(",
+            $n,
+            ", '$.\"courier.failure.endpoint\"') IS NOT NULL \
+             THEN (SELECT json_group_object(key, CASE type WHEN 'true' THEN json('true') \
+                 WHEN 'false' THEN json('false') WHEN 'object' THEN json(value) WHEN 'array' THEN json(value) \
+                 ELSE value END) FROM json_each(properties) WHERE substr(key, 1, 16) <> 'courier.failure.') \
+             ELSE COALESCE(properties, '{}') END, ",
             $n,
             ") ELSE properties END"
         )

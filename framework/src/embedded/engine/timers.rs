@@ -13,7 +13,6 @@ use sqlx::Row;
 use sqlx::sqlite::SqliteConnection;
 
 use crate::checks::{Refusal, impossible_schedule, stored_refusal};
-use crate::logtext::Escaped;
 use crate::message::reasons;
 use crate::message::reasons::INVALID_WIRE_FORMAT;
 
@@ -110,14 +109,16 @@ impl Engine {
                     Err(e) => {
                         // Not even lossily readable: it stays, dead-lettered where it is,
                         // for an operator to see (never dropped).
-                        tracing::error!(entity = %info.display, error = %e, "a scheduled message could not be read: it was dead-lettered");
+                        let why = e.to_string();
+                        self.state
+                            .dead_lettered(&info.display, INVALID_WIRE_FORMAT, 1, "", "", &why);
                         sqlx::query(
                             "UPDATE courier_message SET state = 3, scheduled_at = NULL, dl_reason = ?2, dl_description = ?3, dl_source = ?4 \
                              WHERE id = ?1",
                         )
                         .bind(old_id)
                         .bind(INVALID_WIRE_FORMAT)
-                        .bind(e.to_string())
+                        .bind(why)
                         .bind(&info.display)
                         .execute(self.conn.get()?)
                         .await?;
@@ -131,14 +132,17 @@ impl Engine {
                 let seq = match self.state.alloc_seq(entity, 1) {
                     Ok(seq) => seq,
                     Err(e) => {
-                        tracing::error!(entity = %info.display, error = %e, "a scheduled message could not be numbered: it was dead-lettered");
+                        let why = format!("the scheduled message could not be activated: {e}");
+                        let id = message.envelope.message_id.clone();
+                        self.state
+                            .dead_lettered(&info.display, INVALID_WIRE_FORMAT, 1, &id, &id, &why);
                         sqlx::query(
                             "UPDATE courier_message SET state = 3, dl_reason = ?2, dl_description = ?3, dl_source = ?4 \
                              WHERE id = ?1",
                         )
                         .bind(old_id)
                         .bind(INVALID_WIRE_FORMAT)
-                        .bind(format!("the scheduled message could not be activated: {e}"))
+                        .bind(why)
                         .bind(&info.display)
                         .execute(self.conn.get()?)
                         .await?;
@@ -198,8 +202,7 @@ impl Engine {
                 {
                     // Text that is not UTF-8, properties that are not JSON, an id or a size
                     // no sender accepts: the copies go to the dead-letter sub-queue with the
-                    // reason, not to receivers.
-                    tracing::warn!(entity = %info.display, reason, description = %Escaped(&why), "a scheduled message was refused: it was dead-lettered");
+                    // reason, not to receivers (counted and logged by `insert_rows`).
                     for r in &mut new_rows[first_new..] {
                         let source = self.state.entities.get(&r.entity).map(|e| e.display.clone());
                         r.state = DEAD;
@@ -228,6 +231,23 @@ impl Engine {
     /// been delivered as often as its queue allows (S2.6); a deferred or dead-lettered one
     /// stays where it is, unlocked. Waiters of those entities are served.
     pub(super) async fn unlock_expired(&mut self, now: i64) -> Sql {
+        // Those the update below dead-letters, to count and log them.
+        let dying = sqlx::query(
+            "SELECT m.message_id, m.entity_id, m.delivery_count FROM courier_message m JOIN courier_entity e \
+             ON e.id = m.entity_id WHERE m.locked_until IS NOT NULL AND m.locked_until <= ?1 AND m.state = 4 \
+             AND m.delivery_count >= e.max_delivery_count",
+        )
+        .bind(now)
+        .fetch_all(self.conn.get()?)
+        .await?;
+        for row in &dying {
+            let id = lossy_text(row, 0)?;
+            let queue = self.state.display_of(row.try_get(1)?);
+            let count: i64 = row.try_get_unchecked(2)?;
+            let why = format!("the message was delivered {count} times without being settled");
+            self.state
+                .dead_lettered(&queue, reasons::MAX_DELIVERY_COUNT_EXCEEDED, 1, &id, &id, &why);
+        }
         let rows = sqlx::query(
             "WITH e AS (SELECT id, name, max_delivery_count AS max FROM courier_entity) \
              UPDATE courier_message SET locked_until = NULL, \
@@ -263,14 +283,23 @@ impl Engine {
              dl_description = 'the message expired before it was received', \
              dl_source = (SELECT name FROM courier_entity e WHERE e.id = entity_id) \
              WHERE state IN (0, 2) AND expires_at IS NOT NULL AND expires_at <= ?1 \
-             AND (locked_until IS NULL OR locked_until <= ?1) RETURNING entity_id",
+             AND (locked_until IS NULL OR locked_until <= ?1) RETURNING entity_id, message_id",
         )
         .bind(now)
         .bind(reasons::TTL_EXPIRED)
         .fetch_all(self.conn.get()?)
         .await?;
-        if !moved.is_empty() {
-            tracing::info!(count = moved.len(), "dead-lettered expired messages");
+        for row in &moved {
+            let id = lossy_text(row, 1)?;
+            let queue = self.state.display_of(row.try_get(0)?);
+            self.state.dead_lettered(
+                &queue,
+                reasons::TTL_EXPIRED,
+                1,
+                &id,
+                &id,
+                "the message expired before it was received",
+            );
         }
         for row in moved {
             // Receivers of the dead-letter sub-queue may be waiting.
@@ -322,6 +351,15 @@ pub(super) async fn dead_letter_impossible_schedules(conn: &mut SqliteConnection
         .await?;
     }
     Ok(rows.len())
+}
+
+/// A text column, read lossily (another program may have written bytes that are not
+/// UTF-8): for counting and logging only.
+fn lossy_text(row: &sqlx::sqlite::SqliteRow, i: usize) -> Sql<String> {
+    let bytes: Option<Vec<u8>> = row.try_get_unchecked(i)?;
+    Ok(bytes
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default())
 }
 
 pub(super) async fn refresh_due_times(conn: &mut SqliteConnection, state: &mut State) -> Sql {

@@ -52,6 +52,29 @@ pub(super) fn failure_properties(shared: &Shared, failure: &Failure, attempt: u3
     p
 }
 
+/// The failure headers of a message dead-lettered before any handler ran (no type, no
+/// handler, no id): the description is its error; the attempts are its deliveries.
+fn plain_failure(shared: &Shared, description: &str, deliveries: u32) -> Properties {
+    let mut p = Properties::new();
+    for key in [headers::FAILURE_ERROR, headers::FAILURE_CHAIN] {
+        p.insert(key.to_owned(), PropertyValue::String(description.to_owned()));
+    }
+    p.insert(
+        headers::FAILURE_ENDPOINT.to_owned(),
+        PropertyValue::String(shared.name.to_string()),
+    );
+    p.insert(
+        headers::FAILURE_ATTEMPTS.to_owned(),
+        PropertyValue::Int(i64::from(deliveries)),
+    );
+    p.insert(
+        headers::FAILURE_TIME.to_owned(),
+        PropertyValue::String(shared.clock.now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+    );
+    p.insert(headers::FAILURE_PERMANENT.to_owned(), PropertyValue::Bool(true));
+    p
+}
+
 pub(super) async fn on_failure(shared: &Shared, delivery: Delivery, failure: Failure, delayed: u32, attempt: u32) {
     let properties = failure_properties(shared, &failure, attempt);
     let error_text = failure.chain().join(": ");
@@ -168,7 +191,7 @@ pub(super) async fn dead_letter(
     properties: Properties,
 ) {
     let metrics = shared.metrics.of(delivery.message());
-    tracing::error!(reason, description = %Escaped(&description), "message dead-lettered");
+    let message_id = delivery.message().envelope.message_id.clone();
     if let Some(store) = &shared.store {
         let envelope = &delivery.message().envelope;
         let seal = shared.timeout_seal.as_deref();
@@ -176,6 +199,15 @@ pub(super) async fn dead_letter(
             shared.stats.timeouts_dead_lettered.fetch_add(1, Ordering::Relaxed);
             shared.metrics.timeout_dead_lettered();
         }
+    }
+    let logged = description.clone();
+    // Courier's record of the failure always goes with the dead letter, and replaces
+    // every `courier.failure.*` header the message came with (the transports replace the
+    // namespace when `courier.failure.endpoint` is written): a producer's forged failure
+    // headers never stay beside it (issue 31, point 6).
+    let mut properties = properties;
+    if !properties.contains_key(headers::FAILURE_ENDPOINT) {
+        properties.extend(plain_failure(shared, &description, delivery.message().broker.delivery_count));
     }
     let settlement = Settlement::DeadLetter {
         reason: reason.to_owned(),
@@ -186,6 +218,16 @@ pub(super) async fn dead_letter(
         Ok(()) => {
             shared.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
             metrics.dead_lettered(reason);
+            // The first of a reason in a while in full; a flood as a summary line every
+            // few seconds with its count (endpoint/metrics.rs, loglimit.rs).
+            if shared.metrics.log_dead_letter(reason, &message_id) {
+                tracing::error!(
+                    reason,
+                    message_id = %Escaped(&message_id),
+                    description = %Escaped(&logged),
+                    "message dead-lettered"
+                );
+            }
         }
         Err(e) => tracing::warn!(error = %e, "dead-lettering failed; the message will be delivered again"),
     }

@@ -105,6 +105,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
         config.transport.name(),
         &config.name,
         config.by_name.iter().map(|(wire, entry)| (wire.as_str(), entry.name)),
+        config.clock.clone(),
     );
     let shared = Arc::new(Shared {
         name: config.name.clone(),
