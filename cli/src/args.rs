@@ -163,6 +163,10 @@ pub(crate) enum DlqCommand {
         queue: String,
         /// Its sequence number (from `dlq list`).
         sequence_number: i64,
+        /// Print the whole body and error texts (by default each is cut after 4,096
+        /// characters, saying how much more there is).
+        #[arg(long)]
+        full: bool,
     },
     /// Move dead letters back to their queue (same message id, delivery count from zero).
     Resubmit(Change),

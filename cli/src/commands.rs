@@ -101,9 +101,11 @@ impl Run<'_> {
             Command::DeadLetters(DlqCommand::List { queue, after, limit }) => {
                 self.list_dead_letters(queue, *after, *limit).await
             }
-            Command::DeadLetters(DlqCommand::Show { queue, sequence_number }) => {
-                self.show_dead_letter(queue, *sequence_number).await
-            }
+            Command::DeadLetters(DlqCommand::Show {
+                queue,
+                sequence_number,
+                full,
+            }) => self.show_dead_letter(queue, *sequence_number, *full).await,
             Command::DeadLetters(DlqCommand::Resubmit(change)) => self.change(change, true).await,
             Command::DeadLetters(DlqCommand::Delete(change)) => self.change(change, false).await,
             Command::Sagas(cmd) => self.sagas(cmd).await,
@@ -193,14 +195,14 @@ impl Run<'_> {
         Ok(Exit::Ok)
     }
 
-    async fn show_dead_letter(&mut self, queue: &str, seq: i64) -> Result<Exit, Failure> {
+    async fn show_dead_letter(&mut self, queue: &str, seq: i64, full: bool) -> Result<Exit, Failure> {
         let admin = self.queues()?;
         let d = admin.dead_letter(queue, seq).await?;
         if self.json {
             self.out.json(&d);
         } else {
             let now = admin.now();
-            show(&mut self.out, &d, now);
+            show(&mut self.out, &d, now, full);
         }
         Ok(Exit::Ok)
     }
@@ -252,21 +254,46 @@ impl Run<'_> {
             return Ok(Exit::Ok);
         }
         self.check_writable()?;
+        // Ask about what is there: numbers given that are not dead letters of the queue
+        // are reported, not counted (on RabbitMQ a reading, which moves nothing).
+        let (seqs, missing) = if change.all {
+            (seqs, Vec::new())
+        } else {
+            let (found, missing) = admin.dead_letter_summaries(queue, &seqs).await?;
+            (found.iter().map(|d| d.sequence_number).collect::<Vec<_>>(), missing)
+        };
+        if seqs.is_empty() {
+            if self.json {
+                let mut outcome = courier::admin::BatchOutcome::default();
+                outcome.not_found = missing;
+                self.out.json(&outcome);
+            } else {
+                self.out.line(format!("not found: {missing:?} (nothing changed)"));
+            }
+            return Ok(Exit::NotFound);
+        }
         let target = if resubmit {
             format!(" back to {queue}")
         } else {
             " for good".into()
         };
+        let left_out = if missing.is_empty() {
+            String::new()
+        } else {
+            format!(" (not found, left out: {missing:?})")
+        };
         self.confirm(&format!(
-            "{} {} dead letter(s) of {queue}{target}?",
+            "{} {} dead letter(s) of {queue}{target}{left_out}?",
             if resubmit { "Resubmit" } else { "Delete" },
             seqs.len()
         ))?;
-        let outcome = if resubmit {
+        let mut outcome = if resubmit {
             admin.resubmit_many(queue, &seqs).await?
         } else {
             admin.delete_many(queue, &seqs).await?
         };
+        outcome.not_found.extend(missing);
+        outcome.not_found.sort_unstable();
         if self.json {
             self.out.json(&outcome);
         } else {
@@ -484,7 +511,23 @@ fn timeout_rows(list: &[courier::admin::PendingTimeout], now: chrono::DateTime<c
         .collect()
 }
 
-fn show(out: &mut Out, d: &DeadLetter, now: chrono::DateTime<chrono::Utc>) {
+/// How many characters of a body or error text `dlq show` prints without `--full`.
+const SHOWN: usize = 4096;
+
+/// `text` as `dlq show` prints it: whole with `--full`, else its first [`SHOWN`]
+/// characters and how much more there is.
+fn cut(text: &str, full: bool) -> String {
+    if full || text.chars().count() <= SHOWN {
+        return text.to_owned();
+    }
+    let head: String = text.chars().take(SHOWN).collect();
+    format!(
+        "{head}\n… cut after {SHOWN} of {} characters: --full prints all of it, --json gives the data",
+        text.chars().count()
+    )
+}
+
+fn show(out: &mut Out, d: &DeadLetter, now: chrono::DateTime<chrono::Utc>, full: bool) {
     let field = |out: &mut Out, name: &str, value: String| out.line(format!("{name:<15} {value}"));
     field(out, "queue:", cell(&d.queue, 200));
     field(out, "sequence:", d.sequence_number.to_string());
@@ -505,11 +548,11 @@ fn show(out: &mut Out, d: &DeadLetter, now: chrono::DateTime<chrono::Utc>) {
     field(out, "source:", opt(d.source.as_deref(), 200));
     if let Some(e) = &d.error {
         out.line("error:");
-        out.line(indent(&block(e)));
+        out.line(indent(&block(&cut(e, full))));
     }
     if let Some(chain) = &d.error_chain {
         out.line("error chain:");
-        out.line(indent(&block(chain)));
+        out.line(indent(&block(&cut(chain, full))));
     }
     out.line("headers:");
     for (k, v) in &d.headers {
@@ -519,16 +562,26 @@ fn show(out: &mut Out, d: &DeadLetter, now: chrono::DateTime<chrono::Utc>) {
     match &d.body {
         BodyView::Json(v) => {
             out.line(format!("body (JSON, {} bytes):", d.body_size));
-            out.line(indent(&block(&serde_json::to_string_pretty(v).unwrap_or_default())));
+            let text = serde_json::to_string_pretty(v).unwrap_or_default();
+            out.line(indent(&block(&cut(&text, full))));
         }
         BodyView::Text(t) => {
             out.line(format!("body (text, {} bytes):", d.body_size));
-            out.line(indent(&block(t)));
+            out.line(indent(&block(&cut(t, full))));
         }
         BodyView::Bytes(b) => {
             out.line(format!("body ({} bytes):", d.body_size));
-            let hex: Vec<String> = b.iter().take(256).map(|x| format!("{x:02x}")).collect();
-            out.line(format!("  {}{}", hex.join(" "), if b.len() > 256 { " …" } else { "" }));
+            let shown = if full { b.len() } else { 256 };
+            for row in b[..b.len().min(shown)].chunks(32) {
+                let hex: Vec<String> = row.iter().map(|x| format!("{x:02x}")).collect();
+                out.line(format!("  {}", hex.join(" ")));
+            }
+            if b.len() > shown {
+                out.line(format!(
+                    "  … cut after {shown} of {} bytes: --full prints all of them",
+                    b.len()
+                ));
+            }
         }
         _ => out.line("body: (not shown)"),
     }

@@ -186,7 +186,9 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+                // lapin logs each refused or dropped connection itself, at ERROR: the
+                // command says what failed in its own error (RUST_LOG=lapin=warn shows them).
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn,lapin=off")),
         )
         .init();
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {

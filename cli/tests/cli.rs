@@ -181,6 +181,36 @@ async fn a_dry_run_and_a_refused_confirmation_change_nothing_and_a_resubmit_move
 }
 
 #[tokio::test]
+async fn the_prompt_counts_only_dead_letters_that_exist_and_show_cuts_a_large_body() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("broker.db");
+    // Under the embedded broker's 1-MiB limit, on one line.
+    let big = format!("{{\"text\":\"{}\"}}", "x".repeat(900_000));
+    let seqs = broker_with_dead_letters(&file, &["{}", big.as_str()]).await;
+    let f = file.to_str().unwrap();
+    let (first, missing) = (seqs[0].to_string(), (seqs[1] + 1000).to_string());
+    // `resubmit 6 99` with 99 not a dead letter: the prompt says 1, and names 99.
+    let ran = courier(&["--embedded", f, "dlq", "resubmit", "orders", &first, &missing], "n\n");
+    assert_eq!(ran.code, 6, "{}", ran.stderr);
+    assert!(ran.stderr.contains("Resubmit 1 dead letter(s)"), "{}", ran.stderr);
+    assert!(ran.stderr.contains(&format!("left out: [{missing}]")), "{}", ran.stderr);
+    // Only numbers that are not there: nothing asked, exit code 3.
+    let ran = courier(&["--embedded", f, "dlq", "resubmit", "orders", &missing], "");
+    assert_eq!(ran.code, 3, "{}", ran.stderr);
+    assert!(!ran.stderr.contains("[y/N]"), "{}", ran.stderr);
+    assert_eq!(counts(&file).await, (0, 2));
+    // A 1-MiB body is cut, and --full prints it whole.
+    let large = seqs[1].to_string();
+    let ran = courier(&["--embedded", f, "dlq", "show", "orders", &large], "");
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(ran.stdout.len() < 20_000, "{} bytes printed", ran.stdout.len());
+    assert!(ran.stdout.contains("cut after 4096 of"), "{}", &ran.stdout[..2000]);
+    let ran = courier(&["--embedded", f, "dlq", "show", "orders", &large, "--full"], "");
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    assert!(ran.stdout.len() > 900_000, "{} bytes printed", ran.stdout.len());
+}
+
+#[tokio::test]
 async fn delete_asks_and_then_deletes_for_good() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("broker.db");
@@ -578,6 +608,24 @@ async fn rabbitmq_queues_are_listed_from_the_schedule_store_and_dead_letters_res
     assert!(ran.stderr.contains("--postgres URL or --sqlite FILE"), "{}", ran.stderr);
     transport.delete(&EntityPath::queue(&queue)).await.unwrap();
     transport.close().await;
+    vhost.delete().await.unwrap();
+}
+
+#[tokio::test]
+async fn rabbitmq_a_refused_login_fails_at_once_in_one_line() {
+    let vhost = courier::test_servers::rabbitmq_vhost().await.unwrap();
+    let url = vhost.url().to_owned();
+    // The same URL with a wrong password.
+    let (scheme, rest) = url.split_once("://").unwrap();
+    let (user, host) = rest.split_once('@').unwrap();
+    let user = user.split_once(':').map_or(user, |(u, _)| u);
+    let bad = format!("{scheme}://{user}:not-the-password@{host}");
+    let ran = courier(&["--rabbitmq", &bad, "queues"], "");
+    assert_eq!(ran.code, 5, "{}", ran.stderr);
+    let lines: Vec<&str> = ran.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line, no retries: {}", ran.stderr);
+    assert!(lines[0].contains("refused the connection"), "{}", ran.stderr);
+    assert!(!ran.stderr.contains("not-the-password"), "{}", ran.stderr);
     vhost.delete().await.unwrap();
 }
 

@@ -87,7 +87,11 @@ impl AdminError {
     pub fn is_transient(&self) -> bool {
         match self {
             AdminError::NotFound { .. } | AdminError::Refused { .. } | AdminError::Invalid { .. } => false,
-            AdminError::Unavailable { .. } => true,
+            // Unreachable is worth another try, unless the broker or database answered
+            // with a refusal (a login refused: fix the URL).
+            AdminError::Unavailable { source, .. } => {
+                source.is_transient() || matches!(source.kind(), crate::ErrorKind::Connection { .. })
+            }
             AdminError::Failed(e) => e.is_transient(),
         }
     }

@@ -156,6 +156,18 @@ impl Connector {
                         e.to_string()
                     }
                 },
+                // A refused login (403 ACCESS_REFUSED) or a virtual host the user may not
+                // open (530 NOT_ALLOWED) is the broker's answer, not a network failure:
+                // trying again for the rest of the timeout cannot help.
+                Ok(Err(e)) if matches!(reply_code(&e), Some(403 | 530)) => {
+                    return Err(Error::new(ErrorKind::InvalidOptions {
+                        reason: format!(
+                            "RabbitMQ at {} refused the connection: {e}; check the user, password and \
+                             virtual host in the URL (and the user's permissions on the virtual host)",
+                            self.display
+                        ),
+                    }));
+                }
                 Ok(Err(e)) => e.to_string(),
                 Err(_) => "timed out".to_owned(),
             };
