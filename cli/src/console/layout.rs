@@ -19,10 +19,12 @@ header a{color:#d0d7de;text-decoration:none}header a:hover,header a.on{color:#ff
 header .brand{font-weight:600;color:#fff;margin-right:1em}
 header form{margin-left:auto}
 main{padding:1em 1.5em 3em;max-width:1400px}
-h1{font-size:1.4em;margin:.4em 0 .6em}h2{font-size:1.1em;margin:1.4em 0 .5em}
+h1{font-size:1.4em;margin:.4em 0 .6em;overflow-wrap:anywhere}h2{font-size:1.1em;margin:1.4em 0 .5em}
+p.crumbs{overflow-wrap:anywhere}
 a{color:#0969da}
 table{border-collapse:collapse;background:#fff;border:1px solid #d0d7de;margin:.3em 0 1em}
 th,td{padding:.35em .7em;border-bottom:1px solid #eaeef2;text-align:left;vertical-align:top}
+td{overflow-wrap:break-word}td.err,td.wrap{overflow-wrap:anywhere}td.state{white-space:nowrap}
 th{background:#f6f8fa;font-weight:600;font-size:.92em;white-space:nowrap}
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
 tr:last-child td{border-bottom:0}
@@ -44,8 +46,16 @@ input[type=text],input[type=password],select{padding:.25em .5em;border:1px solid
 td .actions{flex-wrap:nowrap;margin:0}
 .filters{display:flex;gap:1em;align-items:end;flex-wrap:wrap;margin:.5em 0 1em}
 .filters label{display:flex;flex-direction:column;font-size:.88em;color:#656d76}
-td.id{white-space:nowrap;font-family:ui-monospace,monospace;font-size:.88em}
-td.err{max-width:28em;overflow-wrap:anywhere}
+.mono{font-family:ui-monospace,monospace;font-size:.88em}
+td.err{min-width:12em;max-width:28em}
+.lines3{display:-webkit-box;-webkit-line-clamp:3;-webkit-box-orient:vertical;overflow:hidden}
+button{white-space:nowrap;overflow-wrap:normal}
+.clip{display:inline-block;max-width:100%;overflow:hidden;text-overflow:ellipsis;white-space:nowrap;vertical-align:bottom}
+.clip-s{max-width:9em}.clip-m{max-width:13em}.clip-l{max-width:20em}.clip-id{max-width:37ch}
+table.headers{width:100%;table-layout:fixed}table.headers th:first-child{width:30%}
+.toolbar{display:flex;gap:1.5em;align-items:center;flex-wrap:wrap;margin:.5em 0}
+.toolbar form,.toolbar .actions{margin:0}
+.hex{color:#8250df}
 td.spark{padding:.2em .7em}
 svg.spark{display:block}
 .readonly{padding:.6em 1.5em;background:#fff8c5;border-bottom:1px solid #d4a72c;color:#1f2328}
@@ -263,6 +273,41 @@ pub(crate) fn short(text: &str, max: usize) -> String {
     }
 }
 
+/// The most characters of a value put in a `title` or a clipped cell (the whole value is
+/// on its own page: a message's, an instance's).
+const MAX_CLIPPED: usize = 2000;
+
+/// How wide a clipped value may be: `S` 9em, `M` 13em, `L` 20em, `Id` a UUID's 36
+/// characters (Courier's ids show whole, a longer one is cut).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Width {
+    S,
+    M,
+    L,
+    Id,
+}
+
+/// `text` on one line, cut with `…` where it is wider than `width`, the whole text on hover
+/// (its `title`).
+pub(crate) fn clip(text: &str, width: Width) -> Markup {
+    let class = match width {
+        Width::S => "clip clip-s",
+        Width::M => "clip clip-m",
+        Width::L => "clip clip-l",
+        Width::Id => "clip clip-id",
+    };
+    let text = short(text, MAX_CLIPPED);
+    html! { span class=(class) title=(text) { (text) } }
+}
+
+/// [`clip`] of an optional text, `-` when absent.
+pub(crate) fn clip_opt(text: Option<&str>, width: Width) -> Markup {
+    match text {
+        Some(t) => clip(t, width),
+        None => html! { span.muted { "-" } },
+    }
+}
+
 /// Parses an age typed in a filter: `90s`, `15m`, `2h`, `3d`, or seconds.
 pub(crate) fn parse_age(text: &str) -> Result<chrono::Duration, PageError> {
     let text = text.trim();
@@ -298,6 +343,18 @@ mod tests {
         assert_eq!(parse_age("90").map(|d| d.num_seconds()).ok(), Some(90));
         assert!(parse_age("soon").is_err());
         assert_eq!(short("abcdef", 3), "abc…");
+    }
+
+    proptest::proptest! {
+        /// Any text a producer writes is clipped as text: one element, its whole text (up
+        /// to the limit) escaped in the title and the content, never markup.
+        #[test]
+        fn a_clipped_value_is_text(text in r"(\PC|[<>&\x22'\\]){0,2100}") {
+            let html = clip(&text, Width::M).into_string();
+            proptest::prop_assert_eq!(html.matches('<').count(), 2, "{}", html);
+            let escaped = html! { (short(&text, MAX_CLIPPED)) }.into_string();
+            proptest::prop_assert!(html.contains(&format!("title=\"{escaped}\">{escaped}</span>")), "{}", html);
+        }
     }
 
     #[test]

@@ -13,7 +13,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 
 use super::history::sparkline;
-use super::layout::{F, PageError, PageResult, Q, Viewer, age, opt, page, short, time, when};
+use super::layout::{F, PageError, PageResult, Q, Viewer, Width, age, clip, clip_opt, opt, page, short, time, when};
 use super::{Shared, State};
 
 /// Dead letters per page.
@@ -79,7 +79,7 @@ pub(crate) async fn dashboard(axum::extract::State(state): Shared, viewer: Viewe
                             @for q in &list {
                                 @let has_dlq = !matches!(q.kind, EntityKind::Topic);
                                 tr data-queue=(q.name) {
-                                    td { @if has_dlq { a href=(dlq_link(&q.name, 0)) { (q.name) } } @else { (q.name) } }
+                                    td { @if has_dlq { a href=(dlq_link(&q.name, 0)) { (clip(&q.name, Width::L)) } } @else { (clip(&q.name, Width::L)) } }
                                     td.muted { (kind(q.kind)) }
                                     td.n.active { (q.active) }
                                     td.n.locked { (q.locked) }
@@ -203,23 +203,53 @@ pub(crate) async fn dead_letters(
         }
     });
     let csrf = &viewer.csrf;
+    let shown = match (list.items.first(), list.items.last()) {
+        (Some(first), Some(last)) => Some((first.sequence_number, last.sequence_number)),
+        _ => None,
+    };
     let body = html! {
-        p.small { a href="/" { "Queues" } " › " (q.queue) }
+        p.small.crumbs { a href="/" { "Queues" } " › " (q.queue) }
         h1 { "Dead letters of " (q.queue) }
         @if let Some(f) = flash { (f) }
         @if list.total == 0 {
             p #empty.muted { "No dead letters in " (q.queue) "." }
         } @else {
-            p {
+            p #shown {
                 (list.total) " " (plural(list.total, "message", "messages")) " in the dead-letter queue"
-                @if list.total > list.items.len() as u64 {
-                    "; these " (list.items.len()) " from sequence number " (q.after + 1) " on"
+                @if let Some((first, last)) = shown {
+                    @if list.total > list.items.len() as u64 {
+                        "; this page shows " (list.items.len()) ", sequence numbers " (first) " to " (last)
+                    } @else if first == last {
+                        ", sequence number " (first)
+                    } @else {
+                        ", sequence numbers " (first) " to " (last)
+                    }
                 }
                 "."
             }
-            form method="post" action="/dlq/resubmit" {
+            div.toolbar {
+                // Every dead letter of the queue, not only this page's: above the list, so
+                // it is reached without scrolling past it.
+                form.actions #all method="post" action="/dlq/resubmit" {
+                    input type="hidden" name="csrf" value=(csrf);
+                    input type="hidden" name="queue" value=(q.queue);
+                    input type="hidden" name="all" value="1";
+                    button type="submit" formaction="/dlq/resubmit" { "Resubmit all " (list.total) "…" }
+                    button.danger type="submit" formaction="/dlq/delete" { "Delete all " (list.total) "…" }
+                    span.muted.small { "Both ask for a confirmation first." }
+                }
+                div.actions {
+                    @if q.after > 0 { a href=(dlq_link(&q.queue, 0)) { "« First page" } }
+                    @if let Some(next) = list.next_after { a #next href=(dlq_link(&q.queue, next)) { "Next page »" } }
+                }
+            }
+            form #selected method="post" action="/dlq/resubmit" {
                 input type="hidden" name="csrf" value=(csrf);
                 input type="hidden" name="queue" value=(q.queue);
+                div.actions {
+                    button type="submit" formaction="/dlq/resubmit" { "Resubmit selected" }
+                    button.danger type="submit" formaction="/dlq/delete" { "Delete selected" }
+                }
                 table #dead-letters {
                     thead { tr {
                         th { "" } th.n { "Seq" } th { "Message id" } th { "Type" } th { "Enqueued" }
@@ -230,13 +260,16 @@ pub(crate) async fn dead_letters(
                             tr data-seq=(d.sequence_number) {
                                 td { input type="checkbox" name="seq" value=(d.sequence_number) aria-label="select"; }
                                 td.n { a href=(message_link(&q.queue, d.sequence_number)) { (d.sequence_number) } }
-                                td.id { a.message-id href=(message_link(&q.queue, d.sequence_number)) { (d.message_id) } }
-                                td { (opt(d.message_type.as_deref())) }
-                                td { (when(d.enqueued_at, now)) }
+                                td.mono.id { a.message-id href=(message_link(&q.queue, d.sequence_number)) { (clip(&d.message_id, Width::Id)) } }
+                                td.type { (clip_opt(d.message_type.as_deref(), Width::M)) }
+                                td.enqueued { (when(d.enqueued_at, now)) }
                                 td.n { (d.delivery_count) }
-                                td { (opt(d.reason.as_deref())) }
-                                td.err { (opt(d.error.as_deref().map(|e| short(e, 160)).as_deref())) }
-                                td { div.actions {
+                                td.reason { (clip_opt(d.reason.as_deref(), Width::M)) }
+                                td.err {
+                                    @if let Some(e) = &d.error { span.lines3 title=(short(e, 2000)) { (short(e, 300)) } }
+                                    @else { span.muted { "-" } }
+                                }
+                                td.buttons { div.actions {
                                     button type="submit" name="one" value=(d.sequence_number) formaction="/dlq/resubmit" { "Resubmit" }
                                     button.danger type="submit" name="one" value=(d.sequence_number) formaction="/dlq/delete" { "Delete" }
                                 } }
@@ -251,16 +284,7 @@ pub(crate) async fn dead_letters(
             }
             div.actions {
                 @if q.after > 0 { a href=(dlq_link(&q.queue, 0)) { "« First page" } }
-                @if let Some(next) = list.next_after { a #next href=(dlq_link(&q.queue, next)) { "Next page »" } }
-            }
-            h2 { "All " (list.total) " dead letters" }
-            form.actions method="post" action="/dlq/resubmit" {
-                input type="hidden" name="csrf" value=(csrf);
-                input type="hidden" name="queue" value=(q.queue);
-                input type="hidden" name="all" value="1";
-                button type="submit" formaction="/dlq/resubmit" { "Resubmit all…" }
-                button.danger type="submit" formaction="/dlq/delete" { "Delete all…" }
-                span.muted.small { "Both ask for a confirmation first." }
+                @if let Some(next) = list.next_after { a href=(dlq_link(&q.queue, next)) { "Next page »" } }
             }
         }
     };
@@ -292,8 +316,8 @@ pub(crate) async fn dead_letter(
     let d = admin.dead_letter(&q.queue, q.seq).await?;
     let now = admin.now();
     let body = html! {
-        p.small { a href="/" { "Queues" } " › " a href=(dlq_link(&q.queue, 0)) { (q.queue) } " › " (d.sequence_number) }
-        h1 { "Dead letter " (d.message_id) }
+        p.small.crumbs { a href="/" { "Queues" } " › " a href=(dlq_link(&q.queue, 0)) { (q.queue) } " › " (d.sequence_number) }
+        h1 { "Dead letter " span.mono { (d.message_id) } }
         form.actions method="post" action="/dlq/resubmit" {
             input type="hidden" name="csrf" value=(viewer.csrf);
             input type="hidden" name="queue" value=(q.queue);
@@ -307,9 +331,12 @@ pub(crate) async fn dead_letter(
         pre #body { (body_text(&d.body)) }
         h2 { "Headers" }
         @if d.headers.is_empty() { p.muted { "None." } } @else {
-            table #headers {
+            table.headers #headers {
                 thead { tr { th { "Name" } th { "Value" } } }
-                tbody { @for (k, v) in &d.headers { tr { td { code { (k) } } td.err { (property(v)) } } } }
+                tbody { @for (k, v) in &d.headers { tr {
+                    td.wrap { code title=(short(k, 2000)) { (visible(k)) } }
+                    td.wrap { (property(v)) }
+                } } }
             }
         }
     };
@@ -334,6 +361,22 @@ fn fields(d: &DeadLetter, now: chrono::DateTime<chrono::Utc>) -> Markup {
             dt { "Session" } dd { (opt(d.session_id.as_deref())) }
         }
     }
+}
+
+/// A header name as it is shown: a character that would not show (a control character)
+/// as its `\u{..}` escape, and `\` as `\\`, so two different names never look the same.
+fn visible(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if c == '\\' {
+            out.push_str("\\\\");
+        } else if c.is_control() {
+            let _ = write!(out, "{}", c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn property(v: &PropertyValue) -> String {
@@ -556,6 +599,37 @@ mod tests {
             "00000000  ff 00 41 3c                                      ..A<\n"
         );
         assert_eq!(encode("events/subscriptions/a b"), "events%2Fsubscriptions%2Fa+b");
+    }
+
+    /// The name [`visible`] was made of: shows that no two names are shown alike.
+    fn decoded(shown: &str) -> Option<String> {
+        let mut out = String::new();
+        let mut rest = shown;
+        while let Some(c) = rest.chars().next() {
+            if let Some(after) = rest.strip_prefix("\\\\") {
+                out.push('\\');
+                rest = after;
+            } else if let Some(after) = rest.strip_prefix("\\u{") {
+                let (hex, after) = after.split_once('}')?;
+                out.push(char::from_u32(u32::from_str_radix(hex, 16).ok()?)?);
+                rest = after;
+            } else {
+                out.push(c);
+                rest = &rest[c.len_utf8()..];
+            }
+        }
+        Some(out)
+    }
+
+    proptest::proptest! {
+        /// Any header name a producer writes is shown with nothing that would not show,
+        /// and so that it can be read back: two different names never look the same.
+        #[test]
+        fn header_names_are_shown_one_to_one(name in r"(\PC|[\x00-\x1f\\\x7f-\x{9f}]|\\u\{7\}){0,16}") {
+            let shown = visible(&name);
+            proptest::prop_assert!(!shown.chars().any(char::is_control));
+            proptest::prop_assert_eq!(decoded(&shown), Some(name));
+        }
     }
 
     #[test]

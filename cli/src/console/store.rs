@@ -9,7 +9,7 @@ use courier::admin::{PendingTimeout, SagaFilter, StoreAdmin, TimeoutFilter, Time
 use maud::{Markup, html};
 use serde::Deserialize;
 
-use super::layout::{F, PageError, PageResult, Q, Viewer, opt, page, parse_age, short, time, when};
+use super::layout::{F, PageError, PageResult, Q, Viewer, Width, clip, clip_opt, page, parse_age, short, time, when};
 use super::queues::encode;
 use super::{Shared, State};
 
@@ -48,7 +48,7 @@ pub(crate) async fn saga_types(axum::extract::State(state): Shared, viewer: View
             table #saga-types {
                 thead { tr { th { "Saga" } th.n { "Instances" } th { "Least recently updated" } } }
                 tbody { @for t in &types { tr {
-                    td { a href=(saga_link(&t.saga_type)) { (t.saga_type) } }
+                    td { a href=(saga_link(&t.saga_type)) { (clip(&t.saga_type, Width::L)) } }
                     td.n { (t.instances) }
                     td { @match t.oldest_updated_at { Some(u) => (when(u, now)), None => span.muted { "-" } } }
                 } } }
@@ -93,7 +93,7 @@ pub(crate) async fn sagas(axum::extract::State(state): Shared, viewer: Viewer, Q
     let list = admin.sagas(&q.saga, &filter).await?;
     let selected = |v: &str| q.timeout.as_deref() == Some(v);
     let body = html! {
-        p.small { a href="/sagas" { "Sagas" } " › " (q.saga) }
+        p.small.crumbs { a href="/sagas" { "Sagas" } " › " (q.saga) }
         h1 { "Instances of " (q.saga) }
         @if let Some(c) = &q.completed {
             p.flash #flash { "Instance " (c) @if let Some(v) = q.version { " (version " (v) ")" } " completed by hand; the reason is in the console's log." }
@@ -115,7 +115,7 @@ pub(crate) async fn sagas(axum::extract::State(state): Shared, viewer: Viewer, Q
             table #sagas {
                 thead { tr { th { "Correlation" } th.n { "Version" } th { "Created" } th { "Updated" } th.n { "Pending timeouts" } } }
                 tbody { @for s in &list { tr {
-                    td { a href=(instance_link(&s.saga_type, &s.correlation)) { (s.correlation) } }
+                    td.mono { a href=(instance_link(&s.saga_type, &s.correlation)) { (clip(&s.correlation, Width::L)) } }
                     td.n { (s.version) }
                     td { (when(s.created_at, now)) }
                     td { (when(s.updated_at, now)) }
@@ -142,7 +142,7 @@ pub(crate) async fn saga(axum::extract::State(state): Shared, viewer: Viewer, Q(
     let s = admin.saga(&q.saga, &q.correlation).await?;
     let now = admin.now();
     let body = html! {
-        p.small { a href="/sagas" { "Sagas" } " › " a href=(saga_link(&q.saga)) { (q.saga) } " › " (q.correlation) }
+        p.small.crumbs { a href="/sagas" { "Sagas" } " › " a href=(saga_link(&q.saga)) { (q.saga) } " › " (q.correlation) }
         h1 { (q.saga) " " (q.correlation) }
         dl.fields #fields {
             dt { "Saga" } dd { (s.summary.saga_type) }
@@ -207,22 +207,24 @@ fn timeout_table(list: &[PendingTimeout], now: chrono::DateTime<chrono::Utc>, wi
         @if list.is_empty() { p.muted #no-timeouts { "None." } } @else {
             table #timeouts {
                 thead { tr {
+                    th { "Id" }
                     @if with_saga { th { "Saga" } th { "Correlation" } }
                     th { "Key" } th { "Endpoint" } th { "Due" } th { "State" }
                 } }
-                tbody { @for t in list { tr.bad-row[t.is_overdue(now, grace)] {
+                tbody { @for t in list { tr.bad-row[t.is_overdue(now, grace)] data-id=(t.id) {
+                    td.mono.timeout-id { (clip(&t.id, Width::Id)) }
                     @if with_saga {
-                        td { a href=(saga_link(&t.saga_type)) { (t.saga_type) } }
-                        td { a href=(instance_link(&t.saga_type, &t.correlation)) { (t.correlation) } }
+                        td { a href=(saga_link(&t.saga_type)) { (clip(&t.saga_type, Width::M)) } }
+                        td.mono { a href=(instance_link(&t.saga_type, &t.correlation)) { (clip(&t.correlation, Width::M)) } }
                     }
-                    td { (opt(t.key.as_deref().or(t.message_type.as_deref()))) }
-                    td { (t.endpoint) }
+                    td { (clip_opt(t.key.as_deref().or(t.message_type.as_deref()), Width::M)) }
+                    td { (clip(&t.endpoint, Width::S)) }
                     td { (time(t.due_at)) " (" (when(t.due_at, now)) ")" }
-                    td {
+                    td.state {
                         @match t.state {
                             TimeoutState::Waiting => @if t.is_overdue(now, grace) { span.bad { "overdue: not sent" } } @else { "waiting" },
                             TimeoutState::Dispatched => @if t.is_overdue(now, grace) { span.bad { "overdue: sent, not handled" } } @else { "sent" },
-                            TimeoutState::DeadLettered => span.bad { "dead-lettered" @if let Some(r) = &t.dead_letter_reason { " (" (r) ")" } },
+                            TimeoutState::DeadLettered => span.bad { "dead-lettered" @if let Some(r) = &t.dead_letter_reason { " (" (clip(r, Width::M)) ")" } },
                             _ => "?",
                         }
                     }
@@ -301,14 +303,14 @@ pub(crate) async fn outbox(axum::extract::State(state): Shared, viewer: Viewer, 
                 tbody { @for o in &list { tr {
                     td.n { (o.id) }
                     td { (when(o.created_at, now)) }
-                    td { (o.endpoint) }
-                    td { (o.destination) @if o.is_topic { span.muted { " (topic)" } } }
-                    td { (opt(o.message_id.as_deref())) }
-                    td { (opt(o.message_type.as_deref())) }
-                    td { (o.source_id) }
+                    td { (clip(&o.endpoint, Width::S)) }
+                    td { (clip(&o.destination, Width::M)) @if o.is_topic { span.muted { " (topic)" } } }
+                    td.mono { (clip_opt(o.message_id.as_deref(), Width::M)) }
+                    td { (clip_opt(o.message_type.as_deref(), Width::M)) }
+                    td.mono { (clip(&o.source_id, Width::M)) }
                     @if dead { td.err {
-                        (opt(o.dead_letter_reason.as_deref()))
-                        @if let Some(d) = &o.dead_letter_description { br; span.muted.small { (short(d, 200)) } }
+                        (clip_opt(o.dead_letter_reason.as_deref(), Width::L))
+                        @if let Some(d) = &o.dead_letter_description { br; span.muted.small title=(short(d, 2000)) { (short(d, 200)) } }
                     } }
                 } } }
             }

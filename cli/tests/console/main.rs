@@ -14,7 +14,8 @@
 //! Modules: `fixture.rs` (the system under test: an embedded broker in a file, the
 //! endpoint `shop` with a failing handler and a saga, the console served in-process),
 //! `browser.rs` (Chromium over WebDriver), `http.rs` (a plain HTTP client); the tests:
-//! `pages.rs` (every page, with the screenshots, and the error pages), `dead_letters.rs`
+//! `pages.rs` (every page, with the screenshots, and the error pages), `long_data.rs` (255-byte
+//! ids and other long texts at 1,400 px: every column in the window), `dead_letters.rs`
 //! (resubmit to a running endpoint, markup shown as text), `security.rs` (tokens, CSRF,
 //! loopback, passwords), `sessions.rs` (one session per login, logout, expiry, the login
 //! form), `read_only.rs` (an embedded file served without its lock: the application
@@ -27,6 +28,7 @@ mod browser;
 mod dead_letters;
 mod fixture;
 mod http;
+mod long_data;
 mod pages;
 mod read_only;
 mod security;
