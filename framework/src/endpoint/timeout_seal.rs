@@ -191,10 +191,11 @@ pub(crate) enum Verdict {
     },
 }
 
-/// Judges the message `envelope` of type `message_type` that reached a timeout handler
-/// of `endpoint` at `now`. With a `seal` (an endpoint whose store keeps a secret) only a
-/// copy that carries a valid seal fires; without one (a store that keeps no secret) the
-/// headers are taken as they are, and only the due time is checked.
+/// Judges the message `envelope` that reached a timeout handler of `endpoint` at `now`.
+/// With a `seal` (an endpoint whose store keeps a secret) only a copy that carries a
+/// valid seal fires; without one (a store that keeps no secret) the headers are taken as
+/// they are, and only the due time is checked (early: before the due time's
+/// millisecond).
 pub(crate) fn judge(seal: Option<&TimeoutSeal>, endpoint: &str, envelope: &Envelope, now: DateTime<Utc>) -> Verdict {
     let message_type = envelope.message_type.as_deref().unwrap_or("(none)");
     let Some(claimed) = Claimed::of(envelope) else {
@@ -228,7 +229,10 @@ pub(crate) fn judge(seal: Option<&TimeoutSeal>, endpoint: &str, envelope: &Envel
             }
         },
     };
-    if now < due {
+    // To the millisecond: a scheduler that keeps due times in milliseconds (RabbitMQ's
+    // with a SQLite schedule store) delivers at the due time's millisecond, up to 999 µs
+    // before the due time itself.
+    if now.timestamp_millis() < due.timestamp_millis() {
         Verdict::Early { due }
     } else {
         Verdict::Due
@@ -293,8 +297,14 @@ mod tests {
         let e = sealed();
         let s = seal();
         assert_eq!(judge(Some(&s), "orders", &e, due()), Verdict::Due);
-        let before = due() - chrono::Duration::microseconds(1);
+        let before = due() - chrono::Duration::milliseconds(1);
         assert_eq!(judge(Some(&s), "orders", &e, before), Verdict::Early { due: due() });
+        let hour_early = due() - chrono::Duration::hours(1);
+        assert_eq!(judge(Some(&s), "orders", &e, hour_early), Verdict::Early { due: due() });
+        // Within the due time's millisecond (a scheduler that keeps milliseconds delivers
+        // then): due.
+        let same_milli = due() - chrono::Duration::microseconds(456);
+        assert_eq!(judge(Some(&s), "orders", &e, same_milli), Verdict::Due);
         assert_eq!(sealed_timeout_id(Some(&s), "orders", &e), Some("t-1"));
         assert_eq!(
             text(&e, TIMEOUT_DUE),
@@ -489,7 +499,7 @@ mod tests {
                 == text(&real, TIMEOUT_SEAL).map(str::to_owned);
             if verdict == Verdict::Due {
                 prop_assert!(genuine, "a forged copy fired: {forged:?}");
-                prop_assert!(now >= due());
+                prop_assert!(now.timestamp_millis() >= due().timestamp_millis());
             }
             if !genuine {
                 prop_assert!(matches!(verdict, Verdict::Forged(_)), "{verdict:?} for {forged:?}");
