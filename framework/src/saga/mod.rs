@@ -261,7 +261,11 @@ impl<S: Saga> SagaHandlers<S> {
 
     /// A timeout the saga requested with [`SagaContext::request_timeout`]: it finds its
     /// instance by itself, and is discarded (never handled) if it was cancelled or the
-    /// saga completed before it fired.
+    /// saga completed before it fired. Only the copy the endpoint's timeout dispatcher
+    /// sealed ([`headers::TIMEOUT_SEAL`]) is handled, at or after its due time; any other
+    /// message of type `M` that reaches it is dead-lettered as forged (or early) without
+    /// running `f`, so `M` should be a type of the saga's own, not one other producers
+    /// send.
     pub fn timeout<M: Message>(&mut self, name: &'static str, f: SagaFn<S, M>) -> &mut Self {
         self.entries
             .push(runtime::Entry::new(name, Role::Timeout, None, None, f));
