@@ -51,6 +51,20 @@ pub(crate) async fn setup() -> (AmqpTransport, AmqpAdmin, VirtualClock) {
     (t, admin, clock)
 }
 
+/// As [`setup`], with the schedule store in a file: a cut transaction closes its
+/// connection, and an in-memory database would be gone with it.
+async fn file_setup() -> (AmqpTransport, AmqpAdmin, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = courier::SqliteStore::open(dir.path().join("schedules.db"))
+        .await
+        .unwrap();
+    store.migrate().await.unwrap();
+    let clock = VirtualClock::starting_now();
+    let t = transport(&clock, ScheduleStore::from(&store)).await;
+    let admin = AmqpAdmin::new(&t);
+    (t, admin, dir)
+}
+
 /// Sends `bodies` to `send_to` (ids `send_to-i`, with failure headers) and dead-letters
 /// them from `path`.
 pub(crate) async fn dead_letter_all(t: &AmqpTransport, send_to: &str, path: &EntityPath, bodies: &[Vec<u8>]) {
@@ -484,7 +498,7 @@ async fn rabbit_recorded_entities_are_listed_and_a_subscription_dlq_goes_back_to
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rabbit_an_interrupted_resubmit_leaves_every_message_somewhere() {
-    let (t, admin, _clock) = setup().await;
+    let (t, admin, _dir) = file_setup().await;
     let queue = unique("rbadm-cut");
     t.create_queue(&queue, &QueueOptions::default()).await.unwrap();
     let path = EntityPath::queue(&queue);
@@ -646,16 +660,7 @@ async fn rabbit_more_than_2000_dead_letters_in_a_postgres_store() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rabbit_a_reading_cut_short_gives_back_and_copies_share_a_number() {
-    // A store in a file: a cut numbering transaction closes its connection, and an
-    // in-memory database would be gone with it.
-    let dir = tempfile::tempdir().unwrap();
-    let store = courier::SqliteStore::open(dir.path().join("schedules.db"))
-        .await
-        .unwrap();
-    store.migrate().await.unwrap();
-    let clock = VirtualClock::starting_now();
-    let t = transport(&clock, ScheduleStore::from(&store)).await;
-    let admin = AmqpAdmin::new(&t);
+    let (t, admin, _dir) = file_setup().await;
     let queue = unique("rbadm-cut-read");
     t.create_queue(&queue, &QueueOptions::default()).await.unwrap();
     let path = EntityPath::queue(&queue);

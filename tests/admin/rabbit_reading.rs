@@ -202,6 +202,19 @@ async fn rabbit_a_resubmit_sends_the_bytes_it_received() {
             .iter()
             .all(|d| d.reason.as_deref() == Some(INVALID_WIRE_FORMAT))
     );
+    // The header names that are not UTF-8 are shown, in hex.
+    let named = page.items.iter().find(|d| d.message_id == "header-names").unwrap();
+    let shown = admin.dead_letter(&queue, named.sequence_number).await.unwrap();
+    assert!(
+        shown.headers.contains_key("(not UTF-8, hex 68ff)"),
+        "{:?}",
+        shown.headers
+    );
+    assert!(
+        shown.headers.contains_key("(not UTF-8, hex 68fe)"),
+        "{:?}",
+        shown.headers
+    );
     let numbers: Vec<i64> = page.items.iter().map(|d| d.sequence_number).collect();
     let outcome = admin.resubmit_many(&queue, &numbers).await.unwrap();
     assert_eq!(outcome.done.len(), 3, "{outcome:?}");

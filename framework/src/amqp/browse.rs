@@ -248,8 +248,11 @@ impl<'a> Browse<'a> {
         }
         let held = !self.opened.is_empty();
         self.readers.clear();
-        for c in self.opened.drain(..) {
+        // Each channel leaves the list once closed: if this future is dropped halfway,
+        // the rest are still there for `Drop` to close.
+        while let Some(c) = self.opened.first().cloned() {
             let _ = c.close(200, "courier admin: read, nothing taken".into()).await;
+            self.opened.remove(0);
         }
         if !held {
             return;

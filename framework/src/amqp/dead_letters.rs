@@ -152,7 +152,18 @@ fn in_full(
     let body_size = body.len();
     let view = BodyView::decode(&body);
     let m = wire::decode(p, body, true, false, None, now);
-    let headers_ = m.envelope.properties;
+    let mut headers_ = m.envelope.properties;
+    // A header whose name is not UTF-8 is no property of the envelope: shown under its
+    // bytes in hex, so that an operator sees it (it is why the receiver refused it).
+    if let Some(h) = p.headers() {
+        for (k, v) in h {
+            if let Some(raw) = k.invalid_utf8() {
+                let hex: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+                let value = wire::property(v).unwrap_or_else(|| crate::PropertyValue::from(format!("{v:?}")));
+                headers_.insert(format!("(not UTF-8, hex {hex})"), value);
+            }
+        }
+    }
     DeadLetter {
         queue: queue.to_owned(),
         sequence_number,

@@ -247,7 +247,7 @@ pub(super) fn int(v: &AMQPValue) -> Option<i64> {
 
 /// An application property; a long string that is not UTF-8 is bytes, and ignored as a
 /// byte array is.
-fn property(v: &AMQPValue) -> Option<PropertyValue> {
+pub(super) fn property(v: &AMQPValue) -> Option<PropertyValue> {
     match v {
         AMQPValue::Boolean(b) => Some(PropertyValue::Bool(*b)),
         AMQPValue::Float(f) => Some(PropertyValue::Float(f64::from(*f))),
