@@ -198,3 +198,26 @@ fn ctrl_c_stops_the_tour_gracefully_even_when_sigint_was_ignored() {
         "tour: interrupted by Ctrl-C; stopped",
     );
 }
+
+#[test]
+fn keep_running_keeps_the_signup_endpoints_until_ctrl_c() {
+    // The story at the default speed (about 4 s), then the endpoints keep running: the
+    // program is still there when it says so, and Ctrl-C ends it with the story's verdict.
+    let dir = tempfile::tempdir().unwrap();
+    let args: Vec<OsString> = ["--fresh", "--db", "signup.db", "--keep-running"]
+        .iter()
+        .map(OsString::from)
+        .collect();
+    let run = interrupt(env!("CARGO_BIN_EXE_signup"), &args, dir.path(), |l| {
+        l.starts_with("--keep-running:")
+    });
+    assert!(run.status.success(), "{:#?}", run.out);
+    assert!(
+        run.out
+            .iter()
+            .any(|l| l.starts_with("accounts ") && l.contains("handled")),
+        "the endpoints' reports after Ctrl-C: {:#?}",
+        run.out
+    );
+    assert!(run.stopped_in < STOP_BOUND, "{:?}", run.stopped_in);
+}

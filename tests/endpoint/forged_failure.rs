@@ -16,8 +16,8 @@ use std::time::Duration;
 use courier::admin::{AmqpAdmin, EmbeddedAdmin, PostgresAdmin, QueueAdmin};
 use courier::recoverability::headers;
 use courier::{
-    Clock, Context, Embedded, Endpoint, EntityPath, Envelope, Message, PropertyValue, QueueOptions,
-    ResultExt, RetryPolicy, Routes, RunningEndpoint, ScheduleStore, SenderOptions, Transport, VirtualClock,
+    Clock, Context, Embedded, Endpoint, EntityPath, Envelope, Message, PropertyValue, QueueOptions, ResultExt,
+    RetryPolicy, Routes, RunningEndpoint, ScheduleStore, SenderOptions, Transport, VirtualClock,
 };
 use courier_tests::{eventually, rabbit};
 use proptest::prelude::*;
@@ -73,7 +73,10 @@ fn case() -> impl Strategy<Value = Case> {
 type Input = Vec<(Case, Vec<(String, PropertyValue)>)>;
 
 fn input() -> impl Strategy<Value = Input> {
-    prop::collection::vec((case(), prop::collection::vec((header_name(), header_value()), 1..6)), 1..5)
+    prop::collection::vec(
+        (case(), prop::collection::vec((header_name(), header_value()), 1..6)),
+        1..5,
+    )
 }
 
 /// One transport under test: its queues, endpoint, clock and admin.
@@ -156,7 +159,11 @@ impl Setup {
             self.clock.advance(Duration::from_secs(2));
             // A receive of the idle queue moves the expired messages (every transport
             // dead-letters what it finds expired by then).
-            let r = self.transport.receiver(&EntityPath::queue(self.idle.as_str())).await.unwrap();
+            let r = self
+                .transport
+                .receiver(&EntityPath::queue(self.idle.as_str()))
+                .await
+                .unwrap();
             let got = r.receive(10, Duration::from_millis(100)).await.unwrap();
             prop_assert!(got.is_empty(), "an expired message was handed out");
         }
@@ -273,8 +280,6 @@ fn pg_a_producers_failure_headers_are_never_shown_as_the_failure() {
 }
 
 #[test]
-#[ignore = "until amqp/dead_letters.rs::in_full passes the dead-letter description to failure_text and \
-            failure_chain (issue 31 point 6; passes with that change)"]
 fn amqp_a_producers_failure_headers_are_never_shown_as_the_failure() {
     let rt = runtime();
     let setup = rt.block_on(async {

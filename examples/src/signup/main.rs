@@ -162,7 +162,9 @@ const USAGE: &str = "usage: signup [--fresh] [--db PATH] [--scale N | --real-tim
                    per message (default: $COURIER_TRANSPORT if set; needs --postgres or
                    $DATABASE_URL)
   --metrics ADDR   serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9000), and
-                   keep serving after the story until Ctrl-C";
+                   keep serving after the story until Ctrl-C
+  --keep-running   after the story, keep the endpoints running (receiving, dead-lettering,
+                   firing timeouts) until Ctrl-C: for an operator to watch with `courier`";
 
 // ---------------------------------------------------------------------------------------
 // `main`: set up, watch, check.
@@ -179,6 +181,8 @@ struct Options {
     /// `postgres`: the Postgres transport.
     transport: Option<String>,
     metrics: Option<std::net::SocketAddr>,
+    /// After the story, the endpoints keep running until Ctrl-C.
+    keep_running: bool,
 }
 
 impl Options {
@@ -192,6 +196,7 @@ impl Options {
             rabbitmq: std::env::var("AMQP_URL").ok().filter(|u| !u.is_empty()),
             transport: std::env::var("COURIER_TRANSPORT").ok().filter(|t| !t.is_empty()),
             metrics: None,
+            keep_running: false,
         };
         while let Some(arg) = args.next() {
             let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
@@ -204,6 +209,7 @@ impl Options {
                     options.scale = Some(scale.ok_or_else(|| format!("--scale takes a whole number >= 1, not {n}"))?);
                 }
                 "--real-time" => options.scale = Some(1),
+                "--keep-running" => options.keep_running = true,
                 "--postgres" => options.postgres = Some(value("--postgres")?),
                 "--rabbitmq" => options.rabbitmq = Some(value("--rabbitmq")?),
                 "--transport" => options.transport = Some(value("--transport")?),
@@ -477,6 +483,13 @@ async fn run(
         played = story => Some(played),
         () = ctrl_c_pressed(&mut ctrl_c) => None,
     };
+    if options.keep_running && story.is_some() {
+        println!(
+            "--keep-running: the endpoints users, mailer and accounts keep running (see docs/operations.md); \
+             Ctrl-C stops them"
+        );
+        ctrl_c_pressed(&mut ctrl_c).await;
+    }
     let mut reports = Vec::new();
     for e in [accounts, mailer, users] {
         let stats = e.stats();

@@ -42,7 +42,7 @@ use super::wire::{
     self, H_DEAD_LETTER_DESCRIPTION, H_DEAD_LETTER_REASON, H_DEAD_LETTER_SOURCE, H_DEAD_LETTER_TIME_TO_LIVE, H_DEATH,
     H_DELIVERY_COUNT, H_ENQUEUED_TIME, H_SEQUENCE_NUMBER, H_TIME_TO_LIVE,
 };
-use crate::admin::model::{failure_text, string_header};
+use crate::admin::model::{failure_chain, failure_text};
 use crate::admin::{AdminError, AdminResult, BatchOutcome, BodyView, DeadLetter, DeadLetterSummary, MAX_PAGE, Page};
 use crate::error::ErrorKind;
 use crate::message::SequenceNumber;
@@ -164,6 +164,8 @@ fn in_full(
             }
         }
     }
+    let error = failure_text(&headers_, m.broker.dead_letter_description.as_deref());
+    let error_chain = failure_chain(&headers_, m.broker.dead_letter_description.as_deref());
     DeadLetter {
         queue: queue.to_owned(),
         sequence_number,
@@ -178,8 +180,8 @@ fn in_full(
         reason: m.broker.dead_letter_reason,
         description: m.broker.dead_letter_description,
         source: m.broker.dead_letter_source,
-        error: failure_text(&headers_, None),
-        error_chain: string_header(&headers_, headers::FAILURE_CHAIN),
+        error,
+        error_chain,
         headers: headers_,
         body_size,
         body: view,
