@@ -511,7 +511,10 @@ pub fn corpus() -> Corpus {
         },
         // Not the dispatcher's copy (no seal): refused before the saga looks for the
         // timeout (issue 31; it was discarded as a timeout with no row).
-        dead(reasons::FORGED_TIMEOUT, &["corpus.BookingExpired", "forged-timeout", "forged"]),
+        dead(
+            reasons::FORGED_TIMEOUT,
+            &["corpus.BookingExpired", "forged-timeout", "forged"],
+        ),
     );
     add(
         "a message for a saga whose stored state no longer deserialises",

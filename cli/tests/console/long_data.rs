@@ -368,7 +368,11 @@ async fn long_ids_types_and_headers_keep_every_column_in_the_window() {
         all_within(&b, &format!("{row} td:nth-child({column})"), width).await;
     }
     let [_, top, _, bottom] = rects(&b, &row).await[0];
-    assert!(bottom - top < 60.0, "a row of two lines at most, not {} px", bottom - top);
+    assert!(
+        bottom - top < 60.0,
+        "a row of two lines at most, not {} px",
+        bottom - top
+    );
     let correlation = b
         .client
         .find(Locator::Css(&format!("{row} td:nth-child(3) .clip")))

@@ -284,18 +284,9 @@ impl QueueAdmin for EmbeddedAdmin {
             .fetch_one(&self.pool)
             .await
             .map_err(|e| AdminError::db("cannot count dead letters", e))?;
-        let mut items = rows.iter().map(summary).collect::<AdminResult<Vec<_>>>()?;
-        let more = items.len() > usize::try_from(limit).unwrap_or(usize::MAX);
-        items.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
-        Ok(Page {
-            next_after: if more {
-                items.last().map(|d| d.sequence_number)
-            } else {
-                None
-            },
-            items,
-            total: u64::try_from(total).unwrap_or(0),
-        })
+        let items = rows.iter().map(summary).collect::<AdminResult<Vec<_>>>()?;
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        Ok(Page::of(items, limit, u64::try_from(total).unwrap_or(0)))
     }
 
     async fn dead_letter(&self, queue: &str, sequence_number: SequenceNumber) -> AdminResult<DeadLetter> {

@@ -85,6 +85,24 @@ pub struct Page<T> {
     pub total: u64,
 }
 
+impl Page<DeadLetterSummary> {
+    /// The page of `items` (read with one more than `limit`, in order): at most `limit`
+    /// of them, and where the next page starts when there was one more.
+    pub(crate) fn of(mut items: Vec<DeadLetterSummary>, limit: usize, total: u64) -> Self {
+        let more = items.len() > limit;
+        items.truncate(limit);
+        Page {
+            next_after: if more {
+                items.last().map(|d| d.sequence_number)
+            } else {
+                None
+            },
+            items,
+            total,
+        }
+    }
+}
+
 /// A message body as shown to an operator.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "kind", content = "value", rename_all = "snake_case")]

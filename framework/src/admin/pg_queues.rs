@@ -241,19 +241,9 @@ impl QueueAdmin for PostgresAdmin {
             .fetch_one(&self.pool)
             .await
             .map_err(|e| AdminError::db("cannot count dead letters", e))?;
-        let mut items = rows.iter().map(summary).collect::<AdminResult<Vec<_>>>()?;
+        let items = rows.iter().map(summary).collect::<AdminResult<Vec<_>>>()?;
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-        let more = items.len() > limit;
-        items.truncate(limit);
-        Ok(Page {
-            next_after: if more {
-                items.last().map(|d| d.sequence_number)
-            } else {
-                None
-            },
-            items,
-            total: count(total),
-        })
+        Ok(Page::of(items, limit, count(total)))
     }
 
     async fn dead_letter(&self, queue: &str, sequence_number: SequenceNumber) -> AdminResult<DeadLetter> {

@@ -369,17 +369,7 @@ impl AmqpAdmin {
         scan.close(self).await?;
         read?;
         items.sort_by_key(|d| d.sequence_number);
-        let more = items.len() > limit;
-        items.truncate(limit);
-        Ok(Page {
-            next_after: if more {
-                items.last().map(|d| d.sequence_number)
-            } else {
-                None
-            },
-            items,
-            total: parked + waiting,
-        })
+        Ok(Page::of(items, limit, parked + waiting))
     }
 
     /// The dead letters of `name` numbered `numbers`, in full, and the numbers not found:

@@ -18,7 +18,20 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Properties, PropertyValue};
 use crate::store::EndpointSecret;
 
-type HmacSha256 = Hmac<Sha256>;
+pub(crate) type HmacSha256 = Hmac<Sha256>;
+
+/// HMAC-SHA256 keyed with the endpoint's secret: what the endpoint's seals start from.
+///
+/// # Errors
+/// [`ErrorKind::InvalidOptions`] if HMAC refused the key (it takes keys of any length, so
+/// this does not happen).
+pub(crate) fn keyed(secret: &EndpointSecret) -> Result<HmacSha256> {
+    HmacSha256::new_from_slice(secret.as_bytes()).map_err(|e| {
+        Error::new(ErrorKind::InvalidOptions {
+            reason: format!("the endpoint's secret is no HMAC-SHA256 key: {e}"),
+        })
+    })
+}
 
 /// What the MAC starts with, so that no other use of the secret can make a seal.
 const DOMAIN: &[u8] = b"courier.retry.seal/v1";
@@ -46,12 +59,7 @@ impl RetrySeal {
     /// [`ErrorKind::InvalidOptions`] if HMAC refused the key (it takes keys of any
     /// length, so this does not happen).
     pub(crate) fn new(secret: &EndpointSecret) -> Result<Self> {
-        let keyed = HmacSha256::new_from_slice(secret.as_bytes()).map_err(|e| {
-            Error::new(ErrorKind::InvalidOptions {
-                reason: format!("the endpoint's secret is no HMAC-SHA256 key: {e}"),
-            })
-        })?;
-        Ok(Self { keyed })
+        Ok(Self { keyed: keyed(secret)? })
     }
 
     /// The MAC of `(endpoint, message_id, n)`, each text preceded by its length so that no

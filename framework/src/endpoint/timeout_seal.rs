@@ -27,7 +27,7 @@ use sha2::Sha256;
 use crate::checks::quoted;
 use crate::endpoint::retry_seal::unhex;
 use crate::endpoint::trace::hex;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::Result;
 use crate::message::{Envelope, PropertyValue};
 use crate::store::EndpointSecret;
 
@@ -104,15 +104,12 @@ impl TimeoutSeal {
     /// The seal of the endpoint whose secret is `secret`.
     ///
     /// # Errors
-    /// [`ErrorKind::InvalidOptions`] if HMAC refused the key (it takes keys of any
+    /// [`crate::ErrorKind::InvalidOptions`] if HMAC refused the key (it takes keys of any
     /// length, so this does not happen).
     pub(crate) fn new(secret: &EndpointSecret) -> Result<Self> {
-        let keyed = HmacSha256::new_from_slice(secret.as_bytes()).map_err(|e| {
-            Error::new(ErrorKind::InvalidOptions {
-                reason: format!("the endpoint's secret is no HMAC-SHA256 key: {e}"),
-            })
-        })?;
-        Ok(Self { keyed })
+        Ok(Self {
+            keyed: super::retry_seal::keyed(secret)?,
+        })
     }
 
     /// The MAC of a timeout's message at `endpoint`: each text and the body preceded by

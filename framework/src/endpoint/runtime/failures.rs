@@ -207,7 +207,11 @@ pub(super) async fn dead_letter(
     // headers never stay beside it (issue 31, point 6).
     let mut properties = properties;
     if !properties.contains_key(headers::FAILURE_ENDPOINT) {
-        properties.extend(plain_failure(shared, &description, delivery.message().broker.delivery_count));
+        properties.extend(plain_failure(
+            shared,
+            &description,
+            delivery.message().broker.delivery_count,
+        ));
     }
     let settlement = Settlement::DeadLetter {
         reason: reason.to_owned(),
