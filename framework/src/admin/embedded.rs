@@ -321,7 +321,7 @@ impl QueueAdmin for EmbeddedAdmin {
             error: failure_text(&headers_, description.as_deref()),
             error_chain: failure_chain(&headers_, description.as_deref()),
             description,
-            headers: headers_,
+            headers: crate::admin::model::without_seals(headers_),
             body_size: body.len(),
             body: BodyView::decode(&body),
         })

@@ -179,6 +179,22 @@ pub(crate) fn string_header(headers: &Properties, key: &str) -> Option<String> {
     }
 }
 
+/// The headers of a dead letter as an operator sees them: the values of the endpoint's
+/// seals (the timeout dispatcher's, the retry count's) are replaced by a note. They stay
+/// on the message (a resubmitted timeout must still fire), but shown they would be one
+/// copy and paste from a forged copy's headers.
+pub(crate) fn without_seals(mut headers: Properties) -> Properties {
+    for key in [
+        crate::saga::headers::TIMEOUT_SEAL,
+        crate::endpoint::recoverability::headers::DELAYED_RETRY_SEAL,
+    ] {
+        if let Some(v) = headers.get_mut(key) {
+            *v = crate::PropertyValue::from("(a seal of Courier's: not shown)");
+        }
+    }
+    headers
+}
+
 /// The failure's text of a dead letter, as Courier wrote it (issue 31, point 6).
 ///
 /// The `courier.failure.*` headers are message properties: a producer can write them,
@@ -451,7 +467,7 @@ pub struct CompletedSaga {
 
 #[cfg(test)]
 mod failure_display_tests {
-    use super::{failure_chain, failure_text};
+    use super::{failure_chain, failure_text, without_seals};
     use crate::message::{Properties, PropertyValue};
     use crate::recoverability::headers;
 
@@ -487,5 +503,22 @@ mod failure_display_tests {
         let h = with(Some("endpoint e has no handler for message type \"t\" and more"), None);
         let d = Some("endpoint e has no handler for message type \"t\"");
         assert_eq!(failure_text(&h, d).as_deref(), d);
+    }
+
+    #[test]
+    fn the_endpoints_seals_are_not_shown_and_the_rest_is() {
+        let mut p = with(Some("boom"), None);
+        p.insert(
+            crate::saga::headers::TIMEOUT_SEAL.to_owned(),
+            PropertyValue::from("ab12"),
+        );
+        p.insert(headers::DELAYED_RETRY_SEAL.to_owned(), PropertyValue::from("cd34"));
+        let shown = without_seals(p);
+        for key in [crate::saga::headers::TIMEOUT_SEAL, headers::DELAYED_RETRY_SEAL] {
+            let value = shown.get(key).map(ToString::to_string).unwrap_or_default();
+            assert!(!value.contains("ab12") && !value.contains("cd34"), "{key}: {value}");
+            assert!(value.contains("not shown"), "{key}: {value}");
+        }
+        assert_eq!(shown.get(headers::FAILURE_ERROR), Some(&PropertyValue::from("boom")));
     }
 }

@@ -278,7 +278,7 @@ impl QueueAdmin for PostgresAdmin {
             error_chain: failure_chain(&headers_, description.as_deref()),
             description,
             source: col(&r, 11)?,
-            headers: headers_,
+            headers: crate::admin::model::without_seals(headers_),
             body_size: body.len(),
             body: BodyView::decode(&body),
         })

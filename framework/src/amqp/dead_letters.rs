@@ -182,7 +182,7 @@ fn in_full(
         source: m.broker.dead_letter_source,
         error,
         error_chain,
-        headers: headers_,
+        headers: crate::admin::model::without_seals(headers_),
         body_size,
         body: view,
     }
