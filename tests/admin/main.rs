@@ -472,3 +472,39 @@ async fn a_file_in_use_is_read_only_and_a_free_one_is_opened() {
     ));
     assert!(!dir.path().join("missing.db").exists());
 }
+
+/// Another program wrote dead letters with text that is not UTF-8 into the broker's file
+/// (SQLite stores what it is given): they are listed and shown, their ids apart (issue
+/// 31), not a failure of the whole listing.
+#[tokio::test]
+async fn dead_letters_with_text_that_is_not_utf8_are_listed_and_shown_apart() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broker.db");
+    let broker = Embedded::open(&path).await.unwrap();
+    let seqs = dead_letters(&broker, "adm-bytes", 2).await;
+    broker.close().await;
+    let url = format!("sqlite://{}", path.display());
+    let mut conn = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    for (seq, id) in seqs.iter().zip([&b"coll\xff"[..], &b"coll\xfe"[..]]) {
+        sqlx::query(
+            "UPDATE courier_message SET message_id = CAST(? AS TEXT), \
+             dl_description = CAST(X'626164ff' AS TEXT), properties = CAST(X'7bff' AS TEXT) \
+             WHERE seq = ? AND state = 3",
+        )
+        .bind(id)
+        .bind(seq)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    conn.close().await.unwrap();
+    let admin = EmbeddedAdmin::open(&path).await.unwrap();
+    let page = admin.dead_letters("adm-bytes", 0, 10).await.unwrap();
+    let ids: Vec<&str> = page.items.iter().map(|d| d.message_id.as_str()).collect();
+    assert_eq!(ids, [r"coll\xff", r"coll\xfe"]);
+    let shown = admin.dead_letter("adm-bytes", seqs[0]).await.unwrap();
+    assert_eq!(shown.message_id, r"coll\xff");
+    assert_eq!(shown.description.as_deref(), Some(r"bad\xff"));
+    admin.close().await;
+}

@@ -18,7 +18,7 @@ use sqlx::SqlitePool;
 use sqlx::sqlite::SqliteRow;
 
 use super::model::{failure_chain, failure_text};
-use super::sqlite::{self, col, from_micros, micros};
+use super::sqlite::{self, col, from_micros, micros, text_col};
 use super::{
     AdminError, AdminResult, BatchOutcome, BodyView, CompletedSaga, DeadLetter, DeadLetterSummary, EntityKind,
     OutboxEntry, Page, PendingTimeout, QueueAdmin, QueueSummary, SagaFilter, SagaInstance, SagaSummary,
@@ -165,8 +165,10 @@ fn in_use(path: &Path) -> bool {
     }
 }
 
-fn properties(json: Option<String>) -> Properties {
-    json.and_then(|j| serde_json::from_str(&j).ok()).unwrap_or_default()
+/// The properties column (JSON; read as bytes: another program may have written bytes
+/// that are not UTF-8, which shows no properties rather than failing the listing).
+fn properties(json: Option<Vec<u8>>) -> Properties {
+    json.and_then(|j| serde_json::from_slice(&j).ok()).unwrap_or_default()
 }
 
 fn delivery_count(v: i64) -> u32 {
@@ -175,14 +177,14 @@ fn delivery_count(v: i64) -> u32 {
 
 fn summary(r: &SqliteRow) -> AdminResult<DeadLetterSummary> {
     let headers = properties(col(r, 7)?);
-    let description: Option<String> = col(r, 6)?;
+    let description = text_col(r, 6)?;
     Ok(DeadLetterSummary {
         sequence_number: col(r, 0)?,
-        message_id: col(r, 1)?,
-        message_type: col(r, 2)?,
+        message_id: text_col(r, 1)?.unwrap_or_default(),
+        message_type: text_col(r, 2)?,
         enqueued_at: from_micros(col(r, 3)?),
         delivery_count: delivery_count(col(r, 4)?),
-        reason: col(r, 5)?,
+        reason: text_col(r, 5)?,
         error: failure_text(&headers, description.as_deref()),
     })
 }
@@ -303,21 +305,21 @@ impl QueueAdmin for EmbeddedAdmin {
         .map_err(|e| AdminError::db("cannot read a dead letter", e))?
         .ok_or_else(|| AdminError::not_found(format!("dead letter {sequence_number} of {queue}")))?;
         let headers_ = properties(col(&r, 12)?);
-        let description: Option<String> = col(&r, 10)?;
+        let description = text_col(&r, 10)?;
         let body: Vec<u8> = col(&r, 13)?;
         Ok(DeadLetter {
             queue: queue.to_owned(),
             sequence_number: col(&r, 0)?,
-            message_id: col(&r, 1)?,
-            message_type: col(&r, 2)?,
-            correlation_id: col(&r, 3)?,
-            causation_id: col(&r, 4)?,
-            content_type: col(&r, 5)?,
-            session_id: col(&r, 6)?,
+            message_id: text_col(&r, 1)?.unwrap_or_default(),
+            message_type: text_col(&r, 2)?,
+            correlation_id: text_col(&r, 3)?,
+            causation_id: text_col(&r, 4)?,
+            content_type: text_col(&r, 5)?,
+            session_id: text_col(&r, 6)?,
             enqueued_at: from_micros(col(&r, 7)?),
             delivery_count: delivery_count(col(&r, 8)?),
-            reason: col(&r, 9)?,
-            source: col(&r, 11)?,
+            reason: text_col(&r, 9)?,
+            source: text_col(&r, 11)?,
             error: failure_text(&headers_, description.as_deref()),
             error_chain: failure_chain(&headers_, description.as_deref()),
             description,

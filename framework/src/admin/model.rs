@@ -179,6 +179,29 @@ pub(crate) fn string_header(headers: &Properties, key: &str) -> Option<String> {
     }
 }
 
+/// Text a program stored or sent as bytes, as an operator reads it: the text when it is
+/// UTF-8; else each byte that is not UTF-8 as `\xNN` (and `\` as `\\`), so that two
+/// different ids never show as one and nothing fails to be listed.
+pub(crate) fn shown_bytes(raw: &[u8]) -> String {
+    if let Ok(text) = std::str::from_utf8(raw) {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(raw.len() * 2);
+    for chunk in raw.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c == '\\' {
+                out.push_str("\\\\");
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
 /// The headers of a dead letter as an operator sees them: the values of the endpoint's
 /// seals (the timeout dispatcher's, the retry count's) are replaced by a note. They stay
 /// on the message (a resubmitted timeout must still fire), but shown they would be one

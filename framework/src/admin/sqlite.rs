@@ -39,6 +39,14 @@ where
         .map_err(|e| AdminError::db("cannot read a row of Courier's tables", e))
 }
 
+/// A text column another program may have written with bytes that are not UTF-8 (SQLite
+/// stores what it is given), as an operator reads it ([`shown_bytes`](super::model::shown_bytes)):
+/// such a row is listed, not a failure of the whole listing.
+pub(crate) fn text_col(row: &SqliteRow, i: usize) -> AdminResult<Option<String>> {
+    let raw: Option<Vec<u8>> = col(row, i)?;
+    Ok(raw.map(|r| super::model::shown_bytes(&r)))
+}
+
 pub(crate) async fn saga_types(pool: &SqlitePool) -> AdminResult<Vec<SagaTypeSummary>> {
     let rows = sqlx::query(
         "SELECT saga_type, COUNT(*), MIN(updated_at) FROM courier_saga GROUP BY saga_type ORDER BY saga_type",

@@ -94,23 +94,7 @@ fn received_bytes(s: &ShortString) -> &[u8] {
 /// UTF-8, those bytes with each one that is not UTF-8 as `\xNN` (and `\` as `\\`), so two
 /// different ids never show as one.
 pub(super) fn shown(s: &ShortString) -> String {
-    let Some(raw) = s.invalid_utf8() else {
-        return s.as_str().to_owned();
-    };
-    let mut out = String::with_capacity(raw.len() * 2);
-    for chunk in raw.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            if c == '\\' {
-                out.push_str("\\\\");
-            } else {
-                out.push(c);
-            }
-        }
-        for b in chunk.invalid() {
-            out.push_str(&format!("\\x{b:02x}"));
-        }
-    }
-    out
+    crate::admin::model::shown_bytes(received_bytes(s))
 }
 
 /// How many times the message was delivered before it was dead-lettered: the endpoint's
