@@ -136,6 +136,22 @@ async fn start_warns_of_routed_queues_that_do_not_exist() {
     assert!(text.contains("create each"), "{text}");
     assert!(!text.contains("`sales`"), "its own queue exists: {text}");
     sales.shutdown().await.unwrap();
+    // Turned off (the process's next endpoint creates `pings`): no warning.
+    let before = capture.events().len();
+    let quiet = endpoint(&fx, "sales")
+        .check_routes_at_start(false)
+        .handler(pinger())
+        .start()
+        .await
+        .unwrap();
+    assert!(
+        !capture.events()[before..]
+            .iter()
+            .any(|e| e.message.contains("do not exist")),
+        "{:?}",
+        capture.events()
+    );
+    quiet.shutdown().await.unwrap();
     // Once `pings` exists, no warning.
     let pings = start(&fx, "pings", recording::<Ping>("ping", &Calls::default())).await;
     let before = capture.events().len();

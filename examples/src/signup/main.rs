@@ -378,8 +378,16 @@ async fn run(
         } else {
             None
         };
-        let users = endpoint("users").saga::<Persona>().handler(audit_done).start().await?;
+        // `users` and `mailer` send to queues the endpoints started after them create: the
+        // check of their routes at start would warn of queues about to exist.
+        let users = endpoint("users")
+            .check_routes_at_start(false)
+            .saga::<Persona>()
+            .handler(audit_done)
+            .start()
+            .await?;
         let mailer = endpoint("mailer")
+            .check_routes_at_start(false)
             .handler(send_confirmation_mail)
             .handler(send_login_code)
             .start()

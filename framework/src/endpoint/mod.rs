@@ -368,6 +368,7 @@ pub struct EndpointBuilder {
     max_lock_renewal: Duration,
     shutdown_timeout: Duration,
     receive_wait: Duration,
+    check_routes: bool,
     clock: Option<Arc<dyn Clock>>,
     queue_options: QueueOptions,
     extensions: Extensions,
@@ -411,6 +412,7 @@ impl EndpointBuilder {
             max_lock_renewal: DEFAULT_MAX_LOCK_RENEWAL,
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             receive_wait: DEFAULT_RECEIVE_WAIT,
+            check_routes: true,
             clock: None,
             queue_options: QueueOptions::default(),
             extensions: Extensions::default(),
@@ -508,6 +510,16 @@ impl EndpointBuilder {
     /// [`DEFAULT_MAX_LOCK_RENEWAL`]).
     pub fn max_lock_renewal(mut self, d: Duration) -> Self {
         self.max_lock_renewal = d;
+        self
+    }
+
+    /// Whether `start()` warns of the queues its routes send to that do not exist (default
+    /// `true`). A process that starts several endpoints, each receiving from a queue the
+    /// others send to, turns it off for those started before the queues they send to
+    /// exist: they are created a moment later by the process's own next endpoints, and
+    /// the warning would only say so.
+    pub fn check_routes_at_start(mut self, check: bool) -> Self {
+        self.check_routes = check;
         self
     }
 
@@ -720,7 +732,9 @@ impl EndpointBuilder {
                 sources.push(crate::entity::EntityPath::subscription(topic, self.name.clone()));
             }
         }
-        routing::warn_missing_queues(&*transport, &self.name, &self.routes).await;
+        if self.check_routes {
+            routing::warn_missing_queues(&*transport, &self.name, &self.routes).await;
+        }
         let config = runtime::Config {
             name: self.name.into(),
             transport,
