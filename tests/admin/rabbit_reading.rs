@@ -100,6 +100,18 @@ async fn rabbit_listing_paging_dry_runs_and_confirmations_move_nothing() {
     t.delete(&path).await.unwrap();
 }
 
+/// Receives from `path` until its DLQ holds `n`: the receiver refuses every message (it
+/// hands none out).
+async fn all_refused(t: &courier::AmqpTransport, path: &EntityPath, n: u64, what: &str) {
+    let receiver = t.receiver(path).await.unwrap();
+    eventually(what, || async {
+        let handed = receiver.receive(10, Duration::from_millis(200)).await.unwrap();
+        assert!(handed.is_empty(), "a refused message was handed out");
+        counts(t, path).await.dead_lettered == n
+    })
+    .await;
+}
+
 /// A channel of its own on the test broker, with publisher confirms.
 async fn raw_channel() -> (Connection, Channel) {
     let conn = Connection::connect(&amqp_url().await, ConnectionProperties::default())
@@ -176,19 +188,7 @@ async fn rabbit_a_resubmit_sends_the_bytes_it_received() {
     )
     .await;
     // The receiver refuses all three (and hands none to a handler).
-    let receiver = t.receiver(&path).await.unwrap();
-    eventually("the three refused", || async {
-        assert!(
-            receiver
-                .receive(10, Duration::from_millis(200))
-                .await
-                .unwrap()
-                .is_empty()
-        );
-        counts(&t, &path).await.dead_lettered == 3
-    })
-    .await;
-    drop(receiver);
+    all_refused(&t, &path, 3, "the three refused").await;
 
     let page = admin.dead_letters(&queue, 0, 10).await.unwrap();
     let shown: BTreeSet<&str> = page.items.iter().map(|d| d.message_id.as_str()).collect();
@@ -258,18 +258,7 @@ async fn rabbit_a_resubmit_sends_the_bytes_it_received() {
         assert!(again.await.unwrap().is_ack());
         m.delivery.acker.ack(BasicAckOptions::default()).await.unwrap();
     }
-    let receiver = t.receiver(&path).await.unwrap();
-    eventually("refused again, none handled, none lost", || async {
-        assert!(
-            receiver
-                .receive(10, Duration::from_millis(200))
-                .await
-                .unwrap()
-                .is_empty()
-        );
-        counts(&t, &path).await.dead_lettered == 3
-    })
-    .await;
+    all_refused(&t, &path, 3, "refused again, none handled, none lost").await;
     let again = admin.dead_letters(&queue, 0, 10).await.unwrap();
     assert_eq!(again.total, 3);
     assert!(
