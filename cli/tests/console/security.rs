@@ -174,8 +174,12 @@ async fn the_console_never_shows_a_connection_password() {
     let stderr = child.stderr.take().unwrap();
     let first = tokio::task::spawn_blocking(move || {
         use std::io::BufRead;
+        let mut reader = std::io::BufReader::new(stderr);
         let mut line = String::new();
-        std::io::BufReader::new(stderr).read_line(&mut line).unwrap();
+        reader.read_line(&mut line).unwrap();
+        // Keep reading: the command writes more lines (what it holds of the file), and a
+        // closed pipe would make its next line fail and the command stop.
+        std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
         line
     })
     .await
