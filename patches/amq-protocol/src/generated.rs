@@ -1,3 +1,7 @@
+// COURIER PATCH (see PATCH.md): this is upstream's generated code (the AMQP 0-9-1
+// methods and properties, made by amq-protocol's code generator), included whole by
+// `protocol.rs`. It is kept as one file, not split by what it does: it is a copy of a
+// dependency, and one file is what `upstream.patch` and a future upgrade compare against.
 /// Protocol metadata
 pub mod metadata {
     use super::*;
