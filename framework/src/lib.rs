@@ -61,6 +61,10 @@ mod pages {
     struct Operations;
     #[doc = include_str!("../../docs/postgres.md")]
     struct Postgres;
+    #[doc = include_str!("../../docs/postgres-reference.md")]
+    struct PostgresReference;
+    #[doc = include_str!("../../docs/measurements.md")]
+    struct Measurements;
     #[doc = include_str!("../../docs/containers.md")]
     struct Containers;
 }

@@ -374,8 +374,8 @@ async fn a_transport_whose_lock_holder_dropped_does_not_use_up_delivery_counts()
 
 /// A receiver whose claims are filled runs the maintenance (here: the activation of due
 /// scheduled messages) at most every 250 ms of the transport's clock, and a claim that
-/// comes back short after a skip runs it and claims again (docs/postgres.md, "How it
-/// works"). An activated message is numbered at its activation, so the order it comes in
+/// comes back short after a skip runs it and claims again (docs/postgres-reference.md, "How
+/// it works"). An activated message is numbered at its activation, so the order it comes in
 /// shows when that was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_receiver_runs_the_maintenance_less_often_and_never_returns_less_for_it() {

@@ -1,4 +1,4 @@
-//! The S3.1 question of docs/postgres.md: what gap-free sequence numbers per queue would
+//! The S3.1 question of docs/postgres-reference.md: what gap-free sequence numbers per queue would
 //! cost concurrent senders, against the one database sequence the transport uses.
 //!
 //! On a fresh database, `senders` tasks each send 1 KiB messages to ONE queue, one

@@ -1,5 +1,5 @@
 //! Courier on the Postgres transport against the raw-SQL handler baseline and two peers,
-//! in one run on the same server (issue 15, "Performance"; docs/postgres.md).
+//! in one run on the same server (issue 15, "Performance"; docs/measurements.md).
 //!
 //! Run: `cargo bench -p courier --features postgres --bench pg_transport`. Options after
 //! `--`:

@@ -2,7 +2,7 @@
 //! schema `courier`, in the database the application already runs. Any number of
 //! processes share them: competing receivers take disjoint messages with
 //! `FOR UPDATE SKIP LOCKED`, and every lock, settlement and renewal is a fenced statement
-//! on the message's row. See docs/postgres.md.
+//! on the message's row. See docs/postgres-reference.md.
 //!
 //! The rooms: `entities` (create, look up, delete), `send` (insert with fan-out and
 //! notification, schedule, cancel), `receive` (PeekLock, ReceiveAndDelete, deferred, the

@@ -57,7 +57,7 @@ pub(crate) struct Link {
 /// A receiver of a busy entity (its claims filled) skips the maintenance for up to
 /// `UPKEEP_EVERY_MS` of the transport's clock: run before every claim it was half of the
 /// receive side's transactions and a tenth of the statements' execution time per message
-/// (`pg_stat_statements`, docs/postgres.md). The claim's filter never takes an expired
+/// (`pg_stat_statements`, docs/measurements.md). The claim's filter never takes an expired
 /// message, one at the max delivery count or one still locked, so skipping it delays only
 /// its bookkeeping: a due scheduled message is activated (and so numbered, at the end of
 /// the entity's order) up to that much later, a lock whose holder is gone is ended up to
@@ -121,7 +121,7 @@ macro_rules! dead_filter {
 /// the claim: the message is then as before it, receivable, its count one lower, and no
 /// settlement of the lost lock can match. The handler's transaction commits synchronously,
 /// and its flush covers every WAL record before it, the claim's included. See
-/// docs/postgres.md ("Receive claims commit asynchronously").
+/// docs/postgres-reference.md ("Receive claims commit asynchronously").
 macro_rules! lock_sql {
     ($filter:ident) => {
         concat!(
