@@ -61,7 +61,42 @@ impl Clock for SystemClock {
 
 /// A clock that stands still until a test moves it.
 ///
-/// Cloning gives another handle to the same clock.
+/// It is `courier::VirtualClock` (also in [`prelude`](crate::prelude)). Make one with
+/// [`VirtualClock::starting_now`] or [`VirtualClock::new`] at a fixed time, give it to the
+/// broker with [`EmbeddedBuilder::clock`](crate::EmbeddedBuilder::clock) (or the
+/// `clock(..)` of another transport's builder; endpoints on the transport run by it too),
+/// and move it with [`advance`](Self::advance) or [`set`](Self::set): whatever was due by
+/// then (scheduled messages, expired locks and time-to-lives, saga timeouts) happens at
+/// once. Cloning gives another handle to the same clock. The test harness
+/// ([`TestEndpoint`](crate::testing::TestEndpoint)) makes one for you
+/// ([`TestEndpoint::clock`](crate::testing::TestEndpoint::clock)).
+///
+/// # Examples
+///
+/// A message scheduled an hour ahead, received after one hour of virtual time:
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use courier::prelude::*;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), courier::Error> {
+/// let clock = VirtualClock::starting_now();
+/// let broker = Embedded::builder().in_memory().clock(Arc::new(clock.clone())).open().await?;
+/// broker.create_queue("reminders", &QueueOptions::default()).await?;
+/// let sender = broker.sender("reminders", SenderOptions::default()).await?;
+/// sender.schedule(Envelope::new("remind"), clock.now() + chrono::Duration::hours(1)).await?;
+///
+/// let receiver = broker.receiver(&EntityPath::queue("reminders")).await?;
+/// assert!(receiver.receive(1, Duration::ZERO).await?.is_empty());   // not due yet
+/// clock.advance(Duration::from_secs(3600));
+/// let due = receiver.receive(1, Duration::from_secs(5)).await?;
+/// assert_eq!(due.len(), 1);
+/// # for d in due { d.complete().await?; }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct VirtualClock {
     now: Arc<Mutex<DateTime<Utc>>>,

@@ -1,31 +1,210 @@
 //! Courier: message workflows for Rust.
 //!
-//! This crate holds the message model ([`Envelope`], [`ReceivedMessage`]), the transport
-//! contract ([`Transport`], [`Sender`], [`Receiver`], [`Delivery`]) that every broker
-//! implements rule by rule (see `docs/semantics.md`), time ([`Clock`]), and the embedded
-//! broker ([`Embedded`]), an in-process broker kept in SQLite that needs no server.
+//! Handlers and sagas are plain async functions. An [`Endpoint`] receives their messages
+//! from a [`Transport`] (the [`Embedded`] broker in a SQLite file by default, RabbitMQ with
+//! the feature `amqp`, Postgres with `postgres`), runs them, retries what fails and
+//! dead-letters what cannot succeed; with a [`Store`], each message's effects happen once.
+//! This page is a tour in four steps; the guides are listed [at the end](#guides).
 //!
-//! # Examples
+//! # 1. A handler on an endpoint
+//!
+//! A message is a serde type with a stable wire name ([`Message`], derived). A handler
+//! takes one and a [`Context`], through which it sends, publishes and writes in the
+//! store's transaction; what it sends leaves only if it succeeds. An endpoint is a named
+//! input queue with its handlers, and [`Routes`] say where each message type goes:
+//!
+//! ```no_run
+//! use courier::prelude::*;
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize, courier::Message)]
+//! #[message(name = "shop.PlaceOrder")]
+//! struct PlaceOrder { id: String }
+//!
+//! #[derive(Serialize, Deserialize, courier::Message)]
+//! #[message(name = "shop.OrderPlaced")]
+//! struct OrderPlaced { id: String }
+//!
+//! #[courier::handler]
+//! async fn place(msg: PlaceOrder, ctx: &mut Context) -> Result<(), HandlerError> {
+//!     ctx.publish(&OrderPlaced { id: msg.id })?;      // an event: to every subscriber
+//!     Ok(())                                          // an Err is retried, then dead-lettered
+//! }
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let broker = Embedded::open("shop.db").await?;
+//!     let routes = Routes::new().send::<PlaceOrder>("orders").event::<OrderPlaced>();
+//!     let orders = Endpoint::builder("orders")
+//!         .transport(broker.clone())
+//!         .store(broker.store())                      // effects once, in the same file
+//!         .routes(routes)
+//!         .handler(place)
+//!         .start()
+//!         .await?;
+//!     orders.bus().send(&PlaceOrder { id: "o-1".into() }).await?;
+//!     orders.run_until(tokio::signal::ctrl_c()).await?;  // then a graceful shutdown
+//!     Ok(())
+//! }
+//! ```
+//!
+//! [`EndpointBuilder`] lists the options (concurrency, retries, state shared with
+//! handlers, ...); [`RunningEndpoint`] is what `start` returns.
+//!
+//! # 2. A saga with a timeout
+//!
+//! A saga is a workflow with state: a serde type kept in the endpoint's store, one instance
+//! per correlation value, with handlers for the messages that start it, continue it and
+//! time it out. `#[courier::saga]` on its `impl` block wires them; a timeout is a message
+//! the saga sends itself, stored with the instance, that fires once or never
+//! ([`saga::SagaContext::request_timeout`]). This one cancels an order not paid within 30
+//! minutes:
 //!
 //! ```
 //! use std::time::Duration;
-//! use courier::prelude::*;
+//!
+//! use courier::saga::SagaContext;
+//! use courier::HandlerError;
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize, courier::Message)]
+//! struct OrderPlaced { id: String }
+//! #[derive(Serialize, Deserialize, courier::Message)]
+//! struct PaymentReceived { order: String }
+//! #[derive(Serialize, Deserialize, courier::Message)]
+//! struct PaymentTimedOut;
+//! #[derive(Debug, PartialEq, Serialize, Deserialize, courier::Message)]
+//! struct CancelOrder { id: String }
+//!
+//! #[derive(Default, Serialize, Deserialize)]
+//! struct Checkout { order: String }
+//!
+//! #[courier::saga]
+//! impl Checkout {
+//!     #[start(by = id)]                                // OrderPlaced.id names the instance
+//!     async fn placed(&mut self, m: OrderPlaced, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+//!         self.order = m.id;
+//!         ctx.request_timeout(Duration::from_secs(30 * 60), &PaymentTimedOut)?;
+//!         Ok(())
+//!     }
+//!
+//!     #[handle(by = order)]                            // PaymentReceived.order finds it
+//!     async fn paid(&mut self, _m: PaymentReceived, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+//!         ctx.complete();                              // deletes the instance and its timeout
+//!         Ok(())
+//!     }
+//!
+//!     #[timeout]                                       // finds its instance by itself
+//!     async fn timed_out(&mut self, _t: PaymentTimedOut, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+//!         ctx.send(&CancelOrder { id: self.order.clone() })?;
+//!         ctx.complete();
+//!         Ok(())
+//!     }
+//! }
+//! # fn main() {}
+//! ```
+//!
+//! It joins an endpoint that has a store with `.saga::<Checkout>()`, or
+//! [`saga_with`](EndpointBuilder::saga_with) and [`saga::SagaOptions`].
+//!
+//! # 3. Testing it in virtual time
+//!
+//! [`testing::TestEndpoint`] runs an endpoint (the real runtime, store and broker, no mocks)
+//! on an in-memory broker and a [`VirtualClock`] that moves only when the test says:
+//! `send` returns once the message is handled, `advance` moves time through every due
+//! timeout, and the queries say what was sent, published, scheduled and dead-lettered.
+//!
+//! ```
+//! # use std::time::Duration;
+//! # use courier::saga::SagaContext;
+//! # use courier::HandlerError;
+//! # use serde::{Deserialize, Serialize};
+//! # #[derive(Serialize, Deserialize, courier::Message)]
+//! # struct OrderPlaced { id: String }
+//! # #[derive(Serialize, Deserialize, courier::Message)]
+//! # struct PaymentReceived { order: String }
+//! # #[derive(Serialize, Deserialize, courier::Message)]
+//! # struct PaymentTimedOut;
+//! # #[derive(Debug, PartialEq, Serialize, Deserialize, courier::Message)]
+//! # struct CancelOrder { id: String }
+//! # #[derive(Default, Serialize, Deserialize)]
+//! # struct Checkout { order: String }
+//! # #[courier::saga]
+//! # impl Checkout {
+//! #     #[start(by = id)]
+//! #     async fn placed(&mut self, m: OrderPlaced, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+//! #         self.order = m.id;
+//! #         ctx.request_timeout(Duration::from_secs(30 * 60), &PaymentTimedOut)?;
+//! #         Ok(())
+//! #     }
+//! #     #[handle(by = order)]
+//! #     async fn paid(&mut self, _m: PaymentReceived, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+//! #         ctx.complete();
+//! #         Ok(())
+//! #     }
+//! #     #[timeout]
+//! #     async fn timed_out(&mut self, _t: PaymentTimedOut, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+//! #         ctx.send(&CancelOrder { id: self.order.clone() })?;
+//! #         ctx.complete();
+//! #         Ok(())
+//! #     }
+//! # }
+//! use courier::testing::TestEndpoint;
+//! use courier::Routes;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), courier::Error> {
-//! let broker = Embedded::in_memory().await?;
-//! broker.create_queue("billing", &QueueOptions::default()).await?;
-//! let sender = broker.sender("billing", SenderOptions::default()).await?;
-//! sender.send(Envelope::new("hello")).await?;
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // In a test file: #[tokio::test] async fn unpaid_orders_are_cancelled() { ... }
+//! let routes = Routes::new().send::<CancelOrder>("orders");
+//! let t = TestEndpoint::start("checkout", |e| e.routes(routes).saga::<Checkout>()).await?;
 //!
-//! let receiver = broker.receiver(&EntityPath::queue("billing")).await?;
-//! for delivery in receiver.receive(10, Duration::from_secs(1)).await? {
-//!     assert_eq!(delivery.message().body().as_ref(), b"hello");
-//!     delivery.complete().await?;
-//! }
+//! t.send(&OrderPlaced { id: "o-1".into() }).await?;
+//! t.send(&OrderPlaced { id: "o-2".into() }).await?;
+//! t.send(&PaymentReceived { order: "o-1".into() }).await?;
+//! t.advance(Duration::from_secs(30 * 60)).await?;     // half an hour, in milliseconds
+//!
+//! assert_eq!(t.sent::<CancelOrder>().await?, vec![CancelOrder { id: "o-2".into() }]);
+//! assert!(t.saga::<Checkout>("o-2").await?.is_none()); // completed
+//! t.shutdown().await?;
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! To run the same endpoint on real servers in a test, [`test_servers`] gives each test
+//! a fresh Postgres database and RabbitMQ virtual host.
+//!
+//! # 4. The broker underneath
+//!
+//! Endpoints are built on the transport contract ([`Transport`], [`Sender`],
+//! [`Receiver`], [`Delivery`]: PeekLock receives, settlements that take the delivery, scheduled
+//! messages, sessions), which every broker implements rule by rule. Programs rarely call it
+//! directly; [`Embedded`] shows how, and `cargo run -p courier-examples --bin tour` walks
+//! through it.
+//!
+//! # Guides
+//!
+//! The repository's `docs/` folder holds the guides, each with complete programs that are
+//! compiled as tests of this crate:
+//!
+//! | page | what |
+//! |---|---|
+//! | `docs/endpoints.md` | message types and wire names, versions, routing, the context, retries, shutdown |
+//! | `docs/sagas.md` | finding instances, correlation properties, timeouts, messages that find no instance |
+//! | `docs/testing.md` | `TestEndpoint`, your own tables in tests, `test_servers` |
+//! | `docs/stores.md` | the inbox and the outbox: what happens once, group commit |
+//! | `docs/embedded-broker.md`, `docs/rabbitmq.md`, `docs/postgres.md` | the three transports |
+//! | `docs/operations.md`, `docs/observability.md` | the runbook, the `courier` command, metrics and traces |
+//! | `docs/semantics.md` | the broker contract, rules S1-S7 |
+//!
+//! # Features
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `sqlite` (default) | the [`Embedded`] broker, the SQLite store, [`testing`] |
+//! | `postgres` | the Postgres store and transport, [`test_servers`] |
+//! | `amqp` | the RabbitMQ transport (needs the patched crates in the repository's `patches/`: see its README) |
+//! | `opentelemetry` | trace context through the application's OpenTelemetry propagator |
+//! | `conformance` | the transport conformance suite, for transport implementers |
 
 #[allow(unused_extern_crates)]
 extern crate self as courier;

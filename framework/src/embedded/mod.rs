@@ -186,16 +186,44 @@ impl Drop for Unanswered<'_> {
 
 /// The embedded broker. Cloning gives another handle to the same broker.
 ///
+/// Endpoints take it as their transport (`Endpoint::builder(..).transport(broker.clone())`)
+/// and its own file as their store ([`Embedded::store`]). Underneath, it is the broker
+/// contract ([`Transport`](crate::Transport)) called directly: a [`Sender`](crate::Sender)
+/// sends and schedules, a [`Receiver`](crate::Receiver) receives in PeekLock mode, and each
+/// [`Delivery`](crate::Delivery) is settled once (its settlements take it by value).
+///
 /// # Examples
 ///
 /// ```
+/// use std::time::Duration;
+/// use courier::prelude::*;
+///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), courier::Error> {
-/// use courier::prelude::*;
-/// let broker = Embedded::in_memory().await?;
-/// broker.create_queue("orders", &QueueOptions::default()).await?;
-/// # Ok(()) }
+/// let broker = Embedded::in_memory().await?;             // Embedded::open(path): durable
+/// broker.create_queue("billing", &QueueOptions::default()).await?; // lock 60 s, 10 deliveries
+/// let sender = broker.sender("billing", SenderOptions::default()).await?;
+/// sender.send(Envelope::new("hello").with_message_id("m-1")).await?; // returns once stored
+///
+/// let in_one_hour = chrono::Utc::now() + chrono::Duration::hours(1);
+/// let seq = sender.schedule(Envelope::new("remind"), in_one_hour).await?;
+/// sender.cancel_scheduled(seq).await?;                   // gone before it was due
+///
+/// let receiver = broker.receiver(&EntityPath::queue("billing")).await?;
+/// for delivery in receiver.receive(10, Duration::from_secs(1)).await? {  // locked, not removed
+///     if delivery.message().body().as_ref() == b"hello" {
+///         delivery.complete().await?;                    // removed
+///     } else {
+///         delivery.dead_letter("unexpected", "not a greeting").await?;
+///     }
+/// }
+/// # Ok(())
+/// # }
 /// ```
+///
+/// In tests, a broker on a [`VirtualClock`](crate::VirtualClock) sees time move only when
+/// the test moves it (see that type). `cargo run -p courier-examples --bin tour` walks
+/// through sessions, deferral and dead letters as well.
 #[derive(Clone)]
 pub struct Embedded {
     shared: Arc<Shared>,

@@ -18,6 +18,59 @@ use crate::message::{Envelope, Properties, PropertyValue};
 use crate::transport::{Sender, SenderOptions, Transport};
 
 /// How one message is sent: destination override, message id, headers, delivery time.
+///
+/// Given to the `_with` form of each way to send: [`Context::send_with`] and
+/// [`Context::publish_with`] in a handler (sagas' contexts too), [`Bus::send_with`] and
+/// [`Bus::publish_with`] outside handlers, and
+/// [`TestEndpoint::send_with`](crate::testing::TestEndpoint::send_with) in tests. Each
+/// option is a builder method; the fields are public to read them back.
+///
+/// [`Context::send_with`]: crate::Context::send_with
+/// [`Context::publish_with`]: crate::Context::publish_with
+///
+/// # Examples
+///
+/// A handler that sends a reminder to be delivered in 30 minutes, with a header and a
+/// message id of its own, and the test that sees it:
+///
+/// ```
+/// use std::time::Duration;
+/// use courier::prelude::*;
+/// use courier::testing::TestEndpoint;
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize, courier::Message)]
+/// struct PlaceOrder { id: String }
+/// #[derive(Serialize, Deserialize, courier::Message)]
+/// struct RemindCustomer { order: String }
+///
+/// #[courier::handler]
+/// async fn place(msg: PlaceOrder, ctx: &mut Context) -> Result<(), HandlerError> {
+///     let options = SendOptions::new()
+///         .deliver_after(Duration::from_secs(30 * 60))   // or deliver_at(time)
+///         .header("tenant", "acme")                      // an application property
+///         .message_id(format!("remind-{}", msg.id));     // receivers deduplicate by it
+///     ctx.send_with(&RemindCustomer { order: msg.id }, options)?;
+///     Ok(())
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let routes = Routes::new().send::<RemindCustomer>("mailer");
+/// let t = TestEndpoint::start("orders", |e| e.routes(routes).handler(place)).await?;
+/// t.send(&PlaceOrder { id: "o-1".into() }).await?;
+///
+/// let sent = &t.messages().await?[0];
+/// assert_eq!(sent.destination, "mailer");
+/// assert_eq!(sent.envelope.message_id, "remind-o-1");
+/// assert_eq!(sent.envelope.scheduled_enqueue_time, Some(t.now() + chrono::Duration::minutes(30)));
+/// t.shutdown().await?;
+/// # Ok(())
+/// # }
+/// ```
+///
+/// Other options: [`to`](Self::to) (another queue than the routed one),
+/// [`session_id`](Self::session_id), [`time_to_live`](Self::time_to_live).
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct SendOptions {

@@ -33,6 +33,41 @@
 //!
 //! The `docker` and `rabbitmqctl` commands are run as child processes; nothing here
 //! talks to Docker's API directly.
+//!
+//! # Examples
+//!
+//! A test of an endpoint with its store on Postgres, in a database of its own (with the
+//! `amqp` feature, [`rabbitmq_vhost`] likewise gives it a virtual host to open an
+//! `AmqpTransport` on: `AmqpTransport::builder(vhost.url())`). The guide
+//! `docs/testing.md` ("On real servers") has a saga tested on both.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//!
+//! use courier::prelude::*;
+//! use courier::test_servers::postgres_database;
+//! use courier::{PostgresStore, Store};
+//! # #[derive(serde::Serialize, serde::Deserialize, courier::Message)]
+//! # struct Charge;
+//! # #[courier::handler]
+//! # async fn charge(_m: Charge, _ctx: &mut Context) -> Result<(), HandlerError> { Ok(()) }
+//!
+//! #[tokio::test]
+//! async fn charges_once() -> Result<(), Box<dyn std::error::Error>> {
+//!     let db = postgres_database().await?;          // DATABASE_URL, a container, or localhost
+//!     let store = Arc::new(PostgresStore::connect(&db.url()).await?);
+//!     store.migrate().await?;
+//!     let broker = Embedded::in_memory().await?;
+//!     let billing = Endpoint::builder("billing").transport(broker).store(store.clone())
+//!         .handler(charge).start().await?;
+//!     // ... send, then assert on what the handler wrote through store.pool() ...
+//!     billing.shutdown().await?;
+//!     store.pool().close().await;
+//!     db.drop_database().await?;                    // a failed test leaves it to a later one
+//!     Ok(())
+//! }
+//! # fn main() {}
+//! ```
 
 use std::str::FromStr;
 use std::sync::{Mutex, PoisonError};

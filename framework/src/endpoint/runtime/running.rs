@@ -68,6 +68,40 @@ impl std::fmt::Display for ShutdownReport {
 /// A started endpoint. Stop it with [`shutdown`](Self::shutdown) or
 /// [`run_until`](Self::run_until); dropping it stops it abruptly (running handlers are
 /// stopped and their messages delivered again after their locks expire).
+///
+/// It is what [`EndpointBuilder::start`](crate::EndpointBuilder::start) returns: the
+/// endpoint receives and handles in tasks of its own from then on. Through it a program
+/// sends from outside handlers ([`bus`](Self::bus)), reads the endpoint's counters
+/// ([`stats`](Self::stats)) and stops it, gracefully: no message is lost, those received
+/// ahead go back to the broker and running handlers may finish.
+///
+/// # Examples
+///
+/// ```
+/// use courier::prelude::*;
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize, courier::Message)]
+/// struct Ping;
+///
+/// #[courier::handler]
+/// async fn ping(_m: Ping, _ctx: &mut Context) -> Result<(), HandlerError> {
+///     Ok(())
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let broker = Embedded::in_memory().await?;
+/// let routes = Routes::new().send::<Ping>("pings");
+/// let endpoint = Endpoint::builder("pings").transport(broker).routes(routes).handler(ping).start().await?;
+/// endpoint.bus().send(&Ping).await?;
+///
+/// // A service runs until it is told to stop: endpoint.run_until(tokio::signal::ctrl_c()).
+/// let report = endpoint.shutdown().await?;   // what it handled, what it handed back
+/// assert_eq!(report.interrupted, 0);         // no handler had to be stopped
+/// # Ok(())
+/// # }
+/// ```
 pub struct RunningEndpoint {
     name: Arc<str>,
     bus: Bus,
