@@ -16,6 +16,7 @@
 
 mod pg_transport;
 mod rabbit;
+mod rabbit_forged;
 mod rabbit_management;
 mod rabbit_reading;
 mod resubmit;

@@ -200,14 +200,20 @@ async fn receive_resubmitted(t: &AmqpTransport, path: &EntityPath, n: usize) -> 
 
 #[tokio::test]
 async fn rabbit_a_poison_message_is_listed_shown_resubmitted_and_then_handled() {
-    let (t, admin, clock) = setup().await;
+    let clock = VirtualClock::starting_now();
+    let store = ScheduleStore::from(&memory_store().await);
+    let t = transport(&clock, store.clone()).await;
+    let admin = AmqpAdmin::new(&t);
     let queue = unique("rbadm-orders");
     let flaky = Flaky::default();
     let shared: Arc<dyn Clock> = Arc::new(clock.clone());
+    // The endpoint's transport keeps its scheduled messages (and the secret that seals
+    // its dead letters) in the admin's schedule store.
     let endpoint = Endpoint::builder(&queue)
         .transport(
             AmqpTransport::builder(amqp_url().await)
                 .clock(shared.clone())
+                .schedules(store.clone())
                 .open()
                 .await
                 .unwrap(),
@@ -219,7 +225,7 @@ async fn rabbit_a_poison_message_is_listed_shown_resubmitted_and_then_handled() 
         .start()
         .await
         .unwrap();
-    // The endpoint's transport has no schedule store: the operator names the queue.
+    // The endpoint's transport records no entities: the operator names the queue.
     let admin = admin.with_queues([queue.clone()]);
     let id = endpoint.bus().send(&PlaceOrder { id: 7 }).await.unwrap();
     let path = EntityPath::queue(&queue);
@@ -303,9 +309,11 @@ async fn rabbit_pages_are_stable_and_the_dlq_keeps_its_messages() {
     assert_eq!(ids, sent);
     let d = &first.items[0];
     assert_eq!(d.reason.as_deref(), Some("test.Poison"));
-    assert_eq!(d.delivery_count, 4, "from the endpoint's failure header");
-    // The producer wrote courier.failure.error = "boom": not Courier's, so the
-    // description the dead-lettering wrote is shown (issue 31, point 6).
+    // The producer wrote courier.failure.attempts = 4 and courier.failure.error = "boom":
+    // not Courier's record (the dead-lettering gave no failure headers), so they are
+    // dropped from the copy and the description the dead-lettering wrote is shown
+    // (issue 31, point 6).
+    assert_eq!(d.delivery_count, 0, "no count of Courier's");
     assert_eq!(d.error.as_deref(), Some("broken on purpose"));
     assert!(paged.windows(2).all(|w| w[0] < w[1]), "{paged:?}");
     // Every reading gave everything back: RabbitMQ's DLQ holds the seven.
@@ -580,13 +588,15 @@ async fn more_than_two_thousand(t: &AmqpTransport, admin: &AmqpAdmin, queue: &st
     let distinct: BTreeSet<&str> = listed.iter().map(|d| d.message_id.as_str()).collect();
     assert_eq!(distinct.len(), n);
     let d = &listed[1234];
-    assert_eq!(
-        (d.reason.as_deref(), d.error.as_deref(), d.delivery_count),
-        (Some("test.Poison"), Some("broken on purpose"), 4)
-    );
+    // Published straight into the DLQ: a record without Courier's seal is not shown as
+    // Courier's (issue 31, point 6); what it carried is among its headers.
+    assert_eq!((d.reason.as_deref(), d.delivery_count), (Some("Unverified"), 0));
     let shown = admin.dead_letter(queue, d.sequence_number).await.unwrap();
     assert_eq!(shown.message_id, d.message_id);
-    assert_eq!(shown.description.as_deref(), Some("broken on purpose"));
+    assert_eq!(
+        shown.headers.get("(unverified) x-courier-dead-letter-description"),
+        Some(&PropertyValue::from("broken on purpose"))
+    );
     assert_eq!(shown.headers.get("tenant"), Some(&PropertyValue::from("acme")));
     assert!(matches!(shown.body, BodyView::Json(_)));
 

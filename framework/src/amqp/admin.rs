@@ -104,6 +104,7 @@ impl AmqpAdmin {
             internal: ConfirmChannel::default(),
             stop: CancellationToken::new(),
             wire: WireCounters::default(),
+            seal_keys: super::seal::Keys::default(),
         });
         inner
             .conn

@@ -38,6 +38,7 @@ use super::catalog::Numbered;
 use super::parked::{Parked, Seen};
 use super::publish::{Target, finish};
 use super::schedule::ScheduleStore;
+use super::seal::{self, DeadLetterKey};
 use super::wire::{
     self, H_DEAD_LETTER_DESCRIPTION, H_DEAD_LETTER_REASON, H_DEAD_LETTER_SOURCE, H_DEAD_LETTER_TIME_TO_LIVE, H_DEATH,
     H_DELIVERY_COUNT, H_ENQUEUED_TIME, H_SEQUENCE_NUMBER, H_TIME_TO_LIVE,
@@ -107,10 +108,42 @@ fn attempts_of(properties: &crate::message::Properties) -> u32 {
     }
 }
 
+/// The reason of a dead letter whose record has no valid seal and that RabbitMQ did not
+/// dead-letter itself (no `x-death`): a producer wrote it, or published it straight into
+/// the DLQ, or a transport without a schedule store moved it (`seal.rs`).
+const UNVERIFIED_REASON: &str = "Unverified";
+const UNVERIFIED_DESCRIPTION: &str = "no valid seal of Courier's on this dead letter's record: a producer may have written \
+     it or published the message straight into the dead-letter queue (or its transport had no schedule store to seal it); \
+     what it carried is among its headers, marked (unverified)";
+
+/// A dead letter as the admin reads it (`seal::as_read`), decoded: the record is Courier's
+/// only with a valid seal; otherwise RabbitMQ's `x-death`, else [`UNVERIFIED_REASON`].
+fn decode_read(p: &BasicProperties, body: Vec<u8>, now: DateTime<Utc>, check: &Check<'_>) -> wire::Decoded {
+    let (read, verified) = seal::as_read(p, check.queue, check.key);
+    let mut m = wire::decode(&read, body, true, false, None, now);
+    if !verified {
+        // RabbitMQ's `x-death` names the queue it dead-lettered from; one a producer wrote
+        // may name anything.
+        m.broker.dead_letter_source = m.broker.dead_letter_source.filter(|s| s == check.queue);
+        if m.broker.dead_letter_reason.is_none() {
+            m.broker.dead_letter_reason = Some(UNVERIFIED_REASON.to_owned());
+            m.broker.dead_letter_description = Some(UNVERIFIED_DESCRIPTION.to_owned());
+        }
+    }
+    m
+}
+
+/// What checks the seals of a queue's dead letters: the queue and its key, if the schedule
+/// store keeps a secret for it (none: nothing of this queue was sealed).
+pub(super) struct Check<'a> {
+    pub(super) queue: &'a str,
+    pub(super) key: Option<&'a DeadLetterKey>,
+}
+
 /// What a listing shows of a dead letter delivered from its DLQ.
-fn seen(p: &BasicProperties, body: &[u8], now: DateTime<Utc>) -> Seen {
+fn seen(p: &BasicProperties, body: &[u8], now: DateTime<Utc>, check: &Check<'_>) -> Seen {
     // The body is not needed to decode the headers.
-    let m = wire::decode(p, Vec::new(), true, false, None, now);
+    let m = decode_read(p, Vec::new(), now, check);
     let error = failure_text(&m.envelope.properties, m.broker.dead_letter_description.as_deref());
     Seen {
         identity: identify(p, body),
@@ -132,10 +165,11 @@ fn in_full(
     p: &BasicProperties,
     body: Vec<u8>,
     now: DateTime<Utc>,
+    check: &Check<'_>,
 ) -> DeadLetter {
     let body_size = body.len();
     let view = BodyView::decode(&body);
-    let m = wire::decode(p, body, true, false, None, now);
+    let m = decode_read(p, body, now, check);
     let mut headers_ = m.envelope.properties;
     // A header whose name is not UTF-8 is no property of the envelope: shown under its
     // bytes in hex, so that an operator sees it (it is why the receiver refused it).
@@ -199,6 +233,8 @@ fn time_to_live_of(p: &BasicProperties) -> Option<i64> {
 pub(super) struct Scan<'a> {
     store: &'a ScheduleStore,
     queue: String,
+    /// The key that checks the seals of the queue's dead letters, if it has one.
+    key: Option<DeadLetterKey>,
     browse: Option<Browse<'a>>,
     numbering: bool,
     started: DateTime<Utc>,
@@ -230,7 +266,11 @@ impl<'a> Scan<'a> {
         while items.len() < at_most.max(1) {
             match browse.next().await.map_err(|e| admin.failed(e))? {
                 Some(held) => {
-                    let seen = seen(&held.delivery.properties, &held.delivery.data, self.now);
+                    let check = Check {
+                        queue: &self.queue,
+                        key: self.key.as_ref(),
+                    };
+                    let seen = seen(&held.delivery.properties, &held.delivery.data, self.now, &check);
                     items.push(Item {
                         identity: seen.identity,
                         number: None,
@@ -294,10 +334,12 @@ impl AmqpAdmin {
         numbering: bool,
     ) -> AdminResult<Scan<'a>> {
         let now = self.now_utc();
+        let key = self.reading_key(store, queue).await?;
         let browse = Browse::open(self.connector(), dlq).await.map_err(|e| self.failed(e))?;
         Ok(Scan {
             store,
             queue: queue.to_owned(),
+            key,
             browse,
             numbering,
             // A row numbered in the same millisecond as the start is not forgotten.
@@ -368,11 +410,16 @@ impl AmqpAdmin {
         let now = self.now_utc();
         let mut found: HashMap<SequenceNumber, DeadLetter> = HashMap::new();
         let mut wanted: HashMap<i64, SequenceNumber> = HashMap::new();
+        let key = self.reading_key(store, &queue).await?;
+        let check = Check {
+            queue: &queue,
+            key: key.as_ref(),
+        };
         for chunk in numbers.chunks(BATCH) {
             let rows = store.numbered(&queue, chunk).await.map_err(|e| self.failed(e))?;
             let parked: Vec<i64> = rows.iter().filter(|r| !r.in_rabbitmq).map(|r| r.number).collect();
             for p in store.parked(&queue, &parked).await.map_err(|e| self.failed(e))? {
-                found.insert(p.id, in_full(name, p.id, &p.properties, p.body, now));
+                found.insert(p.id, in_full(name, p.id, &p.properties, p.body, now, &check));
             }
             wanted.extend(rows.iter().filter(|r| r.in_rabbitmq).map(|r| (r.identity, r.number)));
         }
@@ -389,7 +436,7 @@ impl AmqpAdmin {
                             let d = item.held.delivery;
                             found
                                 .entry(n)
-                                .or_insert_with(|| in_full(name, n, &d.properties, d.data, now));
+                                .or_insert_with(|| in_full(name, n, &d.properties, d.data, now, &check));
                         }
                     }
                     if wanted.values().all(|n| found.contains_key(n)) {
@@ -415,6 +462,16 @@ impl AmqpAdmin {
             }
         }
         Ok((out, missing))
+    }
+
+    /// The key that checks the seals of `queue`'s dead letters: made from the secret the
+    /// schedule store keeps for it, read only (none: nothing of the queue was sealed).
+    async fn reading_key(&self, store: &ScheduleStore, queue: &str) -> AdminResult<Option<DeadLetterKey>> {
+        let secret = store.find_secret(queue).await.map_err(|e| self.failed(e))?;
+        secret
+            .map(|s| DeadLetterKey::new(&s))
+            .transpose()
+            .map_err(|e| self.failed(e))
     }
 
     /// Every dead letter's number of `name`, in order: the DLQ read whole (and given back).
@@ -461,6 +518,7 @@ impl AmqpAdmin {
                             H_DEAD_LETTER_DESCRIPTION,
                             H_DEAD_LETTER_SOURCE,
                             H_DEAD_LETTER_TIME_TO_LIVE,
+                            super::seal::H_DEAD_LETTER_SEAL,
                         ]
                         .contains(&key)
                         || [

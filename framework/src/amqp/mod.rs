@@ -28,6 +28,7 @@ mod publish;
 mod receiver;
 mod registry;
 mod schedule;
+mod seal;
 mod sender;
 mod wire;
 
@@ -149,6 +150,8 @@ pub(crate) struct Inner {
     stop: CancellationToken,
     /// What the receivers refused or ignored in received messages.
     wire: WireCounters,
+    /// The keys that seal the dead letters this transport moves (`seal.rs`).
+    seal_keys: seal::Keys,
 }
 
 impl Inner {
@@ -464,6 +467,7 @@ impl AmqpBuilder {
             internal: ConfirmChannel::default(),
             stop: CancellationToken::new(),
             wire: WireCounters::default(),
+            seal_keys: seal::Keys::default(),
         });
         inner.conn.connection().await?;
         if let Some(store) = self.schedules {

@@ -130,6 +130,8 @@ impl AmqpReceiver {
     /// `description`: no time-to-live, the dead-letter headers written.
     fn dead_copy(&self, m: &ReceivedMessage, reason: &str, description: &str) -> crate::message::Envelope {
         let mut copy = m.envelope.clone();
+        // A producer's failure headers are not the record of this dead-lettering.
+        copy.properties.retain(|k, _| !k.starts_with(headers::FAILURE_PREFIX));
         wire::dead_letter_headers(&mut copy, reason, description, &self.queue);
         copy
     }
@@ -552,11 +554,10 @@ impl AmqpSettler {
                     }));
                 };
                 let mut copy = message.envelope.clone();
-                // An endpoint's record of a failure replaces every failure header the
-                // message had: none a producer wrote stays beside Courier's (issue 31).
-                if properties.contains_key(headers::FAILURE_ENDPOINT) {
-                    copy.properties.retain(|k, _| !k.starts_with(headers::FAILURE_PREFIX));
-                }
+                // The failure headers of the copy are those of the settlement (an
+                // endpoint's record of the failure), never a producer's: the seal vouches
+                // for them (issue 31).
+                copy.properties.retain(|k, _| !k.starts_with(headers::FAILURE_PREFIX));
                 copy.properties.extend(properties);
                 wire::dead_letter_headers(&mut copy, &reason, &description, &self.source);
                 // Confirmed in the dead-letter queue first, then acked: a crash in between
@@ -610,12 +611,18 @@ impl Inner {
         copies: impl Iterator<Item = (&'a crate::message::Envelope, Option<&'a BasicProperties>)>,
     ) -> Vec<Result<()>> {
         let target = Target::Queue(dlq.to_owned());
+        let source = dlq.strip_suffix(wire::DEAD_LETTER_SUFFIX).unwrap_or(dlq);
+        let key = self.dead_letter_key(source).await;
         let mut started = Vec::new();
         for (copy, raw) in copies {
             let properties = match raw {
                 Some(p) => Ok(p.clone()),
                 None => wire::properties(copy, self.clock.now(), self.next_sequence_number()),
-            };
+            }
+            .map(|p| match &key {
+                Some(key) => key.seal(source, p),
+                None => super::seal::unsealed(p),
+            });
             let confirm = match properties {
                 Ok(properties) => self.internal.start(&self.conn, &target, properties, &copy.body).await,
                 Err(e) => Err(e),
@@ -630,6 +637,22 @@ impl Inner {
             });
         }
         out
+    }
+
+    /// The key that seals the dead letters of `source` (`seal.rs`), if the transport has a
+    /// schedule store to keep its secret; when the store cannot give it, the dead letters
+    /// are published unsealed (never held back for it) and a warning says why.
+    async fn dead_letter_key(&self, source: &str) -> Option<super::seal::DeadLetterKey> {
+        let store = self.schedules.as_ref()?;
+        match self.seal_keys.of(store, source, self.clock.now()).await {
+            Ok(key) => Some(key),
+            Err(e) => {
+                tracing::warn!(queue = %source, error = %e,
+                    "cannot read the queue's secret: its dead letters are moved unsealed, and the admin shows their \
+                     record as unverified");
+                None
+            }
+        }
     }
 
     /// [`Self::dead_letter_many_once`], and when the dead-letter queue is missing (deleted

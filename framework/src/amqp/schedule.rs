@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::Envelope;
-use crate::store::{StoredEnvelope, db_error};
+use crate::store::{EndpointSecret, StoredEnvelope, db_error};
 
 use super::wire::{from_millis, millis};
 
@@ -190,6 +190,57 @@ impl ScheduleStore {
             }
         }
         Ok(())
+    }
+
+    /// The secret kept for `queue` in the store's table of endpoint secrets
+    /// (`courier.endpoint_secret`, `courier_endpoint_secret`), made now if it has none: the
+    /// key of the seal on the queue's dead letters (`seal.rs`). A queue and the endpoint of
+    /// the same name share the row; each seal has a domain of its own.
+    pub(crate) async fn secret(&self, queue: &str, now: DateTime<Utc>) -> Result<EndpointSecret> {
+        match self {
+            #[cfg(feature = "postgres")]
+            Self::Postgres(pool) => {
+                let mut conn = pool
+                    .acquire()
+                    .await
+                    .map_err(|e| db_error("cannot connect to read a queue's secret", e))?;
+                crate::store::postgres::endpoint_secret(&mut conn, queue, now).await
+            }
+            Self::Sqlite(store) => crate::Store::endpoint_secret(store, queue, now).await?.ok_or_else(|| {
+                Error::new(ErrorKind::Corrupt {
+                    detail: "the SQLite store keeps no endpoint secrets".into(),
+                })
+            }),
+        }
+    }
+
+    /// The secret kept for `queue`, if it has one: read only (an admin that reads a
+    /// dead-letter queue makes nothing).
+    pub(crate) async fn find_secret(&self, queue: &str) -> Result<Option<EndpointSecret>> {
+        let failed = |e| {
+            db_error(
+                "cannot read a queue's secret (were Courier's migrations applied? Store::migrate)",
+                e,
+            )
+        };
+        let stored: Option<Vec<u8>> = match self {
+            #[cfg(feature = "postgres")]
+            Self::Postgres(pool) => {
+                sqlx::query_scalar("SELECT secret FROM courier.endpoint_secret WHERE endpoint = $1")
+                    .bind(queue)
+                    .fetch_optional(pool)
+                    .await
+                    .map_err(failed)?
+            }
+            Self::Sqlite(store) => sqlx::query_scalar("SELECT secret FROM courier_endpoint_secret WHERE endpoint = ?1")
+                .bind(queue)
+                .fetch_optional(store.pool())
+                .await
+                .map_err(failed)?,
+        };
+        stored
+            .map(|bytes| EndpointSecret::stored(&bytes, "the table of endpoint secrets", queue))
+            .transpose()
     }
 
     /// How many messages wait for `destination`.

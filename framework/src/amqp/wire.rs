@@ -7,6 +7,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 
+use crate::endpoint::recoverability::headers::FAILURE_PREFIX;
 use crate::entity::{EntityPath, SubQueue};
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{BrokerProperties, Envelope, LockToken, MessageState, Properties, PropertyValue, reasons};
@@ -153,9 +154,19 @@ pub(crate) fn properties(m: &Envelope, enqueued: DateTime<Utc>, sequence_number:
 /// The properties of a refused delivery's copy in the dead-letter queue: those received,
 /// byte for byte (a message id or header name that is not UTF-8 stays those bytes, so a
 /// resubmit sends what was received and is refused again), with the dead-letter headers
-/// added and without `expiration` (a DLQ keeps what it holds).
+/// added, without the producer's `courier.failure.*` headers (whose names are UTF-8: one
+/// that is not is why the message is refused, and stays) and without `expiration` (a DLQ
+/// keeps what it holds). The transport seals the record when it publishes the copy.
 pub(crate) fn refused_copy(p: &BasicProperties, reason: &str, description: &str, source: &str) -> BasicProperties {
-    let mut headers = p.headers().clone().unwrap_or_default();
+    let mut headers = FieldTable::default();
+    // A producer's failure headers are not the record of this refusal (a resubmit leaves
+    // them out anyway).
+    for (k, v) in p.headers().as_ref().map(FieldTable::inner).into_iter().flatten() {
+        let failure = k.invalid_utf8().is_none() && k.as_str().starts_with(FAILURE_PREFIX);
+        if !failure {
+            headers.insert(k.clone(), v.clone());
+        }
+    }
     for (k, v) in [
         (H_DEAD_LETTER_REASON, reason),
         (H_DEAD_LETTER_DESCRIPTION, description),
