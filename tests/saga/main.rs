@@ -637,6 +637,7 @@ macro_rules! on_every_store {
 }
 
 mod forged_timeouts;
+mod not_found_retry;
 mod order;
 mod timeouts;
 mod versions;

@@ -230,6 +230,28 @@ impl Context {
         Ok(out.envelope)
     }
 
+    /// Sends `envelope`, a copy of a received message made ready to come back (a saga's
+    /// try again later of a message that found no instance), to this endpoint's own queue
+    /// when the handling commits, as a message this handler sent (its trace).
+    ///
+    /// # Errors
+    /// The transport's refusal of the message.
+    pub(crate) fn send_copy_to_self(&mut self, mut envelope: crate::message::Envelope) -> Result<()> {
+        envelope.properties.insert(
+            crate::endpoint::trace::TRACEPARENT.to_owned(),
+            PropertyValue::String(self.trace.to_string()),
+        );
+        let mut out = Outgoing {
+            destination: self.endpoint.to_string(),
+            is_topic: false,
+            envelope,
+        };
+        let _created = otel::producer(&mut out, self.bus.transport().name(), otel::Operation::Create);
+        self.bus.check(&out)?;
+        self.outgoing.push(out);
+        Ok(())
+    }
+
     pub(crate) fn set_unit_of_work(&mut self, work: Box<dyn UnitOfWork>) {
         self.unit_of_work = Some(work);
     }

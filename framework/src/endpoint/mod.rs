@@ -13,6 +13,7 @@ pub(crate) mod bus;
 pub(crate) mod context;
 pub(crate) mod handler;
 pub(crate) mod metrics;
+pub(crate) mod not_found_seal;
 pub(crate) mod observe;
 pub(crate) mod otel;
 mod parts;
@@ -75,6 +76,9 @@ pub(crate) enum Failure {
         saga: &'static str,
         correlation: String,
         reason: &'static str,
+        /// How many times the message was tried again, and how far apart, before
+        /// (`SagaOptions::retry_not_found`; 0 when it was not).
+        retried: (u32, Duration),
     },
     /// A message body or a saga state of a version this code cannot read (see
     /// `crate::version`): permanent, with its own dead-letter reason.
@@ -221,8 +225,24 @@ impl Failure {
                 "{} earlier deliveries ended without an outcome (the process stopped or the lock expired)",
                 deliveries.saturating_sub(1)
             )],
-            Failure::SagaNotFound { saga, correlation, .. } => vec![format!(
+            Failure::SagaNotFound {
+                saga,
+                correlation,
+                retried: (0, _),
+                ..
+            } => vec![format!(
                 "no instance of saga {saga} correlates to {correlation:?}, and the message does not start one"
+            )],
+            Failure::SagaNotFound {
+                saga,
+                correlation,
+                retried: (n, delay),
+                ..
+            } => vec![format!(
+                "no instance of saga {saga} correlates to {correlation:?}, and the message does not start one; it \
+                 was tried again {n} times, {delay:?} apart (SagaOptions::retry_not_found), and found none: the \
+                 instance it waited for was never created (or is gone); look for the message that should have \
+                 created it, then move this one back"
             )],
             Failure::Version { chain, .. } => chain.clone(),
             Failure::TimeoutRefused { detail, .. } => vec![detail.clone()],
@@ -252,6 +272,11 @@ impl Failure {
 /// A handler with its message type erased.
 pub(crate) trait ErasedHandler: Send + Sync {
     fn name(&self) -> &'static str;
+    /// The saga whose handler this is (`None`: a plain handler). A saga's copy of a
+    /// message it tries again (`not_found_seal.rs`) runs that saga's handler only.
+    fn saga(&self) -> Option<&'static str> {
+        None
+    }
     fn call<'a>(&'a self, ctx: &'a mut context::Context) -> BoxFuture<'a, Result<(), Failure>>;
 }
 

@@ -65,6 +65,8 @@ pub(crate) struct Registered {
 #[derive(Debug, Default)]
 pub(crate) struct SagaStats {
     pub(crate) not_found: AtomicU64,
+    /// Of those, sent back to the queue to be tried again later.
+    pub(crate) not_found_retried: AtomicU64,
     pub(crate) timeouts_discarded: AtomicU64,
     pub(crate) conflicts: AtomicU64,
 }

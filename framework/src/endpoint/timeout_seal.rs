@@ -112,6 +112,12 @@ impl TimeoutSeal {
         })
     }
 
+    /// The MAC keyed with the endpoint's secret, before any input: a saga's not-found
+    /// retry seal (`not_found_seal.rs`) starts from it too, under its own domain.
+    pub(crate) fn keyed(&self) -> &HmacSha256 {
+        &self.keyed
+    }
+
     /// The MAC of a timeout's message at `endpoint`: each text and the body preceded by
     /// its length, so that no two inputs read the same.
     fn mac(&self, endpoint: &str, claimed: &Claimed<'_>, envelope: &Envelope) -> Option<HmacSha256> {

@@ -65,6 +65,18 @@ pub mod headers {
     pub const CORRELATION: &str = crate::endpoint::timeout_seal::CORRELATION;
     /// The timeout's key (see [`SagaContext::request_timeout_keyed`](super::SagaContext::request_timeout_keyed)).
     pub const TIMEOUT_KEY: &str = "courier.saga.timeout_key";
+    /// On a saga's copy of a message that found no instance and comes back later
+    /// ([`SagaOptions::retry_not_found`](super::SagaOptions::retry_not_found)): the number
+    /// of the try (an integer, 1 on the first copy).
+    pub const NOT_FOUND_RETRIES: &str = crate::endpoint::not_found_seal::NOT_FOUND_RETRIES;
+    /// On such a copy: the name of the saga that tries it again (only its handler runs on
+    /// the copy).
+    pub const NOT_FOUND_SAGA: &str = crate::endpoint::not_found_seal::NOT_FOUND_SAGA;
+    /// On such a copy: the seal of the two above (64 hex digits, HMAC-SHA256 under the
+    /// endpoint's secret of the endpoint's name, the copy's message id, type and body, the
+    /// saga's name and the count). Without a valid one the copy counts as a first
+    /// arrival.
+    pub const NOT_FOUND_SEAL: &str = crate::endpoint::not_found_seal::NOT_FOUND_SEAL;
     /// When the timeout is due (RFC 3339, UTC): its lateness is measured from it, and a
     /// copy that arrives before it is refused.
     pub const TIMEOUT_DUE: &str = crate::endpoint::timeout_seal::TIMEOUT_DUE;
@@ -297,22 +309,107 @@ pub enum Completion {
     Archive,
 }
 
-/// How an endpoint runs a saga.
-#[derive(Debug, Clone, Copy, Default)]
+/// How a message type that finds no instance is tried again later: see
+/// [`SagaOptions::retry_not_found`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RetryNotFound {
+    /// How long after each arrival the message comes back.
+    pub(crate) delay: Duration,
+    /// How many times it comes back at most.
+    pub(crate) limit: u32,
+}
+
+/// How an endpoint runs a saga: given to [`EndpointBuilder::saga_with`](crate::EndpointBuilder::saga_with)
+/// (`saga::<S>()` is `saga_with::<S>(SagaOptions::default())`).
+///
+/// ```
+/// use std::time::Duration;
+///
+/// use courier::saga::{Completion, NotFound, SagaContext, SagaOptions};
+/// use courier::{Endpoint, HandlerError};
+/// # use serde::{Deserialize, Serialize};
+/// # #[derive(Serialize, Deserialize, courier::Message)]
+/// # struct ClaimFiled { claim_id: String }
+/// # #[derive(Serialize, Deserialize, courier::Message)]
+/// # struct AssessmentDone { claim_id: String }
+///
+/// #[derive(Default, Serialize, Deserialize)]
+/// struct Claim { assessed: bool }
+///
+/// #[courier::saga(name = "claims.Claim")]
+/// impl Claim {
+///     #[start(by = claim_id)]
+///     async fn filed(&mut self, _msg: ClaimFiled, _ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+///         Ok(())
+///     }
+///
+///     #[handle(by = claim_id)]
+///     async fn assessed(&mut self, _msg: AssessmentDone, _ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+///         self.assessed = true;
+///         Ok(())
+///     }
+/// }
+///
+/// let options = SagaOptions::new()
+///     // An assessment that overtook its claim comes back every 30 s, 20 times at most.
+///     .retry_not_found::<AssessmentDone>(Duration::from_secs(30), 20)
+///     // Any other continuing message that finds no instance is dead-lettered.
+///     .not_found(NotFound::DeadLetter)
+///     // A completed claim is kept, with its final state, in saga_archive.
+///     .completion(Completion::Archive);
+/// let builder = Endpoint::builder("claims").saga_with::<Claim>(options);
+/// # drop(builder);
+/// ```
+#[derive(Debug, Clone, Default)]
 pub struct SagaOptions {
     pub(crate) not_found: NotFound,
     pub(crate) completion: Completion,
+    /// Message types tried again when they find no instance: (type, wire name, how).
+    pub(crate) retry_not_found: Vec<(std::any::TypeId, &'static str, RetryNotFound)>,
 }
 
 impl SagaOptions {
-    /// The defaults: [`NotFound::Complete`], [`Completion::Delete`].
+    /// The defaults: [`NotFound::Complete`], [`Completion::Delete`], no message tried
+    /// again.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// Sets the not-found policy.
+    /// Sets the not-found policy: what happens to a continuing message that finds no
+    /// instance, has no `#[not_found]` handler and is not tried again
+    /// ([`retry_not_found`](Self::retry_not_found)).
     pub fn not_found(mut self, policy: NotFound) -> Self {
         self.not_found = policy;
+        self
+    }
+
+    /// A continuing message of type `M` that finds no instance **comes back later**: the
+    /// endpoint sends a copy of it to its own queue, scheduled `delay` later, in the
+    /// handling's transaction (so it survives a restart: it waits in the broker, or in the
+    /// outbox, like any scheduled send), up to `limit` times. A copy that finds its
+    /// instance is handled as usual; after the last try, the message goes to the saga's
+    /// `#[not_found]` handler of `M` if it has one, and is dead-lettered with
+    /// [`reasons::SAGA_NOT_FOUND`] otherwise (whatever [`not_found`](Self::not_found) says).
+    ///
+    /// For an event that can overtake the one that creates its instance, or sets the
+    /// correlation property it is found by (two sources, RabbitMQ's ordering across
+    /// queues): MassTransit's `OnMissingInstance(m => m.Redeliver(..))`. Only the saga's
+    /// handler runs on a copy (the endpoint's other handlers of `M` ran on the first
+    /// arrival). The copy's count travels in the header
+    /// [`headers::NOT_FOUND_RETRIES`], sealed with the endpoint's secret
+    /// ([`headers::NOT_FOUND_SEAL`]): a producer's count is not trusted (the message
+    /// counts as a first arrival), and the endpoint's sealed copy cannot be sent again (the
+    /// inbox drops it), so a message is tried `limit` times at most. Each try counts in
+    /// [`EndpointStats::sagas_not_found`](crate::EndpointStats) and
+    /// `sagas_not_found_retried`. Setting it again for `M` replaces the earlier setting.
+    ///
+    /// `M` must be a message the saga continues with (`#[handle]`), `delay` at least a
+    /// millisecond and `limit` at least 1: otherwise the endpoint's `start()` fails saying
+    /// which.
+    pub fn retry_not_found<M: Message>(mut self, delay: Duration, limit: u32) -> Self {
+        let id = std::any::TypeId::of::<M>();
+        self.retry_not_found.retain(|(t, _, _)| *t != id);
+        self.retry_not_found.push((id, M::NAME, RetryNotFound { delay, limit }));
         self
     }
 

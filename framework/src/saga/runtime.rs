@@ -10,16 +10,17 @@ use chrono::{DateTime, Utc};
 
 use super::state::StateError;
 use super::{
-    Completion, Correlate, Frame, NotFound, NotFoundFn, Role, Saga, SagaContext, SagaFn, SagaHandlers, SagaOptions,
-    headers,
+    Completion, Correlate, Frame, NotFound, NotFoundFn, RetryNotFound, Role, Saga, SagaContext, SagaFn, SagaHandlers,
+    SagaOptions, headers,
 };
 use crate::endpoint::context::Context;
 use crate::endpoint::handler::{BoxFuture, HandlerError, Message};
 use crate::endpoint::metrics::SagaTally;
+use crate::endpoint::not_found_seal;
 use crate::endpoint::observe::{RequestedTimeout, SagaEffects};
 use crate::endpoint::otel;
 use crate::endpoint::sagas::{LockOwner, Registered, SagaStats};
-use crate::endpoint::timeout_seal::{self, Verdict};
+use crate::endpoint::timeout_seal::{self, TimeoutSeal, Verdict};
 use crate::endpoint::{ErasedHandler, Failure};
 use crate::error::{Error, ErrorKind};
 use crate::logtext::Escaped;
@@ -51,6 +52,9 @@ struct Held {
     count: usize,
     released: Arc<tokio::sync::Notify>,
 }
+
+/// The longest delay of [`SagaOptions::retry_not_found`]: a year.
+const MAX_RETRY_DELAY: std::time::Duration = std::time::Duration::from_secs(365 * 86_400);
 
 /// How long a handling of a grouping endpoint waits for an instance lock at most.
 const LOCK_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -182,7 +186,7 @@ pub(crate) struct SagaShared {
 /// A not-found handler, its `NotFoundFn<M>` erased until the handler of `M` takes it.
 type ErasedNotFound = Box<dyn Any + Send>;
 
-type Build = Box<dyn FnOnce(Arc<SagaShared>, Option<ErasedNotFound>) -> Registered + Send>;
+type Build = Box<dyn FnOnce(Arc<SagaShared>, Option<ErasedNotFound>, Option<RetryNotFound>) -> Registered + Send>;
 
 /// One handler of a saga, before the endpoint builds it.
 pub(crate) struct Entry<S> {
@@ -222,7 +226,7 @@ impl<S: Saga> Entry<S> {
             name,
             role,
             message: (TypeId::of::<M>(), M::NAME),
-            build: Box::new(move |shared, not_found: Option<ErasedNotFound>| Registered {
+            build: Box::new(move |shared, not_found: Option<ErasedNotFound>, retry| Registered {
                 type_id: TypeId::of::<M>(),
                 type_name: std::any::type_name::<M>(),
                 name: M::NAME,
@@ -235,6 +239,7 @@ impl<S: Saga> Entry<S> {
                     not_found: not_found
                         .and_then(|b| b.downcast::<(&'static str, NotFoundFn<M>)>().ok())
                         .map(|b| *b),
+                    retry,
                     f,
                     shared,
                 }),
@@ -300,6 +305,47 @@ pub(crate) fn register<S: Saga>(options: SagaOptions, stats: Arc<SagaStats>) -> 
             ));
         }
     }
+    let mut retries: HashMap<TypeId, RetryNotFound> = HashMap::new();
+    for (type_id, message, retry) in &options.retry_not_found {
+        let Some(entry) = handlers.entries.iter().find(|e| e.message.0 == *type_id) else {
+            return Err(format!(
+                "saga {}: SagaOptions::retry_not_found::<{message}> names a message the saga does not handle: add \
+                 the handler that continues the saga with it (#[handle])",
+                S::NAME
+            ));
+        };
+        if entry.role != Role::Continue {
+            return Err(format!(
+                "saga {}: SagaOptions::retry_not_found::<{message}>: {message} ({}) {}, so it never finds no \
+                 instance; only a message the saga continues with (#[handle]) can be tried again",
+                S::NAME,
+                entry.name,
+                if entry.role == Role::Start {
+                    "starts an instance when none correlates"
+                } else {
+                    "is a timeout"
+                },
+            ));
+        }
+        if retry.limit == 0 || retry.delay < std::time::Duration::from_millis(1) {
+            return Err(format!(
+                "saga {}: SagaOptions::retry_not_found::<{message}>({:?}, {}): the delay must be at least 1 ms and \
+                 the limit at least 1",
+                S::NAME,
+                retry.delay,
+                retry.limit
+            ));
+        }
+        if chrono::Duration::from_std(retry.delay).is_err() || retry.delay > MAX_RETRY_DELAY {
+            return Err(format!(
+                "saga {}: SagaOptions::retry_not_found::<{message}>: the delay {:?} is over the limit of {} days",
+                S::NAME,
+                retry.delay,
+                MAX_RETRY_DELAY.as_secs() / 86_400
+            ));
+        }
+        retries.insert(*type_id, *retry);
+    }
     let shared = Arc::new(SagaShared {
         options,
         locks: Arc::default(),
@@ -310,7 +356,8 @@ pub(crate) fn register<S: Saga>(options: SagaOptions, stats: Arc<SagaStats>) -> 
         .into_iter()
         .map(|e| {
             let nf = not_found.remove(&e.message.0);
-            (e.build)(shared.clone(), nf)
+            let retry = retries.get(&e.message.0).copied();
+            (e.build)(shared.clone(), nf, retry)
         })
         .collect())
 }
@@ -323,6 +370,8 @@ struct SagaHandler<S, M> {
     property: Option<&'static str>,
     /// The not-found handler of `M`: its name and function.
     not_found: Option<(&'static str, NotFoundFn<M>)>,
+    /// How `M` is tried again when it finds no instance, if it is.
+    retry: Option<RetryNotFound>,
     f: SagaFn<S, M>,
     shared: Arc<SagaShared>,
 }
@@ -348,12 +397,33 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
     async fn instance_not_found(&self, message: M, correlation: String, ctx: &mut Context) -> Result<(), Failure> {
         self.shared.stats.not_found.fetch_add(1, Ordering::Relaxed);
         crate::endpoint::metrics::saga_not_found(ctx.endpoint(), S::NAME);
+        let mut retried = (0, std::time::Duration::ZERO);
+        if let Some(retry) = self.retry {
+            let tried = self.tries(ctx);
+            if tried < retry.limit {
+                self.try_again(ctx, retry, tried + 1)?;
+                self.shared.stats.not_found_retried.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(saga = S::NAME, correlation = %Escaped(&correlation), message_type = M::NAME,
+                    try_number = tried + 1, limit = retry.limit, delay = ?retry.delay,
+                    "no saga instance for the message (yet); it comes back later");
+                return Ok(());
+            }
+            retried = (tried, retry.delay);
+        }
         if let Some((handler, f)) = self.not_found {
             tracing::info!(saga = S::NAME, correlation = %Escaped(&correlation), message_type = M::NAME, handler,
                 "no saga instance for the message; running its not-found handler");
             return f(message, ctx)
                 .await
                 .map_err(|error| Failure::Handler { handler, error });
+        }
+        if retried.0 > 0 {
+            return Err(Failure::SagaNotFound {
+                saga: S::NAME,
+                correlation,
+                reason: super::reasons::SAGA_NOT_FOUND,
+                retried,
+            });
         }
         match self.shared.options.not_found {
             NotFound::Complete => {
@@ -365,8 +435,36 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
                 saga: S::NAME,
                 correlation,
                 reason: super::reasons::SAGA_NOT_FOUND,
+                retried,
             }),
         }
+    }
+
+    /// How many times this saga tried the received message again before: the count of
+    /// its sealed copy (`endpoint/not_found_seal.rs`), 0 for a first arrival or a copy
+    /// whose seal does not check.
+    fn tries(&self, ctx: &Context) -> u32 {
+        let keyed = ctx.timeout_seal().map(TimeoutSeal::keyed);
+        not_found_seal::read(keyed, ctx.endpoint(), &ctx.received().envelope)
+            .filter(|r| r.saga == S::NAME)
+            .map_or(0, |r| r.n)
+    }
+
+    /// Sends the received message back to the endpoint's queue, due `retry.delay` from
+    /// now, as try `n`: a copy with a new message id (the inbox would drop the same one),
+    /// without the failure and retry headers of this arrival, sealed.
+    fn try_again(&self, ctx: &mut Context, retry: RetryNotFound, n: u32) -> Result<(), Failure> {
+        let mut copy = ctx.received().envelope.clone();
+        copy.message_id = uuid::Uuid::now_v7().to_string();
+        copy.properties.retain(|name, _| {
+            !crate::recoverability::headers::is_failure_header(name) && !name.starts_with("courier.saga.")
+        });
+        let now = ctx.clock().now();
+        let delay = chrono::Duration::from_std(retry.delay).unwrap_or(chrono::Duration::MAX);
+        copy.scheduled_enqueue_time = Some(now.checked_add_signed(delay).unwrap_or(now));
+        let keyed = ctx.timeout_seal().map(TimeoutSeal::keyed);
+        not_found_seal::write(keyed, ctx.endpoint(), &mut copy, S::NAME, n);
+        ctx.send_copy_to_self(copy).map_err(Failure::Dispatch)
     }
 
     fn permanent(&self, text: String) -> Failure {
@@ -668,6 +766,10 @@ fn tally(
 impl<S: Saga, M: Message> ErasedHandler for SagaHandler<S, M> {
     fn name(&self) -> &'static str {
         self.name
+    }
+
+    fn saga(&self) -> Option<&'static str> {
+        Some(S::NAME)
     }
 
     fn call<'a>(&'a self, ctx: &'a mut Context) -> BoxFuture<'a, Result<(), Failure>> {

@@ -23,10 +23,12 @@ use tracing::Instrument;
 use crate::endpoint::Failure;
 use crate::endpoint::bus::{self, Outgoing, describe_sent, name_outgoing};
 use crate::endpoint::context::{Context, ContextParts};
+use crate::endpoint::not_found_seal;
 use crate::endpoint::observe::Handled;
 use crate::endpoint::recoverability::{headers, reasons};
 use crate::endpoint::retry_seal::{Count, read_count};
 use crate::endpoint::sagas::LockOwner;
+use crate::endpoint::timeout_seal::TimeoutSeal;
 use crate::endpoint::trace::TraceContext;
 use crate::logtext::Escaped;
 use crate::message::Properties;
@@ -210,6 +212,20 @@ pub(super) async fn handle(
             timeout_seal: shared.timeout_seal.clone(),
         });
         let handlers = entry.handlers.clone();
+        // A saga's copy of a message it tries again (no instance found yet): that saga's
+        // handler runs, the others ran on the first arrival (`endpoint/not_found_seal.rs`).
+        let retried_by = not_found_seal::read(
+            shared.timeout_seal.as_deref().map(TimeoutSeal::keyed),
+            &shared.name,
+            &delivery.message().envelope,
+        )
+        .map(|r| r.saga);
+        if let Some(saga) = &retried_by
+            && !handlers.iter().any(|h| h.saga() == Some(saga.as_str()))
+        {
+            tracing::warn!(saga = %Escaped(saga), "a saga's copy of a message it tries again, but this endpoint \
+                runs no such saga (any more): completed without running a handler");
+        }
         let lock = delivery.lock_token();
         let work = async {
             // The inbox: record the id in a new transaction (or the group's), or learn it
@@ -234,6 +250,11 @@ pub(super) async fn handle(
                 }
             }
             for h in handlers.iter() {
+                if let Some(saga) = &retried_by
+                    && h.saga() != Some(saga.as_str())
+                {
+                    continue;
+                }
                 match CatchUnwind(h.call(&mut ctx)).await {
                     Ok(Ok(())) => {}
                     Ok(Err(f)) => return Err(f.with_refusals(&ctx)),

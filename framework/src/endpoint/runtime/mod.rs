@@ -119,6 +119,9 @@ pub struct EndpointStats {
     pub inbox_purged: u64,
     /// Messages that found no saga instance and did not start one.
     pub sagas_not_found: u64,
+    /// Of [`sagas_not_found`](Self::sagas_not_found), those sent back to the endpoint's
+    /// queue to be tried again later (`SagaOptions::retry_not_found`): each try counts.
+    pub sagas_not_found_retried: u64,
     /// Saga timeouts that fired after they were cancelled or their saga completed, and
     /// were discarded without being handled.
     pub timeouts_discarded: u64,
@@ -144,6 +147,7 @@ impl Stats {
             duplicates: self.duplicates.load(Ordering::Relaxed),
             inbox_purged: self.purged.load(Ordering::Relaxed),
             sagas_not_found: 0,
+            sagas_not_found_retried: 0,
             timeouts_discarded: 0,
             timeouts_dispatched: self.timeouts_dispatched.load(Ordering::Relaxed),
             timeouts_dead_lettered: self.timeouts_dead_lettered.load(Ordering::Relaxed),

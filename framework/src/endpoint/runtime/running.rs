@@ -308,6 +308,7 @@ impl RunningEndpoint {
         let mut stats = self.shared.stats.snapshot();
         let sagas = &self.shared.saga_stats;
         stats.sagas_not_found = sagas.not_found.load(Ordering::Relaxed);
+        stats.sagas_not_found_retried = sagas.not_found_retried.load(Ordering::Relaxed);
         stats.timeouts_discarded = sagas.timeouts_discarded.load(Ordering::Relaxed);
         stats.saga_conflicts = sagas.conflicts.load(Ordering::Relaxed);
         stats
