@@ -59,7 +59,8 @@ pub(crate) fn check_envelope(
         .find(|(_, v)| matches!(v, crate::message::PropertyValue::Float(f) if !f.is_finite()))
     {
         // JSON has no infinity or NaN: the embedded broker and Postgres would store null,
-        // which no receiver reads back as the value sent.
+        // which no receiver reads back as the value sent; and RabbitMQ 3.10 closes the
+        // connection of a publish whose headers hold one (INTERNAL_ERROR).
         return invalid(format!(
             "property {key:?} is a float that is not finite; property floats must be finite numbers"
         ));

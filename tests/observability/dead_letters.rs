@@ -2,8 +2,10 @@
 //! (issue 31, point 8): those the transports do themselves too, labelled with the
 //! transport (`messaging.system`) and the queue (`messaging.destination.name`): a message
 //! whose time-to-live ran out and one delivered more often than the queue's max delivery
-//! count on the embedded broker and the Postgres transport, a wire-format refusal and an
-//! expiry by the transport's clock on RabbitMQ. Each test uses queues of its own.
+//! count on the embedded broker and the Postgres transport, an abandon at the max
+//! delivery count and what the embedded broker dead-letters as its file opens, a
+//! wire-format refusal and an expiry by the transport's clock on RabbitMQ. Each test uses
+//! queues of its own.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -144,4 +146,82 @@ async fn rabbitmqs_refusals_and_expiries_by_the_receiver_are_counted() {
     .await;
     assert_eq!(transport.wire_stats().invalid, 1, "an expiry is no refusal");
     transport.delete(&EntityPath::queue(&name)).await.unwrap();
+}
+
+/// The embedded broker: an abandon at the queue's max delivery count dead-letters the
+/// message (S2.6), and is counted once under the queue with its reason.
+#[tokio::test]
+async fn an_embedded_abandon_at_the_max_delivery_count_is_counted() {
+    install();
+    let fx = courier_tests::embedded_fixture().await;
+    let t = &fx.transport;
+    let name = unique("obs-abandon");
+    t.create_queue(&name, &QueueOptions::default().max_delivery_count(2))
+        .await
+        .unwrap();
+    let path = EntityPath::queue(&name);
+    let sender = t.sender(&name, SenderOptions::default()).await.unwrap();
+    sender
+        .send(Envelope::new(b"x".to_vec()).with_message_id("abandoned"))
+        .await
+        .unwrap();
+    let receiver = t.receiver(&path).await.unwrap();
+    for _ in 0..2 {
+        let got = receiver.receive(1, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(got.len(), 1);
+        got.into_iter().next().unwrap().abandon().await.unwrap();
+    }
+    assert_eq!(t.counts(&path).await.unwrap().dead_lettered, 1);
+    eventually("the abandon at the max delivery count counted", || async {
+        dead("embedded", &name, broker::MAX_DELIVERY_COUNT_EXCEEDED) == 1
+    })
+    .await;
+    t.delete(&path).await.unwrap();
+}
+
+/// The embedded broker's file: a message locked at its last delivery when the broker
+/// stopped is dead-lettered when the file opens again, and counted under its queue.
+#[tokio::test]
+async fn rows_the_embedded_broker_dead_letters_when_its_file_opens_are_counted() {
+    install();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("broker.db");
+    let clock = courier::VirtualClock::starting_now();
+    let open = || async {
+        courier::Embedded::builder()
+            .path(&file)
+            .clock(Arc::new(clock.clone()))
+            .open()
+            .await
+            .unwrap()
+    };
+    let name = unique("obs-open");
+    let path = EntityPath::queue(&name);
+    let first = open().await;
+    first
+        .create_queue(&name, &QueueOptions::default().max_delivery_count(1))
+        .await
+        .unwrap();
+    let sender = first.sender(&name, SenderOptions::default()).await.unwrap();
+    sender
+        .send(Envelope::new(b"x".to_vec()).with_message_id("locked-at-the-end"))
+        .await
+        .unwrap();
+    let receiver = first.receiver(&path).await.unwrap();
+    let held = receiver.receive(1, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(held.len(), 1);
+    std::mem::forget(held);
+    drop((sender, receiver));
+    first.close().await;
+    drop(first);
+
+    let before = dead("embedded", &name, broker::MAX_DELIVERY_COUNT_EXCEEDED);
+    let again = open().await;
+    assert_eq!(again.counts(&path).await.unwrap().dead_lettered, 1);
+    assert_eq!(
+        dead("embedded", &name, broker::MAX_DELIVERY_COUNT_EXCEEDED),
+        before + 1,
+        "counted when the file opened"
+    );
+    again.close().await;
 }

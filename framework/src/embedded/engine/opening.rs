@@ -26,7 +26,7 @@ use super::commands::Kind;
 use super::entities::load_entities;
 use super::rows::{
     DeadMark, Fields, MAX_STORED_DELIVERY_COUNT, NewRow, ReadMessage, SEQ_BITS, SESSION_ID_MISSING,
-    SESSION_ID_MISSING_DESCRIPTION, Sql, row_id,
+    SESSION_ID_MISSING_DESCRIPTION, Sql, lossy_text, row_id,
 };
 use super::timers::{dead_letter_impossible_schedules, refresh_due_times};
 use super::{DEAD, Engine, READY};
@@ -52,20 +52,28 @@ macro_rules! exhausted {
 /// Every ASCII character but NUL (which would end `ltrim`'s set), for `ltrim`.
 static ASCII: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| (1_u8..=0x7f).map(char::from).collect());
 
-/// Dead-letterings of one kind, for the log: how many, and the first message id.
+/// Dead-letterings when the file opens, by queue and reason: how many, and the first
+/// message id.
 #[derive(Default)]
-struct Tally(BTreeMap<String, (u64, String)>);
+struct Tally(BTreeMap<(String, String), (u64, String)>);
 
 impl Tally {
-    fn add(&mut self, reason: &str, message_id: String) {
-        let entry = self.0.entry(reason.to_owned()).or_insert((0, message_id));
+    /// Notes a row of `queue` (its path) dead-lettered with `reason`.
+    fn add(&mut self, queue: &str, reason: &str, message_id: String) {
+        let entry = self
+            .0
+            .entry((queue.to_owned(), reason.to_owned()))
+            .or_insert((0, message_id));
         entry.0 += 1;
     }
 
-    /// One log line per reason.
+    /// Counts them in `courier.messages.dead_lettered` (as every dead-lettering of the
+    /// broker's own), and logs one line per queue and reason.
     fn log(self) {
-        for (reason, (count, first)) in self.0 {
+        for ((queue, reason), (count, first)) in self.0 {
+            crate::endpoint::metrics::count_dead_lettered("embedded", &queue, &reason, count);
             tracing::warn!(
+                queue = %Escaped(&queue),
                 reason = %reason,
                 count,
                 first_message_id = %Escaped(&first),
@@ -138,7 +146,7 @@ impl Engine {
             " ELSE dl_source END \
              WHERE state = 4 OR locked_until IS NOT NULL OR ",
             exhausted!(),
-            " RETURNING state, dl_reason, message_id"
+            " RETURNING state, dl_reason, message_id, dl_source"
         ))
         .bind(MAX_STORED_DELIVERY_COUNT)
         .bind(MAX_DELIVERY_COUNT_EXCEEDED)
@@ -149,7 +157,7 @@ impl Engine {
             // Read as bytes: another program's reason may not be UTF-8.
             let reason: Option<Vec<u8>> = row.try_get_unchecked(1)?;
             if state == DEAD && reason.as_deref() == Some(MAX_DELIVERY_COUNT_EXCEEDED.as_bytes()) {
-                tally.add(MAX_DELIVERY_COUNT_EXCEEDED, lossy(&row, 2)?);
+                tally.add(&lossy_text(&row, 3)?, MAX_DELIVERY_COUNT_EXCEEDED, lossy_text(&row, 2)?);
             }
         }
         sqlx::query("UPDATE courier_session SET locked_until = NULL WHERE locked_until IS NOT NULL")
@@ -266,7 +274,7 @@ impl Engine {
             .fetch_all(self.conn.get()?)
             .await?;
             for row in &missing {
-                tally.add(SESSION_ID_MISSING, lossy(row, 0)?);
+                tally.add(&display, SESSION_ID_MISSING, lossy_text(row, 0)?);
             }
             let sized = sqlx::query(
                 "UPDATE courier_message SET state = 3, dl_reason = ?3, dl_source = ?5, \
@@ -283,7 +291,7 @@ impl Engine {
             .fetch_all(self.conn.get()?)
             .await?;
             for row in &sized {
-                tally.add(INVALID_WIRE_FORMAT, lossy(row, 0)?);
+                tally.add(&display, INVALID_WIRE_FORMAT, lossy_text(row, 0)?);
             }
             // Only a session id that is not all ASCII can fail to be UTF-8 (`ltrim` of
             // every ASCII character leaves something): those few are read and checked.
@@ -314,7 +322,11 @@ impl Engine {
                 .bind(&display)
                 .execute(self.conn.get()?)
                 .await?;
-                tally.add(INVALID_WIRE_FORMAT, String::from_utf8_lossy(&message_id).into_owned());
+                tally.add(
+                    &display,
+                    INVALID_WIRE_FORMAT,
+                    String::from_utf8_lossy(&message_id).into_owned(),
+                );
             }
         }
         Ok(())
@@ -395,7 +407,7 @@ impl Engine {
                 }
                 for c in copies.iter().filter(|c| !was_dead && c.state != READY) {
                     if let Some(d) = &c.dead {
-                        tally.add(&d.reason, message_id.clone());
+                        tally.add(&self.state.display_of(c.entity), &d.reason, message_id.clone());
                     }
                 }
                 sqlx::query("DELETE FROM courier_message WHERE id = ?1")
@@ -414,14 +426,6 @@ impl Engine {
         }
         Ok(())
     }
-}
-
-/// A text column read as bytes, lossily (a message id in a log line).
-fn lossy(row: &sqlx::sqlite::SqliteRow, i: usize) -> Sql<String> {
-    let bytes: Option<Vec<u8>> = row.try_get_unchecked(i)?;
-    Ok(bytes
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_default())
 }
 
 /// The migration that made the tables STRICT (`20261129000002_embedded_row_checks.sql`) on

@@ -531,3 +531,13 @@ mod fuzz {
         });
     }
 }
+
+/// A text column, read lossily (another program may have written bytes that are not
+/// UTF-8): for counting and logging only.
+pub(super) fn lossy_text(row: &sqlx::sqlite::SqliteRow, i: usize) -> Sql<String> {
+    use sqlx::Row;
+    let bytes: Option<Vec<u8>> = row.try_get_unchecked(i)?;
+    Ok(bytes
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default())
+}

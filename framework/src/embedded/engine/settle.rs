@@ -16,7 +16,7 @@ use crate::transport::Settlement;
 
 use super::Engine;
 use super::commands::{LockRef, Outcome, Reply, outcome};
-use super::rows::{Sql, after_ms, from_micros, lock_lost, props_json};
+use super::rows::{Sql, after_ms, from_micros, lock_lost, lossy_text, props_json};
 
 /// The reason stored for a dead-lettering whose reason is empty.
 pub(super) const NO_REASON_GIVEN: &str = "courier.NoReasonGiven";
@@ -96,10 +96,11 @@ impl Engine {
             .await?
             .rows_affected(),
             Settlement::Abandon { properties } => {
+                use sqlx::Row;
                 // Back to the front: a locked message is ready again; a deferred or
                 // dead-lettered one stays where it is, unlocked. At the max delivery
                 // count it is dead-lettered (S2.6).
-                let r = sqlx::query(pick(
+                let row = sqlx::query(pick(
                     concat!(
                         "UPDATE courier_message SET locked_until = NULL, \
                          state = CASE WHEN state = 2 THEN 2 WHEN delivery_count >= ?5 THEN 3 ELSE 0 END, \
@@ -108,13 +109,14 @@ impl Engine {
                              || delivery_count || ' times without being settled' ELSE dl_description END, \
                          dl_source = CASE WHEN state = 4 AND delivery_count >= ?5 THEN ?7 ELSE dl_source END, ",
                         patch_props!("?4"),
-                        lock_cond!("(2, 4)")
+                        lock_cond!("(2, 4)"),
+                        " RETURNING state, message_id, dl_description"
                     ),
                     concat!(
                         "UPDATE courier_message SET locked_until = NULL, ",
                         patch_props!("?4"),
                         lock_cond!("(3)"),
-                        " AND ?5 = ?5 AND ?6 = ?6 AND ?7 = ?7"
+                        " AND ?5 = ?5 AND ?6 = ?6 AND ?7 = ?7 RETURNING state, message_id, dl_description"
                     ),
                 ))
                 .bind(lock.id)
@@ -124,13 +126,22 @@ impl Engine {
                 .bind(info.max_delivery_count)
                 .bind(reasons::MAX_DELIVERY_COUNT_EXCEEDED)
                 .bind(&info.display)
-                .execute(self.conn.get()?)
-                .await?
-                .rows_affected();
-                if r == 1 {
-                    self.state.touched.insert(lock.entity);
+                .fetch_optional(self.conn.get()?)
+                .await?;
+                let Some(row) = row else {
+                    return Ok(Err(lock_lost()));
+                };
+                self.state.touched.insert(lock.entity);
+                // An abandon at the max delivery count dead-letters the message (S2.6):
+                // counted and logged as the broker's own dead-lettering.
+                let state: i64 = row.try_get(0)?;
+                if !dead && state == 3 {
+                    let id = lossy_text(&row, 1)?;
+                    let why = lossy_text(&row, 2)?;
+                    self.state
+                        .dead_lettered(&info.display, reasons::MAX_DELIVERY_COUNT_EXCEEDED, 1, &id, &id, &why);
                 }
-                r
+                1
             }
             Settlement::DeadLetter {
                 reason,

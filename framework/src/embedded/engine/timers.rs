@@ -19,7 +19,7 @@ use crate::message::reasons::INVALID_WIRE_FORMAT;
 use super::commands::Kind;
 use super::rows::{
     DeadMark, Fields, NewRow, ReadMessage, SESSION_ID_MISSING, SESSION_ID_MISSING_DESCRIPTION, Sql, after_ms,
-    entity_of, micros, row_id,
+    entity_of, lossy_text, micros, row_id,
 };
 use super::{DEAD, Engine, READY, State};
 
@@ -337,6 +337,7 @@ pub(super) async fn dead_letter_impossible_schedules(conn: &mut SqliteConnection
             continue;
         };
         let source = state.entities.get(entity).map(|e| e.display.clone());
+        crate::endpoint::metrics::count_dead_lettered("embedded", &state.display_of(*entity), INVALID_WIRE_FORMAT, 1);
         tracing::warn!(entity = ?source, reason = INVALID_WIRE_FORMAT, description = %why,
             "a scheduled message no sender could have scheduled: it was dead-lettered");
         sqlx::query(
@@ -351,15 +352,6 @@ pub(super) async fn dead_letter_impossible_schedules(conn: &mut SqliteConnection
         .await?;
     }
     Ok(rows.len())
-}
-
-/// A text column, read lossily (another program may have written bytes that are not
-/// UTF-8): for counting and logging only.
-fn lossy_text(row: &sqlx::sqlite::SqliteRow, i: usize) -> Sql<String> {
-    let bytes: Option<Vec<u8>> = row.try_get_unchecked(i)?;
-    Ok(bytes
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_default())
 }
 
 pub(super) async fn refresh_due_times(conn: &mut SqliteConnection, state: &mut State) -> Sql {
