@@ -89,7 +89,7 @@ impl Run<'_> {
         match std::io::stdin().read_line(&mut answer) {
             Ok(_) if matches!(answer.trim(), "y" | "Y" | "yes" | "YES" | "Yes") => Ok(()),
             _ => {
-                eprintln!("not confirmed: nothing changed (pass --yes to skip the question)");
+                say!("not confirmed: nothing changed (pass --yes to skip the question)");
                 Err(Failure::NotConfirmed)
             }
         }

@@ -11,6 +11,16 @@
 //! commands, `output.rs` prints, `serve.rs` starts the web console. Exit codes are documented in `--help` and in
 //! docs/operations.md. Install with `cargo install --path cli`.
 
+/// Writes a line to standard error, as `eprintln!` does, but a standard error that is
+/// closed (the reader went away: a pipe, a supervisor that stopped reading) is no reason
+/// to stop the command: `eprintln!` panics then, and a console serving its users died
+/// with it.
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::say_line(format_args!($($arg)*))
+    };
+}
+
 mod args;
 mod commands;
 mod output;
@@ -71,7 +81,7 @@ fn report(e: &AdminError) {
     if e.is_transient() {
         text.push_str("\n  (this can succeed if tried again)");
     }
-    eprintln!("{text}");
+    say!("{text}");
 }
 
 async fn connect(cli: &Cli) -> Result<Connections, AdminError> {
@@ -124,14 +134,14 @@ async fn run(cli: Cli) -> Exit {
         && cli.target.sqlite.is_none()
         && cli.target.rabbitmq.is_none()
     {
-        eprintln!(
+        say!(
             "error: say what to connect to: --embedded FILE, --postgres URL, --sqlite FILE or --rabbitmq URL \
              (with --postgres URL or --sqlite FILE)"
         );
         return Exit::Usage;
     }
     if cli.target.rabbitmq_management.is_some() && cli.target.rabbitmq.is_none() {
-        eprintln!(
+        say!(
             "error: --rabbitmq-management (or COURIER_RABBITMQ_MANAGEMENT) needs --rabbitmq URL (or \
              COURIER_RABBITMQ): it reads the statistics of that broker's queues"
         );
@@ -174,7 +184,7 @@ async fn run(cli: Cli) -> Exit {
         }
         Err(Failure::NotConfirmed) => Exit::NotConfirmed,
         Err(Failure::Usage(text)) => {
-            eprintln!("error: {text}");
+            say!("error: {text}");
             Exit::Usage
         }
     }
@@ -194,9 +204,17 @@ fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
+            say!("error: cannot start the runtime: {e}");
             return Exit::Failed.into();
         }
     };
     runtime.block_on(run(cli)).into()
+}
+
+/// [`say!`]'s writer: the line and a newline, errors ignored.
+pub(crate) fn say_line(line: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let mut stderr = std::io::stderr().lock();
+    let _ = stderr.write_fmt(line);
+    let _ = stderr.write_all(b"\n");
 }

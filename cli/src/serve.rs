@@ -55,13 +55,13 @@ pub(crate) async fn serve(args: &ServeArgs, to: &Connections, embedded: Option<&
         console = console.token(token.clone());
     }
     if let Err(e) = console.check_listen(args.listen) {
-        eprintln!("error: {e}");
+        say!("error: {e}");
         return Exit::Usage;
     }
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(l) => l,
         Err(e) => {
-            eprintln!(
+            say!(
                 "error: cannot listen on {}: {e} (another process may use it: choose another with --listen)",
                 args.listen
             );
@@ -69,7 +69,7 @@ pub(crate) async fn serve(args: &ServeArgs, to: &Connections, embedded: Option<&
         }
     };
     let shown = listener.local_addr().unwrap_or(args.listen);
-    eprintln!(
+    say!(
         "courier console on http://{shown}/ ({}); Ctrl-C stops it",
         if args.token.is_some() {
             "access token required"
@@ -78,7 +78,7 @@ pub(crate) async fn serve(args: &ServeArgs, to: &Connections, embedded: Option<&
         }
     );
     if let Some(f) = &file {
-        eprintln!(
+        say!(
             "the broker file {} is not held: the application can start while the console serves (the console opens \
              the file only for each change, and is read-only while the application runs){}",
             f.path().display(),
@@ -91,21 +91,21 @@ pub(crate) async fn serve(args: &ServeArgs, to: &Connections, embedded: Option<&
     }
     let stop = async {
         if let Err(e) = tokio::signal::ctrl_c().await {
-            eprintln!("error: cannot listen for Ctrl-C ({e}); stop the console with SIGTERM");
+            say!("error: cannot listen for Ctrl-C ({e}); stop the console with SIGTERM");
             std::future::pending::<()>().await;
         }
     };
     match console.serve(listener, stop).await {
         Ok(()) => {
-            eprintln!("courier console stopped");
+            say!("courier console stopped");
             Exit::Ok
         }
         Err(e @ (ConsoleError::TokenRequired { .. } | ConsoleError::WeakToken { .. })) => {
-            eprintln!("error: {e}");
+            say!("error: {e}");
             Exit::Usage
         }
         Err(e) => {
-            eprintln!("error: {e}");
+            say!("error: {e}");
             Exit::Failed
         }
     }

@@ -158,3 +158,50 @@ async fn an_embedded_file_console_is_read_only_while_the_application_runs() {
     assert!(reads.all_dead_letters("orders").await.unwrap().is_empty());
     assert!(!EmbeddedAdmin::is_in_use(&path), "the change released the file");
 }
+
+/// `courier serve` keeps serving when nobody reads its standard error (a pipe whose
+/// reader went away, a supervisor that stopped reading): its lines are written with the
+/// errors ignored. `eprintln!` panicked there and stopped the console at its first line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn courier_serve_keeps_serving_when_its_standard_error_is_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("closed.db");
+    let broker = Embedded::open(&file).await.unwrap();
+    broker.close().await;
+    drop(broker);
+    let port = {
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        free.local_addr().unwrap().port()
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_courier"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--embedded"])
+        .arg(&file)
+        .env_remove("COURIER_CONSOLE_TOKEN")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Closed before the command writes a line: every write to it fails (EPIPE).
+    drop(child.stderr.take());
+    let mut served = Served(child);
+    let base = format!("http://127.0.0.1:{port}");
+    let page = eventually_serving(&base, &mut served).await;
+    assert_eq!(page, 200);
+}
+
+/// The status of the console's first page once `courier serve` answers; fails if the
+/// command ended first.
+async fn eventually_serving(base: &str, served: &mut Served) -> u16 {
+    for _ in 0..600 {
+        if let Some(status) = served.0.try_wait().unwrap() {
+            panic!("courier serve ended ({status}) instead of serving");
+        }
+        if tokio::net::TcpStream::connect(base.trim_start_matches("http://"))
+            .await
+            .is_ok()
+        {
+            return http("GET", &format!("{base}/"), &[], None).await.status;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("courier serve did not serve within 60 s");
+}
