@@ -385,3 +385,34 @@ async fn rabbit_a_missing_dead_letter_queue_is_declared_again_and_receives() {
     assert_eq!(page.items[0].reason.as_deref(), Some(INVALID_WIRE_FORMAT));
     t.delete(&path).await.unwrap();
 }
+
+/// A reading of more dead letters than one channel holds (1,000) gives them back in
+/// queue order: the DLQ's head afterwards is its head before, and a later resubmit or
+/// page reads them in the order they were dead-lettered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbit_a_reading_of_several_channels_keeps_the_queue_order() {
+    let (t, admin, _clock) = setup().await;
+    let queue = unique("rbread-order");
+    t.create_queue(&queue, &QueueOptions::default()).await.unwrap();
+    let path = EntityPath::queue(&queue);
+    let n = 2_500;
+    let base = chrono::Utc::now().timestamp_micros();
+    publish_dead_letters(&format!("{queue}::dlq"), &queue, base, n).await;
+    dlq_holds(&t, &path, 2_500, "the dead letters in the DLQ").await;
+    for _ in 0..2 {
+        let all = admin.all_dead_letters(&queue).await.unwrap();
+        assert_eq!(all.len(), n);
+        dlq_holds(&t, &path, 2_500, "the reading gave everything back").await;
+    }
+    let (conn, channel) = raw_channel().await;
+    let got = get_all(&channel, &format!("{queue}::dlq"), n).await;
+    let ids: Vec<String> = got
+        .iter()
+        .map(|m| m.delivery.properties.message_id().as_ref().unwrap().as_str().to_owned())
+        .collect();
+    let sent: Vec<String> = (0..n).map(|i| format!("{queue}-{i}")).collect();
+    let first_out_of_order = ids.iter().zip(&sent).position(|(a, b)| a != b);
+    assert_eq!(first_out_of_order, None, "head after the readings: {:?}", &ids[..5]);
+    conn.close(200, "done".into()).await.unwrap();
+    t.delete(&path).await.unwrap();
+}
