@@ -46,7 +46,8 @@ pub(crate) struct Target {
         value_name = "URL",
         env = "COURIER_POSTGRES",
         hide_env_values = true,
-        global = true
+        global = true,
+        value_parser = clap::builder::NonEmptyStringValueParser::new()
     )]
     pub(crate) postgres: Option<String>,
 
@@ -64,16 +65,18 @@ pub(crate) struct Target {
 
     /// RabbitMQ (`amqp://user:password@host:5672/vhost`): queues and dead letters. With
     /// `--postgres` or `--sqlite`, its schedule store: the queues the transport declared
-    /// are listed from there, with their scheduled messages, and dead letters are parked
-    /// there to be listed, resubmitted or deleted (the `dlq` commands need it). Prefer
-    /// the environment variable to keep the password out of the shell's history.
+    /// are listed from there, with their scheduled messages; dead letters (which stay in
+    /// RabbitMQ) are numbered there, and the seals of their records checked with the
+    /// secret kept there (the `dlq` commands need it). Prefer the environment variable to
+    /// keep the password out of the shell's history.
     #[arg(
         long,
         value_name = "URL",
         env = "COURIER_RABBITMQ",
         hide_env_values = true,
         global = true,
-        conflicts_with = "embedded"
+        conflicts_with = "embedded",
+        value_parser = clap::builder::NonEmptyStringValueParser::new()
     )]
     pub(crate) rabbitmq: Option<String>,
 

@@ -513,3 +513,15 @@ async fn the_postgres_transport_dead_letters_are_listed_shown_resubmitted_and_de
     transport.close().await;
     db.drop_database().await.unwrap();
 }
+
+/// An empty URL (an unset shell variable: `--postgres "$DATABASE_URL"`) is bad usage,
+/// said as such, not "cannot reach : ..." after a connection attempt.
+#[test]
+fn an_empty_url_is_bad_usage_that_names_the_option() {
+    for option in ["--postgres", "--rabbitmq"] {
+        let ran = courier(&[option, "", "queues"], "");
+        assert_eq!(ran.code, 2, "{option}: {}", ran.stderr);
+        assert!(ran.stderr.contains(option), "{option}: {}", ran.stderr);
+        assert!(!ran.stderr.contains("cannot reach"), "{}", ran.stderr);
+    }
+}

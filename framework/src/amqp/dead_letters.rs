@@ -133,6 +133,15 @@ fn decode_read(p: &BasicProperties, body: Vec<u8>, now: DateTime<Utc>, check: &C
     m
 }
 
+/// The failure's text of a decoded dead letter ([`failure_text`]); none for an unverified
+/// one (its description says why there is none to show).
+fn error_of(headers: &crate::message::Properties, broker: &crate::message::BrokerProperties) -> Option<String> {
+    if broker.dead_letter_reason.as_deref() == Some(UNVERIFIED_REASON) {
+        return None;
+    }
+    failure_text(headers, broker.dead_letter_description.as_deref())
+}
+
 /// What checks the seals of a queue's dead letters: the queue and its key, if the schedule
 /// store keeps a secret for it (none: nothing of this queue was sealed).
 pub(super) struct Check<'a> {
@@ -144,7 +153,7 @@ pub(super) struct Check<'a> {
 fn seen(p: &BasicProperties, body: &[u8], now: DateTime<Utc>, check: &Check<'_>) -> Seen {
     // The body is not needed to decode the headers.
     let m = decode_read(p, Vec::new(), now, check);
-    let error = failure_text(&m.envelope.properties, m.broker.dead_letter_description.as_deref());
+    let error = error_of(&m.envelope.properties, &m.broker);
     Seen {
         identity: identify(p, body),
         delivery_count: attempts_of(&m.envelope.properties),
@@ -182,7 +191,7 @@ fn in_full(
             }
         }
     }
-    let error = failure_text(&headers_, m.broker.dead_letter_description.as_deref());
+    let error = error_of(&headers_, &m.broker);
     let error_chain = failure_chain(&headers_, m.broker.dead_letter_description.as_deref());
     DeadLetter {
         queue: queue.to_owned(),
