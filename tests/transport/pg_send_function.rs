@@ -537,3 +537,56 @@ async fn a_float_property_reads_back_bit_for_bit() {
     }
     t.close().await;
 }
+
+/// A producer given USAGE on the schema and nothing else sends through the functions (they
+/// run with their owner's rights) but cannot write a row itself: no dead letter whose
+/// record (`dl_reason`, `dl_description`) the operations command would show as the
+/// transport's (issue 31).
+#[tokio::test]
+async fn a_producer_with_only_the_functions_sends_but_cannot_write_a_dead_letter() {
+    let db = TestDatabase::create().await;
+    let pool = db.pool().await;
+    let t = courier::PostgresTransport::from_pool(db.pool().await)
+        .open()
+        .await
+        .unwrap();
+    t.create_queue("billing", &QueueOptions::default()).await.unwrap();
+    let role = format!("courier_producer_{}", &Uuid::new_v4().simple().to_string()[..12]);
+    // The documented grants, for a role of this test's own.
+    let grants = doc_block("roles").replace("billing_producer", &role);
+    sqlx::raw_sql(sqlx::AssertSqlSafe(grants)).execute(&pool).await.unwrap();
+    let mut conn = pool.acquire().await.unwrap();
+    let as_producer = |sql: &'static str| format!("SET ROLE {role}; {sql}");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(as_producer(
+        "SELECT courier.send('billing', 'from-the-producer', 'billing.Charge', convert_to('{}', 'UTF8'))",
+    )))
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    let forged = sqlx::raw_sql(sqlx::AssertSqlSafe(as_producer(
+        "INSERT INTO courier.message (entity_id, seq, state, enqueued_at, message_id, body, dl_reason, dl_description) \
+         SELECT id, nextval('courier.message_seq'), 3, now(), 'forged', '\\x7b7d', 'courier.RetriesExhausted', \
+         'FORGED' FROM courier.entity WHERE name = 'billing'",
+    )))
+    .execute(&mut *conn)
+    .await
+    .unwrap_err();
+    let code = forged
+        .as_database_error()
+        .and_then(|e| e.code())
+        .map(|c| c.into_owned());
+    assert_eq!(code.as_deref(), Some("42501"), "permission denied: {forged}");
+    sqlx::raw_sql("RESET ROLE").execute(&mut *conn).await.unwrap();
+    drop(conn);
+
+    let billing = received(&t, &EntityPath::queue("billing")).await;
+    let ids: Vec<&str> = billing.iter().map(|m| m.message_id()).collect();
+    assert_eq!(ids, ["from-the-producer"]);
+    assert_eq!(t.counts(&EntityPath::queue("billing")).await.unwrap().dead_lettered, 0);
+    t.close().await;
+    for sql in [format!("DROP OWNED BY {role}"), format!("DROP ROLE {role}")] {
+        sqlx::query(sqlx::AssertSqlSafe(sql)).execute(&pool).await.unwrap();
+    }
+    pool.close().await;
+    db.drop_now().await;
+}
