@@ -32,7 +32,7 @@ use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 
 use super::rabbit::{counts, setup, unique};
 
@@ -315,26 +315,14 @@ fn rabbit_a_record_a_producer_wrote_is_never_shown_as_courier_s() {
             channel,
         }
     });
-    let cases = std::env::var("COURIER_FUZZ_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(12);
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
-    let n = std::sync::atomic::AtomicU64::new(0);
-    let result = runner.run(&input(), |input| {
-        let n = n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        rt.block_on(setup.check(n, &input))
+    // The queues go when the property passed (a failure leaves them for a look).
+    courier_tests::run_property(&rt, courier_tests::fuzz_cases(12), &input(), |n, input| {
+        let setup = &setup;
+        async move { setup.check(n, &input).await }
     });
     rt.block_on(async {
         for q in [&setup.queue, &setup.idle] {
             let _ = setup.t.delete(&EntityPath::queue(q.as_str())).await;
         }
     });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
 }

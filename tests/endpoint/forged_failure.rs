@@ -21,7 +21,7 @@ use courier::{
 };
 use courier_tests::{eventually, rabbit};
 use proptest::prelude::*;
-use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use proptest::test_runner::TestCaseError;
 use serde::{Deserialize, Serialize};
 
 use crate::support::handler_fn;
@@ -228,19 +228,12 @@ impl Setup {
 
 /// Runs the property on `setup`: `cases` cases, each a few messages.
 fn property(rt: &tokio::runtime::Runtime, setup: &Setup, cases: u32) {
-    let mut runner = TestRunner::new(Config {
+    courier_tests::run_property(
+        rt,
         cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
-    let n = std::sync::atomic::AtomicU64::new(0);
-    let result = runner.run(&input(), |input| {
-        let n = n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        rt.block_on(setup.check(n, &input))
-    });
-    if let Err(e) = result {
-        panic!("{e}");
-    }
+        &input(),
+        |n, input| async move { setup.check(n, &input).await },
+    );
 }
 
 fn runtime() -> tokio::runtime::Runtime {

@@ -80,3 +80,38 @@ where
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
 }
+
+/// How many cases a property runs: `COURIER_FUZZ_CASES` when set (a long run), else
+/// `default`.
+pub fn fuzz_cases(default: u32) -> u32 {
+    std::env::var("COURIER_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Runs a property whose cases are checked on `rt`: `cases` inputs from `strategy`, each
+/// given to `check` with its number (0, 1, ...: names of its own for each case), no
+/// failure file kept. Panics with proptest's report (the minimal failing input) when a
+/// case fails.
+pub fn run_property<S, F, Fut>(rt: &tokio::runtime::Runtime, cases: u32, strategy: &S, check: F)
+where
+    S: proptest::strategy::Strategy,
+    F: Fn(u64, S::Value) -> Fut,
+    Fut: std::future::Future<Output = Result<(), proptest::test_runner::TestCaseError>>,
+{
+    use proptest::test_runner::{Config, TestRunner};
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let n = std::sync::atomic::AtomicU64::new(0);
+    let result = runner.run(strategy, |input| {
+        let n = n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        rt.block_on(check(n, input))
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}

@@ -67,8 +67,9 @@ async fn received_waiting(
     }
 }
 
-#[tokio::test]
-async fn the_documented_statements_send_what_they_say() {
+/// A database of the test's own (the documented blocks name fixed queues), with the queue
+/// `billing`: its pool and a transport on it.
+async fn database_of_its_own() -> (TestDatabase, PgPool, courier::PostgresTransport) {
     let db = TestDatabase::create().await;
     let pool = db.pool().await;
     let t = courier::PostgresTransport::from_pool(db.pool().await)
@@ -76,6 +77,12 @@ async fn the_documented_statements_send_what_they_say() {
         .await
         .unwrap();
     t.create_queue("billing", &QueueOptions::default()).await.unwrap();
+    (db, pool, t)
+}
+
+#[tokio::test]
+async fn the_documented_statements_send_what_they_say() {
+    let (db, pool, t) = database_of_its_own().await;
     t.create_topic("orders.events", &TopicOptions::default()).await.unwrap();
     t.create_subscription("orders.events", "shop", &SubscriptionOptions::default())
         .await
@@ -544,13 +551,7 @@ async fn a_float_property_reads_back_bit_for_bit() {
 /// transport's (issue 31).
 #[tokio::test]
 async fn a_producer_with_only_the_functions_sends_but_cannot_write_a_dead_letter() {
-    let db = TestDatabase::create().await;
-    let pool = db.pool().await;
-    let t = courier::PostgresTransport::from_pool(db.pool().await)
-        .open()
-        .await
-        .unwrap();
-    t.create_queue("billing", &QueueOptions::default()).await.unwrap();
+    let (db, pool, t) = database_of_its_own().await;
     let role = format!("courier_producer_{}", &Uuid::new_v4().simple().to_string()[..12]);
     // The documented grants, for a role of this test's own.
     let grants = doc_block("roles").replace("billing_producer", &role);
