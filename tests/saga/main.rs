@@ -68,6 +68,8 @@ struct Flow {
     count: u32,
     reminders: Vec<TimeoutHandle>,
     complete_on_remind: bool,
+    /// Starts that found a completed instance's marker (`SagaContext::completed_before`).
+    restarts: u32,
 }
 
 /// What the test observes of the handlers.
@@ -92,6 +94,9 @@ impl Flow {
             barrier.wait().await;
         }
         self.starts += 1;
+        if ctx.completed_before().is_some() {
+            self.restarts += 1;
+        }
         if let Some(secs) = msg.remind_after {
             let first = ctx.request_timeout(Duration::from_secs(secs), &Remind)?;
             self.reminders.push(first);
@@ -636,6 +641,7 @@ macro_rules! on_every_store {
     };
 }
 
+mod completed;
 mod forged_timeouts;
 mod not_found_retry;
 mod order;

@@ -408,6 +408,7 @@ pub(crate) fn error_type(failure: &Failure) -> &'static str {
         Failure::Refused { .. } | Failure::RefusedAtCommit { .. } => "refused",
         Failure::Version { .. } => "version",
         Failure::TimeoutRefused { .. } => "timeout_refused",
+        Failure::SagaRefused { .. } => "saga_refused",
     }
 }
 

@@ -108,6 +108,13 @@ pub(crate) enum Failure {
         handler: &'static str,
         detail: String,
     },
+    /// A saga refused the message for good with its own reason (a start message of an
+    /// instance that completed, `SagaOptions::remember_completed`); nothing was changed.
+    SagaRefused {
+        reason: &'static str,
+        handler: &'static str,
+        detail: String,
+    },
 }
 
 impl Failure {
@@ -116,7 +123,9 @@ impl Failure {
         match self {
             Failure::Decode { .. } => Some(reasons::DESERIALIZATION_FAILED),
             Failure::SagaNotFound { reason, .. } => Some(reason),
-            Failure::Version { reason, .. } | Failure::TimeoutRefused { reason, .. } => Some(reason),
+            Failure::Version { reason, .. }
+            | Failure::TimeoutRefused { reason, .. }
+            | Failure::SagaRefused { reason, .. } => Some(reason),
             Failure::Handler { error, .. } if error.is_permanent() => Some(reasons::PERMANENT_FAILURE),
             Failure::Refused { .. } | Failure::RefusedAtCommit { .. } => Some(reasons::INVALID_OUTGOING_MESSAGE),
             Failure::Dispatch(e) if bus::refused_for_good(e) => Some(reasons::INVALID_OUTGOING_MESSAGE),
@@ -142,7 +151,8 @@ impl Failure {
             Failure::Handler { handler, .. }
             | Failure::Panic { handler, .. }
             | Failure::Refused { handler, .. }
-            | Failure::TimeoutRefused { handler, .. } => Some(handler),
+            | Failure::TimeoutRefused { handler, .. }
+            | Failure::SagaRefused { handler, .. } => Some(handler),
             Failure::Version { handler, .. } => *handler,
             Failure::Decode { .. }
             | Failure::Dispatch(_)
@@ -245,7 +255,7 @@ impl Failure {
                  created it, then move this one back"
             )],
             Failure::Version { chain, .. } => chain.clone(),
-            Failure::TimeoutRefused { detail, .. } => vec![detail.clone()],
+            Failure::TimeoutRefused { detail, .. } | Failure::SagaRefused { detail, .. } => vec![detail.clone()],
         }
     }
 }

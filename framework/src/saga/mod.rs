@@ -111,6 +111,10 @@ pub mod reasons {
     /// saga's [`Saga::VERSION`](super::Saga::VERSION) (written by newer code: deploy it,
     /// or roll the instance back), or older with no migration step from it.
     pub const UNSUPPORTED_STATE_VERSION: &str = "courier.UnsupportedSagaStateVersion";
+    /// A start message of an instance that completed within the retention of its marker
+    /// (with [`SagaOptions::remember_completed`](super::SagaOptions::remember_completed)
+    /// and [`LateStart::DeadLetter`](super::LateStart::DeadLetter)).
+    pub const SAGA_COMPLETED: &str = "courier.SagaCompleted";
 }
 
 /// A saga: a persisted state type and the handlers of its messages.
@@ -298,6 +302,25 @@ pub enum NotFound {
     DeadLetter,
 }
 
+/// What happens to a start message whose instance completed while its marker is kept
+/// ([`SagaOptions::remember_completed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum LateStart {
+    /// Complete the message without running the start handler (the default): logged at
+    /// INFO and counted in [`EndpointStats::saga_late_starts`](crate::EndpointStats). A
+    /// client's retry of a request that was handled already is a duplicate.
+    #[default]
+    Ignore,
+    /// Dead-letter the message with [`reasons::SAGA_COMPLETED`] (counted too), for an
+    /// operator to look at.
+    DeadLetter,
+    /// Start a new instance, as without markers (counted too); its start handler sees when
+    /// the previous one completed in [`SagaContext::completed_before`] and decides (reply
+    /// "already closed" and complete at once, say).
+    StartNew,
+}
+
 /// What happens to a completed instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -366,6 +389,8 @@ pub struct SagaOptions {
     pub(crate) completion: Completion,
     /// Message types tried again when they find no instance: (type, wire name, how).
     pub(crate) retry_not_found: Vec<(std::any::TypeId, &'static str, RetryNotFound)>,
+    /// How long a completed instance's marker is kept, and what a late start does.
+    pub(crate) remember_completed: Option<(Duration, LateStart)>,
 }
 
 impl SagaOptions {
@@ -410,6 +435,31 @@ impl SagaOptions {
         let id = std::any::TypeId::of::<M>();
         self.retry_not_found.retain(|(t, _, _)| *t != id);
         self.retry_not_found.push((id, M::NAME, RetryNotFound { delay, limit }));
+        self
+    }
+
+    /// Keeps a **marker** of each completed instance (its saga type, correlation and
+    /// completion time, a row of `saga_completed`) for `retention` after its completion,
+    /// so that a start message arriving later (a client's retry of a request whose
+    /// workflow already ended) is recognised instead of starting a new instance: it is
+    /// handled as `late_start` says. The marker is written in the completing handling's
+    /// transaction; a start message that finds no instance reads it in its own. While a
+    /// marker is kept, a message tried again later
+    /// ([`retry_not_found`](Self::retry_not_found)) that finds it is too late, not too
+    /// early: it is not tried again.
+    ///
+    /// The cost: one row per instance completed within the retention, one more write per
+    /// completion, and one indexed read per start message that finds no instance (every
+    /// new instance). A start after the retention starts a new instance, as without
+    /// markers; and a correlation value cannot start a second workflow within the
+    /// retention (correlate by an id that is unique per workflow, not a user id that
+    /// starts several). Expired markers are ignored, and deleted a hundred at a time by
+    /// later completions. See `docs/sagas.md`.
+    ///
+    /// A retention under a millisecond or over ten years is refused by the endpoint's
+    /// `start()`.
+    pub fn remember_completed(mut self, retention: Duration, late_start: LateStart) -> Self {
+        self.remember_completed = Some((retention, late_start));
         self
     }
 
@@ -458,6 +508,9 @@ pub(crate) struct Frame {
     pub(crate) cancelled_keys: Vec<String>,
     /// Correlation properties set: (name, value).
     pub(crate) properties: Vec<(String, String)>,
+    /// When the previous instance of this correlation completed, on a new instance started
+    /// while its marker was kept ([`LateStart::StartNew`]).
+    pub(crate) completed_before: Option<DateTime<Utc>>,
 }
 
 /// A saga handler's context: everything of [`Context`] (it derefs to it: `send`,
@@ -505,13 +558,24 @@ impl<'a> SagaContext<'a> {
         self.frame.is_new
     }
 
+    /// On a new instance whose correlation belonged to an instance that completed at the
+    /// returned time, within the retention of its marker
+    /// ([`SagaOptions::remember_completed`] with [`LateStart::StartNew`]): the start
+    /// handler can tell a retry of a finished workflow from a first request. `None`
+    /// otherwise.
+    pub fn completed_before(&self) -> Option<DateTime<Utc>> {
+        self.frame.completed_before
+    }
+
     /// Requests `message` to be handled by this saga after `delay`: stored with the saga's
     /// state in this transaction, sent to this endpoint when due. Its handler runs only
     /// if the timeout was neither cancelled nor the saga completed by then.
     ///
     /// The timeout's key is the message's wire name (`M::NAME`): requesting a timeout of
     /// the same type again **replaces** the pending one (a start message that arrives
-    /// twice leaves one timeout, not an orphan), and [`cancel_timeout::<M>()`] cancels it
+    /// twice while the instance runs leaves one timeout, not an orphan; one that arrives
+    /// after it completed starts a new instance, unless
+    /// [`SagaOptions::remember_completed`] keeps a marker), and [`cancel_timeout::<M>()`] cancels it
     /// without a handle kept in the state. For several pending timeouts of one type, give
     /// each a key of its own with [`request_timeout_keyed`](Self::request_timeout_keyed).
     ///

@@ -10,8 +10,8 @@ use chrono::{DateTime, Utc};
 
 use super::state::StateError;
 use super::{
-    Completion, Correlate, Frame, NotFound, NotFoundFn, RetryNotFound, Role, Saga, SagaContext, SagaFn, SagaHandlers,
-    SagaOptions, headers,
+    Completion, Correlate, Frame, LateStart, NotFound, NotFoundFn, RetryNotFound, Role, Saga, SagaContext, SagaFn,
+    SagaHandlers, SagaOptions, headers,
 };
 use crate::endpoint::context::Context;
 use crate::endpoint::handler::{BoxFuture, HandlerError, Message};
@@ -55,6 +55,9 @@ struct Held {
 
 /// The longest delay of [`SagaOptions::retry_not_found`]: a year.
 const MAX_RETRY_DELAY: std::time::Duration = std::time::Duration::from_secs(365 * 86_400);
+
+/// The longest retention of [`SagaOptions::remember_completed`]: ten years.
+const MAX_RETENTION: std::time::Duration = std::time::Duration::from_secs(10 * 365 * 86_400);
 
 /// How long a handling of a grouping endpoint waits for an instance lock at most.
 const LOCK_WAIT_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -346,6 +349,18 @@ pub(crate) fn register<S: Saga>(options: SagaOptions, stats: Arc<SagaStats>) -> 
         }
         retries.insert(*type_id, *retry);
     }
+    if let Some((retention, _)) = options.remember_completed
+        && (retention < std::time::Duration::from_millis(1)
+            || retention > MAX_RETENTION
+            || chrono::Duration::from_std(retention).is_err())
+    {
+        return Err(format!(
+            "saga {}: SagaOptions::remember_completed({retention:?}, ..): the retention must be at least 1 ms and at \
+             most {} days",
+            S::NAME,
+            MAX_RETENTION.as_secs() / 86_400
+        ));
+    }
     let shared = Arc::new(SagaShared {
         options,
         locks: Arc::default(),
@@ -394,11 +409,23 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
 
     /// No instance for the message: its not-found handler, or the saga's policy.
     /// `correlation` says what was looked for.
-    async fn instance_not_found(&self, message: M, correlation: String, ctx: &mut Context) -> Result<(), Failure> {
+    /// `completed` is when the instance completed, if its marker says so: too late, not
+    /// tried again.
+    async fn instance_not_found(
+        &self,
+        message: M,
+        correlation: String,
+        completed: Option<DateTime<Utc>>,
+        ctx: &mut Context,
+    ) -> Result<(), Failure> {
         self.shared.stats.not_found.fetch_add(1, Ordering::Relaxed);
         crate::endpoint::metrics::saga_not_found(ctx.endpoint(), S::NAME);
         let mut retried = (0, std::time::Duration::ZERO);
-        if let Some(retry) = self.retry {
+        if let (Some(_), Some(at)) = (self.retry, completed) {
+            tracing::info!(saga = S::NAME, correlation = %Escaped(&correlation), message_type = M::NAME,
+                completed_at = %at, "the saga instance completed: the message is too late and is not tried again");
+        }
+        if let Some(retry) = self.retry.filter(|_| completed.is_none()) {
             let tried = self.tries(ctx);
             if tried < retry.limit {
                 self.try_again(ctx, retry, tried + 1)?;
@@ -592,7 +619,7 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
                     Some(found) => found,
                     None => {
                         let missing = format!("{property} = {correlation:?}");
-                        return self.instance_not_found(message, missing, ctx).await;
+                        return self.instance_not_found(message, missing, None, ctx).await;
                     }
                 }
             }
@@ -607,6 +634,7 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
             .map_err(store_error)?;
         ctx.hold_until_commit(Box::new(instance));
         let endpoint = ctx.endpoint().to_owned();
+        let now = ctx.clock().now();
         let Some(work) = ctx.unit_of_work_mut() else {
             return Err(self.no_store(&endpoint));
         };
@@ -625,6 +653,41 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
             return Ok(());
         }
         let loaded = work.load_saga(S::NAME, &correlation).await.map_err(store_error)?;
+        // With markers kept: when this correlation's last instance completed, if it did.
+        let completed = match (&loaded, self.shared.options.remember_completed) {
+            (None, Some(_)) if self.role == Role::Start || self.retry.is_some() => work
+                .saga_completed_at(S::NAME, &correlation, now)
+                .await
+                .map_err(store_error)?,
+            _ => None,
+        };
+        let mut completed_before = None;
+        if let (Some(at), Role::Start, Some((_, late))) = (completed, self.role, self.shared.options.remember_completed)
+        {
+            self.shared.stats.late_starts.fetch_add(1, Ordering::Relaxed);
+            let when = at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+            match late {
+                LateStart::StartNew => completed_before = Some(at),
+                LateStart::DeadLetter => {
+                    return Err(Failure::SagaRefused {
+                        reason: super::reasons::SAGA_COMPLETED,
+                        handler: self.name,
+                        detail: format!(
+                            "saga {} instance {correlation:?} completed at {when}: this {} would start it again \
+                             (SagaOptions::remember_completed with LateStart::DeadLetter); nothing was changed",
+                            S::NAME,
+                            M::NAME
+                        ),
+                    });
+                }
+                LateStart::Ignore => {
+                    tracing::info!(saga = S::NAME, correlation = %Escaped(&correlation), message_type = M::NAME,
+                        completed_at = %when, "a start message of a saga instance that completed; completed \
+                        without handling it (SagaOptions::remember_completed)");
+                    return Ok(());
+                }
+            }
+        }
         let (mut state, version) = match loaded {
             Some(stored) => {
                 let state: S = super::state::decode_state(&stored, &correlation).map_err(|e| match e {
@@ -638,12 +701,13 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
                 (state, Some(stored.version))
             }
             None if self.role == Role::Start => (S::default(), None),
-            None => return self.instance_not_found(message, correlation, ctx).await,
+            None => return self.instance_not_found(message, correlation, completed, ctx).await,
         };
         let mut frame = Frame {
             saga_type: S::NAME,
             correlation: correlation.clone(),
             is_new: version.is_none(),
+            completed_before,
             ..Frame::default()
         };
         {
@@ -657,7 +721,6 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
         }
         let json = serde_json::to_string(&state)
             .map_err(|e| self.permanent(format!("the state of saga {} does not encode: {e}", S::NAME)))?;
-        let now = ctx.clock().now();
         ctx.tally_saga(tally(S::NAME, &frame, timeout_id.is_some(), ctx.received(), now));
         ctx.observe_saga(|| SagaEffects {
             saga_type: S::NAME,
@@ -705,6 +768,13 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
             work.complete_saga(S::NAME, &correlation, &json, S::VERSION, version, archive, now)
                 .await
                 .map_err(store_error)?;
+            if let Some((retention, _)) = self.shared.options.remember_completed {
+                let kept = chrono::Duration::from_std(retention).unwrap_or(chrono::Duration::MAX);
+                let expires = now.checked_add_signed(kept).unwrap_or(DateTime::<Utc>::MAX_UTC);
+                work.mark_saga_completed(S::NAME, &correlation, now, expires)
+                    .await
+                    .map_err(store_error)?;
+            }
             return Ok(());
         }
         work.save_saga(S::NAME, &correlation, &json, S::VERSION, version, now)

@@ -100,6 +100,25 @@ macro_rules! unit_of_work_with_sagas {
         ) -> $crate::error::Result<Option<(String, String)>> {
             $($saga)::+::set_properties(self.$conn()?, saga_type, correlation, properties).await
         }
+
+        async fn mark_saga_completed(
+            &mut self,
+            saga_type: &str,
+            correlation: &str,
+            now: chrono::DateTime<chrono::Utc>,
+            expires: chrono::DateTime<chrono::Utc>,
+        ) -> $crate::error::Result<()> {
+            $($saga)::+::mark_completed(self.$conn()?, saga_type, correlation, now, expires).await
+        }
+
+        async fn saga_completed_at(
+            &mut self,
+            saga_type: &str,
+            correlation: &str,
+            now: chrono::DateTime<chrono::Utc>,
+        ) -> $crate::error::Result<Option<chrono::DateTime<chrono::Utc>>> {
+            $($saga)::+::completed_at(self.$conn()?, saga_type, correlation, now).await
+        }
         }
     };
 }
@@ -404,6 +423,33 @@ pub trait UnitOfWork: Send {
     /// Deletes the instance's pending (not dead-lettered) timeouts stored under `keys`.
     async fn cancel_timeout_keys(&mut self, saga_type: &str, correlation: &str, keys: &[String]) -> Result<()> {
         let _ = (saga_type, correlation, keys);
+        saga_unsupported()
+    }
+
+    /// Leaves a marker that instance `correlation` of `saga_type` completed at `now`, kept
+    /// until `expires` (`SagaOptions::remember_completed`), replacing an earlier marker of
+    /// the instance; deletes a few markers that expired, so that the table holds about the
+    /// live ones.
+    async fn mark_saga_completed(
+        &mut self,
+        saga_type: &str,
+        correlation: &str,
+        now: DateTime<Utc>,
+        expires: DateTime<Utc>,
+    ) -> Result<()> {
+        let _ = (saga_type, correlation, now, expires);
+        saga_unsupported()
+    }
+
+    /// When instance `correlation` of `saga_type` completed, if its marker
+    /// ([`mark_saga_completed`](Self::mark_saga_completed)) has not expired at `now`.
+    async fn saga_completed_at(
+        &mut self,
+        saga_type: &str,
+        correlation: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<DateTime<Utc>>> {
+        let _ = (saga_type, correlation, now);
         saga_unsupported()
     }
 

@@ -257,6 +257,60 @@ pub(crate) async fn take_timeout(conn: &mut PgConnection, id: &str) -> Result<bo
     Ok(done.rows_affected() == 1)
 }
 
+/// How many expired completion markers one completion deletes at most.
+const MARKERS_PURGED: i64 = 100;
+
+pub(crate) async fn mark_completed(
+    conn: &mut PgConnection,
+    saga_type: &str,
+    correlation: &str,
+    now: DateTime<Utc>,
+    expires: DateTime<Utc>,
+) -> Result<()> {
+    // SKIP LOCKED: two completions purging at once do not wait for each other.
+    sqlx::query(
+        "DELETE FROM courier.saga_completed WHERE (saga_type, correlation) IN \
+         (SELECT saga_type, correlation FROM courier.saga_completed WHERE expires_at <= $1 LIMIT $2 \
+          FOR UPDATE SKIP LOCKED)",
+    )
+    .bind(now)
+    .bind(MARKERS_PURGED)
+    .execute(&mut *conn)
+    .await
+    .map_err(|e| db_error("cannot delete expired saga completion markers", e))?;
+    sqlx::query(
+        "INSERT INTO courier.saga_completed (saga_type, correlation, completed_at, expires_at) \
+         VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (saga_type, correlation) DO UPDATE SET completed_at = excluded.completed_at, \
+         expires_at = excluded.expires_at",
+    )
+    .bind(saga_type)
+    .bind(correlation)
+    .bind(now)
+    .bind(expires)
+    .execute(conn)
+    .await
+    .map_err(|e| db_error("cannot mark a saga instance completed", e))?;
+    Ok(())
+}
+
+pub(crate) async fn completed_at(
+    conn: &mut PgConnection,
+    saga_type: &str,
+    correlation: &str,
+    now: DateTime<Utc>,
+) -> Result<Option<DateTime<Utc>>> {
+    sqlx::query_scalar(
+        "SELECT completed_at FROM courier.saga_completed WHERE saga_type = $1 AND correlation = $2 AND expires_at > $3",
+    )
+    .bind(saga_type)
+    .bind(correlation)
+    .bind(now)
+    .fetch_optional(conn)
+    .await
+    .map_err(|e| db_error("cannot read a saga completion marker", e))
+}
+
 fn conflict(saga_type: &str, correlation: &str) -> Error {
     Error::new(ErrorKind::Conflict {
         detail: format!("saga {saga_type} instance {correlation:?} was created or changed concurrently"),

@@ -428,6 +428,59 @@ pub(crate) async fn postpone_reclaim(
     Ok(())
 }
 
+/// How many expired completion markers one completion deletes at most.
+const MARKERS_PURGED: i64 = 100;
+
+pub(crate) async fn mark_completed(
+    conn: &mut SqliteConnection,
+    saga_type: &str,
+    correlation: &str,
+    now: DateTime<Utc>,
+    expires: DateTime<Utc>,
+) -> Result<()> {
+    sqlx::query(
+        "DELETE FROM courier_saga_completed WHERE (saga_type, correlation) IN \
+         (SELECT saga_type, correlation FROM courier_saga_completed WHERE expires_at <= ?1 LIMIT ?2)",
+    )
+    .bind(micros(now))
+    .bind(MARKERS_PURGED)
+    .execute(&mut *conn)
+    .await
+    .map_err(|e| db_error("cannot delete expired saga completion markers", e))?;
+    sqlx::query(
+        "INSERT INTO courier_saga_completed (saga_type, correlation, completed_at, expires_at) \
+         VALUES (?1, ?2, ?3, ?4) \
+         ON CONFLICT (saga_type, correlation) DO UPDATE SET completed_at = excluded.completed_at, \
+         expires_at = excluded.expires_at",
+    )
+    .bind(saga_type)
+    .bind(correlation)
+    .bind(micros(now))
+    .bind(micros(expires))
+    .execute(conn)
+    .await
+    .map_err(|e| db_error("cannot mark a saga instance completed", e))?;
+    Ok(())
+}
+
+pub(crate) async fn completed_at(
+    conn: &mut SqliteConnection,
+    saga_type: &str,
+    correlation: &str,
+    now: DateTime<Utc>,
+) -> Result<Option<DateTime<Utc>>> {
+    let at: Option<i64> = sqlx::query_scalar(
+        "SELECT completed_at FROM courier_saga_completed WHERE saga_type = ?1 AND correlation = ?2 AND expires_at > ?3",
+    )
+    .bind(saga_type)
+    .bind(correlation)
+    .bind(micros(now))
+    .fetch_optional(conn)
+    .await
+    .map_err(|e| db_error("cannot read a saga completion marker", e))?;
+    Ok(at.map(|us| DateTime::from_timestamp_micros(us).unwrap_or(DateTime::UNIX_EPOCH)))
+}
+
 /// `impl UnitOfWork for $ty { $methods + the saga methods on SQLite }`, for a type with
 /// `fn sqlite_conn(&mut self) -> Result<&mut Connection>`.
 macro_rules! sqlite_unit_of_work {

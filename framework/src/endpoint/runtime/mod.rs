@@ -122,6 +122,9 @@ pub struct EndpointStats {
     /// Of [`sagas_not_found`](Self::sagas_not_found), those sent back to the endpoint's
     /// queue to be tried again later (`SagaOptions::retry_not_found`): each try counts.
     pub sagas_not_found_retried: u64,
+    /// Start messages that found the marker of their completed instance
+    /// (`SagaOptions::remember_completed`), whatever was done with them.
+    pub saga_late_starts: u64,
     /// Saga timeouts that fired after they were cancelled or their saga completed, and
     /// were discarded without being handled.
     pub timeouts_discarded: u64,
@@ -148,6 +151,7 @@ impl Stats {
             inbox_purged: self.purged.load(Ordering::Relaxed),
             sagas_not_found: 0,
             sagas_not_found_retried: 0,
+            saga_late_starts: 0,
             timeouts_discarded: 0,
             timeouts_dispatched: self.timeouts_dispatched.load(Ordering::Relaxed),
             timeouts_dead_lettered: self.timeouts_dead_lettered.load(Ordering::Relaxed),
