@@ -433,6 +433,16 @@ impl State {
 /// Property test: a row holding any bytes in its text columns and any text as properties
 /// is read, never an error, and named unreadable exactly when a text is not UTF-8 or the
 /// properties are not Courier's. `COURIER_FUZZ_CASES` sets the number of cases (256).
+/// A text column, read lossily (another program may have written bytes that are not
+/// UTF-8): for counting and logging only.
+pub(super) fn lossy_text(row: &sqlx::sqlite::SqliteRow, i: usize) -> Sql<String> {
+    use sqlx::Row;
+    let bytes: Option<Vec<u8>> = row.try_get_unchecked(i)?;
+    Ok(bytes
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default())
+}
+
 #[cfg(test)]
 mod fuzz {
     use proptest::prelude::*;
@@ -530,14 +540,4 @@ mod fuzz {
             prop_assert!(read.message.broker.lock_token.is_some());
         });
     }
-}
-
-/// A text column, read lossily (another program may have written bytes that are not
-/// UTF-8): for counting and logging only.
-pub(super) fn lossy_text(row: &sqlx::sqlite::SqliteRow, i: usize) -> Sql<String> {
-    use sqlx::Row;
-    let bytes: Option<Vec<u8>> = row.try_get_unchecked(i)?;
-    Ok(bytes
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .unwrap_or_default())
 }
