@@ -515,16 +515,38 @@ impl TestEndpoint {
     ///
     /// # Errors
     /// None today (see [`messages`](Self::messages)).
-    pub async fn timeouts(&self) -> Result<Vec<RecordedTimeout>> {
-        Ok(record::timeouts(self.record.handlings()))
-    }
-
-    /// The timeouts still pending.
+    /// A timeout whose message was dead-lettered is [`TimeoutStatus::DeadLettered`] (its
+    /// row in the store is marked so), with the reason.
     ///
     /// # Errors
-    /// None today (see [`messages`](Self::messages)).
+    /// The store's errors (reading which timeouts were dead-lettered).
+    pub async fn timeouts(&self) -> Result<Vec<RecordedTimeout>> {
+        let mut timeouts = record::timeouts(self.record.handlings());
+        if timeouts.iter().any(|t| t.status == TimeoutStatus::Pending) {
+            let dead: std::collections::HashMap<String, Option<String>> = sqlx::query_as(
+                "SELECT id, dead_letter_reason FROM courier_saga_timeout WHERE dead_lettered_at IS NOT NULL",
+            )
+            .fetch_all(self.broker.read_pool())
+            .await
+            .map_err(|e| crate::store::db_error("cannot read the dead-lettered saga timeouts", e))?
+            .into_iter()
+            .collect();
+            for t in timeouts.iter_mut().filter(|t| t.status == TimeoutStatus::Pending) {
+                if let Some(reason) = dead.get(t.handle.as_str()) {
+                    t.status = TimeoutStatus::DeadLettered;
+                    t.dead_letter_reason = reason.clone();
+                }
+            }
+        }
+        Ok(timeouts)
+    }
+
+    /// The timeouts still pending: not fired, cancelled, replaced or dead-lettered.
+    ///
+    /// # Errors
+    /// As [`timeouts`](Self::timeouts).
     pub async fn pending_timeouts(&self) -> Result<Vec<RecordedTimeout>> {
-        let mut t = record::timeouts(self.record.handlings());
+        let mut t = self.timeouts().await?;
         t.retain(|t| t.status == TimeoutStatus::Pending);
         Ok(t)
     }

@@ -510,3 +510,52 @@ async fn a_published_events_topic_is_not_created_up_front_and_the_publish_create
     assert!(t.dead_lettered().await.unwrap().is_empty());
     t.shutdown().await.unwrap();
 }
+
+#[derive(Debug, Serialize, Deserialize, courier::Message)]
+#[message(name = "harness.Open")]
+struct Open {
+    id: String,
+}
+
+#[derive(Debug, Serialize, Deserialize, courier::Message)]
+#[message(name = "harness.Deadline")]
+struct Deadline;
+
+/// A saga whose timeout handler fails for good.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Doomed;
+
+#[courier::saga(name = "harness.Doomed")]
+impl Doomed {
+    #[start(by = id)]
+    async fn open(&mut self, _msg: Open, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+        ctx.request_timeout(Duration::from_secs(60), &Deadline)?;
+        Ok(())
+    }
+
+    #[timeout]
+    async fn deadline(&mut self, _t: Deadline, _ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+        Err(HandlerError::permanent("the deadline cannot be handled"))
+    }
+}
+
+/// Regression (issue 34, part 4): a timeout whose handler fails for good is
+/// dead-lettered and never sent again, yet `timeouts()` showed it `Pending` and
+/// `pending_timeouts()` counted it. It is `DeadLettered`, with its reason, and not pending.
+#[tokio::test]
+async fn a_dead_lettered_timeout_is_not_pending() {
+    let t = TestEndpoint::start("doomed", |e| e.saga::<Doomed>()).await.unwrap();
+    t.send(&Open { id: "d-1".into() }).await.unwrap();
+    assert_eq!(t.pending_timeouts().await.unwrap().len(), 1);
+    t.advance(Duration::from_secs(61)).await.unwrap();
+    assert_eq!(t.stats().await.unwrap().timeouts_dead_lettered, 1);
+    let timeouts = t.timeouts().await.unwrap();
+    assert_eq!(timeouts.len(), 1);
+    assert_eq!(timeouts[0].status, TimeoutStatus::DeadLettered);
+    assert_eq!(
+        timeouts[0].dead_letter_reason.as_deref(),
+        Some(failure_reasons::PERMANENT_FAILURE)
+    );
+    assert!(t.pending_timeouts().await.unwrap().is_empty());
+    t.shutdown().await.unwrap();
+}

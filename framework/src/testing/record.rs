@@ -50,6 +50,12 @@ pub enum TimeoutStatus {
     /// Replaced by a timeout requested later under the same key (by default, of the same
     /// message type): it will never be handled.
     Replaced,
+    /// Its message was dead-lettered (its handler failed for good, or its retries ran
+    /// out): the dispatcher never sends it again, so it will not fire unless its dead
+    /// letter is sent back to the endpoint's queue (then it is handled, and `Fired`).
+    /// Counted in [`EndpointStats::timeouts_dead_lettered`](crate::EndpointStats), not in
+    /// [`pending_timeouts`](super::TestEndpoint::pending_timeouts).
+    DeadLettered,
 }
 
 /// A timeout a saga requested, from a handling that committed.
@@ -70,6 +76,9 @@ pub struct RecordedTimeout {
     pub status: TimeoutStatus,
     /// Its message arrived after it was cancelled and was discarded, never handled.
     pub discarded: bool,
+    /// Why its message was dead-lettered (`courier.RetriesExhausted`, ...), when its
+    /// status is [`TimeoutStatus::DeadLettered`].
+    pub dead_letter_reason: Option<String>,
     /// The timeout's message.
     pub envelope: Envelope,
 }
@@ -183,6 +192,7 @@ pub(super) fn timeouts(handlings: Vec<Handled>) -> Vec<RecordedTimeout> {
                     due: r.due,
                     status: TimeoutStatus::Pending,
                     discarded: false,
+                    dead_letter_reason: None,
                     envelope: r.envelope,
                 });
             }
