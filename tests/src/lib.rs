@@ -94,6 +94,7 @@ pub fn fuzz_cases(default: u32) -> u32 {
 /// given to `check` with its number (0, 1, ...: names of its own for each case), no
 /// failure file kept. Panics with proptest's report (the minimal failing input) when a
 /// case fails.
+#[allow(clippy::panic)]
 pub fn run_property<S, F, Fut>(rt: &tokio::runtime::Runtime, cases: u32, strategy: &S, check: F)
 where
     S: proptest::strategy::Strategy,
