@@ -557,6 +557,11 @@ async fn not_found_policy(kind: StoreKind) {
     let flows = env.start().await;
     handled(&flows, &Bump { id: "nobody".into() }, 1).await;
     assert_eq!(flows.stats().sagas_not_found, 1);
+    assert_eq!(
+        flows.stats().sagas_not_found_handled,
+        0,
+        "no not-found handler: the policy"
+    );
     assert_eq!(env.rows("saga").await, 0, "a continuing message creates nothing");
     flows.shutdown().await.unwrap();
     let strict = env

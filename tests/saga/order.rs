@@ -364,7 +364,13 @@ async fn setting_a_property_again_replaces_it(kind: StoreKind) {
         vec!["payments.RefundPayment"],
         "the old id finds no order: refunded by the not-found handler after the last try"
     );
-    assert_eq!(shop.orders.stats().sagas_not_found, 1 + u64::from(RETRIES));
+    let stats = shop.orders.stats();
+    assert_eq!(stats.sagas_not_found, 1 + u64::from(RETRIES), "every arrival");
+    assert_eq!(stats.sagas_not_found_retried, u64::from(RETRIES));
+    assert_eq!(
+        stats.sagas_not_found_handled, 1,
+        "the not-found handler ran once, counted apart"
+    );
     shop.handle(&PaymentCaptured {
         payment_id: "pay-5b".into(),
     })

@@ -67,6 +67,8 @@ pub(crate) struct SagaStats {
     pub(crate) not_found: AtomicU64,
     /// Of those, sent back to the queue to be tried again later.
     pub(crate) not_found_retried: AtomicU64,
+    /// Of those, handled by the saga's `#[not_found]` handler.
+    pub(crate) not_found_handled: AtomicU64,
     /// Start messages that found the marker of a completed instance.
     pub(crate) late_starts: AtomicU64,
     pub(crate) timeouts_discarded: AtomicU64,

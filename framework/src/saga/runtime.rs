@@ -438,6 +438,7 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
             retried = (tried, retry.delay);
         }
         if let Some((handler, f)) = self.not_found {
+            self.shared.stats.not_found_handled.fetch_add(1, Ordering::Relaxed);
             tracing::info!(saga = S::NAME, correlation = %Escaped(&correlation), message_type = M::NAME, handler,
                 "no saga instance for the message; running its not-found handler");
             return f(message, ctx)

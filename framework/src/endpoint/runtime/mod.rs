@@ -117,11 +117,20 @@ pub struct EndpointStats {
     pub duplicates: u64,
     /// Inbox records this endpoint purged after their retention.
     pub inbox_purged: u64,
-    /// Messages that found no saga instance and did not start one.
+    /// Arrivals of messages that found no saga instance and did not start one, whatever
+    /// happened to them next: completed or dead-lettered by the saga's not-found policy
+    /// (the rest), handled by a `#[not_found]` handler
+    /// ([`sagas_not_found_handled`](Self::sagas_not_found_handled)), or sent back to be
+    /// tried again ([`sagas_not_found_retried`](Self::sagas_not_found_retried)). A message
+    /// tried again counts at each arrival.
     pub sagas_not_found: u64,
     /// Of [`sagas_not_found`](Self::sagas_not_found), those sent back to the endpoint's
     /// queue to be tried again later (`SagaOptions::retry_not_found`): each try counts.
     pub sagas_not_found_retried: u64,
+    /// Of [`sagas_not_found`](Self::sagas_not_found), those a saga's `#[not_found]`
+    /// handler ran on (`SagaHandlers::not_found`), whether it succeeded or not (a failed
+    /// one is retried, and counts again).
+    pub sagas_not_found_handled: u64,
     /// Start messages that found the marker of their completed instance
     /// (`SagaOptions::remember_completed`), whatever was done with them.
     pub saga_late_starts: u64,
@@ -151,6 +160,7 @@ impl Stats {
             inbox_purged: self.purged.load(Ordering::Relaxed),
             sagas_not_found: 0,
             sagas_not_found_retried: 0,
+            sagas_not_found_handled: 0,
             saga_late_starts: 0,
             timeouts_discarded: 0,
             timeouts_dispatched: self.timeouts_dispatched.load(Ordering::Relaxed),

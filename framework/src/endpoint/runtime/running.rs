@@ -309,6 +309,7 @@ impl RunningEndpoint {
         let sagas = &self.shared.saga_stats;
         stats.sagas_not_found = sagas.not_found.load(Ordering::Relaxed);
         stats.sagas_not_found_retried = sagas.not_found_retried.load(Ordering::Relaxed);
+        stats.sagas_not_found_handled = sagas.not_found_handled.load(Ordering::Relaxed);
         stats.saga_late_starts = sagas.late_starts.load(Ordering::Relaxed);
         stats.timeouts_discarded = sagas.timeouts_discarded.load(Ordering::Relaxed);
         stats.saga_conflicts = sagas.conflicts.load(Ordering::Relaxed);
