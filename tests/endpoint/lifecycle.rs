@@ -211,3 +211,40 @@ async fn run_until_stops_gracefully_on_the_signal() {
     wait_counts(&fx.transport, "sales", |c| c.active == 1).await;
     assert_eq!(calls.len(), 1);
 }
+
+/// An endpoint held in a struct stops through `&self` (`RunningEndpoint::stop`), with no
+/// `Option` to take: the stop is the graceful shutdown, a second and a concurrent call
+/// answer the first's report, the endpoint's numbers stay readable, and it receives
+/// nothing more (issue 34).
+#[tokio::test]
+async fn an_endpoint_held_in_a_struct_stops_through_a_shared_reference() {
+    struct Fixture {
+        sales: courier::RunningEndpoint,
+    }
+    let fx = fixture().await;
+    let calls = Calls::default();
+    let held = Fixture {
+        sales: start(&fx, "sales", recording::<PlaceOrder>("held", &calls)).await,
+    };
+    held.sales.bus().send(&PlaceOrder { id: 1 }).await.unwrap();
+    eventually("the first handled", || async { calls.len() == 1 }).await;
+
+    let (first, second) = tokio::join!(held.sales.stop(), held.sales.stop());
+    let first = first.unwrap();
+    assert_eq!(first.completed, 1);
+    assert_eq!(second.unwrap(), first, "a concurrent stop answers the same report");
+    assert_eq!(held.sales.stop().await.unwrap(), first, "and so does a later one");
+    assert_eq!(held.sales.stats().completed, 1, "its numbers stay readable");
+
+    held.sales.bus().send(&PlaceOrder { id: 2 }).await.unwrap();
+    let queue = courier::EntityPath::queue("sales");
+    eventually("the second waits in the queue", || async {
+        courier::Transport::peek(&*fx.transport, &queue, 0, 10)
+            .await
+            .unwrap()
+            .len()
+            == 1
+    })
+    .await;
+    assert_eq!(calls.len(), 1, "a stopped endpoint handles nothing more");
+}

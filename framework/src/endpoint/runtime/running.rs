@@ -107,7 +107,10 @@ pub struct RunningEndpoint {
     bus: Bus,
     shared: Arc<Shared>,
     stop: CancellationToken,
-    receive_loops: Vec<tokio::task::JoinHandle<usize>>,
+    /// Taken by the first [`stop`](RunningEndpoint::stop).
+    receive_loops: std::sync::Mutex<Vec<tokio::task::JoinHandle<usize>>>,
+    /// What the first stop reported: a later or concurrent stop answers the same.
+    stopped: tokio::sync::OnceCell<ShutdownReport>,
     handlers: TaskTracker,
     shutdown_timeout: Duration,
     sources: Vec<EntityPath>,
@@ -213,7 +216,8 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
         bus,
         shared,
         stop,
-        receive_loops,
+        receive_loops: std::sync::Mutex::new(receive_loops),
+        stopped: tokio::sync::OnceCell::new(),
         handlers,
         shutdown_timeout: config.shutdown_timeout,
         sources: config.sources,
@@ -338,13 +342,46 @@ impl RunningEndpoint {
     ///
     /// # Errors
     /// [`ErrorKind::Closed`] if a task of the endpoint had died.
-    pub async fn shutdown(mut self) -> Result<ShutdownReport> {
+    pub async fn shutdown(self) -> Result<ShutdownReport> {
+        self.stop().await
+    }
+
+    /// [`shutdown`](Self::shutdown) through a shared reference: for an endpoint held in a
+    /// struct (test fixtures, an application's state) that cannot give it up by value.
+    /// The endpoint stays a value that can be read (`stats`, `name`) but receives
+    /// nothing more; a second or concurrent call waits for the first and answers its
+    /// report.
+    ///
+    /// ```no_run
+    /// # use courier::{RunningEndpoint, ShutdownReport};
+    /// struct Fixture {
+    ///     orders: RunningEndpoint,
+    /// }
+    ///
+    /// impl Fixture {
+    ///     async fn stop(&self) -> courier::Result<ShutdownReport> {
+    ///         self.orders.stop().await   // no Option<RunningEndpoint> to take()
+    ///     }
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`shutdown`](Self::shutdown).
+    pub async fn stop(&self) -> Result<ShutdownReport> {
+        self.stopped.get_or_try_init(|| self.stop_once()).await.cloned()
+    }
+
+    async fn stop_once(&self) -> Result<ShutdownReport> {
         // Handlers running now and finishing later count as finished during the
         // shutdown; no handler starts once the receive loops see the stop.
         self.shared.stopping.store(true, Ordering::SeqCst);
         self.stop.cancel();
         let mut report = ShutdownReport::default();
-        for h in self.receive_loops.drain(..) {
+        let loops = match self.receive_loops.lock() {
+            Ok(mut loops) => std::mem::take(&mut *loops),
+            Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+        };
+        for h in loops {
             report.abandoned_prefetched += h.await.map_err(|e| Error::with_source(ErrorKind::Closed, e))?;
         }
         self.handlers.close();
@@ -379,7 +416,11 @@ impl Drop for RunningEndpoint {
     fn drop(&mut self) {
         self.stop.cancel();
         self.shared.hard_stop.cancel();
-        for h in &self.receive_loops {
+        let loops = match self.receive_loops.get_mut() {
+            Ok(loops) => loops,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        for h in loops.iter() {
             h.abort();
         }
     }
