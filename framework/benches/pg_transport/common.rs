@@ -1,6 +1,6 @@
 //! What every part of the bench shares: the server and the databases of its own that each
-//! measured system gets, the machine's load, the counter of handled messages, the message
-//! itself and the raw-SQL baseline script.
+//! measured system gets, the machine's load, the counter of handled messages, the messages
+//! themselves and the raw-SQL baseline scripts.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,7 +29,33 @@ impl PlaceOrder {
     }
 }
 
-/// The one statement of every handler: one row per message, the payload's length read
+/// The message the PeekLock-work handler sends for each one it handles: about 1 KiB of
+/// JSON, as the baseline's enqueue (`repeat('y', 1000)`).
+#[derive(Debug, Clone, Serialize, Deserialize, courier::Message)]
+#[message(name = "bench.Shipment")]
+pub(crate) struct Shipment {
+    pub(crate) n: u64,
+    pub(crate) payload: String,
+}
+
+impl Shipment {
+    pub(crate) fn new(n: u64) -> Self {
+        Self {
+            n,
+            payload: "y".repeat(1000),
+        }
+    }
+}
+
+/// The saga rows of the PeekLock work, as in `scripts/baselines/peeklock-baseline.sh`:
+/// message `n` updates row `n % SAGA_ROWS`.
+pub(crate) const SAGA_ROWS: u64 = 10_000;
+pub(crate) const CREATE_SAGA: &str =
+    "CREATE TABLE saga (id integer PRIMARY KEY, state bigint NOT NULL DEFAULT 0, version integer NOT NULL DEFAULT 0)";
+pub(crate) const FILL_SAGA: &str = "INSERT INTO saga (id) SELECT g FROM generate_series(0, 9999) g";
+pub(crate) const UPDATE_SAGA: &str = "UPDATE saga SET state = state + 1, version = version + 1 WHERE id = $1";
+
+/// The one statement of the peers' handler: one row per message, the payload's length read
 /// from the message.
 pub(crate) const INSERT_ORDER: &str = "INSERT INTO orders (n, bytes) VALUES ($1, $2)";
 pub(crate) const CREATE_ORDERS: &str = "CREATE TABLE orders (n bigint PRIMARY KEY, bytes integer NOT NULL)";
@@ -147,21 +173,54 @@ pub(crate) async fn xacts(conn: &mut sqlx::PgConnection, name: &str) -> i64 {
         .unwrap()
 }
 
-/// The baseline script: `scripts/baselines/`, the repository's copy of
-/// `../shared/baselines/` (as `benches/embedded.rs` and `benches/pg_endpoint.rs` find theirs).
-fn baseline_script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/baselines/pg-handler-baseline.sh")
+/// The raw-SQL baselines, in `scripts/baselines/` (the repository's copies of
+/// `../shared/baselines/`, as `benches/embedded.rs` and `benches/pg_endpoint.rs` find theirs).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Baseline {
+    /// `pg-handler-baseline.sh`: one set-based statement per transaction, the row lock as
+    /// the claim.
+    SetBased,
+    /// `peeklock-baseline.sh`: a claim in its own transaction, then a statement per step of
+    /// each message.
+    PeekLock,
+    /// The same with a `pg_notify` in each enqueue (`PEEKLOCK_NOTIFY=1`), as Courier's send
+    /// has: what the notification costs.
+    PeekLockNotify,
+}
+
+impl Baseline {
+    pub(crate) fn script(self) -> &'static str {
+        match self {
+            Self::SetBased => "pg-handler-baseline.sh",
+            Self::PeekLock | Self::PeekLockNotify => "peeklock-baseline.sh",
+        }
+    }
 }
 
 /// The baseline's figures, messages per second at one and at ten messages per transaction,
 /// with `clients` pgbench clients for `secs` seconds each, in a database of its own.
-pub(crate) fn baseline(rt: &tokio::runtime::Runtime, secs: u32, clients: usize) -> Result<(f64, f64), String> {
-    let script = baseline_script();
+pub(crate) fn baseline(
+    rt: &tokio::runtime::Runtime,
+    which: Baseline,
+    secs: u32,
+    clients: usize,
+) -> Result<(f64, f64), String> {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../scripts/baselines")
+        .join(which.script());
     if !script.exists() {
         return Err(format!("{} not found", script.display()));
     }
     let db = rt.block_on(fresh_database());
     let out = std::process::Command::new("bash")
+        .env(
+            "PEEKLOCK_NOTIFY",
+            if matches!(which, Baseline::PeekLockNotify) {
+                "1"
+            } else {
+                "0"
+            },
+        )
         .arg(&script)
         .arg(with_database(&database_url(), db.name()))
         .arg(secs.to_string())
@@ -174,7 +233,7 @@ pub(crate) fn baseline(rt: &tokio::runtime::Runtime, secs: u32, clients: usize) 
         println!("    {line}");
     }
     let rate = |per_tx: u32| -> Result<f64, String> {
-        // "baseline handler, 1 msg/tx, 8 clients: 5123 messages/s"
+        // "baseline handler, 1 msg/tx, 8 clients: 5123 messages/s" (and "peeklock baseline, ...")
         text.lines()
             .find(|l| l.contains(&format!(", {per_tx} msg/tx,")))
             .and_then(|l| l.rsplit(": ").next())
@@ -228,4 +287,72 @@ pub(crate) struct Drain {
     /// Postgres transactions (commits and rollbacks) in the system's database per
     /// message, everything included (fetching, handling, completing, bookkeeping).
     pub(crate) tx_per_msg: f64,
+    /// Where the CPU went during the timed part.
+    pub(crate) cpu: Cpu,
+}
+
+/// CPU time during a drain, per message: the bench's own process (the measured system's
+/// client side: Courier or the peer) and the whole machine (the server, the kernel, the
+/// other work on the machine included), from `/proc` (Linux; zeros elsewhere).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Cpu {
+    /// Microseconds of this process's CPU per message.
+    pub(crate) process_us: f64,
+    /// Microseconds of busy CPU, all cores, per message.
+    pub(crate) machine_us: f64,
+    /// The machine's busy share of all its cores during the drain.
+    pub(crate) busy: f64,
+}
+
+/// A reading of `/proc/self/stat` and `/proc/stat`, in clock ticks (USER_HZ, 100 a second
+/// on Linux).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct CpuMark {
+    process: u64,
+    busy: u64,
+    total: u64,
+}
+
+const TICK_US: f64 = 10_000.0;
+
+impl CpuMark {
+    pub(crate) fn now() -> Self {
+        let process = std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|s| {
+                // The fields after the command's closing parenthesis: state is the first,
+                // utime the 12th and stime the 13th.
+                let rest = s.rsplit_once(')')?.1.split_whitespace().collect::<Vec<_>>();
+                Some(rest.get(11)?.parse::<u64>().ok()? + rest.get(12)?.parse::<u64>().ok()?)
+            })
+            .unwrap_or(0);
+        let (busy, total) = std::fs::read_to_string("/proc/stat")
+            .ok()
+            .and_then(|s| {
+                let line = s.lines().next()?;
+                let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+                // user nice system idle iowait irq softirq steal (guest time is in user).
+                let total: u64 = v.iter().take(8).sum();
+                let idle = v.get(3)? + v.get(4)?;
+                Some((total - idle, total))
+            })
+            .unwrap_or((0, 0));
+        Self { process, busy, total }
+    }
+
+    /// The CPU since this mark, per message of `n`.
+    pub(crate) fn per_message(self, n: u64) -> Cpu {
+        let now = Self::now();
+        let n = n.max(1) as f64;
+        let total = now.total.saturating_sub(self.total);
+        Cpu {
+            process_us: now.process.saturating_sub(self.process) as f64 * TICK_US / n,
+            machine_us: now.busy.saturating_sub(self.busy) as f64 * TICK_US / n,
+            busy: if total == 0 {
+                0.0
+            } else {
+                now.busy.saturating_sub(self.busy) as f64 / total as f64
+            },
+        }
+    }
 }

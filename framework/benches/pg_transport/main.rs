@@ -1,5 +1,5 @@
-//! Courier on the Postgres transport against the raw-SQL handler baseline and two peers,
-//! in one run on the same server (issue 15, "Performance"; docs/measurements.md).
+//! Courier on the Postgres transport against two raw-SQL baselines and two peers, in one
+//! run on the same server (issues 15 and 32; docs/measurements.md).
 //!
 //! Run: `cargo bench -p courier --features postgres --bench pg_transport`. Options after
 //! `--`:
@@ -9,7 +9,10 @@
 //! - `--handlers 8,32`: handlers at once; `--group G`: Courier's group commit for the
 //!   grouped runs (default 10); `--pool P`: connections of each system's pool (default
 //!   20, the same for all);
-//! - `--parts baseline,courier,apalis,graphile,counter`: which parts run (default all);
+//! - `--parts baseline,peeklock,courier,apalis,graphile,counter`: which parts run (default
+//!   all): `baseline` is the set-based `pg-handler-baseline.sh` (with `--clients`),
+//!   `peeklock` the PeekLock baseline `peeklock-baseline.sh` at each number of handlers
+//!   with Courier doing the same work next to it, `courier` Courier with the peers' handler;
 //! - `--senders 1,8,32` and `--counter-secs S` (default 5, quick 2): the numbering part;
 //! - `--soak SECS` (with `--soak-every S`, default 60, and `--soak-vacuum`): only the
 //!   soak of point 3, see `soak.rs`.
@@ -23,6 +26,16 @@
 //! message, insert one row, complete. Timed from the start of the consumer until the
 //! database shows every message completed; then the consumer is shut down (untimed) and
 //! the bench checks that every row was written once and every message completed.
+//!
+//! The `peeklock` part measures, for each number of handlers H, the PeekLock baseline with
+//! H pgbench clients, then Courier with H handlers doing the baseline's work (the inbox
+//! record, one saga row updated, one 1 KiB message sent, per message: `Work::PeekLock`),
+//! one message per transaction and with `group_commit(G)`; it prints Courier's ratio to
+//! the baseline at 1 and at 10 messages per transaction for each H. Two more lines per H
+//! say where the difference lies: the baseline with a `pg_notify` in each enqueue (as
+//! Courier's send has), and Courier with `group_commit(G)` and H x G handlers, as many
+//! messages in flight as the baseline's H clients at 10 per transaction (its pool is still
+//! `--pool`).
 
 #![allow(
     clippy::print_stdout,
@@ -39,8 +52,11 @@ mod courier_side;
 mod peers;
 mod soak;
 
-use common::{Drain, Load, baseline, loadavg, quiesce, with_load};
+use std::collections::BTreeMap;
+
+use common::{Baseline, Drain, Load, baseline, loadavg, quiesce, with_load};
 use counter::Numbering;
+use courier_side::Work;
 
 /// The value after `--flag`, if any.
 fn arg<T: std::str::FromStr>(flag: &str) -> Option<T> {
@@ -86,7 +102,7 @@ impl Opts {
             group: arg("--group").unwrap_or(10),
             pool: arg("--pool").unwrap_or(20),
             parts: list("--parts").unwrap_or_else(|| {
-                ["baseline", "courier", "apalis", "graphile", "counter"]
+                ["baseline", "peeklock", "courier", "apalis", "graphile", "counter"]
                     .map(String::from)
                     .to_vec()
             }),
@@ -125,8 +141,42 @@ fn build() -> String {
 /// One line of the results.
 struct Figure {
     label: String,
+    /// Handlers at once (the PeekLock ratio compares with the baseline at as many clients).
+    handlers: usize,
     drain: Drain,
     load: Load,
+}
+
+/// A baseline's figures at 1 and at 10 messages per transaction, and the load around them.
+type Base = ((f64, f64), Load);
+
+/// The PeekLock baselines at one number of clients: plain, and with `pg_notify`.
+#[derive(Default)]
+struct PeekLockBase {
+    plain: Option<Base>,
+    notify: Option<Base>,
+}
+
+/// The label of Courier's line with the PeekLock work, `group_commit(g)` and `h` x `g`
+/// handlers (compared with the baseline at `h` clients).
+fn in_flight_label(h: usize, g: usize) -> String {
+    format!(
+        "courier (PeekLock work), {} at once, group_commit({g}): as many in flight as {h} clients x {g}",
+        h * g
+    )
+}
+
+/// The label of Courier's line with `work`, `h` handlers at once and `group_commit(group)`.
+fn courier_label(work: Work, h: usize, group: usize) -> String {
+    let who = match work {
+        Work::Row => "courier",
+        Work::PeekLock => "courier (PeekLock work)",
+    };
+    if group <= 1 {
+        format!("{who}, {h} at once, one transaction per message")
+    } else {
+        format!("{who}, {h} at once, group_commit({group})")
+    }
 }
 
 fn main() {
@@ -161,18 +211,19 @@ fn main() {
     }
 
     println!(
-        "{} messages of 1 KiB JSON per drain; handler: read, insert one row, complete; pool {} connections each",
+        "{} messages of 1 KiB JSON per drain; handler: read, insert one row, complete (PeekLock work: \
+         update one saga row, send one 1 KiB message, complete); pool {} connections each",
         opts.messages, opts.pool
     );
     println!();
 
-    let mut base: Option<((f64, f64), Load)> = None;
+    let mut base: Option<Base> = None;
     if opts.runs("baseline") {
         println!(
             "baseline: scripts/baselines/pg-handler-baseline.sh, {} clients, {} s per figure",
             opts.clients, opts.secs
         );
-        let (b, load) = with_load(|| baseline(&rt, opts.secs, opts.clients));
+        let (b, load) = with_load(|| baseline(&rt, Baseline::SetBased, opts.secs, opts.clients));
         match b {
             Ok(b) => base = Some((b, load)),
             Err(e) => println!("  baseline not measured: {e}"),
@@ -180,37 +231,76 @@ fn main() {
     }
 
     let mut figures: Vec<Figure> = Vec::new();
-    let mut measure = |label: String, run: &dyn Fn() -> Drain| {
+    let mut measure = |label: String, handlers: usize, run: &dyn Fn() -> Drain| {
         quiesce(3);
         let (drain, load) = with_load(run);
         println!(
-            "  {label}: {:.0} msg/s, {:.2} Postgres transactions/msg, then shutdown {:.1} s (load {load})",
+            "  {label}: {:.0} msg/s, {:.2} Postgres transactions/msg, CPU per message {:.0} µs in the bench's \
+             process, {:.0} µs on the machine ({:.0}% busy), then shutdown {:.1} s (load {load})",
             drain.rate,
             drain.tx_per_msg,
+            drain.cpu.process_us,
+            drain.cpu.machine_us,
+            100.0 * drain.cpu.busy,
             drain.shutdown.as_secs_f64()
         );
-        figures.push(Figure { label, drain, load });
+        figures.push(Figure {
+            label,
+            handlers,
+            drain,
+            load,
+        });
     };
     let n = opts.messages;
     let pool = opts.pool;
+    let g = opts.group;
+    // One transaction per message, then group commit (unless `--group 1` asks for none).
+    let groups: Vec<usize> = if g > 1 { vec![1, g] } else { vec![1] };
+    let mut peeklock: BTreeMap<usize, PeekLockBase> = BTreeMap::new();
+    if opts.runs("peeklock") {
+        println!(
+            "PeekLock: scripts/baselines/peeklock-baseline.sh ({} s per figure), then Courier doing its work \
+             (PeekLock work), at each number of handlers",
+            opts.secs
+        );
+        for &h in &opts.handlers {
+            let bases = peeklock.entry(h).or_default();
+            for which in [Baseline::PeekLock, Baseline::PeekLockNotify] {
+                quiesce(3);
+                let (b, load) = with_load(|| baseline(&rt, which, opts.secs, h));
+                match (b, which) {
+                    (Ok(b), Baseline::PeekLock) => bases.plain = Some((b, load)),
+                    (Ok(b), _) => bases.notify = Some((b, load)),
+                    (Err(e), _) => println!("  {which:?} baseline at {h} clients not measured: {e}"),
+                }
+            }
+            for &group in &groups {
+                measure(courier_label(Work::PeekLock, h, group), h, &|| {
+                    rt.block_on(courier_side::drain(n, h, group, pool, Work::PeekLock))
+                });
+            }
+            if g > 1 {
+                let (label, many) = (in_flight_label(h, g), h * g);
+                measure(label, h, &|| {
+                    rt.block_on(courier_side::drain(n, many, g, pool, Work::PeekLock))
+                });
+            }
+        }
+    }
     if opts.runs("courier") {
         println!("courier: Postgres transport + transport.store() (PgTransportStore)");
-        for &h in &opts.handlers {
-            measure(format!("courier, {h} at once, one transaction per message"), &|| {
-                rt.block_on(courier_side::drain(n, h, 1, pool))
-            });
-        }
-        for &h in &opts.handlers {
-            let g = opts.group;
-            measure(format!("courier, {h} at once, group_commit({g})"), &|| {
-                rt.block_on(courier_side::drain(n, h, g, pool))
-            });
+        for &group in &groups {
+            for &h in &opts.handlers {
+                measure(courier_label(Work::Row, h, group), h, &|| {
+                    rt.block_on(courier_side::drain(n, h, group, pool, Work::Row))
+                });
+            }
         }
     }
     if opts.runs("apalis") {
         println!("apalis 1.0 + apalis-postgres 1.0 (PostgresStorage, default config)");
         for &h in &opts.handlers {
-            measure(format!("apalis, {h} at once"), &|| {
+            measure(format!("apalis, {h} at once"), h, &|| {
                 rt.block_on(peers::apalis(n, h, pool))
             });
         }
@@ -218,7 +308,7 @@ fn main() {
     if opts.runs("graphile") {
         println!("graphile_worker 0.14 (default options, with its LocalQueue: see peers.rs)");
         for &h in &opts.handlers {
-            measure(format!("graphile_worker, {h} at once"), &|| {
+            measure(format!("graphile_worker, {h} at once"), h, &|| {
                 rt.block_on(peers::graphile(n, h, pool))
             });
         }
@@ -245,38 +335,60 @@ fn main() {
         }
     }
 
-    report(&opts, base.as_ref(), &figures, &counters);
+    report(&opts, base.as_ref(), &peeklock, &figures, &counters);
 }
 
 fn report(
     opts: &Opts,
-    base: Option<&((f64, f64), Load)>,
+    base: Option<&Base>,
+    peeklock: &BTreeMap<usize, PeekLockBase>,
     figures: &[Figure],
     counters: &[(Numbering, usize, f64, Load)],
 ) {
     println!();
-    println!("| | msg/s | / baseline 1 msg/tx | / baseline 10 msg/tx | Postgres tx/msg | load before -> after |");
-    println!("|---|---:|---:|---:|---:|---|");
-    if let Some(((one, ten), load)) = base {
-        println!(
-            "| baseline, 1 msg/tx, {} clients | {one:.0} | | | 1 | {load} |",
-            opts.clients
-        );
-        println!(
-            "| baseline, 10 msg/tx, {} clients | {ten:.0} | | | 0.1 | (same run) |",
-            opts.clients
-        );
-    }
+    println!(
+        "| | msg/s | / set-based 1 msg/tx | / set-based 10 msg/tx | / PeekLock 1 msg/tx | / PeekLock 10 msg/tx \
+         | Postgres tx/msg | CPU µs/msg: bench process, machine (busy) | load before -> after |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---|");
     let pct = |rate: f64, of: Option<f64>| of.map_or_else(String::new, |b| format!("{:.0}%", 100.0 * rate / b));
+    if let Some(((one, ten), load)) = base {
+        let c = opts.clients;
+        println!("| set-based baseline, 1 msg/tx, {c} clients | {one:.0} | | | | | 1 | | {load} |");
+        println!("| set-based baseline, 10 msg/tx, {c} clients | {ten:.0} | | | | | 0.1 | | (same run) |");
+    }
+    for (h, bases) in peeklock {
+        for (name, base) in [
+            ("PeekLock baseline", &bases.plain),
+            ("PeekLock baseline with pg_notify", &bases.notify),
+        ] {
+            if let Some(((one, ten), load)) = base {
+                let (p1, p10) = match (&bases.plain, base) {
+                    (Some(((p1, p10), _)), _) if name.ends_with("notify") => {
+                        (pct(*one, Some(*p1)), pct(*ten, Some(*p10)))
+                    }
+                    _ => (String::new(), String::new()),
+                };
+                println!("| {name}, 1 msg/tx, {h} clients | {one:.0} | | | {p1} | | 2 | | {load} |");
+                println!("| {name}, 10 msg/tx, {h} clients | {ten:.0} | | | | {p10} | 0.2 | | (same run) |");
+            }
+        }
+    }
     let (one, ten) = (base.map(|b| b.0.0), base.map(|b| b.0.1));
     for f in figures {
+        let peek = peeklock.get(&f.handlers).and_then(|b| b.plain.as_ref()).map(|b| b.0);
         println!(
-            "| {} | {:.0} | {} | {} | {:.2} | {} |",
+            "| {} | {:.0} | {} | {} | {} | {} | {:.2} | {:.0}, {:.0} ({:.0}%) | {} |",
             f.label,
             f.drain.rate,
             pct(f.drain.rate, one),
             pct(f.drain.rate, ten),
+            pct(f.drain.rate, peek.map(|p| p.0)),
+            pct(f.drain.rate, peek.map(|p| p.1)),
             f.drain.tx_per_msg,
+            f.drain.cpu.process_us,
+            f.drain.cpu.machine_us,
+            100.0 * f.drain.cpu.busy,
             f.load
         );
     }
@@ -288,34 +400,63 @@ fn report(
             println!("| {} | {s} | {rate:.0} | {load} |", numbering.label());
         }
     }
-    targets(opts, one, ten, figures);
+    targets(opts, one, ten, peeklock, figures);
 }
 
-/// The issue's targets, for each number of handlers.
-fn targets(opts: &Opts, one: Option<f64>, ten: Option<f64>, figures: &[Figure]) {
+/// The issues' targets, for each number of handlers.
+fn targets(
+    opts: &Opts,
+    one: Option<f64>,
+    ten: Option<f64>,
+    peeklock: &BTreeMap<usize, PeekLockBase>,
+    figures: &[Figure],
+) {
     let find = |label: &str| figures.iter().find(|f| f.label == label).map(|f| f.drain.rate);
+    let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
+    let g = opts.group;
     println!();
     for &h in &opts.handlers {
-        let alone = find(&format!("courier, {h} at once, one transaction per message"));
-        let grouped = find(&format!("courier, {h} at once, group_commit({})", opts.group));
-        let peers = [
-            find(&format!("apalis, {h} at once")),
-            find(&format!("graphile_worker, {h} at once")),
-        ];
-        let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
-        if let (Some(a), Some(b)) = (alone, one) {
+        let alone = find(&courier_label(Work::PeekLock, h, 1));
+        let grouped = find(&courier_label(Work::PeekLock, h, g));
+        let base = peeklock.get(&h).and_then(|b| b.plain.as_ref()).map(|b| b.0);
+        if let (Some(a), Some((b, _))) = (alone, base) {
             println!(
-                "target, {h} at once: >= 80% of the baseline at 1 msg/tx without group commit: {:.0}%, {}",
+                "target (issue 32), {h} at once: Courier with the PeekLock work, one transaction per message, \
+                 >= 80% of the PeekLock baseline at 1 msg/tx ({h} clients): {a:.0} / {b:.0} = {:.0}%, {}",
                 100.0 * a / b,
                 verdict(a >= 0.8 * b)
             );
         }
-        if let (Some(g), Some(b)) = (grouped, ten) {
+        if let (Some(a), Some((_, b))) = (grouped, base) {
             println!(
-                "target, {h} at once: >= 80% of the baseline at 10 msg/tx with group_commit({}): {:.0}%, {}",
-                opts.group,
-                100.0 * g / b,
-                verdict(g >= 0.8 * b)
+                "target (issue 32), {h} at once: Courier with the PeekLock work, group_commit({g}), \
+                 >= 80% of the PeekLock baseline at 10 msg/tx ({h} clients): {a:.0} / {b:.0} = {:.0}%, {}",
+                100.0 * a / b,
+                verdict(a >= 0.8 * b)
+            );
+        }
+    }
+    for &h in &opts.handlers {
+        let alone = find(&courier_label(Work::Row, h, 1));
+        let grouped = find(&courier_label(Work::Row, h, g));
+        let peers = [
+            find(&format!("apalis, {h} at once")),
+            find(&format!("graphile_worker, {h} at once")),
+        ];
+        if let (Some(a), Some(b)) = (alone, one) {
+            println!(
+                "target (issue 15), {h} at once: >= 80% of the set-based baseline at 1 msg/tx without group commit: \
+                 {:.0}%, {}",
+                100.0 * a / b,
+                verdict(a >= 0.8 * b)
+            );
+        }
+        if let (Some(gr), Some(b)) = (grouped, ten) {
+            println!(
+                "target (issue 15), {h} at once: >= 80% of the set-based baseline at 10 msg/tx with group_commit({g}): \
+                 {:.0}%, {}",
+                100.0 * gr / b,
+                verdict(gr >= 0.8 * b)
             );
         }
         let best = alone

@@ -24,8 +24,8 @@ use serde::{Deserialize, Serialize};
 use sqlx::postgres::PgPoolOptions;
 
 use crate::common::{
-    CREATE_ORDERS, Drain, INSERT_ORDER, PlaceOrder, Progress, admin_connection, completed, fresh_database, order_bytes,
-    order_key, xacts,
+    CREATE_ORDERS, CpuMark, Drain, INSERT_ORDER, PlaceOrder, Progress, admin_connection, completed, fresh_database,
+    order_bytes, order_key, xacts,
 };
 
 /// What an apalis handler gets besides the job.
@@ -68,6 +68,7 @@ pub(crate) async fn apalis(n: u64, handlers: usize, pool_size: u32) -> Drain {
 
     let progress = Arc::new(Progress::new(n));
     let start = Instant::now();
+    let cpu = CpuMark::now();
     let worker = WorkerBuilder::new("bench")
         .backend(storage)
         .data(ApalisState {
@@ -85,6 +86,7 @@ pub(crate) async fn apalis(n: u64, handlers: usize, pool_size: u32) -> Drain {
     progress.done.notified().await;
     completed(&pool, "SELECT count(*) FROM apalis.jobs WHERE status <> 'Done'").await;
     let rate = n as f64 / start.elapsed().as_secs_f64();
+    let cpu = cpu.per_message(n);
     let stopping = Instant::now();
     stop.notify_one();
     running.await.unwrap().expect("the apalis worker ran");
@@ -109,6 +111,7 @@ pub(crate) async fn apalis(n: u64, handlers: usize, pool_size: u32) -> Drain {
         rate,
         shutdown,
         tx_per_msg,
+        cpu,
     }
 }
 
@@ -187,6 +190,7 @@ pub(crate) async fn graphile(n: u64, handlers: usize, pool_size: u32) -> Drain {
     let before = xacts(&mut admin, db.name()).await;
 
     let start = Instant::now();
+    let cpu = CpuMark::now();
     let worker = Arc::new(worker);
     let running = tokio::spawn({
         let worker = worker.clone();
@@ -195,6 +199,7 @@ pub(crate) async fn graphile(n: u64, handlers: usize, pool_size: u32) -> Drain {
     progress.done.notified().await;
     completed(&pool, "SELECT count(*) FROM graphile_worker._private_jobs").await;
     let rate = n as f64 / start.elapsed().as_secs_f64();
+    let cpu = cpu.per_message(n);
     let stopping = Instant::now();
     stop.notify_one();
     running.await.unwrap().expect("the graphile_worker worker ran");
@@ -220,5 +225,6 @@ pub(crate) async fn graphile(n: u64, handlers: usize, pool_size: u32) -> Drain {
         rate,
         shutdown,
         tx_per_msg,
+        cpu,
     }
 }
