@@ -12,10 +12,12 @@
     unreachable_pub
 )]
 
+mod close;
 mod corpus;
 mod foreign;
 mod leftovers;
 mod malformed;
+mod quiet;
 mod retry_headers;
 mod scheduled;
 mod support;

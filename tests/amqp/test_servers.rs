@@ -62,3 +62,52 @@ async fn each_test_gets_a_database_and_a_vhost_of_its_own() {
     a.drop_database().await.unwrap();
     b.drop_database().await.unwrap();
 }
+
+/// A test binary says once which servers it uses, without their passwords: a child
+/// process (`courier-test-child databases`, which makes a database and, with `AMQP_URL`,
+/// a vhost) is read on its standard error.
+#[test]
+fn a_test_binary_says_which_servers_it_uses() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::{Command, Stdio};
+
+    let mut command = Command::new(env!("CARGO_BIN_EXE_courier-test-child"));
+    command.arg("databases").stdout(Stdio::piped()).stderr(Stdio::piped());
+    // A password, which the line must not show (the local server trusts its users).
+    if let Ok(url) = std::env::var("DATABASE_URL") {
+        command.env("DATABASE_URL", url.replacen("postgres@", "postgres:pg-secret@", 1));
+    }
+    let mut child = command.spawn().unwrap();
+    let mut ready = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut ready)
+        .unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let mut said = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut said).unwrap();
+    assert!(
+        ready.starts_with("READY"),
+        "the child made its servers: {ready}\n{said}"
+    );
+    let lines: Vec<&str> = said
+        .lines()
+        .filter(|l| l.starts_with("courier::test_servers:"))
+        .collect();
+    let postgres: Vec<&&str> = lines.iter().filter(|l| l.contains(": Postgres: ")).collect();
+    assert_eq!(postgres.len(), 1, "one line for Postgres: {said}");
+    let expected_source = if std::env::var_os("DATABASE_URL").is_some() {
+        "DATABASE_URL (postgres@"
+    } else {
+        "container "
+    };
+    assert!(postgres[0].contains(expected_source), "{}", postgres[0]);
+    if std::env::var_os("AMQP_URL").is_some() {
+        let rabbit: Vec<&&str> = lines.iter().filter(|l| l.contains(": RabbitMQ: AMQP_URL (")).collect();
+        assert_eq!(rabbit.len(), 1, "one line for RabbitMQ: {said}");
+    }
+    assert!(
+        !said.contains("pg-secret") && !said.contains("guest:guest"),
+        "no password is shown: {said}"
+    );
+}

@@ -1,14 +1,16 @@
 //! One connection to RabbitMQ, re-established with backoff when it drops, with the
-//! topology declared again on every new connection.
+//! topology declared again on every new connection, and its close: in an order that lets
+//! the channels being closed finish first, and bounded at every step (a shutdown ends).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString};
-use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+use lapin::{Channel, ChannelStatus, Connection, ConnectionProperties, ExchangeKind};
 use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
 
 use crate::entity::QueueOptions;
 use crate::error::{Error, ErrorKind, Result};
@@ -44,9 +46,53 @@ pub(crate) struct Connector {
     current: Mutex<Option<Arc<Connection>>>,
     generation: AtomicU64,
     closed: AtomicBool,
+    /// Cancelled by [`Connector::close`]: a connection attempt in progress (which holds
+    /// `current`) gives up at once instead of making close wait for it.
+    closing: CancellationToken,
     connect_timeout: Duration,
     topology: std::sync::Mutex<Vec<Declaration>>,
+    /// The status of every channel opened on the current connection and not yet seen
+    /// closed: [`Connector::close`] lets those being closed finish before it closes the
+    /// connection.
+    opened: std::sync::Mutex<Vec<ChannelStatus>>,
+    /// Where [`Connector::close`] is ([`ClosePhase`]), for what a watchdog reports.
+    phase: AtomicU8,
 }
+
+/// Where [`Connector::close`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum ClosePhase {
+    /// Not closing.
+    Open = 0,
+    /// Waiting for a connection attempt in progress to give up.
+    Lock = 1,
+    /// Waiting for RabbitMQ to confirm the channels being closed.
+    Channels = 2,
+    /// Waiting for RabbitMQ's `connection.close-ok`.
+    CloseOk = 3,
+    /// Closed.
+    Done = 4,
+}
+
+impl ClosePhase {
+    fn of(n: u8) -> Self {
+        match n {
+            1 => Self::Lock,
+            2 => Self::Channels,
+            3 => Self::CloseOk,
+            4 => Self::Done,
+            _ => Self::Open,
+        }
+    }
+}
+
+/// How long [`Connector::close`] waits for the channels being closed to be confirmed.
+const CHANNELS_CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+/// How long [`Connector::close`] waits for RabbitMQ's `connection.close-ok` before it
+/// drops the connection without it.
+const CLOSE_OK_WAIT: Duration = Duration::from_secs(10);
 
 /// `amqp://user:secret@host/vhost` -> `amqp://user:***@host/vhost`.
 pub(crate) fn redact(url: &str) -> String {
@@ -92,8 +138,11 @@ impl Connector {
             current: Mutex::new(None),
             generation: AtomicU64::new(0),
             closed: AtomicBool::new(false),
+            closing: CancellationToken::new(),
             connect_timeout,
             topology: std::sync::Mutex::new(Vec::new()),
+            opened: std::sync::Mutex::new(Vec::new()),
+            phase: AtomicU8::new(ClosePhase::Open as u8),
         }
     }
 
@@ -124,13 +173,34 @@ impl Connector {
     /// [`ErrorKind::Connection`].
     pub(crate) async fn connection(&self) -> Result<Arc<Connection>> {
         self.check_open()?;
-        let mut current = self.current.lock().await;
+        let mut current = tokio::select! {
+            () = self.closing.cancelled() => return Err(Error::new(ErrorKind::Closed)),
+            current = self.current.lock() => current,
+        };
         if let Some(c) = current.as_ref()
             && c.status().connected()
         {
             return Ok(c.clone());
         }
         *current = None;
+        if let Ok(mut opened) = self.opened.lock() {
+            opened.clear();
+        }
+        // Closing gives up a connection attempt (connecting, declaring the topology again)
+        // at once: close never waits for one.
+        tokio::select! {
+            () = self.closing.cancelled() => Err(Error::new(ErrorKind::Closed)),
+            made = self.reconnect() => {
+                let connection = made?;
+                *current = Some(connection.clone());
+                Ok(connection)
+            }
+        }
+    }
+
+    /// Connects with backoff for at most the connect timeout and declares the topology
+    /// again on the new connection.
+    async fn reconnect(&self) -> Result<Arc<Connection>> {
         let deadline = tokio::time::Instant::now() + self.connect_timeout;
         let mut backoff = Duration::from_millis(50);
         loop {
@@ -140,22 +210,30 @@ impl Connector {
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             let attempt = tokio::time::timeout(left, self.connect(properties)).await;
             let failure = match attempt {
-                Ok(Ok(connection)) => match self.redeclare(&connection).await {
-                    Ok(()) => {
-                        let connection = Arc::new(connection);
-                        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
-                        if generation > 1 {
-                            tracing::info!(broker = %self.display, generation, "reconnected to RabbitMQ");
-                            crate::endpoint::metrics::reconnected("amqp");
+                Ok(Ok(connection)) => {
+                    // Bounded like the connecting: a broker that stops answering while the
+                    // topology is declared again is a failed attempt, not a wait without end.
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    match tokio::time::timeout(left, self.redeclare(&connection)).await {
+                        Ok(Ok(())) => {
+                            let connection = Arc::new(connection);
+                            let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+                            if generation > 1 {
+                                tracing::info!(broker = %self.display, generation, "reconnected to RabbitMQ");
+                                crate::endpoint::metrics::reconnected("amqp");
+                            }
+                            return Ok(connection);
                         }
-                        *current = Some(connection.clone());
-                        return Ok(connection);
+                        Ok(Err(e)) => {
+                            close_within(&connection, CLOSE_OK_WAIT, 200, "redeclaring failed").await;
+                            e.to_string()
+                        }
+                        Err(_) => {
+                            close_within(&connection, CLOSE_OK_WAIT, 200, "redeclaring timed out").await;
+                            "declaring the topology again timed out".to_owned()
+                        }
                     }
-                    Err(e) => {
-                        let _ = connection.close(200, "redeclaring failed".into()).await;
-                        e.to_string()
-                    }
-                },
+                }
                 // A refused login (403 ACCESS_REFUSED) or a virtual host the user may not
                 // open (530 NOT_ALLOWED) is the broker's answer, not a network failure:
                 // trying again for the rest of the timeout cannot help.
@@ -202,10 +280,16 @@ impl Connector {
     /// A new channel on the live connection.
     pub(crate) async fn channel(&self) -> Result<Channel> {
         let connection = self.connection().await?;
-        connection
+        let channel = connection
             .create_channel()
             .await
-            .map_err(|e| connection_error("cannot open a channel", &e))
+            .map_err(|e| connection_error("cannot open a channel", &e))?;
+        if let Ok(mut opened) = self.opened.lock() {
+            // Those seen closed are forgotten: the list stays as long as the channels open.
+            opened.retain(|s| s.connected() || s.closing() || s.initializing());
+            opened.push(channel.status().clone());
+        }
+        Ok(channel)
     }
 
     /// Remembers a declaration, to be made again on every new connection.
@@ -255,11 +339,75 @@ impl Connector {
     }
 
     /// Closes the connection; every later call fails with [`ErrorKind::Closed`].
+    ///
+    /// In this order, each step bounded, so that a close ends and logs nothing from lapin:
+    /// a connection attempt in progress gives up; the channels whose last handle was just
+    /// dropped (a receiver's, a sender's, at the shutdown of an endpoint) finish closing,
+    /// since lapin closes such a channel later, on its own task, and one it closes after
+    /// the connection began to close fails and puts the whole connection in error
+    /// (`ERROR lapin::channels: Connection error invalid channel state: Closing`); then
+    /// the connection closes, waiting at most [`CLOSE_OK_WAIT`] for RabbitMQ's answer.
     pub(crate) async fn close(&self) {
         self.closed.store(true, Ordering::Release);
+        self.closing.cancel();
+        self.set_phase(ClosePhase::Lock);
         let current = self.current.lock().await.take();
         if let Some(c) = current {
-            let _ = c.close(200, "closed by the application".into()).await;
+            self.set_phase(ClosePhase::Channels);
+            self.let_channels_close(&c).await;
+            self.set_phase(ClosePhase::CloseOk);
+            close_within(&c, CLOSE_OK_WAIT, 200, "closed by the application").await;
+        }
+        self.set_phase(ClosePhase::Done);
+    }
+
+    fn set_phase(&self, phase: ClosePhase) {
+        self.phase.store(phase as u8, Ordering::Release);
+    }
+
+    /// Where [`Connector::close`] is, and the state of the connection: what a watchdog
+    /// reports when a close takes too long.
+    pub(crate) fn close_progress(&self) -> String {
+        let phase = ClosePhase::of(self.phase.load(Ordering::Acquire));
+        let connection = match self.current.try_lock() {
+            Ok(c) => match c.as_ref() {
+                Some(c) => describe(c),
+                None => "none".to_owned(),
+            },
+            Err(_) => "locked (a connection attempt or the close holds it)".to_owned(),
+        };
+        let channels = self
+            .opened
+            .lock()
+            .map_or(0, |o| o.iter().filter(|s| s.closing()).count());
+        format!("close phase {phase:?}; connection {connection}; {channels} channel(s) closing")
+    }
+
+    /// Lets lapin finish closing the channels dropped just before: a round trip through
+    /// lapin's command queue and the broker (a channel opened and closed) makes sure the
+    /// close of every channel dropped before it has begun, then the wait is for
+    /// RabbitMQ's `channel.close-ok` of those being closed. Bounded by
+    /// [`CHANNELS_CLOSE_WAIT`]; channels still open (held by the application) close with
+    /// the connection.
+    async fn let_channels_close(&self, connection: &Connection) {
+        let settle = async {
+            if let Ok(barrier) = connection.create_channel().await {
+                let _ = barrier.close(200, "OK".into()).await;
+            }
+            loop {
+                let closing = self.opened.lock().is_ok_and(|o| o.iter().any(ChannelStatus::closing));
+                if !closing || !connection.status().connected() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        };
+        if tokio::time::timeout(CHANNELS_CLOSE_WAIT, settle).await.is_err() {
+            tracing::warn!(
+                broker = %self.display,
+                "RabbitMQ did not confirm the close of every channel within {} s; the connection is closed anyway",
+                CHANNELS_CLOSE_WAIT.as_secs()
+            );
         }
     }
 
@@ -267,8 +415,50 @@ impl Connector {
     pub(crate) async fn sever(&self) {
         let current = self.current.lock().await.take();
         if let Some(c) = current {
-            let _ = c.close(320, "severed".into()).await;
+            close_within(&c, CLOSE_OK_WAIT, 320, "severed").await;
         }
+    }
+}
+
+/// Closes `connection` with `code`, waiting at most `wait` for RabbitMQ's `connection.close-ok`;
+/// past it the connection is dropped without it (its socket closes with the last handle)
+/// and a warning says what was waited for.
+async fn close_within(connection: &Connection, wait: Duration, code: u16, reason: &str) {
+    if !connection.status().connected() {
+        return;
+    }
+    if tokio::time::timeout(wait, connection.close(code, reason.into()))
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            connection = %describe(connection),
+            "RabbitMQ did not confirm the close of the connection within {} s; it is dropped without it",
+            wait.as_secs()
+        );
+    }
+}
+
+/// The state of a connection, in words.
+fn describe(c: &Connection) -> String {
+    let s = c.status();
+    let state = if s.connected() {
+        "connected"
+    } else if s.closing() {
+        "closing"
+    } else if s.closed() {
+        "closed"
+    } else if s.errored() {
+        "in error"
+    } else if s.connecting() || s.reconnecting() {
+        "connecting"
+    } else {
+        "unknown"
+    };
+    if s.blocked() {
+        format!("{state}, blocked by the broker (a resource alarm)")
+    } else {
+        state.to_owned()
     }
 }
 

@@ -27,6 +27,7 @@ mod parked;
 mod publish;
 mod receiver;
 mod registry;
+mod rules;
 mod schedule;
 mod seal;
 mod sender;
@@ -50,9 +51,7 @@ use crate::entity::{
 };
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Envelope, ReceivedMessage, SequenceNumber};
-use crate::transport::{
-    BentRule, Capabilities, Receiver, Sender, SenderOptions, SessionReceiver, SessionSelector, Transport,
-};
+use crate::transport::{Capabilities, Receiver, Sender, SenderOptions, SessionReceiver, SessionSelector, Transport};
 
 pub use admin::AmqpAdmin;
 use conn::{Connector, Declaration, connection_error, declare, reply_code};
@@ -60,6 +59,8 @@ use inspect::WireCounters;
 pub use inspect::WireStats;
 use publish::{ConfirmChannel, Target, finish};
 use receiver::AmqpReceiver;
+use rules::bent_rules;
+pub(crate) use rules::unsupported;
 pub use schedule::ScheduleStore;
 use schedule::{Due, Publish, Published};
 use sender::AmqpSender;
@@ -74,67 +75,12 @@ static LAST_SEQUENCE_NUMBER: AtomicI64 = AtomicI64::new(0);
 /// How many due scheduled messages one dispatch round publishes.
 const DISPATCH_BATCH: i64 = 200;
 
-fn unsupported(capability: &'static str, rule: &'static str) -> Error {
-    let reason = bent_rules()
-        .into_iter()
-        .find(|b| b.rule == rule)
-        .map_or("RabbitMQ cannot do this", |b| b.reason);
-    Error::new(ErrorKind::Unsupported {
-        transport: "amqp",
-        capability,
-        rule,
-        reason,
-    })
-}
-
-fn bent_rules() -> Vec<BentRule> {
-    vec![
-        BentRule {
-            rule: "S1.3 batch",
-            reason: "a batch of confirmed publishes cannot be all-or-nothing on RabbitMQ (transactions and confirms exclude each other)",
-            substitute: "a batch is pipelined; a failure hands back exactly the messages that were not confirmed, to send again with the same ids",
-        },
-        BentRule {
-            rule: "S2.3",
-            reason: "RabbitMQ has no lock duration: an unacknowledged message stays with its consumer until it is settled or the channel closes",
-            substitute: "a consumer that dies or disconnects gives its messages back at once; a lock duration other than the default 60 s is refused",
-        },
-        BentRule {
-            rule: "S2.4",
-            reason: "there is no lock to renew: it lasts as long as the consumer's channel",
-            substitute: "Delivery::locked_until is None, so endpoints never renew; renew_lock is refused",
-        },
-        BentRule {
-            rule: "S2.5",
-            reason: "AMQP 0-9-1 has no deferral",
-            substitute: "keep such messages in the application's store, or schedule them again with Sender::schedule",
-        },
-        BentRule {
-            rule: "S2.5 abandon",
-            reason: "basic.nack cannot change the message it requeues",
-            substitute: "abandon requeues the message unchanged (delivery count + 1); the endpoint writes its failure headers on the dead-lettered copy",
-        },
-        BentRule {
-            rule: "S3.1",
-            reason: "RabbitMQ does not number messages",
-            substitute: "the sending process stamps x-courier-sequence-number: unique and increasing per sending process, not gap-free and not comparable across processes",
-        },
-        BentRule {
-            rule: "S3.2",
-            reason: "RabbitMQ does not stamp an enqueued time",
-            substitute: "the sender stamps x-courier-enqueued-time (milliseconds) and the AMQP timestamp (seconds) from its clock",
-        },
-        BentRule {
-            rule: "S4.1",
-            reason: "AMQP 0-9-1 has no sessions",
-            substitute: "none built in: for ordered processing, give the ordered messages a queue of their own with one consumer (an endpoint with concurrency 1)",
-        },
-        BentRule {
-            rule: "S6.1",
-            reason: "RabbitMQ cannot browse a queue without taking its messages",
-            substitute: "counts() gives ready, dead-lettered and scheduled counts; the management UI shows messages",
-        },
-    ]
+/// What a RabbitMQ name is: a queue (a Courier queue or subscription) or an exchange (a
+/// Courier topic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Queue,
+    Topic,
 }
 
 /// What the transport's parts share.
@@ -221,6 +167,48 @@ impl Inner {
             Err(e) if reply_code(&e) == Some(404) => Ok(false),
             Err(e) => Err(self.failure("cannot look up a topic", &e)),
         }
+    }
+
+    /// What `name` is known to be without asking RabbitMQ: declared through this
+    /// transport, or recorded in the schedule store by any transport sharing it. A lookup
+    /// of an entity that is not there makes RabbitMQ close the channel, which lapin logs
+    /// at ERROR: knowing the kind first spares a healthy run those lines.
+    async fn known_kind(&self, name: &str) -> Option<Kind> {
+        let declared = self.conn.declared().into_iter().find_map(|d| match d {
+            Declaration::Queue { name: q, .. } if q == name => Some(Kind::Queue),
+            Declaration::Topic { name: t } if t == name => Some(Kind::Topic),
+            Declaration::Subscription { topic, name: s, .. } if wire::subscription_queue(&topic, &s) == name => {
+                Some(Kind::Queue)
+            }
+            _ => None,
+        });
+        if declared.is_some() {
+            return declared;
+        }
+        let store = self.schedules.as_ref()?;
+        match store.recorded_kind(name).await {
+            Ok(Some(1)) => Some(Kind::Topic),
+            Ok(Some(_)) => Some(Kind::Queue),
+            Ok(None) | Err(_) => None,
+        }
+    }
+
+    /// Where a sender to `entity` publishes: its queue or its topic, looked up as what it
+    /// is known to be first (then as the other, for a record gone stale); `None` when
+    /// neither exists.
+    async fn target_of(&self, entity: &str) -> Result<Option<Target>> {
+        let as_queue = |entity: &str| Target::Queue(entity.to_owned());
+        let as_topic = |entity: &str| Target::Topic(entity.to_owned());
+        if self.known_kind(entity).await == Some(Kind::Topic) {
+            if self.topic_exists(entity).await? {
+                return Ok(Some(as_topic(entity)));
+            }
+            return Ok(self.queue_exists(entity).await?.map(|_| as_queue(entity)));
+        }
+        if self.queue_exists(entity).await?.is_some() {
+            return Ok(Some(as_queue(entity)));
+        }
+        Ok(self.topic_exists(entity).await?.then(|| as_topic(entity)))
     }
 
     fn failure(&self, context: &str, e: &lapin::Error) -> Error {
@@ -539,6 +527,13 @@ impl AmqpTransport {
         self.inner.wire.snapshot()
     }
 
+    /// Where [`Transport::close`] is and the state of the connection, in words: what a
+    /// watchdog reports when a close takes too long. For tests.
+    #[doc(hidden)]
+    pub fn close_progress(&self) -> String {
+        self.inner.conn.close_progress()
+    }
+
     /// Drops the connection as a network failure would: unsettled messages go back to
     /// their queues, and the next call reconnects. For tests of recovery.
     #[doc(hidden)]
@@ -558,6 +553,20 @@ impl AmqpTransport {
             }));
         }
         Err(Error::new(ErrorKind::EntityNotFound { path: path.to_string() }))
+    }
+
+    async fn delete_topic(&self, topic: &str) -> Result<()> {
+        let r = self
+            .inner
+            .on_fresh_channel(|c| async move { c.exchange_delete(topic.into(), Default::default()).await })
+            .await?;
+        r.map_err(|e| self.inner.failure("cannot delete a topic", &e))?;
+        self.inner.conn.forget(topic);
+        if let Some(store) = &self.inner.schedules {
+            store.delete_for(topic).await?;
+            store.unrecord(topic).await?;
+        }
+        Ok(())
     }
 
     fn check_queue_options(options: &QueueOptions) -> Result<()> {
@@ -650,6 +659,13 @@ impl Transport for AmqpTransport {
     async fn delete(&self, path: &EntityPath) -> Result<()> {
         path.validate()?;
         let queue = wire::queue_of(path);
+        let maybe_topic = path.topic().is_none() && path.sub_queue() == SubQueue::Main;
+        // A name known as a topic is looked up as one first: no lookup of a queue that is
+        // not there (which RabbitMQ answers by closing the channel, and lapin logs at ERROR).
+        let topic_first = maybe_topic && self.inner.known_kind(path.name()).await == Some(Kind::Topic);
+        if topic_first && self.inner.topic_exists(path.name()).await? {
+            return self.delete_topic(path.name()).await;
+        }
         if self.inner.queue_exists(&queue).await?.is_some() {
             self.inner.delete_queue(&queue).await?;
             self.inner.conn.forget(&queue);
@@ -660,19 +676,8 @@ impl Transport for AmqpTransport {
             }
             return Ok(());
         }
-        if path.topic().is_none() && self.inner.topic_exists(path.name()).await? {
-            let topic = path.name();
-            let r = self
-                .inner
-                .on_fresh_channel(|c| async move { c.exchange_delete(topic.into(), Default::default()).await })
-                .await?;
-            r.map_err(|e| self.inner.failure("cannot delete a topic", &e))?;
-            self.inner.conn.forget(topic);
-            if let Some(store) = &self.inner.schedules {
-                store.delete_for(topic).await?;
-                store.unrecord(topic).await?;
-            }
-            return Ok(());
+        if maybe_topic && !topic_first && self.inner.topic_exists(path.name()).await? {
+            return self.delete_topic(path.name()).await;
         }
         Err(Error::new(ErrorKind::EntityNotFound { path: path.to_string() }))
     }
@@ -680,11 +685,7 @@ impl Transport for AmqpTransport {
     async fn sender(&self, entity: &str, options: SenderOptions) -> Result<Arc<dyn Sender>> {
         validate_name(entity)?;
         options.validate()?;
-        let target = if self.inner.queue_exists(entity).await?.is_some() {
-            Target::Queue(entity.to_owned())
-        } else if self.inner.topic_exists(entity).await? {
-            Target::Topic(entity.to_owned())
-        } else {
+        let Some(target) = self.inner.target_of(entity).await? else {
             return Err(Error::new(ErrorKind::EntityNotFound {
                 path: entity.to_owned(),
             }));

@@ -94,6 +94,25 @@ impl ScheduleStore {
         .await
     }
 
+    /// The kind recorded for the RabbitMQ queue or exchange `name` (0 queue, 1 topic, 2
+    /// subscription), if any.
+    pub(crate) async fn recorded_kind(&self, name: &str) -> Result<Option<i16>> {
+        let failed = |e| db_error("cannot read a declared entity", e);
+        match self {
+            #[cfg(feature = "postgres")]
+            Self::Postgres(pool) => sqlx::query_scalar("SELECT kind FROM courier.amqp_entity WHERE queue = $1")
+                .bind(name)
+                .fetch_optional(pool)
+                .await
+                .map_err(failed),
+            Self::Sqlite(store) => sqlx::query_scalar("SELECT kind FROM courier_amqp_entity WHERE queue = ?")
+                .bind(name)
+                .fetch_optional(store.pool())
+                .await
+                .map_err(failed),
+        }
+    }
+
     /// Every recorded entity, by Courier name.
     pub(crate) async fn recorded(&self) -> Result<Vec<Recorded>> {
         let failed = |e| db_error("cannot list the declared entities", e);

@@ -494,6 +494,12 @@ impl Bus {
             return Ok(s);
         }
         let transport = &self.inner.transport;
+        if is_topic {
+            // Declared first (creating an existing topic changes nothing): a lookup of a
+            // topic not there yet is an error some brokers' clients log (RabbitMQ closes the
+            // channel, lapin logs it at ERROR). A failure here is met again just below.
+            let _ = transport.create_topic(destination, &TopicOptions::default()).await;
+        }
         let sender = match transport.sender(destination, SenderOptions::default()).await {
             Ok(s) => s,
             Err(e) if is_topic && matches!(e.kind(), ErrorKind::EntityNotFound { .. }) => {

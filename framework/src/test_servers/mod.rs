@@ -14,6 +14,12 @@
 //! 3. The servers on this machine's default ports: Postgres on 127.0.0.1:5432 as user
 //!    `postgres`, RabbitMQ on 127.0.0.1:5672 as `guest` (with `rabbitmqctl` for vhosts).
 //!
+//! Which one a test binary uses is said once per process and server, when it is chosen:
+//! a line on standard error (`courier::test_servers: Postgres: ...`), which the test
+//! harness shows with the output of a failing test (or with `--nocapture`), and the same
+//! as an `INFO` event of target `courier::test_servers` for a test that logs. Passwords
+//! are never shown.
+//!
 //! A vhost also names the broker's management HTTP API ([`TestVhost::management_url`]):
 //! `RABBITMQ_MANAGEMENT_URL` beside `AMQP_URL`, else port 15672 of the broker's host
 //! (the container's, published on a host port of its own), with the AMQP user and
@@ -246,7 +252,13 @@ static POSTGRES: OnceCell<PgConnectOptions> = OnceCell::const_new();
 /// [`ServerError::NoServer`] when there is no server; the server's or Docker's error
 /// otherwise.
 pub async fn postgres_database() -> Result<TestDatabase, ServerError> {
-    let admin = POSTGRES.get_or_try_init(postgres_server).await?;
+    let admin = POSTGRES
+        .get_or_try_init(|| async {
+            let (options, source) = postgres_server().await?;
+            announce("Postgres", &source);
+            Ok::<_, ServerError>(options)
+        })
+        .await?;
     postgres_database_on(admin).await
 }
 
@@ -292,12 +304,36 @@ async fn drop_ended_databases(conn: &mut sqlx::PgConnection) {
     }
 }
 
-async fn postgres_server() -> Result<PgConnectOptions, ServerError> {
+/// Says once which server a test binary uses (see the module docs): on standard error,
+/// where the test harness shows it with a test's output, and as an `INFO` event.
+fn announce(what: &str, source: &str) {
+    tracing::info!(target: "courier::test_servers", server = what, source, "test server chosen");
+    eprintln!("courier::test_servers: {what}: {source}");
+}
+
+/// `user@host:port/database` of `options`: no password.
+fn pg_address(options: &PgConnectOptions) -> String {
+    format!(
+        "{}@{}:{}/{}",
+        options.get_username(),
+        options.get_host(),
+        options.get_port(),
+        options.get_database().unwrap_or("postgres")
+    )
+}
+
+/// The server, and in words where it comes from.
+async fn postgres_server() -> Result<(PgConnectOptions, String), ServerError> {
     if let Ok(url) = std::env::var("DATABASE_URL") {
-        return PgConnectOptions::from_str(&url).map_err(|e| ServerError::BadUrl {
+        let options = PgConnectOptions::from_str(&url).map_err(|e| ServerError::BadUrl {
             variable: "DATABASE_URL",
             reason: e.to_string(),
-        });
+        })?;
+        let source = format!(
+            "DATABASE_URL ({}); a database per test is made there",
+            pg_address(&options)
+        );
+        return Ok((options, source));
     }
     if docker_answers().await {
         let image = image("COURIER_TEST_POSTGRES_IMAGE", &POSTGRES_IMAGE, "postgres:17-alpine");
@@ -335,7 +371,12 @@ async fn postgres_server() -> Result<PgConnectOptions, ServerError> {
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        return Ok(options);
+        let source = format!(
+            "container {} from image {image} ({}), removed when this process ends",
+            short(&id),
+            pg_address(&options)
+        );
+        return Ok((options, source));
     }
     let local = PgConnectOptions::new()
         .host("127.0.0.1")
@@ -345,13 +386,22 @@ async fn postgres_server() -> Result<PgConnectOptions, ServerError> {
     match local.connect().await {
         Ok(conn) => {
             let _ = conn.close().await;
-            Ok(local)
+            let source = format!(
+                "the server on this machine's default port ({}): no DATABASE_URL, no Docker engine",
+                pg_address(&local)
+            );
+            Ok((local, source))
         }
         Err(_) => Err(ServerError::NoServer {
             what: "Postgres",
             hint: "set DATABASE_URL, or start a Docker engine, or a server on 127.0.0.1:5432 (user postgres)",
         }),
     }
+}
+
+/// The first 12 characters of a container id, as `docker ps` shows it.
+fn short(id: &str) -> &str {
+    id.get(..12).unwrap_or(id)
 }
 
 /// A virtual host created for one test on the test RabbitMQ. Delete it with
@@ -443,7 +493,14 @@ static RABBITMQ: OnceCell<Broker> = OnceCell::const_new();
 /// another machine; the broker's or Docker's error otherwise.
 #[cfg(feature = "amqp")]
 pub async fn rabbitmq_vhost() -> Result<TestVhost, ServerError> {
-    let broker = RABBITMQ.get_or_try_init(rabbitmq_server).await?.clone();
+    let broker = RABBITMQ
+        .get_or_try_init(|| async {
+            let (broker, source) = rabbitmq_server().await?;
+            announce("RabbitMQ", &source);
+            Ok::<_, ServerError>(broker)
+        })
+        .await?
+        .clone();
     let name = unique_name(owner::VHOST_PREFIX, '-');
     broker.delete_ended_vhosts().await;
     broker.rabbitmqctl(&["add_vhost", &name]).await?;
@@ -457,8 +514,9 @@ pub async fn rabbitmq_vhost() -> Result<TestVhost, ServerError> {
     })
 }
 
+/// The broker, and in words where it comes from.
 #[cfg(feature = "amqp")]
-async fn rabbitmq_server() -> Result<Broker, ServerError> {
+async fn rabbitmq_server() -> Result<(Broker, String), ServerError> {
     if let Ok(url) = std::env::var("AMQP_URL") {
         let bad = |reason: &str| ServerError::BadUrl {
             variable: "AMQP_URL",
@@ -486,12 +544,17 @@ async fn rabbitmq_server() -> Result<Broker, ServerError> {
             });
         }
         let scheme_len = url.len() - rest.len();
-        return Ok(Broker {
+        let source = format!(
+            "AMQP_URL ({}{user}@{host}); a vhost per test is made there with rabbitmqctl",
+            &url[..scheme_len]
+        );
+        let broker = Broker {
             base: format!("{}{authority}", &url[..scheme_len]),
             user: user.to_owned(),
             management,
             container: None,
-        });
+        };
+        return Ok((broker, source));
     }
     if docker_answers().await {
         let image = image(
@@ -522,15 +585,23 @@ async fn rabbitmq_server() -> Result<Broker, ServerError> {
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        return Ok(broker);
+        let source = format!(
+            "container {} from image {image} (amqp://guest@127.0.0.1:{port}), removed when this process ends",
+            short(&id)
+        );
+        return Ok((broker, source));
     }
     if tokio::net::TcpStream::connect("127.0.0.1:5672").await.is_ok() {
-        return Ok(Broker {
+        let broker = Broker {
             base: "amqp://guest:guest@127.0.0.1:5672".into(),
             user: "guest".into(),
             management: "http://guest:guest@127.0.0.1:15672".into(),
             container: None,
-        });
+        };
+        let source = "the broker on this machine's default port (amqp://guest@127.0.0.1:5672): no AMQP_URL, no \
+                      Docker engine"
+            .to_owned();
+        return Ok((broker, source));
     }
     Err(ServerError::NoServer {
         what: "RabbitMQ",

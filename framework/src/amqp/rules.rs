@@ -1,0 +1,70 @@
+//! What RabbitMQ cannot honour of the contract (docs/semantics.md), each with what
+//! Courier does instead: the transport's bent rules, and the error a call to one of them
+//! gets.
+
+use crate::error::{Error, ErrorKind};
+use crate::transport::BentRule;
+
+/// The error of a call RabbitMQ cannot honour: `capability` breaks `rule`.
+pub(crate) fn unsupported(capability: &'static str, rule: &'static str) -> Error {
+    let reason = bent_rules()
+        .into_iter()
+        .find(|b| b.rule == rule)
+        .map_or("RabbitMQ cannot do this", |b| b.reason);
+    Error::new(ErrorKind::Unsupported {
+        transport: "amqp",
+        capability,
+        rule,
+        reason,
+    })
+}
+
+pub(super) fn bent_rules() -> Vec<BentRule> {
+    vec![
+        BentRule {
+            rule: "S1.3 batch",
+            reason: "a batch of confirmed publishes cannot be all-or-nothing on RabbitMQ (transactions and confirms exclude each other)",
+            substitute: "a batch is pipelined; a failure hands back exactly the messages that were not confirmed, to send again with the same ids",
+        },
+        BentRule {
+            rule: "S2.3",
+            reason: "RabbitMQ has no lock duration: an unacknowledged message stays with its consumer until it is settled or the channel closes",
+            substitute: "a consumer that dies or disconnects gives its messages back at once; a lock duration other than the default 60 s is refused",
+        },
+        BentRule {
+            rule: "S2.4",
+            reason: "there is no lock to renew: it lasts as long as the consumer's channel",
+            substitute: "Delivery::locked_until is None, so endpoints never renew; renew_lock is refused",
+        },
+        BentRule {
+            rule: "S2.5",
+            reason: "AMQP 0-9-1 has no deferral",
+            substitute: "keep such messages in the application's store, or schedule them again with Sender::schedule",
+        },
+        BentRule {
+            rule: "S2.5 abandon",
+            reason: "basic.nack cannot change the message it requeues",
+            substitute: "abandon requeues the message unchanged (delivery count + 1); the endpoint writes its failure headers on the dead-lettered copy",
+        },
+        BentRule {
+            rule: "S3.1",
+            reason: "RabbitMQ does not number messages",
+            substitute: "the sending process stamps x-courier-sequence-number: unique and increasing per sending process, not gap-free and not comparable across processes",
+        },
+        BentRule {
+            rule: "S3.2",
+            reason: "RabbitMQ does not stamp an enqueued time",
+            substitute: "the sender stamps x-courier-enqueued-time (milliseconds) and the AMQP timestamp (seconds) from its clock",
+        },
+        BentRule {
+            rule: "S4.1",
+            reason: "AMQP 0-9-1 has no sessions",
+            substitute: "none built in: for ordered processing, give the ordered messages a queue of their own with one consumer (an endpoint with concurrency 1)",
+        },
+        BentRule {
+            rule: "S6.1",
+            reason: "RabbitMQ cannot browse a queue without taking its messages",
+            substitute: "counts() gives ready, dead-lettered and scheduled counts; the management UI shows messages",
+        },
+    ]
+}
