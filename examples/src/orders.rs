@@ -3,8 +3,9 @@
 //! a capture that arrives for an order that was cancelled.
 //!
 //! - `orders` runs the `Order` saga. The payment provider's events carry only a payment
-//!   id, so the saga records it as a correlation property (`ctx.correlate_by`) and
-//!   `PaymentCaptured` finds the order by it (`#[handle(by = payment_id, property = ..)]`).
+//!   id, so the saga records it as a correlation property (declared with
+//!   `#[saga(properties(payment_id))]`, set with `ctx.correlate_by(Self::PAYMENT_ID, ..)`)
+//!   and `PaymentCaptured` finds the order by it (`#[handle(by = payment_id, property = payment_id)]`).
 //!   A capture that finds no order runs the saga's `#[not_found]` handler: a refund.
 //! - `payments` stands in for the provider: it starts a payment at once and captures it
 //!   after a delay (order `o-1` quickly, order `o-2` after its time limit).
@@ -97,7 +98,11 @@ struct Order {
     order_id: String,
 }
 
-#[courier::saga(name = "shop.Order", sends(RequestPayment, ShipOrder, CancelOrder, RefundPayment))]
+#[courier::saga(
+    name = "shop.Order",
+    sends(RequestPayment, ShipOrder, CancelOrder, RefundPayment),
+    properties(payment_id)
+)]
 impl Order {
     #[start(by = order_id)]
     async fn placed(&mut self, msg: PlaceOrder, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
@@ -114,11 +119,11 @@ impl Order {
 
     #[handle(by = order_id)]
     async fn payment_started(&mut self, msg: PaymentStarted, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
-        ctx.correlate_by("payment_id", &msg.payment_id)?;
+        ctx.correlate_by(Self::PAYMENT_ID, &msg.payment_id)?;
         Ok(())
     }
 
-    #[handle(by = payment_id, property = "payment_id")]
+    #[handle(by = payment_id, property = payment_id)]
     async fn captured(&mut self, _msg: PaymentCaptured, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
         ctx.cancel_timeout::<PaymentTimedOut>();
         ctx.send(&ShipOrder {

@@ -17,7 +17,7 @@ use syn::{Attribute, FnArg, ImplItem, ImplItemFn, Item, ItemImpl, LitStr, Type};
 
 use crate::declared::Declared;
 use crate::handler::{combine, first_and_last_spans, name_and_arguments, result_parts, swapped_arguments};
-use crate::message::string_literal;
+use crate::message::{distance, string_literal};
 use crate::version::Versioning;
 
 mod roles;
@@ -40,7 +40,7 @@ struct HandlerModel<'i> {
 }
 
 /// The arguments of `#[saga(...)]`.
-const SAGA_ARGUMENTS: [&str; 5] = ["name", "version", "migrate", "sends", "publishes"];
+const SAGA_ARGUMENTS: [&str; 6] = ["name", "version", "migrate", "sends", "publishes", "properties"];
 /// What `#[saga(...)]` says.
 #[derive(Default)]
 struct SagaArguments {
@@ -50,6 +50,8 @@ struct SagaArguments {
     versioning: Versioning,
     /// `sends(..)` and `publishes(..)`.
     declared: Declared,
+    /// `properties(..)`: the saga's correlation properties.
+    properties: Vec<syn::Ident>,
 }
 
 /// Reads `#[saga(name = "...", version = N, migrate = path, sends(..), publishes(..))]`.
@@ -57,10 +59,27 @@ fn parse_arguments(args: &TokenStream, errors: &mut Vec<syn::Error>) -> SagaArgu
     let mut declared = Declared::default();
     let mut name: Option<LitStr> = None;
     let mut versioning = Versioning::default();
+    let mut properties: Vec<syn::Ident> = Vec::new();
     let mut problems = Vec::new();
     let parser = syn::meta::parser(|meta| {
         if declared.parse(&meta)? {
             return Ok(());
+        }
+        if meta.path.is_ident("properties") {
+            return meta.parse_nested_meta(|inner| {
+                let Some(ident) = inner.path.get_ident() else {
+                    return Err(syn::Error::new_spanned(
+                        &inner.path,
+                        "expected the name of a correlation property: `properties(payment_id)`",
+                    ));
+                };
+                if properties.iter().any(|p| p == ident) {
+                    problems.push(syn::Error::new_spanned(ident, format!("`{ident}` is declared twice")));
+                } else {
+                    properties.push(ident.clone());
+                }
+                Ok(())
+            });
         }
         if meta.path.is_ident("name") {
             let lit = string_literal(&meta, "name = \"accounts.SignUp\"")?;
@@ -93,7 +112,8 @@ fn parse_arguments(args: &TokenStream, errors: &mut Vec<syn::Error>) -> SagaArgu
                 &SAGA_ARGUMENTS,
                 "expected `name = \"accounts.SignUp\"` (the saga's stored name), `version = 2` (the version of its \
                  state's shape), `migrate = Self::migrate` (what brings an older state to it), `sends(T, ..)` and \
-                 `publishes(T, ..)` (the message types its handlers send, checked against the routes at start)",
+                 `publishes(T, ..)` (the message types its handlers send, checked against the routes at start), \
+                 `properties(name, ..)` (its correlation properties)",
             ))
         }
     });
@@ -106,6 +126,7 @@ fn parse_arguments(args: &TokenStream, errors: &mut Vec<syn::Error>) -> SagaArgu
         name,
         versioning,
         declared,
+        properties,
     }
 }
 
@@ -688,6 +709,7 @@ pub(crate) fn expand(args: &TokenStream, input: &TokenStream) -> TokenStream {
         return quote!(#errors #cleaned);
     }
     let (handlers, has_start) = handlers(&item, &mut errors);
+    check_properties(&handlers, &arguments.properties, &mut errors);
     if !has_start {
         errors.push(syn::Error::new_spanned(
             &item.self_ty,
@@ -699,9 +721,64 @@ pub(crate) fn expand(args: &TokenStream, input: &TokenStream) -> TokenStream {
     // so that their type errors are reported too and the uses of the saga add none.
     let errors = combine(errors).map(|e| e.to_compile_error());
     let generated = generate(&item, &arguments, &handlers);
+    let constants = property_constants(&item, &arguments.properties);
     quote! {
         #errors
         #cleaned
+        #constants
         #generated
     }
+}
+
+/// Every `#[handle(property = name)]` names a property of `#[saga(properties(..))]`.
+fn check_properties(handlers: &[HandlerModel<'_>], declared: &[syn::Ident], errors: &mut Vec<syn::Error>) {
+    for lit in handlers.iter().filter_map(|h| h.property.as_ref()) {
+        let given = lit.value();
+        if declared.iter().any(|d| d.unraw() == given) {
+            continue;
+        }
+        let close = declared
+            .iter()
+            .map(|d| d.unraw().to_string())
+            .filter(|d| distance(&given, d) <= 2)
+            .min_by_key(|d| distance(&given, d));
+        let text = match close {
+            Some(known) => format!(
+                "`{given}` is not a correlation property of this saga: did you mean `{known}`? (declared with \
+                 `#[saga(properties({known}))]`)"
+            ),
+            None => format!(
+                "`{given}` is not a correlation property of this saga: declare it with \
+                 `#[saga(properties({given}))]` and set it with `ctx.correlate_by(Self::{}, value)`",
+                given.to_uppercase()
+            ),
+        };
+        errors.push(syn::Error::new(lit.span(), text));
+    }
+}
+
+/// A typed constant per declared correlation property (`payment_id` gives
+/// `Self::PAYMENT_ID`), for `SagaContext::correlate_by`.
+fn property_constants(item: &ItemImpl, declared: &[syn::Ident]) -> Option<TokenStream> {
+    if declared.is_empty() {
+        return None;
+    }
+    let self_ty = &item.self_ty;
+    let cfgs: Vec<_> = item.attrs.iter().filter(|a| a.path().is_ident("cfg")).collect();
+    let constants = declared.iter().map(|d| {
+        let name = d.unraw().to_string();
+        let constant = format_ident!("{}", name.to_uppercase(), span = d.span());
+        let doc = format!("The correlation property `{name}` of this saga (`#[saga(properties({name}))]`).");
+        let lit = LitStr::new(&name, d.span());
+        quote! {
+            #[doc = #doc]
+            pub const #constant: ::courier::saga::Property = ::courier::saga::Property::new(#lit);
+        }
+    });
+    Some(quote! {
+        #(#cfgs)*
+        impl #self_ty {
+            #(#constants)*
+        }
+    })
 }

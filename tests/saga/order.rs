@@ -1,6 +1,6 @@
 //! The order-fulfilment saga a user wrote from the docs (issue 13), with what it needed:
 //! a payment provider's events carry only the payment id, so the saga finds its instance
-//! by a correlation property (`correlate_by`, `#[handle(by = .., property = "..")]`); a
+//! by a correlation property (`#[saga(properties(..))]`, `correlate_by`, `#[handle(by = .., property = ..)]`); a
 //! payment captured after its order was cancelled is refunded (the cancelled order is
 //! kept a week for it); and, as docs/sagas.md now shows it (issue 34, part 4), a capture
 //! that overtakes `PaymentStarted` comes back later (`SagaOptions::retry_not_found`)
@@ -71,7 +71,7 @@ struct Order {
     cancelled: bool,
 }
 
-#[courier::saga(name = "shop.Order")]
+#[courier::saga(name = "shop.Order", properties(payment_id))]
 impl Order {
     #[start(by = order_id)]
     async fn placed(&mut self, msg: OrderPlaced, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
@@ -83,11 +83,11 @@ impl Order {
 
     #[handle(by = order_id)]
     async fn payment_started(&mut self, msg: PaymentStarted, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
-        ctx.correlate_by("payment_id", &msg.payment_id)?;
+        ctx.correlate_by(Self::PAYMENT_ID, &msg.payment_id)?;
         Ok(())
     }
 
-    #[handle(by = payment_id, property = "payment_id")]
+    #[handle(by = payment_id, property = payment_id)]
     async fn captured(&mut self, msg: PaymentCaptured, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
         if self.cancelled {
             // Too late: the order was cancelled.

@@ -102,6 +102,29 @@ pub const MAX_PROPERTY_NAME: usize = 64;
 /// The longest correlation property value, in bytes.
 pub const MAX_PROPERTY_VALUE: usize = 512;
 
+/// A **correlation property** of a saga, declared once: `#[saga(properties(payment_id))]`
+/// gives the saga's state type the constant `PAYMENT_ID`, which
+/// [`SagaContext::correlate_by`] takes, and `#[handle(by = field, property = payment_id)]`
+/// is checked against the same list, so that a misspelt name does not compile.
+/// (A saga registered by hand declares its own: `const PAYMENT_ID: Property =
+/// Property::new("payment_id");`.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Property(&'static str);
+
+impl Property {
+    /// The property called `name` (1 to [`MAX_PROPERTY_NAME`] bytes, checked when it is set).
+    #[must_use]
+    pub const fn new(name: &'static str) -> Self {
+        Self(name)
+    }
+
+    /// The property's name, as stored.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        self.0
+    }
+}
+
 /// Dead-letter reasons of sagas.
 pub mod reasons {
     /// A message found no saga instance and does not start one (with
@@ -713,8 +736,10 @@ impl<'a> SagaContext<'a> {
     }
 
     /// Sets a **correlation property** of this instance: messages handled with
-    /// [`SagaHandlers::handle_by_property`] (`#[handle(by = field, property = "name")]`)
-    /// find it by `value`. Stored and indexed with the state, in this transaction; one
+    /// [`SagaHandlers::handle_by_property`] (`#[handle(by = field, property = name)]`)
+    /// find it by `value`. The property is declared once, on the saga
+    /// (`#[saga(properties(payment_id))]` gives `Self::PAYMENT_ID`), so that a misspelt
+    /// name does not compile. Stored and indexed with the state, in this transaction; one
     /// value per name per instance (setting it again replaces it), and a value belongs to
     /// one instance of the saga type at a time: a value another instance holds fails the
     /// handling permanently (dead-lettered with the reason). Removed at completion.
@@ -722,7 +747,8 @@ impl<'a> SagaContext<'a> {
     /// # Errors
     /// A name that is empty or over [`MAX_PROPERTY_NAME`] bytes, or a value over
     /// [`MAX_PROPERTY_VALUE`] bytes.
-    pub fn correlate_by(&mut self, name: &str, value: impl std::fmt::Display) -> Result<()> {
+    pub fn correlate_by(&mut self, property: Property, value: impl std::fmt::Display) -> Result<()> {
+        let name = property.name();
         let value = value.to_string();
         if name.is_empty() || name.len() > MAX_PROPERTY_NAME || value.len() > MAX_PROPERTY_VALUE {
             return Err(Error::new(ErrorKind::InvalidOptions {

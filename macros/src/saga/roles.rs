@@ -1,10 +1,11 @@
 //! The attributes on a saga's methods: their roles (`#[start]`, `#[handle]`,
 //! `#[timeout]`, `#[not_found]`, and misspellings of them) and how a message finds its
-//! instance (`by = field`, `header = "name"`, `property = "name"`), parsed and checked,
+//! instance (`by = field`, `header = "name"`, `property = name`), parsed and checked,
 //! each error on its tokens.
 
 use proc_macro2::Span;
 use quote::{ToTokens, quote};
+use syn::ext::IdentExt;
 use syn::meta::ParseNestedMeta;
 use syn::{Attribute, Expr, ExprLit, Index, Lit, LitStr, Member, Meta};
 
@@ -149,6 +150,24 @@ pub(super) fn field_path(expr: &Expr, out: &mut Vec<Member>) -> bool {
     }
 }
 
+/// The value of `property = name` (or the older `property = "name"`), as a string literal
+/// spanned on the user's token.
+fn property_name(meta: &ParseNestedMeta<'_>) -> syn::Result<LitStr> {
+    let expr: Expr = meta.value()?.parse()?;
+    match expr {
+        Expr::Lit(ExprLit { lit: Lit::Str(s), .. }) => Ok(s),
+        Expr::Path(p) if p.attrs.is_empty() && p.qself.is_none() => match p.path.get_ident() {
+            Some(i) => Ok(LitStr::new(&i.unraw().to_string(), i.span())),
+            None => Err(syn::Error::new_spanned(p, PROPERTY_EXPECTED)),
+        },
+        other => Err(syn::Error::new_spanned(other, PROPERTY_EXPECTED)),
+    }
+}
+
+/// The error on a `property = ..` that is not a name.
+const PROPERTY_EXPECTED: &str =
+    "expected the name of a correlation property declared with `#[saga(properties(..))]`: `property = payment_id`";
+
 /// Reads the correlation of a `#[start]`, `#[handle]` or `#[timeout]` attribute. Problems
 /// go to `errors`; a start or a continuation with no correlation is reported by the caller,
 /// unless the attribute had errors of its own.
@@ -185,7 +204,7 @@ pub(super) fn parse_role(
             ));
         }
         if meta.path.is_ident("property") && role != Role::Timeout {
-            let lit = string_literal(&meta, "property = \"payment_id\"")?;
+            let lit = property_name(&meta)?;
             if role != Role::Handle {
                 problems.push(syn::Error::new_spanned(
                     &meta.path,
@@ -212,8 +231,8 @@ pub(super) fn parse_role(
                     "handle",
                     &CORRELATIONS,
                     "expected `by = field` (a field of the message) or `header = \"name\"` (a header of the \
-                     message), and maybe `property = \"name\"` (a correlation property the value finds the \
-                     instance by)",
+                     message), and maybe `property = name` (a correlation property the value finds the \
+                     instance by, declared with `#[saga(properties(name))]`)",
                 ),
                 r => unknown_argument(
                     &meta,
@@ -275,7 +294,7 @@ pub(super) fn parse_role(
         problems.push(syn::Error::new_spanned(
             list,
             "`property` names the instance's property; say where the message's value is: \
-             `#[handle(by = field, property = \"name\")]`",
+             `#[handle(by = field, property = name)]`",
         ));
     }
     errors.extend(problems);
