@@ -2,8 +2,8 @@
 //! topology declared again on every new connection, and its close: in an order that lets
 //! the channels being closed finish first, and bounded at every step (a shutdown ends).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
@@ -57,6 +57,27 @@ pub(crate) struct Connector {
     opened: std::sync::Mutex<Vec<ChannelStatus>>,
     /// Where [`Connector::close`] is ([`ClosePhase`]), for what a watchdog reports.
     phase: AtomicU8,
+    /// The places that keep a channel for later use ([`Held`]).
+    held: std::sync::Mutex<Vec<Weak<dyn Held>>>,
+}
+
+/// A place that keeps a channel of the connection for later use (a sender's confirm
+/// channel, a receiver's consumer): [`Connector::close`] takes the channel out and closes
+/// it itself before it closes the connection, so that the channel is not closed by lapin
+/// later, when its holder is dropped (after an endpoint's shutdown, its tasks end a little
+/// after it), while the connection closes.
+pub(crate) trait Held: Send + Sync {
+    /// The channel kept, taken out, with what must be dropped only once it is closed (a
+    /// consumer); `None` when there is none or it is in use now (it then closes with the
+    /// connection, and its holder finds it closed).
+    fn take_channel(&self) -> Option<(Channel, Box<dyn std::any::Any + Send>)>;
+}
+
+impl Held for Mutex<Option<Channel>> {
+    fn take_channel(&self) -> Option<(Channel, Box<dyn std::any::Any + Send>)> {
+        let channel = self.try_lock().ok()?.take()?;
+        Some((channel, Box::new(())))
+    }
 }
 
 /// Where [`Connector::close`] is.
@@ -143,6 +164,17 @@ impl Connector {
             topology: std::sync::Mutex::new(Vec::new()),
             opened: std::sync::Mutex::new(Vec::new()),
             phase: AtomicU8::new(ClosePhase::Open as u8),
+            held: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Registers a place that keeps a channel ([`Held`]); it is forgotten once dropped.
+    pub(crate) fn hold(&self, place: Weak<dyn Held>) {
+        if let Ok(mut held) = self.held.lock() {
+            held.retain(|w| w.strong_count() > 0);
+            if !held.iter().any(|w| std::ptr::addr_eq(w.as_ptr(), place.as_ptr())) {
+                held.push(place);
+            }
         }
     }
 
@@ -383,14 +415,27 @@ impl Connector {
         format!("close phase {phase:?}; connection {connection}; {channels} channel(s) closing")
     }
 
-    /// Lets lapin finish closing the channels dropped just before: a round trip through
-    /// lapin's command queue and the broker (a channel opened and closed) makes sure the
-    /// close of every channel dropped before it has begun, then the wait is for
-    /// RabbitMQ's `channel.close-ok` of those being closed. Bounded by
-    /// [`CHANNELS_CLOSE_WAIT`]; channels still open (held by the application) close with
+    /// Closes the channels kept for later use ([`Held`]) and lets lapin finish closing
+    /// those dropped just before: a round trip through lapin's command queue and the
+    /// broker (a channel opened and closed) makes sure the close of every channel dropped
+    /// before it has begun, then the wait is for RabbitMQ's `channel.close-ok` of those
+    /// being closed. Bounded by [`CHANNELS_CLOSE_WAIT`]; channels in use now close with
     /// the connection.
     async fn let_channels_close(&self, connection: &Connection) {
         let settle = async {
+            let held: Vec<Arc<dyn Held>> = self
+                .held
+                .lock()
+                .map(|h| h.iter().filter_map(Weak::upgrade).collect())
+                .unwrap_or_default();
+            for place in held {
+                if let Some((channel, after)) = place.take_channel() {
+                    if channel.status().connected() {
+                        let _ = channel.close(200, "OK".into()).await;
+                    }
+                    drop(after);
+                }
+            }
             if let Ok(barrier) = connection.create_channel().await {
                 let _ = barrier.close(200, "OK".into()).await;
             }
@@ -416,6 +461,33 @@ impl Connector {
         let current = self.current.lock().await.take();
         if let Some(c) = current {
             close_within(&c, CLOSE_OK_WAIT, 320, "severed").await;
+        }
+    }
+}
+
+/// Closes `channel` on a task of its own if it is still open: what lapin does when the
+/// last handle of a channel drops, but as Courier's own call, whose failure (the
+/// connection closing meanwhile) comes back here instead of putting the connection in
+/// error and being logged by lapin at ERROR. Without a runtime, lapin does it.
+pub(crate) fn close_later(channel: Channel) {
+    if !channel.status().connected() {
+        return;
+    }
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            let _ = channel.close(200, "OK".into()).await;
+        });
+    }
+}
+
+/// A channel closed by [`close_later`] when this guard drops (e.g. with a future
+/// dropped before it closed its channel itself).
+pub(crate) struct CloseOnDrop(pub(crate) Option<Channel>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        if let Some(channel) = self.0.take() {
+            close_later(channel);
         }
     }
 }

@@ -122,6 +122,8 @@ impl Inner {
         Fut: std::future::Future<Output = std::result::Result<T, lapin::Error>>,
     {
         let channel = self.conn.channel().await?;
+        // Closed by Courier even when this future is dropped half way (a task stopped).
+        let _guard = conn::CloseOnDrop(Some(channel.clone()));
         let out = f(channel.clone()).await;
         if channel.status().connected() {
             let _ = channel.close(200, "done".into()).await;

@@ -1,12 +1,14 @@
 //! Publishing with publisher confirms on a channel that is opened again after a failure.
 
+use std::sync::Arc;
+
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{BasicProperties, Channel, Confirmation, PublisherConfirm};
 use tokio::sync::Mutex;
 
 use crate::error::{Error, ErrorKind, Result};
 
-use super::conn::{Connector, connection_error, reply_code};
+use super::conn::{Connector, Held, close_later, connection_error, reply_code};
 
 /// Where a message goes: a queue (through the default exchange, mandatory, so that a
 /// missing queue is an error) or a topic (its fanout exchange; a topic without
@@ -42,10 +44,22 @@ impl Target {
     }
 }
 
-/// A confirm-mode channel, opened on first use and again after it closed.
+/// A confirm-mode channel, opened on first use and again after it closed; the transport's
+/// close closes it first ([`Held`]).
 #[derive(Default)]
 pub(crate) struct ConfirmChannel {
-    channel: Mutex<Option<Channel>>,
+    channel: Arc<Mutex<Option<Channel>>>,
+}
+
+impl Drop for ConfirmChannel {
+    /// Closed by Courier, not left to lapin (see [`close_later`]).
+    fn drop(&mut self) {
+        if let Ok(mut slot) = self.channel.try_lock()
+            && let Some(channel) = slot.take()
+        {
+            close_later(channel);
+        }
+    }
 }
 
 impl ConfirmChannel {
@@ -62,6 +76,8 @@ impl ConfirmChannel {
             .await
             .map_err(|e| connection_error("cannot enable publisher confirms", &e))?;
         *slot = Some(channel.clone());
+        let place: Arc<dyn Held> = self.channel.clone();
+        conn.hold(Arc::downgrade(&place));
         Ok(channel)
     }
 

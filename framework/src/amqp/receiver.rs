@@ -24,7 +24,7 @@ use crate::logtext::Escaped;
 use crate::message::{LockToken, ReceivedMessage, SequenceNumber, reasons};
 use crate::transport::{Delivery, Receiver, Settlement, Settler};
 
-use super::conn::connection_error;
+use super::conn::{Held, close_later, connection_error};
 use super::inspect::{self, Refusal};
 use super::publish::{Target, finish};
 use super::{Inner, unsupported, wire};
@@ -46,13 +46,53 @@ pub(crate) struct AmqpReceiver {
     pub(crate) queue: String,
     /// Where dead-lettered messages go; `None` when this reads a dead-letter queue.
     pub(crate) dead_letter_queue: Option<String>,
-    consuming: Mutex<Option<Consuming>>,
-    getter: Mutex<Option<Channel>>,
+    /// Kept for later receives; the transport's close closes them first ([`Held`]).
+    consuming: Arc<Mutex<Option<Consuming>>>,
+    getter: Arc<Mutex<Option<Channel>>>,
     pending: Pending,
     /// Which of the receiver's own dead-letterings (refusals, expiries) are logged in
     /// full, and which `x-courier-*` headers ignored (`loglimit.rs`).
     dead_log: LogLimiter,
     ignored_log: LogLimiter,
+}
+
+impl Drop for AmqpReceiver {
+    /// Its channels are closed by Courier, not left to lapin (see [`close_later`]); the
+    /// consumer's only when no delivery holds it (its settlement needs the channel: lapin
+    /// closes it when the last one drops).
+    fn drop(&mut self) {
+        if let Ok(mut getter) = self.getter.try_lock()
+            && let Some(channel) = getter.take()
+        {
+            close_later(channel);
+        }
+        if self.held() > 0 {
+            return;
+        }
+        let Ok(mut slot) = self.consuming.try_lock() else {
+            return;
+        };
+        let Some(Consuming { channel, consumer, .. }) = slot.take() else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if channel.status().connected() {
+                    let _ = channel.close(200, "OK".into()).await;
+                }
+                // Once the channel is closed, the consumer asks nothing more of lapin.
+                drop(consumer);
+            });
+        }
+    }
+}
+
+impl Held for Mutex<Option<Consuming>> {
+    fn take_channel(&self) -> Option<(Channel, Box<dyn std::any::Any + Send>)> {
+        let c = self.try_lock().ok()?.take()?;
+        // The consumer is dropped once its channel is closed: it then asks nothing more.
+        Some((c.channel, Box::new(c.consumer)))
+    }
 }
 
 /// A delivery the receiver moves to the dead-letter queue itself (refused, or expired by
@@ -75,12 +115,17 @@ impl AmqpReceiver {
             crate::entity::SubQueue::Main => Some(wire::dead_letter_queue(&queue)),
             crate::entity::SubQueue::DeadLetter => None,
         };
+        let consuming: Arc<Mutex<Option<Consuming>>> = Arc::default();
+        let getter: Arc<Mutex<Option<Channel>>> = Arc::default();
+        for place in [consuming.clone() as Arc<dyn Held>, getter.clone() as Arc<dyn Held>] {
+            inner.conn.hold(Arc::downgrade(&place));
+        }
         Self {
             path,
             queue,
             dead_letter_queue,
-            consuming: Mutex::new(None),
-            getter: Mutex::new(None),
+            consuming,
+            getter,
             pending: Arc::default(),
             dead_log: crate::endpoint::metrics::transport_dead_letter_log(inner.clock.clone()),
             ignored_log: LogLimiter::new(
