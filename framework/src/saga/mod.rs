@@ -41,6 +41,7 @@
 //! runs the handler, and saves the state, its new timeouts and the messages it sent in
 //! the same transaction. See `docs/sagas.md`.
 
+mod locks;
 mod registration;
 mod runtime;
 pub(crate) mod state;
