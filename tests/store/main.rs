@@ -367,6 +367,9 @@ async fn racing_instances(kind: Kind) {
         assert_eq!(probe.calls.load(Ordering::SeqCst), 1);
     }
     assert_eq!(env.count("SELECT COUNT(*) FROM orders").await, 1);
+    // The duplicate may complete while the first instance is still dispatching what it
+    // committed (with an outbox the dispatch follows the commit): wait for the message.
+    eventually("the outgoing message", || async { !env.accepted().await.is_empty() }).await;
     let mut ids = env.accepted().await;
     ids.dedup();
     assert_eq!(ids.len(), 1, "one outgoing message (a copy would carry the same id)");
