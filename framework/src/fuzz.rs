@@ -47,7 +47,7 @@ fn property_value() -> impl Strategy<Value = PropertyValue> {
 /// saga headers.
 fn envelope() -> impl Strategy<Value = Envelope> {
     let names = prop::sample::select(vec![
-        crate::version::headers::MESSAGE_VERSION,
+        crate::endpoint::version::headers::MESSAGE_VERSION,
         crate::saga::headers::TIMEOUT_ID,
         crate::saga::headers::SAGA_TYPE,
         crate::saga::headers::CORRELATION,
@@ -169,7 +169,7 @@ proptest! {
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
         let verdict = crate::endpoint::timeout_seal::judge(Some(&seal), "e", &envelope, chrono::DateTime::<chrono::Utc>::MAX_UTC);
         prop_assert!(matches!(verdict, crate::endpoint::timeout_seal::Verdict::Forged(_)), "{:?}", verdict);
-        match crate::version::decode_message::<Probe>(&envelope) {
+        match crate::endpoint::version::decode_message::<Probe>(&envelope) {
             // Decoded: at version 2, or brought up from version 1 by the upcast.
             Ok(_) => {}
             Err(failure) => {

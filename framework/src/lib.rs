@@ -289,7 +289,7 @@ mod message;
 pub mod saga;
 mod store;
 mod transport;
-pub mod version;
+pub use endpoint::version;
 
 #[cfg(feature = "amqp")]
 mod amqp;

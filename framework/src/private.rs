@@ -11,8 +11,8 @@ pub use crate::codec::{Codec, CodecError};
 pub use crate::endpoint::context::Context;
 pub use crate::endpoint::handler::BoxFuture;
 pub use crate::endpoint::handler::{Handler, HandlerError, Message};
+pub use crate::endpoint::version::UpcastError;
 pub use crate::message::Envelope;
-pub use crate::version::UpcastError;
 pub use serde_json::Value as JsonValue;
 
 /// The return types a `#[handler]` function may have: a `Result`, whose success type
@@ -113,7 +113,7 @@ pub fn codec_fns<C: MessageCodec, M: Message>() -> CodecFns<M> {
     CodecFns {
         encode: |m| {
             let mut envelope = Envelope::encode(&C::default(), m)?.with_message_type(M::NAME);
-            crate::version::stamp::<M>(&mut envelope);
+            crate::endpoint::version::stamp::<M>(&mut envelope);
             Ok(envelope)
         },
         decode: |e| e.decode(&C::default()),

@@ -210,7 +210,7 @@ pub(crate) fn prepare<M: Message>(
     }
     envelope.properties.extend(options.headers);
     // Also for a `to_envelope` written by hand: the version is the type's.
-    crate::version::stamp::<M>(&mut envelope);
+    crate::endpoint::version::stamp::<M>(&mut envelope);
     let trace = match parent {
         Some(p) => {
             envelope.correlation_id = Some(p.correlation_id.clone().unwrap_or_else(|| p.message_id.clone()));

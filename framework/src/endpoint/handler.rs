@@ -10,9 +10,9 @@ use serde::de::DeserializeOwned;
 
 use crate::codec::{CodecError, JsonCodec};
 use crate::endpoint::context::Context;
+use crate::endpoint::version::UpcastError;
 use crate::error::BoxError;
 use crate::message::Envelope;
-use crate::version::UpcastError;
 
 /// A boxed future, as handlers return them.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -71,7 +71,7 @@ pub trait Message: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// The codec's error if the value cannot be encoded.
     fn to_envelope(&self) -> Result<Envelope, CodecError> {
         let mut envelope = Envelope::json(self)?.with_message_type(Self::NAME);
-        crate::version::stamp::<Self>(&mut envelope);
+        crate::endpoint::version::stamp::<Self>(&mut envelope);
         Ok(envelope)
     }
 

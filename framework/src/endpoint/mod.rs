@@ -23,6 +23,7 @@ pub(crate) mod routing;
 pub(crate) mod sagas;
 pub(crate) mod timeout_seal;
 pub(crate) mod trace;
+pub mod version;
 
 mod runtime;
 
@@ -300,7 +301,7 @@ impl<H: Handler> ErasedHandler for Erased<H> {
     fn call<'a>(&'a self, ctx: &'a mut context::Context) -> BoxFuture<'a, Result<(), Failure>> {
         let span = otel::handle_span(self.0.name(), <H::Message as Message>::NAME);
         Box::pin(otel::in_span(span, async move {
-            let message = crate::version::decode_message::<H::Message>(&ctx.received().envelope)?;
+            let message = crate::endpoint::version::decode_message::<H::Message>(&ctx.received().envelope)?;
             let name = self.0.name();
             self.0
                 .handle(message, ctx)

@@ -434,7 +434,7 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
             // handler that logs its headers would show it).
             ctx.hide_header(headers::TIMEOUT_SEAL);
         }
-        let message = crate::version::decode_message::<M>(&ctx.received().envelope)?;
+        let message = crate::endpoint::version::decode_message::<M>(&ctx.received().envelope)?;
         let (correlation, timeout_id) = self.correlation(&message, ctx)?;
         // (A value looked up through a correlation property is not an instance's
         // correlation: one that long finds no instance, as any value no instance holds.)

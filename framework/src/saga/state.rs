@@ -2,8 +2,8 @@
 //! migrated ([`Saga::migrate`]) when it was stored at an older one, before it is decoded.
 
 use super::Saga;
+use crate::endpoint::version::{UpcastError, error_chain, upcast_chain};
 use crate::store::StoredSaga;
-use crate::version::{UpcastError, error_chain, upcast_chain};
 
 /// Why a stored state could not be read.
 #[derive(Debug)]
