@@ -18,9 +18,10 @@ use super::send::insert_messages;
 use crate::checks::check_envelope;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Envelope, LockToken};
-use crate::store::pg_group::{PgGroup, poisoned_if_aborted};
+use crate::store::pg_group::{InTransaction, PgGroup, Settlement, poisoned_if_aborted};
+use crate::store::pg_outbox::{OutboxRow, ensure_not_aborted, insert_outbox, outbox_of};
 use crate::store::pg_saga::pg_unit_of_work;
-use crate::store::postgres::{OutboxRow, claim_due, ensure_not_aborted, insert_outbox, outbox_of, postpone_reclaim};
+use crate::store::postgres::{claim_due, postpone_reclaim};
 use crate::store::{
     Begin, CommitGroup, Committed, DueTimeouts, EndpointSecret, OutboxDeadLetter, OutboxMessage, PostgresStore, Store,
     StoreBacklog, TimeoutClaim, UnitOfWorkScope, db_error,
@@ -177,6 +178,32 @@ async fn create_topic_in(conn: &mut PgConnection, name: &str, now: DateTime<Utc>
 /// transport, or none): the one its store completes in the handling's transaction.
 pub(crate) fn own_lock(transport: &PostgresTransport, token: Option<LockToken>) -> Option<Lock> {
     token.and_then(|t| read_token(transport.shared.tag, t))
+}
+
+/// The transport's own store's group commit completes the transport's deliveries in the
+/// group's transaction (`store::pg_group`).
+impl InTransaction for PostgresTransport {
+    fn settlement(&self, token: Option<LockToken>) -> Option<Box<dyn Settlement>> {
+        own_lock(self, token).map(|lock| {
+            Box::new(OwnDelivery {
+                transport: self.clone(),
+                lock,
+            }) as Box<dyn Settlement>
+        })
+    }
+}
+
+/// A delivery of this transport, completed in a group's transaction.
+struct OwnDelivery {
+    transport: PostgresTransport,
+    lock: Lock,
+}
+
+#[async_trait]
+impl Settlement for OwnDelivery {
+    async fn settle(self: Box<Self>, conn: &mut PgConnection, staged: Vec<(String, bool, Envelope)>) -> Result<()> {
+        send_and_complete(conn, &self.transport, self.lock, staged).await
+    }
 }
 
 /// The end of a handling of a message `transport` delivered, on the handling's
@@ -384,7 +411,7 @@ impl Store for PgTransportStore {
             self.transport.shared.pool.clone(),
             endpoint,
             message_ids,
-            Some(self.transport.clone()),
+            Some(Arc::new(self.transport.clone())),
         )))
     }
 

@@ -130,6 +130,8 @@ pub(crate) mod app_schema;
 #[cfg(feature = "postgres")]
 pub(crate) mod pg_group;
 #[cfg(feature = "postgres")]
+pub(crate) mod pg_outbox;
+#[cfg(feature = "postgres")]
 pub(crate) mod pg_saga;
 #[cfg(feature = "postgres")]
 pub(crate) mod postgres;

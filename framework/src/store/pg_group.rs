@@ -18,7 +18,9 @@
 //! On the Postgres transport's own store (`PostgresTransport::store`), a member whose
 //! message that transport delivered ends differently: still holding the connection, under
 //! its savepoint, it inserts the messages it sent into their queues and deletes the
-//! received message, fenced by its lock token (`postgres::store::send_and_complete`). If
+//! received message, fenced by its lock token. The transport says how through
+//! [`InTransaction`], defined here and implemented by `postgres::store`, so that the
+//! stores (`store/`) do not depend on the transport (`postgres/`). If
 //! the lock is not its any more (`LockLost`), a destination refuses a message, or the
 //! transaction was aborted by its handler, it fails like a member whose handler failed:
 //! rolled back to its savepoint by whoever takes the connection next, its inbox record
@@ -36,10 +38,8 @@ use tokio::sync::{Mutex, OnceCell, OwnedMutexGuard, watch};
 use crate::error::{Error, ErrorKind, Result};
 use crate::logtext::Escaped;
 use crate::message::{Envelope, LockToken};
-use crate::postgres::PostgresTransport;
-use crate::postgres::store::{Lock, own_lock, send_and_complete};
+use crate::store::pg_outbox::{ABORTED_BY_HANDLER, OutboxRow, ensure_not_aborted, insert_outbox, outbox_of};
 use crate::store::pg_saga::pg_unit_of_work;
-use crate::store::postgres::{ABORTED_BY_HANDLER, OutboxRow, ensure_not_aborted, insert_outbox, outbox_of};
 use crate::store::{Begin, CommitGroup, Committed, OutboxMessage, db_error};
 
 const SAVEPOINT: &str = "SAVEPOINT courier_member";
@@ -49,6 +49,26 @@ const ROLLBACK_AND_SAVEPOINT: &str = "ROLLBACK TO SAVEPOINT courier_member; SAVE
 const IN_FAILED_TRANSACTION: &str = "25P02";
 
 type Conn = Option<Transaction<'static, Postgres>>;
+
+/// A transport whose queues are in the group's database and whose deliveries the members
+/// complete in the group's transaction (the Postgres transport's own store).
+pub(crate) trait InTransaction: Send + Sync {
+    /// The settlement of the delivery whose lock is `token`, when this transport delivered
+    /// it (`None`: another transport's delivery, or none).
+    fn settlement(&self, token: Option<LockToken>) -> Option<Box<dyn Settlement>>;
+}
+
+/// How one delivery of an [`InTransaction`] transport ends in the handling's transaction.
+#[async_trait]
+pub(crate) trait Settlement: Send {
+    /// Inserts `staged` (destination, whether a topic, message) into their queues and
+    /// deletes the received message if the lock is still its own, on `conn`.
+    ///
+    /// # Errors
+    /// [`ErrorKind::LockLost`] when the lock is not the message's any more (the member is
+    /// rolled back); a destination missing or refusing a message; a storage error.
+    async fn settle(self: Box<Self>, conn: &mut PgConnection, staged: Vec<(String, bool, Envelope)>) -> Result<()>;
+}
 
 #[derive(Debug)]
 enum Seat {
@@ -85,9 +105,9 @@ type Share = std::result::Result<Committed, ErrorKind>;
 
 pub(crate) struct PgGroup {
     pool: PgPool,
-    /// The Postgres transport whose deliveries the members complete in the transaction
-    /// (the transport's own store), if any.
-    transport: Option<PostgresTransport>,
+    /// The transport whose deliveries the members complete in the transaction (the
+    /// Postgres transport's own store), if any.
+    transport: Option<Arc<dyn InTransaction>>,
     endpoint: String,
     ids: Vec<String>,
     /// Per member, whether this group's transaction recorded its id (false: a duplicate).
@@ -104,7 +124,12 @@ pub(crate) struct PgGroup {
 }
 
 impl PgGroup {
-    pub(crate) fn new(pool: PgPool, endpoint: &str, ids: Vec<String>, transport: Option<PostgresTransport>) -> Self {
+    pub(crate) fn new(
+        pool: PgPool,
+        endpoint: &str,
+        ids: Vec<String>,
+        transport: Option<Arc<dyn InTransaction>>,
+    ) -> Self {
         let n = ids.len();
         Self {
             pool,
@@ -361,7 +386,7 @@ impl CommitGroup for PgGroup {
             self.resolve(member, Seat::Failed);
             return Err(e);
         }
-        let lock = self.transport.as_ref().and_then(|t| own_lock(t, lock));
+        let lock = self.transport.as_ref().and_then(|t| t.settlement(lock));
         Ok(Begin::Fresh(Box::new(PgMember {
             group: self,
             member,
@@ -386,9 +411,9 @@ struct PgMember {
     source_id: String,
     guard: Option<OwnedMutexGuard<Conn>>,
     outgoing: Vec<OutboxRow>,
-    /// The received message's lock, when the group's transport delivered it: completed
-    /// in the transaction, with `staged` sent into their queues.
-    lock: Option<Lock>,
+    /// The received message's settlement, when the group's transport delivered it:
+    /// completed in the transaction, with `staged` sent into their queues.
+    lock: Option<Box<dyn Settlement>>,
     staged: Vec<(String, bool, Envelope)>,
     finished: bool,
 }
@@ -440,17 +465,18 @@ pg_unit_of_work!(PgMember, {
     }
 
     async fn commit(mut self: Box<Self>) -> Result<Committed> {
-        let settled = match (self.lock, self.group.transport.clone()) {
-            (Some(lock), Some(transport)) => {
+        let settled = match self.lock.take() {
+            Some(settlement) => {
                 // Under this member's savepoint, with the connection: a failure here
                 // leaves it unfinished, and it is rolled back alone (see Drop).
                 let staged = std::mem::take(&mut self.staged);
-                send_and_complete(self.pg_conn()?, &transport, lock, staged)
+                settlement
+                    .settle(self.pg_conn()?, staged)
                     .await
                     .map_err(poisoned_if_aborted)?;
                 true
             }
-            _ => false,
+            None => false,
         };
         self.finished = true;
         let mut done = self.group.done.subscribe();

@@ -1,0 +1,137 @@
+//! The outbox on Postgres, shared by the plain Postgres store (`store/postgres.rs`), its
+//! group commit (`store/pg_group.rs`) and the Postgres transport's own store
+//! (`postgres/store.rs`): the rows a handling stores, written in one statement and read
+//! back by the handling's id; and the check that a handler did not leave its transaction
+//! aborted before Courier commits it.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, Row};
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::message::Envelope;
+use crate::store::{OutboxMessage, StoredEnvelope, db_error};
+
+/// What a handler that swallowed the error of a failed statement is told.
+pub(crate) const ABORTED_BY_HANDLER: &str = "the handler returned success, but a statement of its transaction had \
+     failed and its error was not returned (return it, with `?`), so the transaction was aborted; its work was \
+     rolled back and the message will be retried";
+
+/// Fails if the transaction was aborted by a failed statement (SQLSTATE 25P02, a
+/// transient error). Sent before a COMMIT that no statement of Courier's precedes: COMMIT
+/// of an aborted transaction rolls back without an error, and the message would be
+/// completed with none of its effects.
+pub(crate) async fn ensure_not_aborted(conn: &mut PgConnection) -> Result<()> {
+    sqlx::query("SELECT 1")
+        .execute(conn)
+        .await
+        .map_err(|e| db_error(ABORTED_BY_HANDLER, e))?;
+    Ok(())
+}
+
+/// One message to store in the outbox: sent by the handling of `source_id`.
+#[derive(Debug, Clone)]
+pub(crate) struct OutboxRow {
+    pub(crate) source_id: String,
+    pub(crate) destination: String,
+    pub(crate) is_topic: bool,
+    pub(crate) envelope: Envelope,
+}
+
+/// Stores outgoing messages in one statement; returns them with their outbox ids, in
+/// order.
+pub(crate) async fn insert_outbox(
+    conn: &mut PgConnection,
+    endpoint: &str,
+    rows: Vec<OutboxRow>,
+    now: DateTime<Utc>,
+) -> Result<Vec<OutboxMessage>> {
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let n = rows.len();
+    let (mut sources, mut destinations, mut topics, mut envelopes, mut bodies) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let mut kept = Vec::with_capacity(n);
+    for row in rows {
+        let (json, body) = StoredEnvelope::split(row.envelope.clone())?;
+        sources.push(row.source_id);
+        destinations.push(row.destination.clone());
+        topics.push(row.is_topic);
+        envelopes.push(json);
+        bodies.push(body.to_vec());
+        kept.push((row.destination, row.is_topic, row.envelope));
+    }
+    // The ids come from the sequence in the order of `ord`, so sorted they pair with the
+    // rows in the order given.
+    let mut ids: Vec<i64> = sqlx::query_scalar(
+        "INSERT INTO courier.outbox (endpoint, source_id, destination, is_topic, envelope, body, created_at) \
+         SELECT $1, s, d, t, e::jsonb, b, $7 \
+         FROM unnest($2::text[], $3::text[], $4::bool[], $5::text[], $6::bytea[]) WITH ORDINALITY AS r(s, d, t, e, b, ord) \
+         ORDER BY ord RETURNING id",
+    )
+    .bind(endpoint)
+    .bind(&sources)
+    .bind(&destinations)
+    .bind(&topics)
+    .bind(&envelopes)
+    .bind(&bodies)
+    .bind(now)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(|e| db_error("cannot store outgoing messages", e))?;
+    ids.sort_unstable();
+    if ids.len() != kept.len() {
+        return Err(Error::new(ErrorKind::Corrupt {
+            detail: format!("the outbox stored {} of {} messages", ids.len(), kept.len()),
+        }));
+    }
+    Ok(ids
+        .into_iter()
+        .zip(kept)
+        .map(|(id, (destination, is_topic, envelope))| OutboxMessage {
+            id,
+            destination,
+            is_topic,
+            envelope,
+        })
+        .collect())
+}
+
+/// The outbox messages stored by the handling of `source_id` and not dispatched yet.
+pub(crate) async fn outbox_of<'c>(
+    conn: impl sqlx::PgExecutor<'c>,
+    endpoint: &str,
+    source_id: &str,
+) -> Result<Vec<OutboxMessage>> {
+    let rows = sqlx::query(
+        "SELECT id, destination, is_topic, envelope::text, body FROM courier.outbox \
+         WHERE endpoint = $1 AND source_id = $2 ORDER BY id",
+    )
+    .bind(endpoint)
+    .bind(source_id)
+    .fetch_all(conn)
+    .await
+    .map_err(|e| db_error("cannot read the outbox", e))?;
+    outbox_rows(rows)
+}
+
+pub(crate) fn outbox_rows(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<OutboxMessage>> {
+    rows.into_iter()
+        .map(|r| {
+            let get = |e| db_error("cannot read an outbox row", e);
+            let json: String = r.try_get(3).map_err(get)?;
+            let body: Vec<u8> = r.try_get(4).map_err(get)?;
+            Ok(OutboxMessage {
+                id: r.try_get(0).map_err(get)?,
+                destination: r.try_get(1).map_err(get)?,
+                is_topic: r.try_get(2).map_err(get)?,
+                envelope: StoredEnvelope::join(&json, body)?,
+            })
+        })
+        .collect()
+}
