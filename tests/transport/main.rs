@@ -15,6 +15,7 @@ mod pg_one_transaction;
 mod pg_publish_new_topic;
 mod pg_row_property;
 mod pg_send_function;
+mod pg_send_path;
 mod pg_transport;
 mod pg_unit_of_work;
 

@@ -9,11 +9,17 @@
 //! - `--handlers 8,32`: handlers at once; `--group G`: Courier's group commit for the
 //!   grouped runs (default 10); `--pool P`: connections of each system's pool (default
 //!   20, the same for all);
-//! - `--parts baseline,peeklock,courier,apalis,graphile,counter`: which parts run (default
-//!   all): `baseline` is the set-based `pg-handler-baseline.sh` (with `--clients`),
+//! - `--parts baseline,peeklock,courier,apalis,graphile,counter,send`: which parts run
+//!   (default all): `baseline` is the set-based `pg-handler-baseline.sh` (with `--clients`),
 //!   `peeklock` the PeekLock baseline `peeklock-baseline.sh` at each number of handlers
 //!   with Courier doing the same work next to it, `courier` Courier with the peers' handler;
-//! - `--senders 1,8,32` and `--counter-secs S` (default 5, quick 2): the numbering part;
+//! - `--senders 1,8,32` and `--counter-secs S` (default 5, quick 2): the numbering part
+//!   and the send path;
+//! - `--parts send`: the send path (`send_path.rs`): `Sender::send` against the raw INSERT
+//!   with its `pg_notify`, and `Sender::send_batch` of `--batch N` (default 100) against
+//!   one multi-row INSERT, in turns, `--send-rounds R` times (default 3, quick 1), at each
+//!   number of `--senders`, for `--counter-secs` each; with `--log-statements` the server
+//!   logs every statement of those databases;
 //! - `--soak SECS` (with `--soak-every S`, default 60, and `--soak-vacuum`): only the
 //!   soak of point 3, see `soak.rs`.
 //!
@@ -50,6 +56,7 @@ mod common;
 mod counter;
 mod courier_side;
 mod peers;
+mod send_path;
 mod soak;
 
 use std::collections::BTreeMap;
@@ -57,6 +64,7 @@ use std::collections::BTreeMap;
 use common::{Baseline, Drain, Load, baseline, loadavg, quiesce, with_load};
 use counter::Numbering;
 use courier_side::Work;
+use send_path::Way;
 
 /// The value after `--flag`, if any.
 fn arg<T: std::str::FromStr>(flag: &str) -> Option<T> {
@@ -89,6 +97,8 @@ struct Opts {
     parts: Vec<String>,
     senders: Vec<usize>,
     counter_secs: f64,
+    batch: usize,
+    send_rounds: usize,
 }
 
 impl Opts {
@@ -102,12 +112,16 @@ impl Opts {
             group: arg("--group").unwrap_or(10),
             pool: arg("--pool").unwrap_or(20),
             parts: list("--parts").unwrap_or_else(|| {
-                ["baseline", "peeklock", "courier", "apalis", "graphile", "counter"]
-                    .map(String::from)
-                    .to_vec()
+                [
+                    "baseline", "peeklock", "courier", "apalis", "graphile", "counter", "send",
+                ]
+                .map(String::from)
+                .to_vec()
             }),
             senders: list("--senders").unwrap_or_else(|| if quick { vec![1, 8] } else { vec![1, 8, 32] }),
             counter_secs: arg("--counter-secs").unwrap_or(if quick { 2.0 } else { 5.0 }),
+            batch: arg("--batch").unwrap_or(100),
+            send_rounds: arg("--send-rounds").unwrap_or(if quick { 1 } else { 3 }),
         }
     }
 
@@ -335,7 +349,123 @@ fn main() {
         }
     }
 
+    let mut sends: Vec<SendFigure> = Vec::new();
+    if opts.runs("send") {
+        println!(
+            "send path (issue 32, part 3): senders to one queue, 1 KiB messages, one send per transaction, {} s \
+             each, raw and Courier in turns, {} rounds",
+            opts.counter_secs, opts.send_rounds
+        );
+        for &s in &opts.senders {
+            for round in 1..=opts.send_rounds {
+                for way in [
+                    Way::Raw,
+                    Way::Courier,
+                    Way::RawListened,
+                    Way::RawBatch,
+                    Way::CourierBatch,
+                ] {
+                    quiesce(1);
+                    let (rate, load) =
+                        with_load(|| rt.block_on(send_path::rate(way, s, opts.counter_secs, opts.batch)));
+                    println!(
+                        "  {}, {s} senders, round {round}: {:.0} msg/s, {:.2} Postgres transactions/send (load {load})",
+                        way.label(opts.batch),
+                        rate.messages,
+                        rate.tx_per_send
+                    );
+                    sends.push(SendFigure {
+                        way,
+                        senders: s,
+                        round,
+                        rate,
+                    });
+                }
+            }
+        }
+    }
+
     report(&opts, base.as_ref(), &peeklock, &figures, &counters);
+    send_report(&opts, &sends);
+}
+
+/// One figure of the send path.
+struct SendFigure {
+    way: Way,
+    senders: usize,
+    round: usize,
+    rate: send_path::Rate,
+}
+
+/// The send path's table and its targets: each round's ratio of Courier to the raw
+/// statement measured just before it, and their median.
+fn send_report(opts: &Opts, sends: &[SendFigure]) {
+    if sends.is_empty() {
+        return;
+    }
+    let rate = |way: Way, s: usize, round: usize| {
+        sends
+            .iter()
+            .find(|f| f.way == way && f.senders == s && f.round == round)
+            .map(|f| f.rate)
+    };
+    let rounds = 1..=opts.send_rounds;
+    println!();
+    println!(
+        "| send path, one queue | senders | msg/s, each round | Postgres tx/send | ratio, each round | median ratio |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    let mut verdicts = Vec::new();
+    for &s in &opts.senders {
+        for (way, of) in [
+            (Way::Raw, None),
+            (Way::RawListened, None),
+            (Way::Courier, Some(Way::Raw)),
+            (Way::RawBatch, None),
+            (Way::CourierBatch, Some(Way::RawBatch)),
+        ] {
+            let figures: Vec<send_path::Rate> = rounds.clone().filter_map(|r| rate(way, s, r)).collect();
+            if figures.is_empty() {
+                continue;
+            }
+            let ratios: Vec<f64> = of.map_or_else(Vec::new, |of| {
+                rounds
+                    .clone()
+                    .filter_map(|r| Some(rate(way, s, r)?.messages / rate(of, s, r)?.messages))
+                    .collect()
+            });
+            let join = |xs: Vec<String>| xs.join(" / ");
+            let median = send_path::median(&ratios);
+            println!(
+                "| {} | {s} | {} | {:.2} | {} | {} |",
+                way.label(opts.batch),
+                join(figures.iter().map(|f| format!("{:.0}", f.messages)).collect()),
+                send_path::median(&figures.iter().map(|f| f.tx_per_send).collect::<Vec<_>>()),
+                join(ratios.iter().map(|r| format!("{:.0}%", 100.0 * r)).collect()),
+                if ratios.is_empty() {
+                    String::new()
+                } else {
+                    format!("{:.0}%", 100.0 * median)
+                }
+            );
+            if let Some(of) = of
+                && !ratios.is_empty()
+            {
+                verdicts.push(format!(
+                    "target (issue 32, part 3), {s} senders: {} >= 80% of the {}: median {:.0}% over {} rounds, {}",
+                    way.label(opts.batch),
+                    of.label(opts.batch),
+                    100.0 * median,
+                    ratios.len(),
+                    if median >= 0.8 { "met" } else { "NOT met" }
+                ));
+            }
+        }
+    }
+    println!();
+    for v in verdicts {
+        println!("{v}");
+    }
 }
 
 fn report(
