@@ -871,6 +871,11 @@ pub async fn s4_3_session_state_is_kept(fx: Fixture) {
         .accept_session(&path, SessionSelector::Named("order-7".into()), Duration::ZERO)
         .await
         .unwrap();
+    if fx.bent("S4.3") {
+        assert_unsupported(s.session_state().await);
+        assert_unsupported(s.set_session_state(Some("paid".into())).await);
+        return;
+    }
     assert_eq!(s.session_state().await.unwrap(), None);
     s.set_session_state(Some("paid".into())).await.unwrap();
     s.release().await.unwrap();

@@ -20,6 +20,7 @@ mod malformed;
 mod quiet;
 mod retry_headers;
 mod scheduled;
+mod sessions;
 mod support;
 mod test_servers;
 mod tls;

@@ -105,6 +105,7 @@ impl AmqpAdmin {
             stop: CancellationToken::new(),
             wire: WireCounters::default(),
             seal_keys: super::seal::Keys::default(),
+            sessions: super::sessions::Hubs::default(),
         });
         inner
             .conn

@@ -537,6 +537,12 @@ fn describe(c: &Connection) -> String {
 /// The arguments of a Courier queue: quorum (durable, replicated, with a durable delivery
 /// count), the delivery limit, dead-lettering into `queue::dlq` at least once.
 fn queue_arguments(queue: &str, options: &QueueOptions) -> FieldTable {
+    queue_arguments_into(&dead_letter_queue(queue), options)
+}
+
+/// [`queue_arguments`] dead-lettering into `dlq` (a session queue's partitions share the
+/// session queue's).
+pub(crate) fn queue_arguments_into(dlq: &str, options: &QueueOptions) -> FieldTable {
     let mut args = FieldTable::default();
     args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
     // RabbitMQ dead-letters a message returned more often than the limit: with limit
@@ -544,10 +550,7 @@ fn queue_arguments(queue: &str, options: &QueueOptions) -> FieldTable {
     let limit = i64::from(options.max_delivery_count.saturating_sub(1));
     args.insert("x-delivery-limit".into(), AMQPValue::LongLongInt(limit));
     args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
-    args.insert(
-        "x-dead-letter-routing-key".into(),
-        AMQPValue::LongString(dead_letter_queue(queue).as_str().into()),
-    );
+    args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString(dlq.into()));
     args.insert(
         "x-dead-letter-strategy".into(),
         AMQPValue::LongString("at-least-once".into()),
@@ -583,6 +586,19 @@ async fn declare_queue(
     channel
         .queue_declare(dlq.as_str().into(), QueueDeclareOptions::durable(), quorum())
         .await?;
+    if options.requires_session {
+        // A session queue is its partitions (`sessions.rs`); there is no queue `queue`.
+        for partition in super::sessions::partition_queues(queue) {
+            channel
+                .queue_declare(
+                    partition.as_str().into(),
+                    QueueDeclareOptions::durable(),
+                    super::sessions::partition_arguments(queue, options),
+                )
+                .await?;
+        }
+        return Ok(());
+    }
     channel
         .queue_declare(
             queue.into(),

@@ -10,6 +10,7 @@
 //! | dead-letter | a confirmed copy into `::dlq` with the reason as headers, then `basic.ack` |
 //! | max delivery count (S2.6) | the quorum queue's `x-delivery-limit`, dead-lettered by RabbitMQ |
 //! | scheduled messages (S5) | rows in a Postgres or SQLite table, published when due |
+//! | sessions (S4) | partition queues with a single active consumer, by a hash of the session id (`sessions.rs`) |
 //!
 //! What RabbitMQ cannot honour is declared in [`AmqpTransport::capabilities`] with the
 //! substitute; `docs/rabbitmq.md` has the whole mapping and the wire format.
@@ -31,6 +32,9 @@ mod rules;
 mod schedule;
 mod seal;
 mod sender;
+mod session_queue;
+mod session_receiver;
+mod sessions;
 mod wire;
 
 use std::sync::Arc;
@@ -98,6 +102,8 @@ pub(crate) struct Inner {
     wire: WireCounters,
     /// The keys that seal the dead letters this transport moves (`seal.rs`).
     seal_keys: seal::Keys,
+    /// The hubs of the session queues this transport accepted sessions of (`sessions.rs`).
+    sessions: sessions::Hubs,
 }
 
 impl Inner {
@@ -255,7 +261,10 @@ impl Inner {
             }
             Err(e) => return Err(self.failure("cannot declare", &e)),
         }
-        if let Some(store) = &self.schedules
+        // A session queue is not recorded: the registry knows queues, topics and
+        // subscriptions, and its RabbitMQ queues are the partitions.
+        let session_queue = matches!(&d, Declaration::Queue { options, .. } if options.requires_session);
+        if let Some(store) = self.schedules.as_ref().filter(|_| !session_queue)
             && let Err(e) = store.record(&d, self.clock.now()).await
         {
             tracing::warn!(declaration = ?d, error = %e, "the declaration is not recorded for the operations API");
@@ -458,6 +467,7 @@ impl AmqpBuilder {
             stop: CancellationToken::new(),
             wire: WireCounters::default(),
             seal_keys: seal::Keys::default(),
+            sessions: sessions::Hubs::default(),
         });
         inner.conn.connection().await?;
         if let Some(store) = self.schedules {
@@ -571,10 +581,10 @@ impl AmqpTransport {
         Ok(())
     }
 
-    fn check_queue_options(options: &QueueOptions) -> Result<()> {
+    fn check_queue_options(options: &QueueOptions, subscription: bool) -> Result<()> {
         options.validate()?;
-        if options.requires_session {
-            return Err(unsupported("session queues", "S4.1"));
+        if options.requires_session && subscription {
+            return Err(unsupported("session subscriptions", "S4.1 subscriptions"));
         }
         if options.lock_duration != QueueOptions::default().lock_duration {
             return Err(unsupported("a lock duration", "S2.3"));
@@ -621,7 +631,7 @@ impl Transport for AmqpTransport {
 
     async fn create_queue(&self, name: &str, options: &QueueOptions) -> Result<()> {
         validate_name(name)?;
-        Self::check_queue_options(options)?;
+        Self::check_queue_options(options, false)?;
         self.inner.conn.check_open()?;
         self.inner
             .declare(Declaration::Queue {
@@ -645,7 +655,7 @@ impl Transport for AmqpTransport {
     async fn create_subscription(&self, topic: &str, name: &str, options: &SubscriptionOptions) -> Result<()> {
         validate_name(topic)?;
         validate_name(name)?;
-        Self::check_queue_options(options)?;
+        Self::check_queue_options(options, true)?;
         if !self.inner.topic_exists(topic).await? {
             return Err(Error::new(ErrorKind::EntityNotFound { path: topic.to_owned() }));
         }
@@ -664,6 +674,9 @@ impl Transport for AmqpTransport {
         let maybe_topic = path.topic().is_none() && path.sub_queue() == SubQueue::Main;
         // A name known as a topic is looked up as one first: no lookup of a queue that is
         // not there (which RabbitMQ answers by closing the channel, and lapin logs at ERROR).
+        if maybe_topic && self.inner.known_session_queue(path.name()) {
+            return self.delete_session_queue(path.name()).await;
+        }
         let topic_first = maybe_topic && self.inner.known_kind(path.name()).await == Some(Kind::Topic);
         if topic_first && self.inner.topic_exists(path.name()).await? {
             return self.delete_topic(path.name()).await;
@@ -681,17 +694,16 @@ impl Transport for AmqpTransport {
         if maybe_topic && !topic_first && self.inner.topic_exists(path.name()).await? {
             return self.delete_topic(path.name()).await;
         }
+        if maybe_topic && self.inner.is_session_queue(path.name()).await? {
+            return self.delete_session_queue(path.name()).await;
+        }
         Err(Error::new(ErrorKind::EntityNotFound { path: path.to_string() }))
     }
 
     async fn sender(&self, entity: &str, options: SenderOptions) -> Result<Arc<dyn Sender>> {
         validate_name(entity)?;
         options.validate()?;
-        let Some(target) = self.inner.target_of(entity).await? else {
-            return Err(Error::new(ErrorKind::EntityNotFound {
-                path: entity.to_owned(),
-            }));
-        };
+        let (target, sessions) = self.sender_target(entity).await?;
         Ok(Arc::new(AmqpSender {
             inner: self.inner.clone(),
             default_ttl: self.default_ttl_of(entity),
@@ -701,22 +713,26 @@ impl Transport for AmqpTransport {
             max_in_flight: options.max_in_flight,
             allow_presettled: options.allow_presettled,
             channel: ConfirmChannel::default(),
+            sessions,
         }))
     }
 
     async fn receiver(&self, path: &EntityPath) -> Result<Arc<dyn Receiver>> {
-        self.path_exists(path).await?;
-        Ok(Arc::new(AmqpReceiver::new(self.inner.clone(), path.clone())))
+        path.validate()?;
+        match self.path_exists(path).await {
+            Ok(()) => Ok(Arc::new(AmqpReceiver::new(self.inner.clone(), path.clone()))),
+            // A session queue has no queue of its name: its partitions.
+            Err(e) => self.session_queue_receiver(path, e).await,
+        }
     }
 
     async fn accept_session(
         &self,
-        _path: &EntityPath,
-        _session: SessionSelector,
-        _max_wait: Duration,
+        path: &EntityPath,
+        session: SessionSelector,
+        max_wait: Duration,
     ) -> Result<Arc<dyn SessionReceiver>> {
-        self.inner.conn.check_open()?;
-        Err(unsupported("sessions", "S4.1"))
+        self.accept(path, session, max_wait).await
     }
 
     async fn peek(
@@ -731,8 +747,18 @@ impl Transport for AmqpTransport {
 
     async fn counts(&self, path: &EntityPath) -> Result<EntityCounts> {
         path.validate()?;
+        if let Some(queue) = sessions::session_queue_of(path)
+            && self.inner.known_session_queue(queue)
+        {
+            return self.session_queue_counts(queue).await;
+        }
         let queue = wire::queue_of(path);
         let Some(active) = self.inner.queue_exists(&queue).await? else {
+            if let Some(queue) = sessions::session_queue_of(path)
+                && self.inner.is_session_queue(queue).await?
+            {
+                return self.session_queue_counts(queue).await;
+            }
             return Err(Error::new(ErrorKind::EntityNotFound { path: path.to_string() }));
         };
         let dead_lettered = match path.sub_queue() {

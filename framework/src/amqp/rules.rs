@@ -57,9 +57,19 @@ pub(super) fn bent_rules() -> Vec<BentRule> {
             substitute: "the sender stamps x-courier-enqueued-time (milliseconds) and the AMQP timestamp (seconds) from its clock",
         },
         BentRule {
-            rule: "S4.1",
-            reason: "AMQP 0-9-1 has no sessions",
-            substitute: "none built in: for ordered processing, give the ordered messages a queue of their own with one consumer (an endpoint with concurrency 1)",
+            rule: "S4.1 across processes",
+            reason: "RabbitMQ has no lock per session: its only exclusivity is a queue's single active consumer, so a session queue is partition queues and a process consumes a whole partition",
+            substitute: "the session lock (the lock duration by the transport's clock, renewable) excludes the other receivers of its process; across processes, only the process RabbitMQ made the active consumer of the session's partition gets the session's messages, so one process at a time handles a session, and a session accepted by name in another process receives nothing until RabbitMQ hands the partition over",
+        },
+        BentRule {
+            rule: "S4.1 subscriptions",
+            reason: "a topic's fanout exchange cannot route a subscription's copy to a partition by session id",
+            substitute: "subscribe with a plain subscription and send on to a session queue; a subscription with requires_session is refused",
+        },
+        BentRule {
+            rule: "S4.3",
+            reason: "RabbitMQ has nowhere to keep a session's state beside its messages",
+            substitute: "keep the state in the application's store (a saga's data, keyed by the session id); session_state and set_session_state are refused",
         },
         BentRule {
             rule: "S6.1",

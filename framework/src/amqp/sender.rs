@@ -26,6 +26,9 @@ pub(crate) struct AmqpSender {
     pub(crate) max_in_flight: usize,
     pub(crate) allow_presettled: bool,
     pub(crate) channel: ConfirmChannel,
+    /// Whether `entity` is a session queue: each message goes to its session's partition
+    /// queue (`sessions.rs`), and a message without a session id is refused.
+    pub(crate) sessions: bool,
 }
 
 impl AmqpSender {
@@ -35,9 +38,24 @@ impl AmqpSender {
             self.inner.max_message_size,
             m,
             &self.entity,
-            false,
+            self.sessions,
             self.inner.clock.now(),
         )
+    }
+
+    /// Where `m` goes: the sender's queue or topic, or its session's partition.
+    fn target_of(&self, m: &Envelope) -> Target {
+        match (&m.session_id, self.sessions) {
+            (Some(session), true) => Target::Queue(super::sessions::queue_for(&self.entity, session)),
+            _ => self.target.clone(),
+        }
+    }
+
+    /// The destination a scheduled `m` is stored for: its partition on a session queue.
+    fn destination_of(&self, m: &Envelope) -> String {
+        match self.target_of(m) {
+            Target::Queue(q) | Target::Topic(q) => q,
+        }
     }
 
     /// The queue's default time-to-live applies to messages that set none and bounds
@@ -59,8 +77,9 @@ impl AmqpSender {
         };
         let kept = m.clone();
         let is_topic = matches!(self.target, Target::Topic(_));
+        let destination = self.destination_of(&m);
         match store
-            .insert(&self.entity, is_topic, at, m, self.inner.clock.now())
+            .insert(&destination, is_topic, at, m, self.inner.clock.now())
             .await
         {
             Ok(seq) => {
@@ -73,12 +92,13 @@ impl AmqpSender {
 
     async fn publish(&self, m: &Envelope, wait: bool) -> Result<()> {
         let properties = wire::properties(m, self.inner.clock.now(), self.inner.next_sequence_number())?;
+        let target = self.target_of(m);
         let confirm = self
             .channel
-            .start(&self.inner.conn, &self.target, properties, &m.body)
+            .start(&self.inner.conn, &target, properties, &m.body)
             .await?;
         if wait {
-            finish(&self.target, confirm).await?;
+            finish(&target, confirm).await?;
         }
         Ok(())
     }
@@ -149,20 +169,21 @@ impl Sender for AmqpSender {
                     failed.push(m);
                     continue;
                 }
+                let target = self.target_of(&m);
                 let started = match wire::properties(&m, self.inner.clock.now(), self.inner.next_sequence_number()) {
-                    Ok(p) => self.channel.start(&self.inner.conn, &self.target, p, &m.body).await,
+                    Ok(p) => self.channel.start(&self.inner.conn, &target, p, &m.body).await,
                     Err(e) => Err(e),
                 };
                 match started {
-                    Ok(confirm) => pending.push((m, confirm)),
+                    Ok(confirm) => pending.push((m, target, confirm)),
                     Err(e) => {
                         first_error.get_or_insert(e);
                         failed.push(m);
                     }
                 }
             }
-            for (m, confirm) in pending {
-                if let Err(e) = finish(&self.target, confirm).await {
+            for (m, target, confirm) in pending {
+                if let Err(e) = finish(&target, confirm).await {
                     first_error.get_or_insert(e);
                     failed.push(m);
                 }
@@ -188,14 +209,21 @@ impl Sender for AmqpSender {
         let Some(store) = &self.inner.schedules else {
             return Err(no_store("cancelling scheduled messages"));
         };
-        if store.cancel(&self.entity, sequence_number).await? {
-            Ok(())
+        // On a session queue, the message waits for its partition (`destination_of`).
+        let destinations = if self.sessions {
+            super::sessions::partition_queues(&self.entity)
         } else {
-            Err(Error::new(ErrorKind::MessageNotFound {
-                sequence_number,
-                expected: "scheduled",
-            }))
+            vec![self.entity.clone()]
+        };
+        for destination in &destinations {
+            if store.cancel(destination, sequence_number).await? {
+                return Ok(());
+            }
         }
+        Err(Error::new(ErrorKind::MessageNotFound {
+            sequence_number,
+            expected: "scheduled",
+        }))
     }
 
     async fn send_presettled(&self, message: Envelope) -> Result<(), SendError> {

@@ -1,0 +1,709 @@
+//! Sessions on RabbitMQ (S4): a session queue is a set of partition queues, and a
+//! process's *hub* of each session queue it accepts sessions of.
+//!
+//! A session queue `orders` is [`SESSION_PARTITIONS`] quorum queues
+//! `orders::session-<i>-of-<n>` with `x-single-active-consumer`, dead-lettering into
+//! `orders::dlq`; there is no queue named `orders`. A send picks the partition with
+//! [`partition_of`] (FNV-1a of the session id, modulo the count), so every message of a
+//! session is in one partition, in send order. RabbitMQ lets one consumer at a time take a
+//! partition's messages (single active consumer) and hands the partition to a waiting
+//! consumer when the active one's channel or process goes away.
+//!
+//! A [`Hub`] consumes every partition of its queue, one consumer each (RabbitMQ makes it
+//! active or lets it wait), and sorts the deliveries into per-session lists, in arrival
+//! order. A session receiver (`session_receiver.rs`) holds a session's *lease* (the
+//! session lock, by the transport's clock) against the process's other receivers and
+//! takes the session's messages from the front of its list. Nothing is returned to
+//! RabbitMQ while the process holds the partition: an abandoned message, or those of a
+//! lease that expired or was released, go back to the front of the session's list (their
+//! delivery count one higher), so the order of a session never depends on how RabbitMQ
+//! requeues. When a partition's channel closes, its deliveries are forgotten here
+//! (RabbitMQ requeues them, in order) and the hub consumes the partition again.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures_lite::StreamExt;
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
+use lapin::types::FieldTable;
+use lapin::{Acker, BasicProperties, Channel};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::endpoint::recoverability::headers;
+use crate::entity::{EntityPath, QueueOptions, SubQueue};
+use crate::error::{Error, ErrorKind, Result};
+use crate::message::{Envelope, ReceivedMessage, reasons};
+use crate::transport::{SessionReceiver, SessionSelector};
+
+use super::conn::{Declaration, connection_error};
+use super::session_receiver::AmqpSessionReceiver;
+use super::{Inner, inspect, wire};
+
+/// How many partition queues a session queue has. It is part of the partition queues'
+/// names, so a Courier that counts differently never sends into, or reads from, the
+/// partitions of another count (docs/rabbitmq.md, "Sessions").
+pub(crate) const SESSION_PARTITIONS: u16 = 16;
+
+/// The prefetch of a partition's consumer: the messages a process holds of a partition,
+/// sorted into its sessions, at most.
+const PARTITION_PREFETCH: u16 = 256;
+
+/// How long a hub waits before it consumes a partition again after its channel closed.
+const RECONSUME_AFTER: Duration = Duration::from_secs(1);
+
+/// The partition of `session_id` among `partitions`: 64-bit FNV-1a of its UTF-8 bytes,
+/// modulo the count. Stable across processes, versions and languages (the docs give it).
+pub(crate) fn partition_of(session_id: &str, partitions: u16) -> u16 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in session_id.bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let n = u64::from(partitions.max(1));
+    u16::try_from(hash % n).unwrap_or(0)
+}
+
+/// The RabbitMQ queue of partition `index` of the session queue `queue`.
+pub(crate) fn partition_queue(queue: &str, index: u16, partitions: u16) -> String {
+    format!("{queue}::session-{index}-of-{partitions}")
+}
+
+/// Every partition queue of `queue`.
+pub(crate) fn partition_queues(queue: &str) -> Vec<String> {
+    (0..SESSION_PARTITIONS)
+        .map(|i| partition_queue(queue, i, SESSION_PARTITIONS))
+        .collect()
+}
+
+/// The queue a message of `session_id` sent to the session queue `queue` goes to.
+pub(crate) fn queue_for(queue: &str, session_id: &str) -> String {
+    partition_queue(queue, partition_of(session_id, SESSION_PARTITIONS), SESSION_PARTITIONS)
+}
+
+/// The arguments that make a partition queue: those of a Courier queue (quorum, delivery
+/// limit, at-least-once dead-lettering) into the session queue's dead-letter queue, and a
+/// single active consumer.
+pub(crate) fn partition_arguments(queue: &str, options: &QueueOptions) -> FieldTable {
+    let mut args = super::conn::queue_arguments_into(&wire::dead_letter_queue(queue), options);
+    args.insert(
+        "x-single-active-consumer".into(),
+        lapin::types::AMQPValue::Boolean(true),
+    );
+    args
+}
+
+/// The session queue `path` names, if it is the main sub-queue of a plain queue.
+pub(crate) fn session_queue_of(path: &EntityPath) -> Option<&str> {
+    (path.topic().is_none() && path.sub_queue() == SubQueue::Main).then(|| path.name())
+}
+
+impl Inner {
+    /// The options of `queue` when this transport declared it as a session queue.
+    fn declared_session_queue(&self, queue: &str) -> Option<QueueOptions> {
+        self.conn.declared().into_iter().find_map(|d| match d {
+            Declaration::Queue { name, options } if name == queue && options.requires_session => Some(options),
+            _ => None,
+        })
+    }
+
+    /// Whether `queue` is known, without I/O, to be a session queue (this transport
+    /// declared it).
+    pub(crate) fn known_session_queue(&self, queue: &str) -> bool {
+        self.declared_session_queue(queue).is_some()
+    }
+
+    /// Whether `queue` is a session queue: declared so by this transport, or its first
+    /// partition exists on RabbitMQ (a passive declare).
+    pub(crate) async fn is_session_queue(&self, queue: &str) -> Result<bool> {
+        if self.known_session_queue(queue) {
+            return Ok(true);
+        }
+        Ok(self
+            .queue_exists(&partition_queue(queue, 0, SESSION_PARTITIONS))
+            .await?
+            .is_some())
+    }
+
+    /// The hub of the session queue `queue`, started on first use.
+    fn hub(self: &Arc<Self>, queue: &str) -> Arc<Hub> {
+        let mut hubs = self
+            .sessions
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(h) = hubs.get(queue) {
+            return h.clone();
+        }
+        let options = self.declared_session_queue(queue).unwrap_or_default();
+        let hub = Arc::new(Hub {
+            queue: queue.to_owned(),
+            dead_letter_queue: wire::dead_letter_queue(queue),
+            lock_duration: options.lock_duration,
+            max_delivery_count: options.max_delivery_count,
+            state: Mutex::default(),
+            changed: Notify::new(),
+            stop: self.stop.child_token(),
+        });
+        for index in 0..SESSION_PARTITIONS {
+            tokio::spawn(run_partition(self.clone(), hub.clone(), index));
+        }
+        hubs.insert(queue.to_owned(), hub.clone());
+        hub
+    }
+
+    /// Stops the hub of `queue` (the queue is deleted).
+    pub(crate) fn stop_hub(&self, queue: &str) {
+        let hub = self
+            .sessions
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(queue);
+        if let Some(h) = hub {
+            h.stop.cancel();
+        }
+    }
+
+    /// Accepts a session of the session queue `queue` (S4), waiting up to `max_wait`.
+    pub(crate) async fn accept_session(
+        self: &Arc<Self>,
+        path: &EntityPath,
+        queue: &str,
+        session: SessionSelector,
+        max_wait: Duration,
+    ) -> Result<Arc<dyn SessionReceiver>> {
+        let hub = self.hub(queue);
+        let deadline = tokio::time::Instant::now() + max_wait.min(Duration::from_secs(24 * 3600));
+        loop {
+            let changed = hub.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let now = self.clock.now();
+            let taken = {
+                let mut state = hub.lock();
+                let id = match &session {
+                    SessionSelector::Named(id) => Some(id.clone()),
+                    SessionSelector::Next => state.next_free(now),
+                };
+                id.and_then(|id| {
+                    let doomed = state.reclaim_expired(&id, now, hub.max_delivery_count);
+                    hub.dead_letter_later(self, doomed);
+                    state.lease(&id, now, hub.lock_duration)
+                })
+            };
+            if let Some((id, lease, until)) = taken {
+                return Ok(Arc::new(AmqpSessionReceiver::new(
+                    self.clone(),
+                    hub.clone(),
+                    path.clone(),
+                    id,
+                    lease,
+                    until,
+                )));
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                let reason = match &session {
+                    SessionSelector::Named(id) => format!("session {id} of {queue} is held by another receiver"),
+                    SessionSelector::Next => format!("no session of {queue} with messages is free"),
+                };
+                return Err(Error::new(ErrorKind::SessionNotAvailable { reason }));
+            }
+            self.conn.check_open()?;
+        }
+    }
+}
+
+/// The hubs of a transport, by session queue.
+#[derive(Default)]
+pub(crate) struct Hubs(Mutex<HashMap<String, Arc<Hub>>>);
+
+/// A delivery of a partition, not settled with RabbitMQ yet.
+pub(crate) struct Held {
+    /// Arrival order in the hub: the order of the session's messages.
+    pub(crate) order: u64,
+    pub(crate) partition: u16,
+    pub(crate) acker: Acker,
+    pub(crate) channel: Channel,
+    pub(crate) message: ReceivedMessage,
+}
+
+/// Who holds a session: a lease number and until when (the transport's clock).
+#[derive(Debug, Clone, Copy)]
+struct Lease {
+    id: u64,
+    until: DateTime<Utc>,
+}
+
+#[derive(Default)]
+struct Session {
+    /// Not handed out, in order.
+    ready: VecDeque<Held>,
+    /// Handed out to the lease holder and not settled, by order.
+    out: BTreeMap<u64, Held>,
+    lease: Option<Lease>,
+}
+
+impl Session {
+    fn is_idle(&self) -> bool {
+        self.ready.is_empty() && self.out.is_empty() && self.lease.is_none()
+    }
+
+    /// Puts handed-out deliveries back in front, in order, their delivery count one
+    /// higher; returns those whose count reached `max_delivery_count` (to dead-letter).
+    fn give_back(&mut self, helds: Vec<Held>, max_delivery_count: u32) -> Vec<Held> {
+        let mut doomed = Vec::new();
+        let mut all: Vec<Held> = self.ready.drain(..).collect();
+        for mut h in helds {
+            if h.message.broker.delivery_count >= max_delivery_count {
+                doomed.push(h);
+                continue;
+            }
+            h.message.broker.delivery_count = h.message.broker.delivery_count.saturating_add(1);
+            h.message.broker.lock_token = None;
+            h.message.broker.locked_until = None;
+            all.push(h);
+        }
+        all.sort_by_key(|h| h.order);
+        self.ready = all.into();
+        doomed
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct State {
+    sessions: HashMap<String, Session>,
+    next_order: u64,
+    next_lease: u64,
+}
+
+impl State {
+    /// The free session (no lease, or an expired one) whose first message came first, if
+    /// any has messages.
+    fn next_free(&self, now: DateTime<Utc>) -> Option<String> {
+        self.sessions
+            .iter()
+            .filter(|(_, s)| s.lease.is_none_or(|l| l.until <= now))
+            .filter_map(|(id, s)| {
+                let first_out = s.out.keys().next().copied();
+                let first_ready = s.ready.front().map(|h| h.order);
+                first_out.into_iter().chain(first_ready).min().map(|order| (order, id))
+            })
+            .min()
+            .map(|(_, id)| id.clone())
+    }
+
+    /// Ends the lease of `id` if it expired: what was handed out goes back. Returns what
+    /// reached the max delivery count.
+    fn reclaim_expired(&mut self, id: &str, now: DateTime<Utc>, max_delivery_count: u32) -> Vec<Held> {
+        let Some(s) = self.sessions.get_mut(id) else {
+            return Vec::new();
+        };
+        match s.lease {
+            Some(l) if l.until <= now => {
+                s.lease = None;
+                let out = std::mem::take(&mut s.out).into_values().collect();
+                s.give_back(out, max_delivery_count)
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Leases `id` unless a live lease holds it: (id, lease, until).
+    fn lease(&mut self, id: &str, now: DateTime<Utc>, duration: Duration) -> Option<(String, u64, DateTime<Utc>)> {
+        let session = self.sessions.entry(id.to_owned()).or_default();
+        if session.lease.is_some() {
+            return None;
+        }
+        self.next_lease += 1;
+        let until = now + chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX);
+        session.lease = Some(Lease {
+            id: self.next_lease,
+            until,
+        });
+        Some((id.to_owned(), self.next_lease, until))
+    }
+}
+
+/// A process's view of one session queue: its partitions' deliveries by session.
+pub(crate) struct Hub {
+    pub(crate) queue: String,
+    pub(crate) dead_letter_queue: String,
+    pub(crate) lock_duration: Duration,
+    pub(crate) max_delivery_count: u32,
+    state: Mutex<State>,
+    /// Told on every change: a delivery arrived, a session was freed.
+    pub(crate) changed: Notify,
+    stop: CancellationToken,
+}
+
+impl Hub {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Checks that `lease` still holds `session` at `now`; an expired lease is ended and
+    /// its deliveries go back (dead-lettered past the max delivery count).
+    fn check_lease(
+        &self,
+        inner: &Arc<Inner>,
+        state: &mut State,
+        session: &str,
+        lease: u64,
+        now: DateTime<Utc>,
+    ) -> bool {
+        let ok = state
+            .sessions
+            .get(session)
+            .and_then(|s| s.lease)
+            .is_some_and(|l| l.id == lease && l.until > now);
+        if !ok {
+            let still_ours = state
+                .sessions
+                .get(session)
+                .and_then(|s| s.lease)
+                .is_some_and(|l| l.id == lease);
+            if still_ours {
+                let doomed = state.reclaim_expired(session, now, self.max_delivery_count);
+                self.dead_letter_later(inner, doomed);
+                self.changed.notify_waiters();
+            }
+        }
+        ok
+    }
+
+    /// Hands out up to `max` of the session's messages to the holder of `lease`, each
+    /// with a fresh lock token and the lease's end, with their arrival order: `None`
+    /// when the lease is gone (expired, or released).
+    pub(crate) fn take(
+        &self,
+        inner: &Arc<Inner>,
+        session: &str,
+        lease: u64,
+        max: usize,
+    ) -> Option<Vec<(u64, ReceivedMessage)>> {
+        let now = inner.clock.now();
+        let mut state = self.lock();
+        if !self.check_lease(inner, &mut state, session, lease, now) {
+            return None;
+        }
+        let s = state.sessions.get_mut(session)?;
+        let until = s.lease.map(|l| l.until);
+        let mut out = Vec::new();
+        while out.len() < max {
+            let Some(mut h) = s.ready.pop_front() else { break };
+            h.message.broker.lock_token = Some(crate::message::LockToken::from_uuid(Uuid::new_v4()));
+            h.message.broker.locked_until = until;
+            out.push((h.order, h.message.clone()));
+            s.out.insert(h.order, h);
+        }
+        Some(out)
+    }
+
+    /// Takes the handed-out delivery `order` for settling, if `lease` still holds the
+    /// session and it is still handed out.
+    pub(crate) fn settle_out(&self, inner: &Arc<Inner>, session: &str, lease: u64, order: u64) -> Option<Held> {
+        let now = inner.clock.now();
+        let mut state = self.lock();
+        if !self.check_lease(inner, &mut state, session, lease, now) {
+            return None;
+        }
+        state.sessions.get_mut(session).and_then(|s| s.out.remove(&order))
+    }
+
+    /// The handed-out message `order` of `session` as it is now.
+    pub(crate) fn peek_out(&self, session: &str, order: u64) -> Option<ReceivedMessage> {
+        let state = self.lock();
+        state.sessions.get(session)?.out.get(&order).map(|h| h.message.clone())
+    }
+
+    /// Puts a delivery taken by [`Hub::settle_out`] back as handed out (its settlement
+    /// failed before it took effect).
+    pub(crate) fn restore_out(&self, session: &str, held: Held) {
+        let mut state = self.lock();
+        if let Some(s) = state.sessions.get_mut(session) {
+            s.out.insert(held.order, held);
+        }
+    }
+
+    /// Gives the handed-out delivery `order` back to the front of its session (abandon,
+    /// or a delivery dropped unsettled); `false` when the lease no longer holds it.
+    pub(crate) fn give_back(&self, inner: &Arc<Inner>, session: &str, lease: u64, order: u64) -> bool {
+        let now = inner.clock.now();
+        let mut state = self.lock();
+        if !self.check_lease(inner, &mut state, session, lease, now) {
+            return false;
+        }
+        let Some(s) = state.sessions.get_mut(session) else {
+            return false;
+        };
+        let Some(h) = s.out.remove(&order) else {
+            return false;
+        };
+        let doomed = s.give_back(vec![h], self.max_delivery_count);
+        drop(state);
+        self.dead_letter_later(inner, doomed);
+        self.changed.notify_waiters();
+        true
+    }
+
+    /// Renews `lease` from `now`: its new end, or `None` when it is gone.
+    pub(crate) fn renew(&self, inner: &Arc<Inner>, session: &str, lease: u64) -> Option<DateTime<Utc>> {
+        let now = inner.clock.now();
+        let mut state = self.lock();
+        if !self.check_lease(inner, &mut state, session, lease, now) {
+            return None;
+        }
+        let s = state.sessions.get_mut(session)?;
+        let until = now + chrono::Duration::from_std(self.lock_duration).unwrap_or(chrono::Duration::MAX);
+        s.lease = Some(Lease { id: lease, until });
+        for h in s.out.values_mut() {
+            h.message.broker.locked_until = Some(until);
+        }
+        Some(until)
+    }
+
+    /// Ends `lease`: what it had out goes back to the front of the session.
+    pub(crate) fn release(&self, inner: &Arc<Inner>, session: &str, lease: u64) {
+        let mut state = self.lock();
+        let Some(s) = state.sessions.get_mut(session) else {
+            return;
+        };
+        if s.lease.is_none_or(|l| l.id != lease) {
+            return;
+        }
+        s.lease = None;
+        let out = std::mem::take(&mut s.out).into_values().collect();
+        let doomed = s.give_back(out, self.max_delivery_count);
+        if s.is_idle() {
+            state.sessions.remove(session);
+        }
+        drop(state);
+        self.dead_letter_later(inner, doomed);
+        self.changed.notify_waiters();
+    }
+
+    /// Sorts a delivery of partition `index` into its session.
+    fn arrive(&self, index: u16, channel: &Channel, acker: Acker, message: ReceivedMessage, session: String) {
+        let mut state = self.lock();
+        state.next_order += 1;
+        let order = state.next_order;
+        state.sessions.entry(session).or_default().ready.push_back(Held {
+            order,
+            partition: index,
+            acker,
+            channel: channel.clone(),
+            message,
+        });
+        drop(state);
+        self.changed.notify_waiters();
+    }
+
+    /// Forgets the deliveries of partition `index` (its channel closed: RabbitMQ requeues
+    /// them); their holders' settlements fail with a lost lock.
+    fn forget_partition(&self, index: u16) {
+        let mut state = self.lock();
+        for s in state.sessions.values_mut() {
+            s.ready.retain(|h| h.partition != index);
+            s.out.retain(|_, h| h.partition != index);
+        }
+        state.sessions.retain(|_, s| !s.is_idle());
+    }
+
+    /// Moves deliveries that reached the max delivery count to the dead-letter queue, on a
+    /// task of their own.
+    fn dead_letter_later(&self, inner: &Arc<Inner>, doomed: Vec<Held>) {
+        if doomed.is_empty() {
+            return;
+        }
+        let (inner, dlq, source) = (inner.clone(), self.dead_letter_queue.clone(), self.queue.clone());
+        tokio::spawn(async move {
+            for h in doomed {
+                let description = format!(
+                    "the message was delivered {} times without being completed",
+                    h.message.broker.delivery_count
+                );
+                let copy = dead_copy(
+                    &h.message.envelope,
+                    reasons::MAX_DELIVERY_COUNT_EXCEEDED,
+                    &description,
+                    &source,
+                );
+                let route = (source.as_str(), dlq.as_str(), reasons::MAX_DELIVERY_COUNT_EXCEEDED);
+                move_to_dead_letters(&inner, route, h.acker, &copy, None).await;
+            }
+        });
+    }
+}
+
+/// The copy of `envelope` that goes to the dead-letter queue, with the dead-letter
+/// headers; a producer's failure headers are left out.
+pub(crate) fn dead_copy(envelope: &Envelope, reason: &str, description: &str, source: &str) -> Envelope {
+    let mut copy = envelope.clone();
+    copy.properties.retain(|k, _| !k.starts_with(headers::FAILURE_PREFIX));
+    wire::dead_letter_headers(&mut copy, reason, description, source);
+    copy
+}
+
+/// Publishes `copy` into `dlq`, confirmed, then acks the original and counts it (metric
+/// `courier.dead_lettered`, by `reason`); requeues the original when the copy is not
+/// confirmed.
+async fn move_to_dead_letters(
+    inner: &Inner,
+    (source, dlq, reason): (&str, &str, &'static str),
+    acker: Acker,
+    copy: &Envelope,
+    raw: Option<BasicProperties>,
+) {
+    let result = inner
+        .dead_letter_many(dlq, [(copy, raw.as_ref())].into_iter())
+        .await
+        .into_iter()
+        .next()
+        .unwrap_or(Ok(()));
+    match result {
+        Ok(()) => {
+            crate::endpoint::metrics::count_dead_lettered("amqp", source, reason, 1);
+            let _ = acker.ack(BasicAckOptions::default()).await;
+        }
+        Err(e) => {
+            tracing::error!(dead_letter_queue = %dlq, error = %e,
+                "cannot move a message of a session queue to its dead-letter queue; it is requeued");
+            let requeue = BasicNackOptions {
+                requeue: true,
+                ..BasicNackOptions::default()
+            };
+            let _ = acker.nack(requeue).await;
+        }
+    }
+}
+
+/// Consumes partition `index` of the hub's queue for as long as the hub runs, again
+/// after every channel loss.
+async fn run_partition(inner: Arc<Inner>, hub: Arc<Hub>, index: u16) {
+    let queue = partition_queue(&hub.queue, index, SESSION_PARTITIONS);
+    loop {
+        if hub.stop.is_cancelled() {
+            return;
+        }
+        match consume(&inner, &queue).await {
+            Ok((channel, consumer)) => {
+                pump(&inner, &hub, index, &channel, consumer).await;
+                if channel.status().connected() {
+                    let _ = channel.close(200, "OK".into()).await;
+                }
+            }
+            Err(e) if !inner.conn.is_closed() => {
+                tracing::warn!(queue = %queue, error = %e, "cannot consume a partition of a session queue; trying again");
+            }
+            Err(_) => return,
+        }
+        hub.forget_partition(index);
+        tokio::select! {
+            () = hub.stop.cancelled() => return,
+            () = tokio::time::sleep(RECONSUME_AFTER) => {}
+        }
+    }
+}
+
+async fn consume(inner: &Inner, queue: &str) -> Result<(Channel, lapin::Consumer)> {
+    let channel = inner.conn.channel().await?;
+    channel
+        .basic_qos(PARTITION_PREFETCH, BasicQosOptions::default())
+        .await
+        .map_err(|e| connection_error("cannot set the prefetch", &e))?;
+    let tag = format!("courier-session-{}", Uuid::new_v4().simple());
+    let consumer = channel
+        .basic_consume(
+            queue.into(),
+            tag.as_str().into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .map_err(|e| connection_error("cannot consume a partition", &e))?;
+    Ok((channel, consumer))
+}
+
+/// Sorts the partition's deliveries into sessions until the channel or the hub stops.
+/// A delivery that breaks the wire format, has expired, or has no session id goes to the
+/// dead-letter queue at once.
+async fn pump(inner: &Arc<Inner>, hub: &Hub, index: u16, channel: &Channel, mut consumer: lapin::Consumer) {
+    loop {
+        let next = tokio::select! {
+            () = hub.stop.cancelled() => return,
+            next = consumer.next() => next,
+        };
+        let Some(Ok(d)) = next else { return };
+        let now = inner.clock.now();
+        let decoded = wire::decode(&d.properties, d.data, false, d.redelivered, None, now);
+        let message = ReceivedMessage {
+            envelope: decoded.envelope,
+            broker: decoded.broker,
+        };
+        let findings = inspect::inspect(&d.properties, &message.envelope, inner.max_message_size);
+        inner.wire.ignored(findings.ignored.len());
+        let refusal = findings.refusal.map(|r| (r.reason, r.description)).or_else(|| {
+            message.envelope.session_id.is_none().then(|| {
+                (
+                    reasons::INVALID_WIRE_FORMAT,
+                    "a message of a session queue has no session id".to_owned(),
+                )
+            })
+        });
+        if let Some((reason, description)) = refusal {
+            inner.wire.refused();
+            tracing::warn!(queue = %hub.queue, reason, problem = %crate::logtext::Escaped(&description),
+                "a message of a session queue breaks the wire format; it was moved to the dead-letter queue");
+            let copy = dead_copy(&message.envelope, reason, &description, &hub.queue);
+            let raw = wire::refused_copy(&d.properties, reason, &description, &hub.queue);
+            let route = (hub.queue.as_str(), hub.dead_letter_queue.as_str(), reason);
+            move_to_dead_letters(inner, route, d.acker, &copy, Some(raw)).await;
+            continue;
+        }
+        if message.broker.expires_at.is_some_and(|at| at <= now) {
+            let description = "the message's time-to-live passed before it was received";
+            let copy = dead_copy(&message.envelope, reasons::TTL_EXPIRED, description, &hub.queue);
+            let route = (hub.queue.as_str(), hub.dead_letter_queue.as_str(), reasons::TTL_EXPIRED);
+            move_to_dead_letters(inner, route, d.acker, &copy, None).await;
+            continue;
+        }
+        let session = message.envelope.session_id.clone().unwrap_or_default();
+        hub.arrive(index, channel, d.acker, message, session);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_partition_of_a_session_is_stable() {
+        // FNV-1a 64 of "" is its offset basis; of "a", 0xaf63dc4c8601ec8c.
+        assert_eq!(
+            partition_of("", 16),
+            u16::try_from(0xcbf2_9ce4_8422_2325_u64 % 16).unwrap()
+        );
+        assert_eq!(
+            partition_of("a", 16),
+            u16::try_from(0xaf63_dc4c_8601_ec8c_u64 % 16).unwrap()
+        );
+        assert_eq!(partition_of("customer-42", 1), 0);
+        assert_eq!(queue_for("orders", "a"), format!("orders::session-{}-of-16", 0xcu16));
+    }
+
+    #[test]
+    fn sessions_spread_over_the_partitions() {
+        let mut seen = [0u32; 16];
+        for i in 0..1600 {
+            let p = partition_of(&format!("customer-{i}"), 16);
+            if let Some(n) = seen.get_mut(usize::from(p)) {
+                *n += 1;
+            }
+        }
+        assert!(seen.iter().all(|&n| (50..=150).contains(&n)), "{seen:?}");
+    }
+}

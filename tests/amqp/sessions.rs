@@ -1,0 +1,146 @@
+//! Session queues on RabbitMQ across processes (docs/rabbitmq.md, "Sessions"): two
+//! transports, each with a connection of its own, stand for two processes. What the bent
+//! rule `S4.1 across processes` promises instead is checked here: a session's messages
+//! go to the one process RabbitMQ made the active consumer of the session's partition, and
+//! to another when that one goes away, in order; and within a process, an abandoned
+//! message of a session comes back before the session's later ones.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use courier::{
+    AmqpTransport, Delivery, EntityPath, Envelope, QueueOptions, Receiver, SenderOptions, SessionSelector, Transport,
+};
+use courier_tests::rabbit::amqp_url;
+
+use crate::support::unique;
+
+fn body(d: &Delivery) -> String {
+    String::from_utf8_lossy(d.message().body()).into_owned()
+}
+
+/// Receives until `n` messages came, or fails after 15 s.
+async fn receive_n(r: &dyn Receiver, n: usize) -> Vec<Delivery> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let mut out = Vec::new();
+    while out.len() < n {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "expected {n} messages, got {} within 15 s",
+            out.len()
+        );
+        out.extend(r.receive(n - out.len(), Duration::from_millis(500)).await.unwrap());
+    }
+    out
+}
+
+fn sessions() -> QueueOptions {
+    QueueOptions::default().requires_session(true)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_is_handled_by_the_process_of_its_partition_and_handed_over_when_it_goes() {
+    let url = amqp_url().await;
+    let a = Arc::new(AmqpTransport::connect(url.clone()).await.unwrap());
+    let b = Arc::new(AmqpTransport::connect(url).await.unwrap());
+    let q = unique("sq");
+    a.create_queue(&q, &sessions()).await.unwrap();
+    let path = EntityPath::queue(&q);
+    // `b` did not declare the queue: it finds it by its partitions.
+    let sender = b.sender(&q, SenderOptions::default()).await.unwrap();
+    let e = sender.send(Envelope::new("no session")).await.unwrap_err();
+    assert!(e.to_string().contains("requires sessions"), "{e}");
+    sender.send(Envelope::new("x1").with_session_id("x")).await.unwrap();
+
+    let in_a = a
+        .accept_session(&path, SessionSelector::Named("x".into()), Duration::ZERO)
+        .await
+        .unwrap();
+    let first = receive_n(in_a.as_ref(), 1).await.pop().unwrap();
+    assert_eq!(body(&first), "x1");
+    // `a` is the active consumer of the partition of `x` now; `b`'s waits.
+    sender
+        .send_batch(vec![
+            Envelope::new("x2").with_session_id("x"),
+            Envelope::new("x3").with_session_id("x"),
+        ])
+        .await
+        .unwrap();
+    let in_b = b
+        .accept_session(&path, SessionSelector::Named("x".into()), Duration::ZERO)
+        .await
+        .unwrap();
+    let nothing = in_b.receive(10, Duration::from_millis(700)).await.unwrap();
+    assert!(
+        nothing.is_empty(),
+        "only the process consuming the partition gets the session's messages"
+    );
+    first.complete().await.unwrap();
+    let second = receive_n(in_a.as_ref(), 1).await.pop().unwrap();
+    assert_eq!(body(&second), "x2");
+
+    // `a` goes away with x2 unsettled: RabbitMQ hands the partition to `b`, in order.
+    a.close().await;
+    let got = receive_n(in_b.as_ref(), 2).await;
+    assert_eq!(got.iter().map(body).collect::<Vec<_>>(), ["x2", "x3"]);
+    for d in got {
+        d.complete().await.unwrap();
+    }
+    drop(second);
+    assert_eq!(b.counts(&path).await.unwrap().active, 0);
+    b.delete(&path).await.unwrap();
+    assert!(
+        b.sender(&q, SenderOptions::default()).await.is_err(),
+        "deleted with its partitions"
+    );
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_message_comes_back_before_the_later_ones_of_its_session() {
+    let t = AmqpTransport::connect(amqp_url().await).await.unwrap();
+    let q = unique("sq");
+    t.create_queue(&q, &sessions()).await.unwrap();
+    let path = EntityPath::queue(&q);
+    let sender = t.sender(&q, SenderOptions::default()).await.unwrap();
+    sender
+        .send_batch(
+            ["a1", "a2", "a3"]
+                .map(|b| Envelope::new(b).with_session_id("a"))
+                .to_vec(),
+        )
+        .await
+        .unwrap();
+    let s = t
+        .accept_session(&path, SessionSelector::Next, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(s.session_id(), "a");
+    let mut got = receive_n(s.as_ref(), 2).await.into_iter();
+    let (a1, a2) = (got.next().unwrap(), got.next().unwrap());
+    assert_eq!((body(&a1), body(&a2)), ("a1".into(), "a2".into()));
+    a1.abandon().await.unwrap();
+    a2.complete().await.unwrap();
+    let again = receive_n(s.as_ref(), 1).await.pop().unwrap();
+    assert_eq!(body(&again), "a1");
+    assert_eq!(again.message().broker.delivery_count, 2);
+    again.complete().await.unwrap();
+    let last = receive_n(s.as_ref(), 1).await.pop().unwrap();
+    assert_eq!(body(&last), "a3");
+    last.complete().await.unwrap();
+    // A session released with a message unsettled gives it back to the next holder.
+    sender.send(Envelope::new("a4").with_session_id("a")).await.unwrap();
+    let a4 = receive_n(s.as_ref(), 1).await.pop().unwrap();
+    s.release().await.unwrap();
+    let e = a4.complete().await.unwrap_err();
+    assert!(e.is_lock_lost(), "{e}");
+    let next = t
+        .accept_session(&path, SessionSelector::Named("a".into()), Duration::ZERO)
+        .await
+        .unwrap();
+    let back = receive_n(next.as_ref(), 1).await.pop().unwrap();
+    assert_eq!(body(&back), "a4");
+    back.complete().await.unwrap();
+    t.delete(&path).await.unwrap();
+    t.close().await;
+}
