@@ -18,8 +18,10 @@ use std::sync::atomic::Ordering;
 use std::task::{Context as TaskContext, Poll};
 
 use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::endpoint::ErasedHandler;
 use crate::endpoint::Failure;
 use crate::endpoint::bus::{self, Outgoing, describe_sent, name_outgoing};
 use crate::endpoint::context::{Context, ContextParts};
@@ -31,8 +33,8 @@ use crate::endpoint::sagas::LockOwner;
 use crate::endpoint::timeout_seal::TimeoutSeal;
 use crate::endpoint::trace::TraceContext;
 use crate::logtext::Escaped;
-use crate::message::Properties;
-use crate::store::{Begin, Committed, OutboxMessage};
+use crate::message::{LockToken, Properties};
+use crate::store::{Begin, Committed, OutboxMessage, UnitOfWork};
 use crate::transport::Delivery;
 
 use super::failures::{dead_letter, on_failure};
@@ -145,6 +147,10 @@ pub(super) async fn process(
     }
 }
 
+/// The handling of one delivery, by step: [`handlers_of`] (or the dead-letter queue for
+/// an unknown type), the delivery count, [`context_of`], [`run`] under the lock's
+/// renewal (the inbox, the handlers, [`commit`]), then [`settle`] (dispatch and
+/// complete); a failure of any step goes to `failures.rs`.
 pub(super) async fn handle(
     shared: &Shared,
     mut delivery: Delivery,
@@ -159,223 +165,286 @@ pub(super) async fn handle(
         tracing::warn!("lock lost before the handler started; the message will be delivered again");
         return;
     }
-    let message_type = delivery.message().envelope.message_type.clone();
-    let Some(entry) = message_type.as_deref().and_then(|t| shared.by_name.get(t)).cloned() else {
-        let description = match &message_type {
-            None => format!(
-                "the message has no type; endpoint {} cannot pick a handler",
-                shared.name
-            ),
-            Some(t) => {
-                let mut known: Vec<&str> = shared.by_name.keys().map(String::as_str).collect();
-                known.sort_unstable();
-                format!(
-                    "endpoint {} has no handler for message type {t:?} (it handles {known:?})",
-                    shared.name
-                )
-            }
-        };
-        dead_letter(
-            shared,
-            delivery,
-            reasons::UNKNOWN_MESSAGE_TYPE,
-            description,
-            Properties::new(),
-        )
-        .await;
-        return;
+    let handlers = match handlers_of(shared, &delivery) {
+        Ok(handlers) => handlers,
+        Err(description) => {
+            dead_letter(
+                shared,
+                delivery,
+                reasons::UNKNOWN_MESSAGE_TYPE,
+                description,
+                Properties::new(),
+            )
+            .await;
+            return;
+        }
     };
     let delivery_count = delivery.message().broker.delivery_count;
-    let failure = if delivery_count > shared.policy.attempts_per_round() {
+    if delivery_count > shared.policy.attempts_per_round() {
         // Its commit group does not wait for it.
         drop(seat);
-        Failure::Unfinished {
+        let failure = Failure::Unfinished {
             deliveries: delivery_count,
-        }
-    } else {
-        let cancel = shared.hard_stop.child_token();
-        let mut ctx = Context::new(ContextParts {
-            endpoint: shared.name.clone(),
-            message: delivery.message().clone(),
-            attempt,
-            delayed_retries: delayed,
-            bus: shared.bus.clone(),
-            clock: shared.clock.clone(),
-            cancel: cancel.clone(),
-            trace,
-            extensions: shared.extensions.clone(),
-            observing: shared.observer.is_some(),
-            lock_owner: LockOwner {
-                id: seat.as_ref().map_or_else(next_owner, |s| s.owner),
-                bounded: shared.group_size > 1,
-            },
-            timeout_seal: shared.timeout_seal.clone(),
-        });
-        let handlers = entry.handlers.clone();
-        // A saga's copy of a message it tries again (no instance found yet): that saga's
-        // handler runs, the others ran on the first arrival (`endpoint/not_found_seal.rs`).
-        let retried_by = not_found_seal::read(
-            shared.timeout_seal.as_deref().map(TimeoutSeal::keyed),
-            &shared.name,
-            &delivery.message().envelope,
-        )
-        .map(|r| r.saga);
-        if let Some(saga) = &retried_by
-            && !handlers.iter().any(|h| h.saga() == Some(saga.as_str()))
-        {
-            tracing::warn!(saga = %Escaped(saga), "a saga's copy of a message it tries again, but this endpoint \
-                runs no such saga (any more): completed without running a handler");
-        }
-        let lock = delivery.lock_token();
-        let work = async {
-            // The inbox: record the id in a new transaction (or the group's), or learn it
-            // was processed.
-            if let Some(store) = &shared.store {
-                let now = shared.clock.now();
-                // A duplicate's begin reads the outbox rows its handling left.
-                let read = shared.outbox.read();
-                let begun = match seat {
-                    Some(seat) => seat.begin(lock, now).await,
-                    None => store.begin(&shared.name, ctx.message_id(), lock, now).await,
-                };
-                match begun {
-                    Err(e) => return Err(Failure::Store(e)),
-                    Ok(Begin::Duplicate(left)) => {
-                        // Rows this process took already (being sent, or sent and waiting
-                        // to be deleted): not again.
-                        let left = shared.outbox.take_read(read, left, |m| m.id);
-                        return Ok(Done::Duplicate(left));
-                    }
-                    Ok(Begin::Fresh(work)) => ctx.set_unit_of_work(work),
-                }
-            }
-            for h in handlers.iter() {
-                if let Some(saga) = &retried_by
-                    && h.saga() != Some(saga.as_str())
-                {
-                    continue;
-                }
-                match CatchUnwind(h.call(&mut ctx)).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(f)) => return Err(f.with_refusals(&ctx)),
-                    Err(payload) => {
-                        return Err(Failure::Panic {
-                            handler: h.name(),
-                            text: panic_text(payload.as_ref()),
-                        });
-                    }
-                }
-            }
-            let outgoing = ctx.take_outgoing();
-            match ctx.take_unit_of_work() {
-                // The outbox: what the handlers sent commits with their writes.
-                Some(mut work) => {
-                    let rows: Vec<_> = outgoing
-                        .into_iter()
-                        .map(|o| (o.destination, o.is_topic, o.envelope))
-                        .collect();
-                    let observed = shared.observer.as_ref().map(|_| rows.clone());
-                    let destinations: Vec<String> = rows.iter().map(|(d, _, _)| d.clone()).collect();
-                    let sent: Vec<String> = rows.iter().map(|(d, t, e)| name_outgoing(d, *t, e)).collect();
-                    let queues: Vec<String> = rows
-                        .iter()
-                        .filter(|(_, is_topic, _)| !is_topic)
-                        .map(|(d, _, _)| d.clone())
-                        .collect();
-                    // A store that sends in its transaction (the embedded broker's own
-                    // file, the Postgres transport's store) fails with the transport's
-                    // finding no queue the handlers sent to (a send's failure, retried),
-                    // or its refusal of a message (for good, naming what was sent).
-                    let failure = |error: crate::error::Error| {
-                        if bus::missing_destination(&error).is_some_and(|p| queues.iter().any(|q| q == p)) {
-                            Failure::Dispatch(error)
-                        } else if bus::refused_for_good(&error) {
-                            Failure::RefusedAtCommit {
-                                description: describe_sent(&sent),
-                                error: Box::new(error),
-                            }
-                        } else {
-                            Failure::Store(error)
-                        }
-                    };
-                    let stored = work.store_outgoing(rows, shared.clock.now()).await.map_err(failure)?;
-                    let committed = work.commit().await;
-                    ctx.release_held();
-                    let committed = committed.map_err(failure)?;
-                    if let Some(due) = ctx.take_timeout_due() {
-                        shared.timeouts.stored(due);
-                    }
-                    shared.metrics.sagas(&ctx.take_saga_tally());
-                    if matches!(committed, Committed::Settled) {
-                        shared.metrics.sent_at_commit(&destinations);
-                    }
-                    if let (Some(observer), Some(outgoing)) = (&shared.observer, observed) {
-                        observer.handled(Handled {
-                            message: ctx.received().envelope.clone(),
-                            outgoing,
-                            sagas: ctx.take_observed(),
-                        });
-                    }
-                    match committed {
-                        Committed::Pending => Ok(Done::Committed(stored)),
-                        Committed::Stored(stored) => Ok(Done::Committed(stored)),
-                        Committed::Settled => Ok(Done::Settled),
-                    }
-                }
-                None => Ok(Done::Handled(outgoing)),
-            }
         };
-        let started = std::time::Instant::now();
-        let outcome = run_renewing(&mut delivery, &*shared.clock, shared.max_lock_renewal, &cancel, work).await;
-        let metrics = shared.metrics.of(delivery.message());
-        metrics.processed(started.elapsed(), outcome.as_ref().err());
-        let dispatched = match outcome {
-            Ok(Done::Settled) => {
-                shared.stats.completed.fetch_add(1, Ordering::Relaxed);
-                metrics.handled(delivery.message().broker.enqueued_time, shared.clock.now());
-                tracing::debug!("message handled, its messages sent and itself completed in one transaction");
-                return;
-            }
-            Err(Failure::Store(e)) if e.is_lock_lost() => {
-                tracing::warn!(
-                    error = %e,
-                    "lock lost before the transaction committed; it rolled back and the message will be delivered again"
-                );
-                return;
-            }
-            Ok(Done::Handled(outgoing)) => shared.bus.dispatch_created(outgoing).await.map_err(Failure::Dispatch),
-            Ok(Done::Committed(stored)) => {
-                let count = stored.len();
-                let stored = shared.outbox.take_stored(stored, |m| m.id);
-                dispatch_stored(shared, stored)
-                    .await
-                    .map_err(|error| Failure::Undispatched { count, error })
-            }
-            Ok(Done::Duplicate(left)) => {
-                tracing::info!(
-                    undispatched = left.len(),
-                    "message already processed (found in the inbox); completing it without handling"
-                );
-                shared.stats.duplicates.fetch_add(1, Ordering::Relaxed);
-                metrics.deduplicated();
-                let count = left.len();
-                dispatch_stored(shared, left)
-                    .await
-                    .map_err(|error| Failure::Undispatched { count, error })
-            }
-            Err(f) => Err(f),
-        };
-        match dispatched {
-            Ok(()) => {
-                complete(shared, delivery).await;
-                return;
-            }
-            Err(f) => f,
-        }
+        on_failure(shared, delivery, failure, delayed, attempt).await;
+        return;
+    }
+    let cancel = shared.hard_stop.child_token();
+    let owner = LockOwner {
+        id: seat.as_ref().map_or_else(next_owner, |s| s.owner),
+        bounded: shared.group_size > 1,
     };
-    on_failure(shared, delivery, failure, delayed, attempt).await;
+    let mut ctx = context_of(shared, &delivery, (attempt, delayed), trace, owner, cancel.clone());
+    let lock = delivery.lock_token();
+    let started = std::time::Instant::now();
+    let work = run(shared, &mut ctx, &handlers, seat, lock);
+    let outcome = run_renewing(&mut delivery, &*shared.clock, shared.max_lock_renewal, &cancel, work).await;
+    // Before the delivery is settled: a unit of work a failed handling left in the context
+    // rolls back here, and gives back what it holds (the embedded broker lends it its
+    // single writer, which the dead-lettering below needs).
+    drop(ctx);
+    shared
+        .metrics
+        .of(delivery.message())
+        .processed(started.elapsed(), outcome.as_ref().err());
+    match settle(shared, &delivery, outcome).await {
+        Next::Complete => complete(shared, delivery).await,
+        Next::Done => {}
+        Next::Fail(failure) => on_failure(shared, delivery, failure, delayed, attempt).await,
+    }
 }
 
+/// The handlers of the delivery's message type, or why there are none (the description
+/// of its dead letter).
+fn handlers_of(shared: &Shared, delivery: &Delivery) -> Result<Arc<[Arc<dyn ErasedHandler>]>, String> {
+    let message_type = delivery.message().envelope.message_type.as_deref();
+    if let Some(entry) = message_type.and_then(|t| shared.by_name.get(t)) {
+        return Ok(entry.handlers.clone());
+    }
+    Err(match message_type {
+        None => format!(
+            "the message has no type; endpoint {} cannot pick a handler",
+            shared.name
+        ),
+        Some(t) => {
+            let mut known: Vec<&str> = shared.by_name.keys().map(String::as_str).collect();
+            known.sort_unstable();
+            format!(
+                "endpoint {} has no handler for message type {t:?} (it handles {known:?})",
+                shared.name
+            )
+        }
+    })
+}
+
+/// The handlers' context for this delivery: its attempt (and delayed retries), trace,
+/// lock owner and cancellation.
+fn context_of(
+    shared: &Shared,
+    delivery: &Delivery,
+    (attempt, delayed_retries): (u32, u32),
+    trace: TraceContext,
+    lock_owner: LockOwner,
+    cancel: CancellationToken,
+) -> Context {
+    Context::new(ContextParts {
+        endpoint: shared.name.clone(),
+        message: delivery.message().clone(),
+        attempt,
+        delayed_retries,
+        bus: shared.bus.clone(),
+        clock: shared.clock.clone(),
+        cancel,
+        trace,
+        extensions: shared.extensions.clone(),
+        observing: shared.observer.is_some(),
+        lock_owner,
+        timeout_seal: shared.timeout_seal.clone(),
+    })
+}
+
+/// The work under the lock: the inbox (record the id in a new transaction or the
+/// group's, or learn it was processed), the handlers, and [`commit`].
+async fn run(
+    shared: &Shared,
+    ctx: &mut Context,
+    handlers: &[Arc<dyn ErasedHandler>],
+    seat: Option<GroupSeat>,
+    lock: Option<LockToken>,
+) -> Result<Done, Failure> {
+    // A saga's copy of a message it tries again (no instance found yet): that saga's
+    // handler runs, the others ran on the first arrival (`endpoint/not_found_seal.rs`).
+    let retried_by = not_found_seal::read(
+        shared.timeout_seal.as_deref().map(TimeoutSeal::keyed),
+        &shared.name,
+        &ctx.received().envelope,
+    )
+    .map(|r| r.saga);
+    if let Some(saga) = &retried_by
+        && !handlers.iter().any(|h| h.saga() == Some(saga.as_str()))
+    {
+        tracing::warn!(saga = %Escaped(saga), "a saga's copy of a message it tries again, but this endpoint \
+            runs no such saga (any more): completed without running a handler");
+    }
+    if let Some(store) = &shared.store {
+        let now = shared.clock.now();
+        // A duplicate's begin reads the outbox rows its handling left.
+        let read = shared.outbox.read();
+        let begun = match seat {
+            Some(seat) => seat.begin(lock, now).await,
+            None => store.begin(&shared.name, ctx.message_id(), lock, now).await,
+        };
+        match begun {
+            Err(e) => return Err(Failure::Store(e)),
+            Ok(Begin::Duplicate(left)) => {
+                // Rows this process took already (being sent, or sent and waiting to be
+                // deleted): not again.
+                let left = shared.outbox.take_read(read, left, |m| m.id);
+                return Ok(Done::Duplicate(left));
+            }
+            Ok(Begin::Fresh(work)) => ctx.set_unit_of_work(work),
+        }
+    }
+    for h in handlers {
+        if let Some(saga) = &retried_by
+            && h.saga() != Some(saga.as_str())
+        {
+            continue;
+        }
+        match CatchUnwind(h.call(ctx)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(f)) => return Err(f.with_refusals(ctx)),
+            Err(payload) => {
+                return Err(Failure::Panic {
+                    handler: h.name(),
+                    text: panic_text(payload.as_ref()),
+                });
+            }
+        }
+    }
+    let outgoing = ctx.take_outgoing();
+    match ctx.take_unit_of_work() {
+        Some(work) => commit(shared, ctx, work, outgoing).await,
+        None => Ok(Done::Handled(outgoing)),
+    }
+}
+
+/// The outbox: what the handlers sent commits with their writes, the inbox record and
+/// the saga state; then the timeouts, metrics and the observer learn of it.
+async fn commit(
+    shared: &Shared,
+    ctx: &mut Context,
+    mut work: Box<dyn UnitOfWork>,
+    outgoing: Vec<Outgoing>,
+) -> Result<Done, Failure> {
+    let rows: Vec<_> = outgoing
+        .into_iter()
+        .map(|o| (o.destination, o.is_topic, o.envelope))
+        .collect();
+    let observed = shared.observer.as_ref().map(|_| rows.clone());
+    let destinations: Vec<String> = rows.iter().map(|(d, _, _)| d.clone()).collect();
+    let sent: Vec<String> = rows.iter().map(|(d, t, e)| name_outgoing(d, *t, e)).collect();
+    let queues: Vec<String> = rows
+        .iter()
+        .filter(|(_, is_topic, _)| !is_topic)
+        .map(|(d, _, _)| d.clone())
+        .collect();
+    // A store that sends in its transaction (the embedded broker's own file, the Postgres
+    // transport's store) fails with the transport's finding no queue the handlers sent to
+    // (a send's failure, retried), or its refusal of a message (for good, naming what was
+    // sent).
+    let failure = |error: crate::error::Error| {
+        if bus::missing_destination(&error).is_some_and(|p| queues.iter().any(|q| q == p)) {
+            Failure::Dispatch(error)
+        } else if bus::refused_for_good(&error) {
+            Failure::RefusedAtCommit {
+                description: describe_sent(&sent),
+                error: Box::new(error),
+            }
+        } else {
+            Failure::Store(error)
+        }
+    };
+    let stored = work.store_outgoing(rows, shared.clock.now()).await.map_err(failure)?;
+    let committed = work.commit().await;
+    ctx.release_held();
+    let committed = committed.map_err(failure)?;
+    if let Some(due) = ctx.take_timeout_due() {
+        shared.timeouts.stored(due);
+    }
+    shared.metrics.sagas(&ctx.take_saga_tally());
+    if matches!(committed, Committed::Settled) {
+        shared.metrics.sent_at_commit(&destinations);
+    }
+    if let (Some(observer), Some(outgoing)) = (&shared.observer, observed) {
+        observer.handled(Handled {
+            message: ctx.received().envelope.clone(),
+            outgoing,
+            sagas: ctx.take_observed(),
+        });
+    }
+    Ok(match committed {
+        Committed::Pending => Done::Committed(stored),
+        Committed::Stored(stored) => Done::Committed(stored),
+        Committed::Settled => Done::Settled,
+    })
+}
+
+/// What the delivery needs after its handling.
+enum Next {
+    /// Its messages are sent: complete it.
+    Complete,
+    /// Nothing more: completed in the store's transaction, or left to come back.
+    Done,
+    /// To be retried or dead-lettered (`failures.rs`).
+    Fail(Failure),
+}
+
+/// After the handling: dispatch what it sent (or what a duplicate's handling left) and
+/// say whether the delivery is to be completed.
+async fn settle(shared: &Shared, delivery: &Delivery, outcome: Result<Done, Failure>) -> Next {
+    let metrics = shared.metrics.of(delivery.message());
+    let dispatched = match outcome {
+        Ok(Done::Settled) => {
+            shared.stats.completed.fetch_add(1, Ordering::Relaxed);
+            metrics.handled(delivery.message().broker.enqueued_time, shared.clock.now());
+            tracing::debug!("message handled, its messages sent and itself completed in one transaction");
+            return Next::Done;
+        }
+        Err(Failure::Store(e)) if e.is_lock_lost() => {
+            tracing::warn!(
+                error = %e,
+                "lock lost before the transaction committed; it rolled back and the message will be delivered again"
+            );
+            return Next::Done;
+        }
+        Ok(Done::Handled(outgoing)) => shared.bus.dispatch_created(outgoing).await.map_err(Failure::Dispatch),
+        Ok(Done::Committed(stored)) => {
+            let count = stored.len();
+            let stored = shared.outbox.take_stored(stored, |m| m.id);
+            dispatch_stored(shared, stored)
+                .await
+                .map_err(|error| Failure::Undispatched { count, error })
+        }
+        Ok(Done::Duplicate(left)) => {
+            tracing::info!(
+                undispatched = left.len(),
+                "message already processed (found in the inbox); completing it without handling"
+            );
+            shared.stats.duplicates.fetch_add(1, Ordering::Relaxed);
+            metrics.deduplicated();
+            let count = left.len();
+            dispatch_stored(shared, left)
+                .await
+                .map_err(|error| Failure::Undispatched { count, error })
+        }
+        Err(f) => Err(f),
+    };
+    match dispatched {
+        Ok(()) => Next::Complete,
+        Err(f) => Next::Fail(f),
+    }
+}
 /// How the handling of one message ended, before dispatch and completion.
 pub(super) enum Done {
     /// No store: the messages the handlers sent.
