@@ -9,8 +9,8 @@
 # audit:  each run is killed 0-15 ms after it prints "where the users stand:", which a
 #         resumed run whose users are all settled follows with its final audit at once.
 # The mode is the example's own: the embedded file of --db (default), or Postgres /
-# RabbitMQ + Postgres with DATABASE_URL / AMQP_URL set. Build it first:
-#   cargo build -p courier-examples --bin signup
+# RabbitMQ + Postgres with DATABASE_URL / AMQP_URL set. Build it first (with its servers):
+#   cargo build -p courier-examples --features servers --bin signup
 # A failed rerun's output is kept in signup-kill-loop-fail-N.out.
 set -uo pipefail
 

@@ -32,7 +32,10 @@
 //!
 //! The broker lives in the SQLite file `signup.db` (`--db PATH` for another) and the
 //! sagas, inbox and timeouts in the same file (`broker.store()`: one SQLite transaction per
-//! message). With `DATABASE_URL` set (or `--postgres URL`), the store is Postgres (schema
+//! message). The servers below need the example built with the feature `servers`
+//! (`cargo run -p courier-examples --features servers --bin signup -- ...`); without it,
+//! the URLs of the environment are ignored (it says so) and the flags are refused. With
+//! `DATABASE_URL` set (or `--postgres URL`), the store is Postgres (schema
 //! `courier`) and the broker stays embedded. With `AMQP_URL` set as well (or `--rabbitmq
 //! URL`), the broker is RabbitMQ: queues and topics there, scheduled messages and sagas in
 //! Postgres (RabbitMQ needs the Postgres store: it holds the scheduled messages). With
@@ -153,6 +156,7 @@ const USAGE: &str = "usage: signup [--fresh] [--db PATH] [--scale N | --real-tim
   --db PATH        the embedded broker's SQLite file (default signup.db)
   --scale N        run time N times faster (default 1000: 1 h of the story = 3.6 s)
   --real-time      real durations (same as --scale 1)
+  (--rabbitmq, --postgres and --transport need the build's feature `servers`)
   --rabbitmq URL   run on RabbitMQ instead of the embedded broker (default: $AMQP_URL if set;
                    needs --postgres or $DATABASE_URL)
   --postgres URL   keep sagas, inbox and timeouts in Postgres (default: $DATABASE_URL if set,
@@ -198,6 +202,8 @@ impl Options {
             metrics: None,
             keep_running: false,
         };
+        // The flag that asked for a server, if one did (the environment's URLs only suggest).
+        let mut servers_asked: Option<&str> = None;
         while let Some(arg) = args.next() {
             let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
             match arg.as_str() {
@@ -210,9 +216,18 @@ impl Options {
                 }
                 "--real-time" => options.scale = Some(1),
                 "--keep-running" => options.keep_running = true,
-                "--postgres" => options.postgres = Some(value("--postgres")?),
-                "--rabbitmq" => options.rabbitmq = Some(value("--rabbitmq")?),
-                "--transport" => options.transport = Some(value("--transport")?),
+                "--postgres" => {
+                    options.postgres = Some(value("--postgres")?);
+                    servers_asked = Some("--postgres");
+                }
+                "--rabbitmq" => {
+                    options.rabbitmq = Some(value("--rabbitmq")?);
+                    servers_asked = Some("--rabbitmq");
+                }
+                "--transport" => {
+                    options.transport = Some(value("--transport")?);
+                    servers_asked = Some("--transport");
+                }
                 "--metrics" => {
                     let addr = value("--metrics")?;
                     options.metrics = Some(addr.parse().map_err(|e| format!("--metrics {addr}: {e}"))?);
@@ -224,6 +239,23 @@ impl Options {
         match options.transport.as_deref() {
             None | Some("postgres") => {}
             Some(other) => return Err(format!("--transport takes postgres, not {other}")),
+        }
+        if !cfg!(feature = "servers") {
+            if let Some(flag) = servers_asked {
+                return Err(format!(
+                    "{flag} needs the example built with its servers: \
+                     cargo run -p courier-examples --features servers --bin signup -- ..."
+                ));
+            }
+            if options.postgres.is_some() || options.rabbitmq.is_some() || options.transport.is_some() {
+                println!(
+                    "signup: DATABASE_URL, AMQP_URL or COURIER_TRANSPORT is set, but this build has no servers: \
+                     running on the embedded broker (build with --features servers to use them)"
+                );
+                options.postgres = None;
+                options.rabbitmq = None;
+                options.transport = None;
+            }
         }
         Ok(Some(options))
     }

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use courier::Store;
 use courier::prelude::*;
-use courier::{AmqpTransport, PostgresStore, PostgresTransport, Store};
 use serde::{Deserialize, Serialize};
 
 use crate::Options;
@@ -71,6 +71,42 @@ pub(crate) async fn open(
     options: &Options,
     start: &Startup,
 ) -> Result<(Arc<dyn Transport>, Arc<dyn Store>, &'static str, String, String), Box<dyn Error>> {
+    #[cfg(feature = "servers")]
+    if let Some(opened) = open_servers(options, start).await? {
+        return Ok(opened);
+    }
+    if options.fresh {
+        delete_database(&options.db)?;
+    }
+    let broker = start.step(startup::BROKER_FILE, Embedded::open(&options.db)).await?;
+    let broker_text = format!("{} (embedded, SQLite)", options.db.display());
+    let (store, store_kind, store_text): (Arc<dyn Store>, &str, String) = match &options.postgres {
+        #[cfg(feature = "servers")]
+        Some(url) => {
+            let store = start
+                .step(startup::POSTGRES, courier::PostgresStore::connect(url))
+                .await?;
+            start.step(startup::MIGRATIONS, store.migrate()).await?;
+            (Arc::new(store), "postgres", "Postgres (schema courier)".to_owned())
+        }
+        _ => (
+            Arc::new(broker.store()),
+            "sqlite",
+            "the broker's own file (one SQLite transaction per message)".to_owned(),
+        ),
+    };
+    Ok((Arc::new(broker), store, store_kind, store_text, broker_text))
+}
+
+/// RabbitMQ with the Postgres store, or the Postgres transport alone, as the options say
+/// (`None`: neither was asked for). Built with the feature `servers`.
+#[cfg(feature = "servers")]
+#[allow(clippy::type_complexity)]
+async fn open_servers(
+    options: &Options,
+    start: &Startup,
+) -> Result<Option<(Arc<dyn Transport>, Arc<dyn Store>, &'static str, String, String)>, Box<dyn Error>> {
+    use courier::{AmqpTransport, PostgresStore, PostgresTransport};
     if options.transport.is_some() {
         let Some(pg) = &options.postgres else {
             return Err("--transport postgres needs a database: set DATABASE_URL or --postgres".into());
@@ -92,13 +128,13 @@ pub(crate) async fn open(
             }
         }
         let store_text = "Postgres (schema courier), one transaction per message with the queues".to_owned();
-        return Ok((
+        return Ok(Some((
             transport,
             Arc::new(postgres.store()),
             "postgres",
             store_text,
             "Postgres (the Postgres transport)".to_owned(),
-        ));
+        )));
     }
     if let Some(url) = &options.rabbitmq {
         let Some(pg) = &options.postgres else {
@@ -119,28 +155,12 @@ pub(crate) async fn open(
             delete_queues(&transport).await?;
         }
         let store_text = "Postgres (schema courier), with inbox + outbox beside RabbitMQ".to_owned();
-        return Ok((transport, Arc::new(store), "postgres", store_text, text));
+        return Ok(Some((transport, Arc::new(store), "postgres", store_text, text)));
     }
-    if options.fresh {
-        delete_database(&options.db)?;
-    }
-    let broker = start.step(startup::BROKER_FILE, Embedded::open(&options.db)).await?;
-    let broker_text = format!("{} (embedded, SQLite)", options.db.display());
-    let (store, store_kind, store_text): (Arc<dyn Store>, &str, String) = match &options.postgres {
-        Some(url) => {
-            let store = start.step(startup::POSTGRES, PostgresStore::connect(url)).await?;
-            start.step(startup::MIGRATIONS, store.migrate()).await?;
-            (Arc::new(store), "postgres", "Postgres (schema courier)".to_owned())
-        }
-        None => (
-            Arc::new(broker.store()),
-            "sqlite",
-            "the broker's own file (one SQLite transaction per message)".to_owned(),
-        ),
-    };
-    Ok((Arc::new(broker), store, store_kind, store_text, broker_text))
+    Ok(None)
 }
 
+#[cfg(feature = "servers")]
 /// Deletes the example's queues (`--fresh` on a server broker).
 async fn delete_queues(transport: &Arc<dyn Transport>) -> Result<(), Box<dyn Error>> {
     for queue in ["users", "mailer", "accounts", SCENARIO_QUEUE] {

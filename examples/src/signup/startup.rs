@@ -74,17 +74,20 @@ pub(crate) struct Wait {
 }
 
 /// Connecting to Postgres (the store; on RabbitMQ, the scheduled messages too).
+#[cfg(feature = "servers")]
 pub(crate) const POSTGRES: Wait = Wait {
     what: "Postgres",
     why: "it refuses connections (starting up, or too many clients: a killed program's \
           connections count until Postgres sees they are gone); the pool tries again for up to 30 s",
 };
 /// Applying the store's migrations.
+#[cfg(feature = "servers")]
 pub(crate) const MIGRATIONS: Wait = Wait {
     what: "Courier's migrations",
     why: "another process is applying them to this database (they hold a lock while they run)",
 };
 /// Connecting to RabbitMQ.
+#[cfg(any(feature = "servers", test))]
 pub(crate) const RABBITMQ: Wait = Wait {
     what: "RabbitMQ",
     why: "it refuses or does not answer the connection (stopped, restarting, overloaded); the \
