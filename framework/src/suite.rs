@@ -29,6 +29,12 @@
 //! the operation with [`ErrorKind::Unsupported`], or, where the declaration says the
 //! transport does something else instead, checks that substitute.
 //!
+//! One file, though over 1,200 lines: it is the executable form of the rule table, one
+//! test per rule in the order of `docs/semantics.md` (S1 to S6, then the checks outside
+//! the rules), with the shared helpers at the top and `conformance_suite!` listing every
+//! test once. Read beside the table it is a single document; split by rule, each part
+//! would hold a few tests and the helpers would have to be shared across files.
+//!
 //! Where a check needs to browse (S6.1) and the transport bends it, the suite reads the
 //! messages instead (receive and complete) at a point of the test where that changes
 //! nothing that is checked afterwards. Where a test needs locks to be lost (lock expiry,
