@@ -25,6 +25,7 @@ use crate::endpoint::ErasedHandler;
 use crate::endpoint::Failure;
 use crate::endpoint::bus::{self, Outgoing, describe_sent, name_outgoing};
 use crate::endpoint::context::{Context, ContextParts};
+use crate::endpoint::metrics::TypeMetrics;
 use crate::endpoint::not_found_seal;
 use crate::endpoint::observe::Handled;
 use crate::endpoint::recoverability::{headers, reasons};
@@ -203,11 +204,9 @@ pub(super) async fn handle(
     // rolls back here, and gives back what it holds (the embedded broker lends it its
     // single writer, which the dead-lettering below needs).
     drop(ctx);
-    shared
-        .metrics
-        .of(delivery.message())
-        .processed(started.elapsed(), outcome.as_ref().err());
-    match settle(shared, &delivery, outcome).await {
+    let metrics = shared.metrics.of(delivery.message());
+    metrics.processed(started.elapsed(), outcome.as_ref().err());
+    match settle(shared, &delivery, metrics, outcome).await {
         Next::Complete => complete(shared, delivery).await,
         Next::Done => {}
         Next::Fail(failure) => on_failure(shared, delivery, failure, delayed, attempt).await,
@@ -402,8 +401,7 @@ enum Next {
 
 /// After the handling: dispatch what it sent (or what a duplicate's handling left) and
 /// say whether the delivery is to be completed.
-async fn settle(shared: &Shared, delivery: &Delivery, outcome: Result<Done, Failure>) -> Next {
-    let metrics = shared.metrics.of(delivery.message());
+async fn settle(shared: &Shared, delivery: &Delivery, metrics: &TypeMetrics, outcome: Result<Done, Failure>) -> Next {
     let dispatched = match outcome {
         Ok(Done::Settled) => {
             shared.stats.completed.fetch_add(1, Ordering::Relaxed);
