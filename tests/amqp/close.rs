@@ -65,3 +65,60 @@ async fn close_after_the_endpoints_shut_down_always_returns() {
     }
     db.drop_now().await;
 }
+
+/// Polls `fut` `polls` times (a few microseconds apart), then drops it: an operation cut
+/// short at a moment that varies with `polls`. Returns whether it finished first.
+async fn poll_then_drop<F: std::future::Future>(fut: F, polls: usize) -> bool {
+    let mut fut = Box::pin(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    for _ in 0..polls {
+        if fut.as_mut().poll(&mut cx).is_ready() {
+            return true;
+        }
+        // Not a wait for anything: it spreads the moments at which the future is cut.
+        tokio::time::sleep(Duration::from_micros(100)).await;
+    }
+    false
+}
+
+/// A look-up that RabbitMQ refuses (a passive declare of a missing queue: 404, which
+/// closes its channel), cut short by its caller at every moment, 1,500 times on one
+/// connection, never costs the connection, and a channel opens after it. Before, two
+/// faults: the cut look-up's channel was closed at once by Courier while RabbitMQ was
+/// closing it, and a `channel.close` that lapin queued just after its `channel.close-ok`
+/// made RabbitMQ (or lapin) close the whole connection (`CHANNEL_ERROR - expected
+/// 'channel.open'`: a CI run's admin test failed on it); and once lapin's channel ids
+/// wrapped around (2,047), a new channel given the id of a refused one failed to open
+/// with the old 404 (`patches/lapin/PATCH.md`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookups_cut_short_while_rabbitmq_refuses_them_never_cost_the_connection() {
+    let transport = courier::AmqpTransport::connect(courier_tests::rabbit::amqp_url().await)
+        .await
+        .unwrap();
+    let missing = courier::EntityPath::queue(unique("cut-missing"));
+    let present = unique("cut-present");
+    transport
+        .create_queue(&present, &courier::QueueOptions::default())
+        .await
+        .unwrap();
+    let (mut cut, mut finished) = (0, 0);
+    for i in 0..1_500 {
+        if poll_then_drop(transport.counts(&missing), i % 40).await {
+            finished += 1;
+        } else {
+            cut += 1;
+        }
+    }
+    // What the cut look-ups left running ends: each asks once more after this.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let counts = transport.counts(&courier::EntityPath::queue(&present)).await.unwrap();
+    assert_eq!(counts.active, 0);
+    assert!(cut > 0 && finished > 0, "cut {cut}, finished {finished}");
+    assert_eq!(
+        transport.connections_made(),
+        1,
+        "RabbitMQ closed the connection while look-ups were cut short ({cut} cut, {finished} finished)"
+    );
+    transport.delete(&courier::EntityPath::queue(&present)).await.unwrap();
+    transport.close().await;
+}

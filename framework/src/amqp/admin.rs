@@ -226,11 +226,12 @@ impl AmqpAdmin {
 
     /// The ready messages and consumers of a queue (`None` when there is no such queue).
     async fn declare_ok(&self, queue: &str) -> AdminResult<Option<(u64, u64)>> {
+        let queue = queue.to_owned();
         let r = self
             .inner
             .on_fresh_channel(|c| async move {
                 c.queue_declare(
-                    queue.into(),
+                    queue.as_str().into(),
                     QueueDeclareOptions::default().passive(),
                     FieldTable::default(),
                 )

@@ -82,20 +82,11 @@ pub(crate) struct Browse<'a> {
 impl<'a> Browse<'a> {
     /// Starts reading `dlq`; `None` when there is no such queue.
     pub(crate) async fn open(conn: &'a Connector, dlq: &str) -> Result<Option<Self>> {
-        let channel = conn.channel().await?;
-        let (count, others) = match channel
-            .queue_declare(
-                dlq.into(),
-                QueueDeclareOptions::default().passive(),
-                FieldTable::default(),
-            )
-            .await
-        {
+        let (count, others) = match passive_declare(conn, dlq).await? {
             Ok(q) => (u64::from(q.message_count()), q.consumer_count()),
             Err(e) if reply_code(&e) == Some(404) => return Ok(None),
             Err(e) => return Err(connection_error("cannot look up a dead-letter queue", &e)),
         };
-        let _ = channel.close(200, "courier admin: counted".into()).await;
         Ok(Some(Self {
             conn,
             dlq: dlq.to_owned(),
@@ -202,16 +193,7 @@ impl<'a> Browse<'a> {
     }
 
     async fn ready(&self) -> Result<u64> {
-        let channel = self.conn.channel().await?;
-        let r = channel
-            .queue_declare(
-                self.dlq.as_str().into(),
-                QueueDeclareOptions::default().passive(),
-                FieldTable::default(),
-            )
-            .await;
-        let _ = channel.close(200, "courier admin: counted".into()).await;
-        match r {
+        match passive_declare(self.conn, &self.dlq).await? {
             Ok(q) => Ok(u64::from(q.message_count())),
             Err(e) if reply_code(&e) == Some(404) => Ok(0),
             Err(e) => Err(connection_error("cannot look up a dead-letter queue", &e)),
@@ -267,6 +249,21 @@ impl<'a> Browse<'a> {
             }
         }
     }
+}
+
+/// A passive declare of `queue` on a channel of its own ([`Connector::on_own_channel`]:
+/// a browse dropped while it asks never closes the channel RabbitMQ is closing).
+async fn passive_declare(conn: &Connector, queue: &str) -> Result<std::result::Result<lapin::Queue, lapin::Error>> {
+    let queue = queue.to_owned();
+    conn.on_own_channel(|c| async move {
+        c.queue_declare(
+            queue.as_str().into(),
+            QueueDeclareOptions::default().passive(),
+            FieldTable::default(),
+        )
+        .await
+    })
+    .await
 }
 
 impl Drop for Browse<'_> {

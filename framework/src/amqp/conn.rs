@@ -17,6 +17,11 @@ use crate::error::{Error, ErrorKind, Result};
 
 use super::wire::{dead_letter_queue, subscription_queue};
 
+/// Courier's patch of lapin (`patches/lapin/PATCH.md`: a new channel does not inherit the
+/// error of a broker-closed channel that had its id) is required: without it this fails to
+/// build, naming the constant, instead of opening no channel after enough 404s.
+const _LAPIN_IS_PATCHED: bool = lapin::COURIER_PATCHED_CHANNEL_POISON;
+
 /// Something declared on the broker, kept so that a new connection declares it again
 /// (after a restart of a broker that lost it, nothing is missing).
 #[derive(Debug, Clone, PartialEq)]
@@ -309,19 +314,60 @@ impl Connector {
         }
     }
 
-    /// A new channel on the live connection.
+    /// A new channel on the live connection. A connection that fails while the channel
+    /// opens (RabbitMQ closed it a moment before: a connection-level error) is replaced
+    /// once, and the channel opened on the new one.
     pub(crate) async fn channel(&self) -> Result<Channel> {
         let connection = self.connection().await?;
-        let channel = connection
-            .create_channel()
-            .await
-            .map_err(|e| connection_error("cannot open a channel", &e))?;
+        let channel = match connection.create_channel().await {
+            Ok(channel) => channel,
+            Err(e) if !connection.status().connected() => {
+                tracing::info!(broker = %self.display, error = %e, "the connection failed as a channel opened: connecting again");
+                self.connection()
+                    .await?
+                    .create_channel()
+                    .await
+                    .map_err(|e| connection_error("cannot open a channel", &e))?
+            }
+            Err(e) => return Err(connection_error("cannot open a channel", &e)),
+        };
         if let Ok(mut opened) = self.opened.lock() {
             // Those seen closed are forgotten: the list stays as long as the channels open.
             opened.retain(|s| s.connected() || s.closing() || s.initializing());
             opened.push(channel.status().clone());
         }
         Ok(channel)
+    }
+
+    /// Runs `f` on a channel of its own and closes the channel after it, on a task of its
+    /// own: a caller that stops waiting (a dropped future) never cuts `f` short.
+    ///
+    /// Why a task: an operation the broker refuses (a passive declare's 404, a 406) makes
+    /// RabbitMQ close the channel, and lapin answers with `channel.close-ok`. A
+    /// `channel.close` of Courier's that lapin queues just after that answer reaches
+    /// RabbitMQ on a channel it no longer has, and RabbitMQ closes the whole connection
+    /// (504 `CHANNEL_ERROR - expected 'channel.open'`), failing every channel on it. Closing
+    /// only once `f` has its answer rules that out: lapin hands `f` a refusal only after
+    /// it answered the broker's close, and the channel is then seen closed.
+    pub(crate) async fn on_own_channel<T, F, Fut>(&self, f: F) -> Result<std::result::Result<T, lapin::Error>>
+    where
+        T: Send + 'static,
+        F: FnOnce(Channel) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = std::result::Result<T, lapin::Error>> + Send + 'static,
+    {
+        let channel = self.channel().await?;
+        let task = tokio::spawn(async move {
+            let out = f(channel.clone()).await;
+            if channel.status().connected() {
+                let _ = channel.close(200, "done".into()).await;
+            }
+            out
+        });
+        task.await.map_err(|e| {
+            Error::new(ErrorKind::Connection {
+                detail: format!("an operation on a RabbitMQ channel stopped: {e}"),
+            })
+        })
     }
 
     /// Remembers a declaration, to be made again on every new connection.
@@ -477,18 +523,6 @@ pub(crate) fn close_later(channel: Channel) {
         runtime.spawn(async move {
             let _ = channel.close(200, "OK".into()).await;
         });
-    }
-}
-
-/// A channel closed by [`close_later`] when this guard drops (e.g. with a future
-/// dropped before it closed its channel itself).
-pub(crate) struct CloseOnDrop(pub(crate) Option<Channel>);
-
-impl Drop for CloseOnDrop {
-    fn drop(&mut self) {
-        if let Some(channel) = self.0.take() {
-            close_later(channel);
-        }
     }
 }
 

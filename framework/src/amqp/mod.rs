@@ -121,29 +121,26 @@ impl Inner {
         }
     }
 
-    /// Runs `f` on a channel of its own, which a broker refusal (404, 406) may close.
+    /// Runs `f` on a channel of its own, which a broker refusal (404, 406) may close
+    /// ([`Connector::on_own_channel`](conn::Connector::on_own_channel): on a task, so that
+    /// a dropped caller never closes the channel while the broker answers).
     async fn on_fresh_channel<T, F, Fut>(&self, f: F) -> Result<std::result::Result<T, lapin::Error>>
     where
-        F: FnOnce(Channel) -> Fut,
-        Fut: std::future::Future<Output = std::result::Result<T, lapin::Error>>,
+        T: Send + 'static,
+        F: FnOnce(Channel) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = std::result::Result<T, lapin::Error>> + Send + 'static,
     {
-        let channel = self.conn.channel().await?;
-        // Closed by Courier even when this future is dropped half way (a task stopped).
-        let _guard = conn::CloseOnDrop(Some(channel.clone()));
-        let out = f(channel.clone()).await;
-        if channel.status().connected() {
-            let _ = channel.close(200, "done".into()).await;
-        }
-        Ok(out)
+        self.conn.on_own_channel(f).await
     }
 
     /// Whether a queue exists (a passive declare).
     async fn queue_exists(&self, queue: &str) -> Result<Option<u64>> {
         self.conn.check_open()?;
+        let queue = queue.to_owned();
         let r = self
             .on_fresh_channel(|c| async move {
                 c.queue_declare(
-                    queue.into(),
+                    queue.as_str().into(),
                     QueueDeclareOptions::default().passive(),
                     FieldTable::default(),
                 )
@@ -160,14 +157,20 @@ impl Inner {
     /// Whether a topic (exchange) exists.
     async fn topic_exists(&self, topic: &str) -> Result<bool> {
         self.conn.check_open()?;
+        let topic = topic.to_owned();
         let r = self
             .on_fresh_channel(|c| async move {
                 let options = ExchangeDeclareOptions {
                     passive: true,
                     ..ExchangeDeclareOptions::default()
                 };
-                c.exchange_declare(topic.into(), ExchangeKind::Fanout, options, FieldTable::default())
-                    .await
+                c.exchange_declare(
+                    topic.as_str().into(),
+                    ExchangeKind::Fanout,
+                    options,
+                    FieldTable::default(),
+                )
+                .await
             })
             .await?;
         match r {
@@ -231,7 +234,10 @@ impl Inner {
     /// its queue's declaration makes it, and says so in the log.
     pub(crate) async fn restore_dead_letter_queue(&self, dlq: &str) -> Result<()> {
         let r = self
-            .on_fresh_channel(|c| async move { conn::declare_dead_letter_queue(&c, dlq).await })
+            .on_fresh_channel({
+                let dlq = dlq.to_owned();
+                |c| async move { conn::declare_dead_letter_queue(&c, &dlq).await }
+            })
             .await?;
         r.map_err(|e| self.failure("cannot declare a dead-letter queue again", &e))?;
         tracing::warn!(
@@ -244,9 +250,9 @@ impl Inner {
 
     async fn declare(&self, d: Declaration) -> Result<()> {
         self.conn.check_open()?;
-        let r = self.on_fresh_channel(|c| {
+        let r = self.on_fresh_channel({
             let d = d.clone();
-            async move { declare(&c, &d).await }
+            |c| async move { declare(&c, &d).await }
         });
         match r.await? {
             Ok(()) => {}
@@ -275,13 +281,17 @@ impl Inner {
 
     async fn delete_queue(&self, queue: &str) -> Result<()> {
         let r = self
-            .on_fresh_channel(|c| async move {
-                c.queue_delete(queue.into(), QueueDeleteOptions::default()).await?;
-                c.queue_delete(
-                    wire::dead_letter_queue(queue).as_str().into(),
-                    QueueDeleteOptions::default(),
-                )
-                .await
+            .on_fresh_channel({
+                let queue = queue.to_owned();
+                |c| async move {
+                    c.queue_delete(queue.as_str().into(), QueueDeleteOptions::default())
+                        .await?;
+                    c.queue_delete(
+                        wire::dead_letter_queue(&queue).as_str().into(),
+                        QueueDeleteOptions::default(),
+                    )
+                    .await
+                }
             })
             .await?;
         r.map(|_| ()).map_err(|e| self.failure("cannot delete a queue", &e))
@@ -570,7 +580,10 @@ impl AmqpTransport {
     async fn delete_topic(&self, topic: &str) -> Result<()> {
         let r = self
             .inner
-            .on_fresh_channel(|c| async move { c.exchange_delete(topic.into(), Default::default()).await })
+            .on_fresh_channel({
+                let topic = topic.to_owned();
+                |c| async move { c.exchange_delete(topic.as_str().into(), Default::default()).await }
+            })
             .await?;
         r.map_err(|e| self.inner.failure("cannot delete a topic", &e))?;
         self.inner.conn.forget(topic);

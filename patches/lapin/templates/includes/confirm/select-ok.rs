@@ -1,0 +1,1 @@
+/// Server confirmation that publisher confirm mode has been enabled on this channel.

@@ -1,0 +1,1 @@
+/// Server-initiated connection handshake, advertising supported AMQP versions and security mechanisms.

@@ -1,0 +1,1 @@
+/// Server confirmation of a `queue.declare`, returning the queue name, message count, and consumer count.

@@ -1,0 +1,1 @@
+/// Server confirmation that the transaction has been committed.
