@@ -288,6 +288,10 @@ async fn exit_codes_say_what_went_wrong() {
     assert_eq!(ran.code, 4, "{}", ran.stderr);
     assert!(ran.stderr.contains("has no table courier_saga"), "{}", ran.stderr);
     assert!(ran.stderr.contains("migrations"), "{}", ran.stderr);
+    // What to do without the application: the page that says how (sqlx-cli's defaults
+    // alone would fail on Postgres, and record the migrations where Courier never looks).
+    assert!(ran.stderr.contains("docs/stores.md"), "{}", ran.stderr);
+    assert!(!ran.stderr.contains("sqlx migrate run --source"), "{}", ran.stderr);
 
     // Cannot connect, and the password is never shown.
     let ran = courier(

@@ -60,8 +60,9 @@ fn failed(e: Error) -> AdminError {
             reason: format!(
                 "this database has no table {table}: it is not (yet) a database of Courier's. Name the \
                  database the application's store and transport use, and start the application once \
-                 there (it applies Courier's migrations), or apply them with `sqlx migrate run --source \
-                 migrations/postgres` (or migrations/sqlite)"
+                 there (it applies Courier's migrations); to apply them without it, see docs/stores.md, \
+                 \"Schema\" (on Postgres the schema `courier` must exist first, and the migrations table \
+                 is `courier.migrations`, not sqlx's default)"
             ),
         },
         None => AdminError::Failed(Box::new(e)),
