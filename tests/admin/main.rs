@@ -23,10 +23,8 @@ mod resubmit;
 mod sagas;
 mod stores;
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context as TaskContext, Waker};
 use std::time::Duration;
 
 use courier::admin::{AdminError, BodyView, EmbeddedAdmin, EntityKind, QueueAdmin};
@@ -35,7 +33,7 @@ use courier::{
     BoxFuture, Clock, Context, Embedded, Endpoint, EntityPath, Envelope, Handler, HandlerError, PropertyValue,
     QueueOptions, RetryPolicy, Routes, SenderOptions, Transport, VirtualClock,
 };
-use courier_tests::eventually;
+use courier_tests::{eventually, poll_then_drop};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, courier::Message)]
@@ -213,21 +211,6 @@ async fn a_resubmitted_message_has_no_failure_headers_and_keeps_the_others() {
         admin.resubmit("adm-headers", seqs[0]).await,
         Err(AdminError::NotFound { .. })
     ));
-}
-
-/// Polls `fut` `polls` times (letting the broker's thread run between polls), then drops
-/// it; `true` if it finished first.
-async fn poll_then_drop<F: Future>(fut: F, polls: usize) -> bool {
-    let mut fut = Box::pin(fut);
-    let mut cx = TaskContext::from_waker(Waker::noop());
-    for _ in 0..polls {
-        if fut.as_mut().poll(&mut cx).is_ready() {
-            return true;
-        }
-        // Not a wait for anything: it spreads the moments at which the future is cut.
-        tokio::time::sleep(Duration::from_micros(150)).await;
-    }
-    false
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

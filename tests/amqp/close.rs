@@ -66,21 +66,6 @@ async fn close_after_the_endpoints_shut_down_always_returns() {
     db.drop_now().await;
 }
 
-/// Polls `fut` `polls` times (a few microseconds apart), then drops it: an operation cut
-/// short at a moment that varies with `polls`. Returns whether it finished first.
-async fn poll_then_drop<F: std::future::Future>(fut: F, polls: usize) -> bool {
-    let mut fut = Box::pin(fut);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    for _ in 0..polls {
-        if fut.as_mut().poll(&mut cx).is_ready() {
-            return true;
-        }
-        // Not a wait for anything: it spreads the moments at which the future is cut.
-        tokio::time::sleep(Duration::from_micros(100)).await;
-    }
-    false
-}
-
 /// A look-up that RabbitMQ refuses (a passive declare of a missing queue: 404, which
 /// closes its channel), cut short by its caller at every moment, 1,500 times on one
 /// connection, never costs the connection, and a channel opens after it. Before, two
@@ -103,7 +88,7 @@ async fn lookups_cut_short_while_rabbitmq_refuses_them_never_cost_the_connection
         .unwrap();
     let (mut cut, mut finished) = (0, 0);
     for i in 0..1_500 {
-        if poll_then_drop(transport.counts(&missing), i % 40).await {
+        if courier_tests::poll_then_drop(transport.counts(&missing), i % 40).await {
             finished += 1;
         } else {
             cut += 1;

@@ -81,6 +81,22 @@ where
     }
 }
 
+/// Polls `fut` `polls` times, a moment apart (letting the runtime's other tasks and the
+/// broker's thread run between polls), then drops it: an operation cut short at a moment
+/// that varies with `polls`. `true` if it finished first.
+pub async fn poll_then_drop<F: std::future::Future>(fut: F, polls: usize) -> bool {
+    let mut fut = Box::pin(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    for _ in 0..polls {
+        if fut.as_mut().poll(&mut cx).is_ready() {
+            return true;
+        }
+        // Not a wait for anything: it spreads the moments at which the future is cut.
+        tokio::time::sleep(std::time::Duration::from_micros(150)).await;
+    }
+    false
+}
+
 /// How many cases a property runs: `COURIER_FUZZ_CASES` when set (a long run), else
 /// `default`.
 pub fn fuzz_cases(default: u32) -> u32 {

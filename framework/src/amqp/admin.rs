@@ -31,8 +31,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use lapin::BasicProperties;
-use lapin::options::QueueDeclareOptions;
-use lapin::types::FieldTable;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -226,17 +224,10 @@ impl AmqpAdmin {
 
     /// The ready messages and consumers of a queue (`None` when there is no such queue).
     async fn declare_ok(&self, queue: &str) -> AdminResult<Option<(u64, u64)>> {
-        let queue = queue.to_owned();
         let r = self
             .inner
-            .on_fresh_channel(|c| async move {
-                c.queue_declare(
-                    queue.as_str().into(),
-                    QueueDeclareOptions::default().passive(),
-                    FieldTable::default(),
-                )
-                .await
-            })
+            .conn
+            .passive_declare(queue)
             .await
             .map_err(|e| self.failed(e))?;
         match r {

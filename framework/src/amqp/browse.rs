@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use futures_lite::StreamExt;
 use lapin::message::Delivery;
-use lapin::options::{BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions};
+use lapin::options::{BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::{Channel, Consumer};
 use uuid::Uuid;
@@ -82,7 +82,7 @@ pub(crate) struct Browse<'a> {
 impl<'a> Browse<'a> {
     /// Starts reading `dlq`; `None` when there is no such queue.
     pub(crate) async fn open(conn: &'a Connector, dlq: &str) -> Result<Option<Self>> {
-        let (count, others) = match passive_declare(conn, dlq).await? {
+        let (count, others) = match conn.passive_declare(dlq).await? {
             Ok(q) => (u64::from(q.message_count()), q.consumer_count()),
             Err(e) if reply_code(&e) == Some(404) => return Ok(None),
             Err(e) => return Err(connection_error("cannot look up a dead-letter queue", &e)),
@@ -193,7 +193,7 @@ impl<'a> Browse<'a> {
     }
 
     async fn ready(&self) -> Result<u64> {
-        match passive_declare(self.conn, &self.dlq).await? {
+        match self.conn.passive_declare(&self.dlq).await? {
             Ok(q) => Ok(u64::from(q.message_count())),
             Err(e) if reply_code(&e) == Some(404) => Ok(0),
             Err(e) => Err(connection_error("cannot look up a dead-letter queue", &e)),
@@ -249,21 +249,6 @@ impl<'a> Browse<'a> {
             }
         }
     }
-}
-
-/// A passive declare of `queue` on a channel of its own ([`Connector::on_own_channel`]:
-/// a browse dropped while it asks never closes the channel RabbitMQ is closing).
-async fn passive_declare(conn: &Connector, queue: &str) -> Result<std::result::Result<lapin::Queue, lapin::Error>> {
-    let queue = queue.to_owned();
-    conn.on_own_channel(|c| async move {
-        c.queue_declare(
-            queue.as_str().into(),
-            QueueDeclareOptions::default().passive(),
-            FieldTable::default(),
-        )
-        .await
-    })
-    .await
 }
 
 impl Drop for Browse<'_> {

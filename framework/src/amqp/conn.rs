@@ -370,6 +370,21 @@ impl Connector {
         })
     }
 
+    /// A passive declare of `queue` ([`on_own_channel`](Self::on_own_channel)): its
+    /// counts, or RabbitMQ's refusal (404 when there is no such queue).
+    pub(crate) async fn passive_declare(&self, queue: &str) -> Result<std::result::Result<lapin::Queue, lapin::Error>> {
+        let queue = queue.to_owned();
+        self.on_own_channel(|c| async move {
+            c.queue_declare(
+                queue.as_str().into(),
+                QueueDeclareOptions::default().passive(),
+                FieldTable::default(),
+            )
+            .await
+        })
+        .await
+    }
+
     /// Remembers a declaration, to be made again on every new connection.
     pub(crate) fn remember(&self, d: Declaration) {
         if let Ok(mut t) = self.topology.lock()

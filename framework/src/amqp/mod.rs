@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lapin::options::{ExchangeDeclareOptions, QueueDeclareOptions, QueueDeleteOptions};
+use lapin::options::{ExchangeDeclareOptions, QueueDeleteOptions};
 use lapin::types::FieldTable;
 use lapin::{Channel, ExchangeKind};
 use tokio::sync::{Notify, Semaphore};
@@ -136,17 +136,7 @@ impl Inner {
     /// Whether a queue exists (a passive declare).
     async fn queue_exists(&self, queue: &str) -> Result<Option<u64>> {
         self.conn.check_open()?;
-        let queue = queue.to_owned();
-        let r = self
-            .on_fresh_channel(|c| async move {
-                c.queue_declare(
-                    queue.as_str().into(),
-                    QueueDeclareOptions::default().passive(),
-                    FieldTable::default(),
-                )
-                .await
-            })
-            .await?;
+        let r = self.conn.passive_declare(queue).await?;
         match r {
             Ok(q) => Ok(Some(u64::from(q.message_count()))),
             Err(e) if reply_code(&e) == Some(404) => Ok(None),
