@@ -20,7 +20,6 @@ mod malformed;
 mod quiet;
 mod retry_headers;
 mod scheduled;
-mod session_ids;
 mod sessions;
 mod support;
 mod test_servers;

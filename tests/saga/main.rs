@@ -650,7 +650,6 @@ mod completed;
 mod forged_timeouts;
 mod not_found_retry;
 mod order;
-mod sessions;
 mod timeouts;
 mod versions;
 
