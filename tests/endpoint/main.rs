@@ -19,7 +19,6 @@ mod forged_retry_count;
 mod lifecycle;
 mod missing_queue;
 mod refused;
-mod sessions;
 mod support;
 mod tracing_capture;
 mod unrouted;
