@@ -19,6 +19,7 @@ mod forged_retry_count;
 mod lifecycle;
 mod missing_queue;
 mod refused;
+mod sessions;
 mod support;
 mod tracing_capture;
 mod unrouted;

@@ -587,7 +587,10 @@ impl EndpointBuilder {
 
     /// Options of the input queue and subscriptions when the endpoint creates them. The
     /// max delivery count is raised to at least one more than the attempts per round of
-    /// the retry policy, so the broker's own limit stays a backstop.
+    /// the retry policy, so the broker's own limit stays a backstop. With
+    /// `requires_session(true)` the endpoint handles its sessions, each one's messages in
+    /// order, one at a time (docs/endpoints.md, "Sessions"; `start` refuses delayed
+    /// retries and a group commit then, and a source whose sessions disagree).
     pub fn queue_options(mut self, options: QueueOptions) -> Self {
         self.queue_options = options;
         self
@@ -754,6 +757,7 @@ impl EndpointBuilder {
         let clock = endpoint_clock(&self.name, self.clock, transport.clock());
         let Registry { by_name, entries } = Self::registry(self.registrations)?;
         let mut options = self.queue_options;
+        let sessions = options.requires_session;
         options.max_delivery_count = options
             .max_delivery_count
             .max(self.policy.attempts_per_round().saturating_add(1));
@@ -788,6 +792,7 @@ impl EndpointBuilder {
             inbox_retention: self.inbox_retention,
             max_timeout_dispatches: self.max_timeout_dispatches,
             sources,
+            sessions,
             has_sagas: !self.sagas.is_empty(),
             saga_stats: self.saga_stats,
             observer: self.observer,

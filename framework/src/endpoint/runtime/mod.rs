@@ -5,6 +5,8 @@
 //!
 //! - starting and stopping an endpoint, the shutdown report: `running.rs`
 //! - receiving from a source, prefetch, handing back at shutdown: `receive_loop.rs`
+//! - receiving from a source that requires sessions (session workers, one session's
+//!   messages at a time, in order): `session_loop.rs`
 //! - a commit group (many messages in one store transaction): `group.rs`
 //! - the handling of one message (inbox, handlers, outbox, commit, complete):
 //!   `handle.rs`
@@ -50,6 +52,7 @@ mod outbox;
 mod receive_loop;
 mod renew;
 mod running;
+mod session_loop;
 mod timeout_rows;
 mod workers;
 
@@ -75,6 +78,9 @@ pub(crate) struct Config {
     /// The most times a saga timeout is sent (`EndpointBuilder::max_timeout_dispatches`).
     pub(crate) max_timeout_dispatches: u32,
     pub(crate) sources: Vec<EntityPath>,
+    /// The endpoint declared its sources with `QueueOptions::requires_session`: they must
+    /// require sessions, and are received by accepting sessions (`session_loop.rs`).
+    pub(crate) sessions: bool,
     pub(crate) has_sagas: bool,
     pub(crate) saga_stats: Arc<SagaStats>,
     pub(crate) observer: Option<Arc<dyn Observer>>,

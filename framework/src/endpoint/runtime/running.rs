@@ -24,6 +24,7 @@ use crate::store::UnitOfWorkScope;
 
 use super::outbox::flush_dispatched;
 use super::receive_loop::{ReceiveLoop, receive_loop};
+use super::session_loop::{self, SessionLoop};
 use super::workers::inbox_janitor::InboxJanitor;
 use super::workers::outbox_cleaner::OutboxCleaner;
 use super::workers::outbox_sweeper::OutboxSweeper;
@@ -176,6 +177,27 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
     let mut receive_loops = Vec::new();
     for path in &config.sources {
         let receiver = config.transport.receiver(path).await?;
+        let requires = session_loop::probe(&*receiver).await?;
+        let delayed = shared.policy.delayed_retries.len();
+        if let Some(refused) = session_loop::refusal(path, config.sessions, requires, config.group_size, delayed) {
+            stop.cancel();
+            return Err(refused);
+        }
+        if requires {
+            receive_loops.push(tokio::spawn(session_loop::session_loop(
+                SessionLoop {
+                    transport: config.transport.clone(),
+                    path: path.clone(),
+                    shared: shared.clone(),
+                    concurrency: concurrency.clone(),
+                    handlers: handlers.clone(),
+                    stop: stop.clone(),
+                    accept_wait: config.receive_wait,
+                },
+                config.concurrency,
+            )));
+            continue;
+        }
         receive_loops.push(tokio::spawn(receive_loop(ReceiveLoop {
             receiver,
             shared: shared.clone(),
