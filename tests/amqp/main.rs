@@ -20,6 +20,7 @@ mod malformed;
 mod quiet;
 mod retry_headers;
 mod scheduled;
+mod session_ids;
 mod sessions;
 mod support;
 mod test_servers;

@@ -650,6 +650,7 @@ mod completed;
 mod forged_timeouts;
 mod not_found_retry;
 mod order;
+mod sessions;
 mod timeouts;
 mod versions;
 
