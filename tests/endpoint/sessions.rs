@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use courier::{
-    Clock, Context, Embedded, Endpoint, EntityPath, ErrorKind, HandlerError, QueueOptions, RetryPolicy, Routes,
-    RunningEndpoint, SendOptions, Store, Transport, VirtualClock,
+    Clock, Context, Embedded, Endpoint, EntityPath, ErrorKind, HandlerError, Message, QueueOptions, RetryPolicy,
+    Routes, RunningEndpoint, SendOptions, Store, Transport, VirtualClock,
 };
 use courier_tests::eventually;
 use serde::{Deserialize, Serialize};
@@ -568,4 +568,44 @@ async fn rabbitmq_a_retry_keeps_the_order_and_a_message_without_a_session_never_
     one.close().await;
     two.close().await;
     db.drop_now().await;
+}
+
+/// Regression: the endpoint asks each source at start whether it requires sessions, by a
+/// receive of no message; the embedded broker takes at least one message per receive,
+/// and the message it locked for that question was dropped, locked for the lock duration
+/// (60 s): a message waiting in a plain queue before the endpoint started was not handled
+/// until then. It is handled at once now, on its first delivery.
+#[tokio::test]
+async fn embedded_a_message_waiting_in_a_plain_queue_before_the_start_is_handled_at_once() {
+    let clock = VirtualClock::starting_now();
+    let broker = embedded(&clock).await;
+    let transport: Arc<dyn Transport> = Arc::new(broker.clone());
+    transport.create_queue("plain", &QueueOptions::default()).await.unwrap();
+    let sender = transport
+        .sender("plain", courier::SenderOptions::default())
+        .await
+        .unwrap();
+    let waiting = Step {
+        session: "none".into(),
+        seq: 7,
+    }
+    .to_envelope()
+    .unwrap();
+    sender.send(waiting).await.unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let e = Endpoint::builder("plain")
+        .transport(transport.clone())
+        .store(broker.store())
+        .routes(Routes::new().send::<Step>("plain"))
+        .handler(handler_fn("step", move |m: Step, ctx: &mut Context| {
+            s.lock().unwrap().push((m.seq, ctx.delivery_count()));
+            Box::pin(async { Ok(()) })
+        }))
+        .start()
+        .await
+        .unwrap();
+    eventually("the waiting message", || async { !seen.lock().unwrap().is_empty() }).await;
+    assert_eq!(*seen.lock().unwrap(), vec![(7, 1)]);
+    e.shutdown().await.unwrap();
 }

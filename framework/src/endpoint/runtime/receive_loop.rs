@@ -22,6 +22,9 @@ use super::group::{GroupSeat, next_owner};
 use super::handle::process;
 
 pub(super) struct ReceiveLoop {
+    /// Messages received before the loop started (by the endpoint's probe of the source,
+    /// `session_loop::probe`): the first in its buffer.
+    pub(super) initial: Vec<Delivery>,
     pub(super) receiver: Arc<dyn Receiver>,
     pub(super) shared: Arc<Shared>,
     pub(super) concurrency: Arc<Semaphore>,
@@ -58,9 +61,9 @@ async fn answer(pending: &mut Option<Pending>) -> crate::error::Result<Vec<Deliv
 /// buffered messages start: a handler that finishes meanwhile takes the next buffered
 /// message at once instead of waiting for the receive. Returns how many prefetched
 /// messages it handed back at shutdown.
-pub(super) async fn receive_loop(l: ReceiveLoop) -> usize {
+pub(super) async fn receive_loop(mut l: ReceiveLoop) -> usize {
     let path = l.receiver.path().clone();
-    let mut buffered: std::collections::VecDeque<Delivery> = std::collections::VecDeque::new();
+    let mut buffered: std::collections::VecDeque<Delivery> = std::mem::take(&mut l.initial).into();
     let mut backoff = Duration::from_millis(50);
     let mut pending: Option<Pending> = None;
     // The wait before the next receive, after a failed one.

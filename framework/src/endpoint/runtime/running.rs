@@ -23,7 +23,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::store::UnitOfWorkScope;
 
 use super::outbox::flush_dispatched;
-use super::receive_loop::{ReceiveLoop, receive_loop};
+use super::receive_loop::{ReceiveLoop, hand_back, receive_loop};
 use super::session_loop::{self, SessionLoop};
 use super::workers::inbox_janitor::InboxJanitor;
 use super::workers::outbox_cleaner::OutboxCleaner;
@@ -177,13 +177,15 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
     let mut receive_loops = Vec::new();
     for path in &config.sources {
         let receiver = config.transport.receiver(path).await?;
-        let requires = session_loop::probe(&*receiver).await?;
+        let probed = session_loop::probe(&*receiver).await?;
+        let requires = probed.is_none();
         let delayed = shared.policy.delayed_retries.len();
         if let Some(refused) = session_loop::refusal(path, config.sessions, requires, config.group_size, delayed) {
             stop.cancel();
+            hand_back(probed.unwrap_or_default().into()).await;
             return Err(refused);
         }
-        if requires {
+        let Some(initial) = probed else {
             receive_loops.push(tokio::spawn(session_loop::session_loop(
                 SessionLoop {
                     transport: config.transport.clone(),
@@ -197,8 +199,9 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
                 config.concurrency,
             )));
             continue;
-        }
+        };
         receive_loops.push(tokio::spawn(receive_loop(ReceiveLoop {
+            initial,
             receiver,
             shared: shared.clone(),
             concurrency: concurrency.clone(),

@@ -30,7 +30,7 @@ use tokio_util::task::TaskTracker;
 use crate::entity::EntityPath;
 use crate::error::{Error, ErrorKind, Result};
 use crate::logtext::Escaped;
-use crate::transport::{Receiver, SessionReceiver, SessionSelector, Transport};
+use crate::transport::{Delivery, Receiver, SessionReceiver, SessionSelector, Transport};
 
 use super::Shared;
 use super::handle::process;
@@ -46,14 +46,18 @@ pub(super) const SESSION_TURN: usize = 32;
 
 /// Whether the source `receiver` reads requires sessions: a receive of no message is
 /// refused with `InvalidOperation` on a session queue, on every transport (the contract
-/// of [`Receiver::receive`]), and answers nothing elsewhere.
+/// of [`Receiver::receive`]). `None`: it does. Else what the receive gave: nothing on
+/// most transports, but the embedded broker takes at least one message per receive, so
+/// the messages it locked are handed to the source's receive loop, to be handled as any
+/// (dropping them would keep them locked until their locks expire, and abandoning them
+/// would count a delivery that no handler saw).
 ///
 /// # Errors
 /// Any other error of the receive.
-pub(super) async fn probe(receiver: &dyn Receiver) -> Result<bool> {
+pub(super) async fn probe(receiver: &dyn Receiver) -> Result<Option<Vec<Delivery>>> {
     match receiver.receive(0, Duration::ZERO).await {
-        Ok(_) => Ok(false),
-        Err(e) if matches!(e.kind(), ErrorKind::InvalidOperation { .. }) => Ok(true),
+        Ok(received) => Ok(Some(received)),
+        Err(e) if matches!(e.kind(), ErrorKind::InvalidOperation { .. }) => Ok(None),
         Err(e) => Err(e),
     }
 }
