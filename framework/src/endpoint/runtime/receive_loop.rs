@@ -64,6 +64,9 @@ async fn answer(pending: &mut Option<Pending>) -> crate::error::Result<Vec<Deliv
 pub(super) async fn receive_loop(mut l: ReceiveLoop) -> usize {
     let path = l.receiver.path().clone();
     let mut buffered: std::collections::VecDeque<Delivery> = std::mem::take(&mut l.initial).into();
+    // Messages the probe received start only with those of the first receive (at once,
+    // without waiting), so that a commit group forms of all of them, not of the first.
+    let mut first_receive = !buffered.is_empty();
     let mut backoff = Duration::from_millis(50);
     let mut pending: Option<Pending> = None;
     // The wait before the next receive, after a failed one.
@@ -95,7 +98,7 @@ pub(super) async fn receive_loop(mut l: ReceiveLoop) -> usize {
             biased;
             () = l.stop.cancelled() => Step::Stop,
             p = l.concurrency.clone().acquire_many_owned(u32::try_from(want).unwrap_or(1)),
-                if !buffered.is_empty() => Step::Permit(p.ok()),
+                if !buffered.is_empty() && !first_receive => Step::Permit(p.ok()),
             r = answer(&mut pending) => Step::Received(r),
         };
         match step {
@@ -113,6 +116,7 @@ pub(super) async fn receive_loop(mut l: ReceiveLoop) -> usize {
             }
             Step::Received(received) => {
                 pending = None;
+                first_receive = false;
                 match received {
                     Ok(deliveries) => {
                         backoff = Duration::from_millis(50);
