@@ -577,6 +577,18 @@ async fn rabbitmq_a_retry_keeps_the_order_and_a_message_without_a_session_never_
 /// until then. It is handled at once now, on its first delivery.
 #[tokio::test]
 async fn embedded_a_message_waiting_in_a_plain_queue_before_the_start_is_handled_at_once() {
+    a_message_waiting_before_the_start_is_handled_at_once(None).await;
+}
+
+/// The same with a prefetch of one (the sign-up example's news watcher): the probed
+/// message filled the prefetch, so the loop asked for no more, and the probed message
+/// waited for an answer to a receive never sent (the endpoint handled nothing, ever).
+#[tokio::test]
+async fn embedded_a_message_waiting_before_the_start_is_handled_with_a_prefetch_of_one() {
+    a_message_waiting_before_the_start_is_handled_at_once(Some(1)).await;
+}
+
+async fn a_message_waiting_before_the_start_is_handled_at_once(prefetch: Option<usize>) {
     let clock = VirtualClock::starting_now();
     let broker = embedded(&clock).await;
     let transport: Arc<dyn Transport> = Arc::new(broker.clone());
@@ -594,17 +606,18 @@ async fn embedded_a_message_waiting_in_a_plain_queue_before_the_start_is_handled
     sender.send(waiting).await.unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let s = seen.clone();
-    let e = Endpoint::builder("plain")
+    let mut builder = Endpoint::builder("plain")
         .transport(transport.clone())
         .store(broker.store())
         .routes(Routes::new().send::<Step>("plain"))
         .handler(handler_fn("step", move |m: Step, ctx: &mut Context| {
             s.lock().unwrap().push((m.seq, ctx.delivery_count()));
             Box::pin(async { Ok(()) })
-        }))
-        .start()
-        .await
-        .unwrap();
+        }));
+    if let Some(prefetch) = prefetch {
+        builder = builder.concurrency(1).prefetch(prefetch);
+    }
+    let e = builder.start().await.unwrap();
     eventually("the waiting message", || async { !seen.lock().unwrap().is_empty() }).await;
     assert_eq!(*seen.lock().unwrap(), vec![(7, 1)]);
     e.shutdown().await.unwrap();

@@ -65,8 +65,10 @@ pub(super) async fn receive_loop(mut l: ReceiveLoop) -> usize {
     let path = l.receiver.path().clone();
     let mut buffered: std::collections::VecDeque<Delivery> = std::mem::take(&mut l.initial).into();
     // Messages the probe received start only with those of the first receive (at once,
-    // without waiting), so that a commit group forms of all of them, not of the first.
-    let mut first_receive = !buffered.is_empty();
+    // without waiting), so that a commit group forms of all of them, not of the first;
+    // unless they fill half the prefetch already: then no receive is sent before one of
+    // them starts, and waiting for its answer would wait forever.
+    let mut first_receive = !buffered.is_empty() && buffered.len() <= l.prefetch / 2;
     let mut backoff = Duration::from_millis(50);
     let mut pending: Option<Pending> = None;
     // The wait before the next receive, after a failed one.
