@@ -137,6 +137,16 @@ impl Workers {
         self.running.len()
     }
 
+    /// The index of the running worker whose process id is `pid`.
+    pub fn index_of(&self, pid: u32) -> Option<usize> {
+        self.running.iter().position(|w| w.child.id() == Some(pid))
+    }
+
+    /// The process id of worker `i`.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.running.get(i).and_then(|w| w.child.id())
+    }
+
     /// Kills worker `i` with SIGKILL and starts another.
     pub async fn kill(&mut self, i: usize) -> Result<(), Error> {
         if i < self.running.len() {

@@ -12,12 +12,19 @@
 //! or not), no saga left, no timeout left or dead-lettered, no outbox row left.
 //! It prints a table and exits 0 only if all of that holds (1 if not, 2 on a setup
 //! error). docs/reliability.md gives the commands and the figures.
+//!
+//! `--config rabbitmq-sessions` runs another workload (`sessions.rs`, `session_run.rs`):
+//! `--sessions` x `--per-session` ordered messages on a RabbitMQ session queue, workers
+//! killed (`--kills`) and connections dropped (`--drops`), checked for order, overlap,
+//! loss and duplicates.
 
 // A binary: `pub` marks what its modules share, nothing is exported.
 #![allow(clippy::print_stdout, clippy::print_stderr, unreachable_pub)]
 
 mod faults;
 mod report;
+mod session_run;
+mod sessions;
 mod setup;
 mod workflow;
 
@@ -103,6 +110,19 @@ struct RunArgs {
     /// Give up when no effect was written for this many seconds.
     #[arg(long, default_value_t = 90)]
     stall: u64,
+    /// `rabbitmq-sessions`: the sessions (`--rate` is then messages a second).
+    #[arg(long, default_value_t = 200)]
+    sessions: u64,
+    /// `rabbitmq-sessions`: the messages of each session.
+    #[arg(long, default_value_t = 50)]
+    per_session: u64,
+    /// `rabbitmq-sessions`: workers killed (SIGKILL), spread over the run (instead of
+    /// `--faults`, `--every`).
+    #[arg(long, default_value_t = 2)]
+    kills: u32,
+    /// `rabbitmq-sessions`: times every RabbitMQ connection of the run is closed.
+    #[arg(long, default_value_t = 1)]
+    drops: u32,
 }
 
 #[tokio::main]
@@ -130,7 +150,12 @@ async fn main() -> ExitCode {
 /// A worker: runs the endpoint until its standard input closes (or it is killed).
 async fn worker(place: Place, feed: u64, rate: u64) -> Result<(), Error> {
     let (transport, store) = place.open().await?;
-    let running = place.endpoint(transport.clone(), store).start().await?;
+    let builder = if place.config == Config::RabbitmqSessions {
+        sessions::endpoint(&place, transport.clone(), store).await?
+    } else {
+        place.endpoint(transport.clone(), store)
+    };
+    let running = builder.start().await?;
     let feeder = (feed > 0).then(|| tokio::spawn(send_flows(transport.clone(), place.queue.clone(), feed, rate)));
     println!("READY");
     tokio::task::spawn_blocking(|| {
@@ -210,7 +235,11 @@ fn schedule(args: &RunArgs, setup: &Setup, dice: &mut Dice) -> Vec<Fault> {
 
 async fn run(args: RunArgs) -> Result<bool, Error> {
     let setup = Setup::make(args.config, args.own_servers).await?;
-    let outcome = drive(&args, &setup).await;
+    let outcome = if args.config == Config::RabbitmqSessions {
+        session_run::drive(&args, &setup).await
+    } else {
+        drive(&args, &setup).await
+    };
     setup.remove().await;
     outcome
 }

@@ -1,4 +1,4 @@
-//! What a chaos run runs on: the four configurations, the servers (this machine's, or
+//! What a chaos run runs on: the five configurations, the servers (this machine's, or
 //! containers of the run's own, which it may restart), how a worker process opens its
 //! transport and store, and how the driver reads the outcome from the databases.
 
@@ -33,22 +33,35 @@ pub enum Config {
     /// The Postgres transport with its one-transaction store (`PostgresTransport::store`):
     /// several processes compete on the same database.
     Postgres,
+    /// RabbitMQ with a Postgres store, the endpoint on a session queue (`sessions.rs`):
+    /// several processes share its partitions.
+    RabbitmqSessions,
 }
 
 impl Config {
     /// Whether several worker processes may run at once.
     pub fn competing(self) -> bool {
-        matches!(self, Config::Rabbitmq | Config::Postgres)
+        matches!(self, Config::Rabbitmq | Config::Postgres | Config::RabbitmqSessions)
     }
 
     /// Whether the run has a Postgres database (whose connections can be ended).
     pub fn on_postgres(self) -> bool {
-        matches!(self, Config::Rabbitmq | Config::Postgres)
+        matches!(self, Config::Rabbitmq | Config::Postgres | Config::RabbitmqSessions)
+    }
+
+    /// Whether the transport is RabbitMQ.
+    pub fn on_rabbitmq(self) -> bool {
+        matches!(self, Config::Rabbitmq | Config::RabbitmqSessions)
+    }
+
+    /// The name on the command line (`rabbitmq-sessions`).
+    pub fn name(self) -> String {
+        clap::ValueEnum::to_possible_value(&self).map_or_else(String::new, |v| v.get_name().to_owned())
     }
 
     fn sql(self) -> Sql {
         match self {
-            Config::Rabbitmq | Config::Postgres => Sql::Postgres,
+            Config::Rabbitmq | Config::Postgres | Config::RabbitmqSessions => Sql::Postgres,
             Config::Embedded | Config::Sqlite => Sql::Sqlite,
         }
     }
@@ -82,7 +95,7 @@ impl Place {
     pub fn args(&self) -> Vec<String> {
         let mut args = vec![
             "--config".to_owned(),
-            format!("{:?}", self.config).to_lowercase(),
+            self.config.name(),
             "--queue".to_owned(),
             self.queue.clone(),
         ];
@@ -118,7 +131,7 @@ impl Place {
                 let store = SqliteStore::open(self.need("store", self.store.as_deref())?).await?;
                 Ok((Arc::new(broker), Arc::new(store)))
             }
-            Config::Rabbitmq => {
+            Config::Rabbitmq | Config::RabbitmqSessions => {
                 let store = PostgresStore::connect(self.need("postgres", self.postgres.as_deref())?).await?;
                 let transport = AmqpTransport::builder(self.need("amqp", self.amqp.as_deref())?.to_owned())
                     .schedules(&store)
@@ -144,7 +157,7 @@ impl Place {
         let builder = courier::Endpoint::builder(&self.queue);
         // RabbitMQ has no lock duration (a delivery stays with its consumer until its
         // channel closes): the default options, which it accepts.
-        let builder = if self.config == Config::Rabbitmq {
+        let builder = if self.config.on_rabbitmq() {
             builder
         } else {
             builder.queue_options(QueueOptions::default().lock_duration(LOCK))
@@ -170,7 +183,8 @@ pub enum Db {
 }
 
 impl Db {
-    async fn exec(&self, sql: &str) -> Result<(), Error> {
+    /// Runs `sql` (statements separated by `;`).
+    pub async fn exec(&self, sql: &str) -> Result<(), Error> {
         match self {
             Db::Sqlite(pool) => {
                 sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned())).execute(pool).await?;
@@ -209,6 +223,15 @@ impl Db {
         })
     }
 
+    /// The rows of `sql`: a text, an integer and a count (Postgres).
+    pub async fn pairs(&self, sql: &str) -> Result<Vec<(String, i32, i64)>, Error> {
+        let sql = sqlx::AssertSqlSafe(sql.to_owned());
+        match self {
+            Db::Postgres(pool) => Ok(sqlx::query_as(sql).fetch_all(pool).await?),
+            Db::Sqlite(_) => fail("only on Postgres"),
+        }
+    }
+
     /// Where Courier's own tables are: `courier.` on Postgres, `courier_` on SQLite.
     pub fn courier_table(&self, name: &str) -> String {
         match self {
@@ -243,7 +266,7 @@ pub struct Rabbit {
 }
 
 impl Rabbit {
-    async fn ctl(&self, args: &[&str]) -> Result<(), Error> {
+    async fn ctl(&self, args: &[&str]) -> Result<String, Error> {
         let mut command = match &self.container {
             Some(c) => {
                 let mut command = tokio::process::Command::new("docker");
@@ -259,7 +282,7 @@ impl Rabbit {
             .await
             .map_err(|e| Error(format!("cannot run rabbitmqctl {}: {e}", args.join(" "))))?;
         if out.status.success() {
-            Ok(())
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
         } else {
             fail(format!(
                 "rabbitmqctl {} failed: {}",
@@ -278,6 +301,37 @@ impl Rabbit {
             "chaos: connection dropped",
         ])
         .await
+        .map(|_| ())
+    }
+
+    /// The queues of the run's virtual host: name, messages ready, unacknowledged, and
+    /// consumers.
+    pub async fn list_queues(&self) -> Result<Vec<(String, u64, u64, u64)>, Error> {
+        let out = self
+            .ctl(&[
+                "-q",
+                "list_queues",
+                "-p",
+                &self.vhost,
+                "--no-table-headers",
+                "name",
+                "messages_ready",
+                "messages_unacknowledged",
+                "consumers",
+            ])
+            .await?;
+        let mut queues = Vec::new();
+        for line in out.lines().filter(|l| !l.trim().is_empty()) {
+            let cols: Vec<&str> = line.split('\t').collect();
+            let number = |i: usize| cols.get(i).and_then(|c| c.trim().parse::<u64>().ok());
+            match (cols.first(), number(1), number(2), number(3)) {
+                (Some(name), Some(ready), Some(unacked), Some(consumers)) => {
+                    queues.push(((*name).to_owned(), ready, unacked, consumers));
+                }
+                _ => return fail(format!("rabbitmqctl list_queues printed an unexpected line: {line}")),
+            }
+        }
+        Ok(queues)
     }
 
     /// Stops the broker's application for `pause` and starts it again (only a broker of
@@ -288,7 +342,7 @@ impl Rabbit {
         }
         self.ctl(&["stop_app"]).await?;
         tokio::time::sleep(pause).await;
-        self.ctl(&["start_app"]).await
+        self.ctl(&["start_app"]).await.map(|_| ())
     }
 
     async fn remove(&self) {
@@ -401,14 +455,14 @@ impl Setup {
                     _dir: dir,
                 }
             }
-            Config::Rabbitmq => {
+            Config::Rabbitmq | Config::RabbitmqSessions => {
                 if !own_servers
                     && (std::env::var_os("AMQP_URL").is_none() || std::env::var_os("DATABASE_URL").is_none())
                 {
                     // The run drops connections with this machine's `rabbitmqctl`: it must
                     // be the broker AMQP_URL names, not a container of someone else's.
                     return fail(
-                        "the rabbitmq configuration runs on AMQP_URL and DATABASE_URL (this machine's servers), \
+                        "the rabbitmq configurations run on AMQP_URL and DATABASE_URL (this machine's servers), \
                          or on containers of its own with --own-servers: set both, or pass --own-servers",
                     );
                 }
