@@ -28,7 +28,7 @@ use proptest::test_runner::TestCaseError;
 use crate::support::unique;
 
 /// docs/rabbitmq.md: FNV-1a (64 bits) of the UTF-8 bytes, modulo 16.
-fn partition_of(id: &[u8]) -> u64 {
+pub(crate) fn partition_of(id: &[u8]) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for b in id {
         hash ^= u64::from(*b);

@@ -144,3 +144,137 @@ async fn an_abandoned_message_comes_back_before_the_later_ones_of_its_session() 
     t.delete(&path).await.unwrap();
     t.close().await;
 }
+
+/// What one stand-in process handled: (session, message number, when, by whom), "when"
+/// from one counter shared by both.
+type Handled = Arc<std::sync::Mutex<Vec<(String, u32, u64, &'static str)>>>;
+
+/// A session worker of `t`: accepts the next session, completes its messages, releases
+/// it; until `stop`.
+async fn work(
+    t: Arc<AmqpTransport>,
+    path: EntityPath,
+    who: &'static str,
+    handled: Handled,
+    clock: Arc<std::sync::atomic::AtomicU64>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) {
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        let Ok(s) = t
+            .accept_session(&path, SessionSelector::Next, Duration::from_millis(300))
+            .await
+        else {
+            continue;
+        };
+        loop {
+            let got = s.receive(8, Duration::from_millis(100)).await.unwrap_or_default();
+            if got.is_empty() {
+                break;
+            }
+            for d in got {
+                let text = body(&d);
+                let (session, n) = text.split_once('/').unwrap();
+                let n: u32 = n.parse().unwrap();
+                if d.complete().await.is_ok() {
+                    let at = clock.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    handled.lock().unwrap().push((session.to_owned(), n, at, who));
+                }
+            }
+        }
+        let _ = s.release().await;
+    }
+}
+
+/// Issue 35, scale-out: a process started after another, while the first is the active
+/// consumer of every partition, gets partitions of its own (the first hands over the
+/// excess of its fair share), and no session's order breaks in the hand-over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_process_gets_a_share_of_the_partitions_and_every_session_keeps_its_order() {
+    let url = amqp_url().await;
+    let a = Arc::new(AmqpTransport::connect(url.clone()).await.unwrap());
+    let b = Arc::new(AmqpTransport::connect(url).await.unwrap());
+    let q = unique("sq-share");
+    a.create_queue(&q, &sessions()).await.unwrap();
+    let path = EntityPath::queue(&q);
+    let sender = a.sender(&q, SenderOptions::default()).await.unwrap();
+    let (sessions_n, rounds) = (64u32, 20u32);
+    let send_round = |round: u32| {
+        let batch: Vec<Envelope> = (0..sessions_n)
+            .map(|s| Envelope::new(format!("s{s}/{round}")).with_session_id(format!("s{s}")))
+            .collect();
+        let sender = sender.clone();
+        async move { sender.send_batch(batch).await.unwrap() }
+    };
+    send_round(0).await;
+    let handled: Handled = Arc::default();
+    let clock = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        workers.spawn(work(
+            a.clone(),
+            path.clone(),
+            "a",
+            handled.clone(),
+            clock.clone(),
+            stop.clone(),
+        ));
+    }
+    // `a` is the active consumer of every partition (it received from all) before `b` starts.
+    let every_session = || async {
+        let h = handled.lock().unwrap();
+        h.iter()
+            .map(|(s, ..)| s.clone())
+            .collect::<std::collections::HashSet<_>>()
+            .len()
+            == sessions_n as usize
+    };
+    courier_tests::eventually("a handles a message of every session", every_session).await;
+    for _ in 0..4 {
+        workers.spawn(work(
+            b.clone(),
+            path.clone(),
+            "b",
+            handled.clone(),
+            clock.clone(),
+            stop.clone(),
+        ));
+    }
+    for round in 1..rounds {
+        send_round(round).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let total = (sessions_n * rounds) as usize;
+    courier_tests::eventually("every message handled", || async {
+        handled.lock().unwrap().len() >= total
+    })
+    .await;
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    while workers.join_next().await.is_some() {}
+
+    let h = handled.lock().unwrap().clone();
+    assert_eq!(h.len(), total, "each message completed once");
+    let mut by_session: std::collections::HashMap<String, Vec<(u64, u32)>> = std::collections::HashMap::new();
+    for (s, n, at, _) in &h {
+        by_session.entry(s.clone()).or_default().push((*at, *n));
+    }
+    for (s, mut seen) in by_session {
+        seen.sort_unstable();
+        let order: Vec<u32> = seen.iter().map(|(_, n)| *n).collect();
+        assert_eq!(order, (0..rounds).collect::<Vec<_>>(), "session {s} in send order");
+    }
+    let partitions_of = |who: &str| {
+        h.iter()
+            .filter(|(.., w)| *w == who)
+            .map(|(s, ..)| crate::session_ids::partition_of(s.as_bytes()))
+            .collect::<std::collections::HashSet<_>>()
+    };
+    let (pa, pb) = (partitions_of("a"), partitions_of("b"));
+    assert!(
+        pb.len() >= 4,
+        "the second process took partitions of its own: a {pa:?}, b {pb:?}"
+    );
+    a.delete(&path).await.unwrap();
+    a.close().await;
+    b.close().await;
+}

@@ -32,6 +32,7 @@ mod rules;
 mod schedule;
 mod seal;
 mod sender;
+mod session_balance;
 mod session_queue;
 mod session_receiver;
 mod sessions;

@@ -19,6 +19,12 @@
 //! delivery count one higher), so the order of a session never depends on how RabbitMQ
 //! requeues. When a partition's channel closes, its deliveries are forgotten here
 //! (RabbitMQ requeues them, in order) and the hub consumes the partition again.
+//!
+//! Several processes share the partitions: a hub that is the active consumer of more than
+//! its fair share *drains* the excess (no session of such a partition is leased anew;
+//! once none is leased, the hub stops consuming it, and consumes it again behind the
+//! other processes' waiting consumers, to which RabbitMQ hands it), so that a process
+//! started after another gets partitions of its own (`session_balance.rs`).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -151,6 +157,7 @@ impl Inner {
         for index in 0..SESSION_PARTITIONS {
             tokio::spawn(run_partition(self.clone(), hub.clone(), index));
         }
+        tokio::spawn(super::session_balance::balance(self.clone(), hub.clone()));
         hubs.insert(queue.to_owned(), hub.clone());
         hub
     }
@@ -240,6 +247,8 @@ struct Lease {
 
 #[derive(Default)]
 struct Session {
+    /// The partition its messages come from (`None` until one arrived).
+    partition: Option<u16>,
     /// Not handed out, in order.
     ready: VecDeque<Held>,
     /// Handed out to the lease holder and not settled, by order.
@@ -273,9 +282,20 @@ impl Session {
     }
 }
 
+/// What a hub knows of one of its partitions.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Partition {
+    /// A delivery came since the hub last consumed it: the hub is its active consumer.
+    pub(crate) active: bool,
+    /// The hub gives it up: no session of it is leased anew, and once none is leased the
+    /// hub stops consuming it (`session_balance.rs`).
+    pub(crate) draining: bool,
+}
+
 #[derive(Default)]
 pub(crate) struct State {
     sessions: HashMap<String, Session>,
+    pub(crate) partitions: [Partition; SESSION_PARTITIONS as usize],
     next_order: u64,
     next_lease: u64,
 }
@@ -287,6 +307,7 @@ impl State {
         self.sessions
             .iter()
             .filter(|(_, s)| s.lease.is_none_or(|l| l.until <= now))
+            .filter(|(_, s)| !s.partition.is_some_and(|p| self.partition(p).draining))
             .filter_map(|(id, s)| {
                 let first_out = s.out.keys().next().copied();
                 let first_ready = s.ready.front().map(|h| h.order);
@@ -294,6 +315,36 @@ impl State {
             })
             .min()
             .map(|(_, id)| id.clone())
+    }
+
+    /// What the hub knows of partition `index`.
+    pub(crate) fn partition(&self, index: u16) -> Partition {
+        self.partitions.get(usize::from(index)).copied().unwrap_or_default()
+    }
+
+    pub(crate) fn partition_mut(&mut self, index: u16) -> Option<&mut Partition> {
+        self.partitions.get_mut(usize::from(index))
+    }
+
+    /// How many deliveries the hub holds of each partition (ready or handed out).
+    pub(crate) fn held(&self) -> [usize; SESSION_PARTITIONS as usize] {
+        let mut held = [0; SESSION_PARTITIONS as usize];
+        for s in self.sessions.values() {
+            if let Some(n) = s.partition.and_then(|p| held.get_mut(usize::from(p))) {
+                *n += s.ready.len() + s.out.len();
+            }
+        }
+        held
+    }
+
+    /// Whether partition `index` is draining and none of its sessions is leased any more:
+    /// the hub may stop consuming it.
+    fn drained(&self, index: u16, now: DateTime<Utc>) -> bool {
+        self.partition(index).draining
+            && !self
+                .sessions
+                .values()
+                .any(|s| s.partition == Some(index) && (!s.out.is_empty() || s.lease.is_some_and(|l| l.until > now)))
     }
 
     /// Ends the lease of `id` if it expired: what was handed out goes back. Returns what
@@ -337,11 +388,11 @@ pub(crate) struct Hub {
     state: Mutex<State>,
     /// Told on every change: a delivery arrived, a session was freed.
     pub(crate) changed: Notify,
-    stop: CancellationToken,
+    pub(crate) stop: CancellationToken,
 }
 
 impl Hub {
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
@@ -491,7 +542,12 @@ impl Hub {
         let mut state = self.lock();
         state.next_order += 1;
         let order = state.next_order;
-        state.sessions.entry(session).or_default().ready.push_back(Held {
+        if let Some(p) = state.partition_mut(index) {
+            p.active = true;
+        }
+        let s = state.sessions.entry(session).or_default();
+        s.partition = Some(index);
+        s.ready.push_back(Held {
             order,
             partition: index,
             acker,
@@ -511,6 +567,23 @@ impl Hub {
             s.out.retain(|_, h| h.partition != index);
         }
         state.sessions.retain(|_, s| !s.is_idle());
+        if let Some(p) = state.partition_mut(index) {
+            *p = Partition::default();
+        }
+    }
+
+    /// Waits until partition `index` is drained (never, unless the hub drains it).
+    async fn until_drained(&self, inner: &Inner, index: u16) {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.lock().drained(index, inner.clock.now()) {
+                return;
+            }
+            // A lease that expires unrenewed changes nothing the hub is told of.
+            let _ = tokio::time::timeout(self.lock_duration.max(Duration::from_millis(100)), changed).await;
+        }
     }
 
     /// Moves deliveries that reached the max delivery count to the dead-letter queue, on a
@@ -635,6 +708,10 @@ async fn pump(inner: &Arc<Inner>, hub: &Hub, index: u16, channel: &Channel, mut 
     loop {
         let next = tokio::select! {
             () = hub.stop.cancelled() => return,
+            () = hub.until_drained(inner, index) => {
+                tracing::debug!(queue = %hub.queue, partition = index, "a partition drained; it goes to another process");
+                return;
+            }
             next = consumer.next() => next,
         };
         let Some(Ok(d)) = next else { return };
