@@ -1,5 +1,5 @@
 //! The `rabbitmq-sessions` run: worker processes on the session queue, the feeder, the
-//! faults (`--kills` SIGKILLs of the worker that started the latest message, each
+//! faults (`--kills` SIGKILLs of a worker in the middle of a handler call, each
 //! replaced, and `--drops` closings of every RabbitMQ connection of the run's virtual
 //! host, interleaved and spread evenly over the run by progress: fault `i` of `n` when
 //! `(i+1)/(n+1)` of the messages are committed), then the checks on the rows
@@ -14,13 +14,13 @@ use crate::faults::{self, Dice, Fault, Tally, Workers};
 use crate::setup::{Db, Setup};
 use crate::{Error, RunArgs, sessions};
 
-/// The faults of the run, in order: kills and drops alternating, kills first, so that
-/// the defaults (2 kills, 1 drop) are kill, drop, kill.
+/// The faults of the run, in order: a kill first, a drop after each kill while drops
+/// remain, so that the defaults (2 kills, 1 drop) are kill, drop, kill.
 pub fn plan(kills: u32, drops: u32) -> Vec<Fault> {
     let (mut k, mut d) = (kills, drops);
     let mut plan = Vec::new();
     while k + d > 0 {
-        if k > 0 && (k >= d || plan.last() == Some(&Fault::DropRabbit)) {
+        if k > 0 && (d == 0 || plan.last() != Some(&Fault::Kill)) {
             plan.push(Fault::Kill);
             k -= 1;
         } else {
@@ -85,7 +85,7 @@ pub async fn drive(args: &RunArgs, setup: &Setup) -> Result<bool, Error> {
                     eprintln!("courier-chaos: {} at {done} committed", fault.name());
                     faults::inject(fault, &mut dice, &mut workers, setup).await?;
                     let back = Instant::now();
-                    let recovered = wait_next(&setup.db, done.max(progress.last()), expected).await;
+                    let recovered = wait_next(&setup.db, expected).await?;
                     tally
                         .recoveries
                         .push((fault, recovered.map(|t| t.duration_since(back))));
@@ -107,10 +107,20 @@ pub async fn drive(args: &RunArgs, setup: &Setup) -> Result<bool, Error> {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let killed_at_stop = workers.stop_all(Duration::from_secs(30)).await;
     let outcome = check(args, setup).await?;
-    let queues = rabbit.list_queues().await?;
+    // A quorum queue's counts reach `rabbitmqctl` at its ticks (every 5 s): a message
+    // settled just before the stop may show a few seconds more.
+    let listing = Instant::now();
+    let mut queues = rabbit.list_queues().await?;
+    while queues.iter().any(|(_, ready, unacked, _)| ready + unacked > 0) && listing.elapsed() < Duration::from_secs(15)
+    {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        queues = rabbit.list_queues().await?;
+    }
     Ok(print(
         args,
         &Run {
+            planned: plan.len(),
+            listed_after: listing.elapsed(),
             tally,
             kills,
             elapsed,
@@ -124,41 +134,61 @@ pub async fn drive(args: &RunArgs, setup: &Setup) -> Result<bool, Error> {
     ))
 }
 
-/// Kills the worker that wrote the latest start row (one that is handling sessions; any
-/// when none is found), and starts another. Returns what the table says of it.
+/// A handler call in flight (started in the last second, not committed), as its pid
+/// and `session/seq`: the latest.
+const IN_FLIGHT: &str = "SELECT s.pid || ' ' || s.session || '/' || s.seq FROM chaos_session_starts s \
+     WHERE s.started_at > clock_timestamp() - INTERVAL '1 second' AND NOT EXISTS (SELECT 1 \
+       FROM chaos_session_done d WHERE d.session = s.session AND d.seq = s.seq) ORDER BY s.id DESC LIMIT 1";
+
+/// Kills a worker in the middle of a handler call (the first one seen in flight within
+/// 3 s; else the one that started the latest message, else one drawn), and starts
+/// another. Returns what the table says of it.
 async fn kill_latest(workers: &mut Workers, dice: &mut Dice, setup: &Setup, done: i64) -> Result<String, Error> {
-    let latest = setup
-        .db
-        .count("SELECT COALESCE((SELECT pid FROM chaos_session_starts ORDER BY id DESC LIMIT 1), 0)::BIGINT")
-        .await?;
-    let by_pid = u32::try_from(latest).ok().and_then(|pid| workers.index_of(pid));
-    let i = by_pid.unwrap_or_else(|| dice.below(workers.count()));
+    let looking = Instant::now();
+    let mut target = None;
+    while target.is_none() && looking.elapsed() < Duration::from_secs(3) {
+        let lines = setup.db.lines(IN_FLIGHT).await?;
+        target = lines.first().and_then(|line| {
+            let (pid, call) = line.split_once(' ')?;
+            let i = workers.index_of(pid.parse().ok()?)?;
+            Some((i, format!("it was handling {call}")))
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    if target.is_none() {
+        let latest = setup
+            .db
+            .count("SELECT COALESCE((SELECT pid FROM chaos_session_starts ORDER BY id DESC LIMIT 1), 0)::BIGINT")
+            .await?;
+        target = u32::try_from(latest)
+            .ok()
+            .and_then(|pid| workers.index_of(pid))
+            .map(|i| (i, "it had started the latest message".to_owned()));
+    }
+    let (i, why) = target.unwrap_or_else(|| (dice.below(workers.count()), "drawn".to_owned()));
     let pid = workers.pid(i).unwrap_or(0);
     eprintln!("courier-chaos: {} (pid {pid}) at {done} committed", Fault::Kill.name());
     workers.kill(i).await?;
-    Ok(format!(
-        "pid {pid} at {done} committed{}",
-        if by_pid.is_some() {
-            ", it had started the latest message"
-        } else {
-            ", drawn"
-        }
-    ))
+    Ok(format!("pid {pid} at {done} committed, {why}"))
 }
 
-/// Waits (at most two minutes) for a commit after `before`.
-async fn wait_next(db: &Db, before: i64, expected: i64) -> Option<Instant> {
-    if before >= expected {
-        return None;
-    }
+/// Waits (at most two minutes) for the commit of a handler call that started after now
+/// (by the database's clock): when the endpoint recovered from an outage. `None` when all
+/// was committed already, or nothing came.
+async fn wait_next(db: &Db, expected: i64) -> Result<Option<Instant>, Error> {
+    let now = db.lines("SELECT CAST(clock_timestamp() AS TEXT)").await?;
+    let Some(now) = now.first() else {
+        return Ok(None);
+    };
+    let sql = format!("SELECT COUNT(*) FROM chaos_session_done WHERE started_at > '{now}'::timestamptz");
     let deadline = Instant::now() + Duration::from_secs(120);
-    while Instant::now() < deadline {
-        if committed(db).await.is_ok_and(|n| n > before) {
-            return Some(Instant::now());
+    while Instant::now() < deadline && committed(db).await.is_ok_and(|n| n < expected) {
+        if db.count(&sql).await.is_ok_and(|n| n > 0) {
+            return Ok(Some(Instant::now()));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    None
+    Ok(None)
 }
 
 /// What the rows and the queue show.
@@ -167,6 +197,7 @@ pub struct Outcome {
     done_rows: i64,
     attempts: i64,
     retries: i64,
+    cut_short: i64,
     after_own_commit: i64,
     lost: Vec<String>,
     duplicated: Vec<String>,
@@ -188,6 +219,11 @@ const OVERLAP_LINES: &str = "SELECT s.session || '/' || s.seq || ' attempt ' || 
      COALESCE((SELECT ', its commit: pid ' || d.pid || ' finished ' || to_char(d.finished_at, 'HH24:MI:SS.US') \
        FROM chaos_session_done d WHERE d.session = s.session AND d.seq = s.seq - 1 \
        ORDER BY d.finished_at LIMIT 1), ', never committed') ";
+
+/// Handler calls that did not commit: in a process killed, or whose transaction failed.
+const CUT_SHORT: &str = "SELECT COUNT(*) FROM chaos_session_starts s WHERE NOT EXISTS (SELECT 1 \
+     FROM chaos_session_done d WHERE d.session = s.session AND d.seq = s.seq AND d.pid = s.pid \
+       AND d.started_at = s.started_at)";
 
 const UNORDERED: &str = "FROM chaos_session_done d WHERE d.seq > 0 AND NOT d.prev_committed";
 
@@ -235,6 +271,7 @@ pub async fn check(args: &RunArgs, setup: &Setup) -> Result<Outcome, Error> {
         retries: db
             .count("SELECT COUNT(*) FROM chaos_session_starts WHERE attempt > 1")
             .await?,
+        cut_short: db.count(CUT_SHORT).await?,
         after_own_commit: db
             .count("SELECT COUNT(*) FROM chaos_session_starts WHERE own_committed")
             .await?,
@@ -263,6 +300,8 @@ pub async fn check(args: &RunArgs, setup: &Setup) -> Result<Outcome, Error> {
 
 /// What the driver saw of the run.
 pub struct Run {
+    planned: usize,
+    listed_after: Duration,
     tally: Tally,
     kills: Vec<String>,
     elapsed: Duration,
@@ -290,7 +329,9 @@ pub fn print(args: &RunArgs, run: &Run, o: &Outcome, queues: &[(String, u64, u64
     let left: Vec<String> = queues
         .iter()
         .filter(|(_, ready, unacked, _)| ready + unacked > 0)
-        .map(|(name, ready, unacked, _)| format!("{name}: {ready} ready, {unacked} unacked"))
+        .map(|(name, ready, unacked, consumers)| {
+            format!("{name}: {ready} ready, {unacked} unacked, {consumers} consumers")
+        })
         .collect();
     let partitions = queues.iter().filter(|(n, ..)| n.contains("::session-")).count();
     let mut failures = Vec::new();
@@ -300,6 +341,11 @@ pub fn print(args: &RunArgs, run: &Run, o: &Outcome, queues: &[(String, u64, u64
         }
     };
     need(!run.stalled, "the run stalled");
+    let injected: u32 = run.tally.injected.values().sum();
+    need(
+        usize::try_from(injected).is_ok_and(|n| n >= run.planned),
+        "the work ended before every planned fault (lower --rate)",
+    );
     need(run.fed.is_ok(), "the feeder failed");
     need(o.lost.is_empty(), "messages lost");
     need(o.duplicated.is_empty(), "messages handled twice");
@@ -324,7 +370,7 @@ pub fn print(args: &RunArgs, run: &Run, o: &Outcome, queues: &[(String, u64, u64
         args.seed,
         run.elapsed.as_secs_f64()
     );
-    println!("  faults injected");
+    println!("  faults injected ({injected} of {} planned)", run.planned);
     if run.tally.injected.is_empty() {
         println!("    none (the work ended first)");
     }
@@ -353,6 +399,7 @@ pub fn print(args: &RunArgs, run: &Run, o: &Outcome, queues: &[(String, u64, u64
         ("committed rows", o.done_rows.to_string()),
         ("handler calls (start rows)", o.attempts.to_string()),
         ("calls redelivered or retried (attempt > 1)", o.retries.to_string()),
+        ("calls that did not commit (killed, failed)", o.cut_short.to_string()),
         ("calls of a message already committed", o.after_own_commit.to_string()),
         ("committed by process", o.by_pid.join(", ")),
         ("lost", some(&o.lost)),
@@ -377,7 +424,12 @@ pub fn print(args: &RunArgs, run: &Run, o: &Outcome, queues: &[(String, u64, u64
         ("dead letters", q.dead_lettered.to_string()),
         (
             "vhost queues (partitions); with messages",
-            format!("{} ({partitions}): {}", queues.len(), some(&left)),
+            format!(
+                "{} ({partitions}): {} (listed within {:.1} s)",
+                queues.len(),
+                some(&left),
+                run.listed_after.as_secs_f64()
+            ),
         ),
         ("workers killed at the final stop", run.killed_at_stop.to_string()),
     ];

@@ -11,7 +11,7 @@
 //!    `clock_timestamp()`, and whether the session's previous message was committed when
 //!    the statement began (`prev_committed`, read from the committed rows) and whether
 //!    this one already was (`own_committed`);
-//! 2. sleeps a few milliseconds, so that an overlap would show;
+//! 2. sleeps 20 ms, so that an overlap would show and a kill can land in the middle;
 //! 3. writes a *done* row in the handling's transaction (`ctx.transaction()`, committed
 //!    with the inbox record, or not at all): the same, with `finished_at` and
 //!    `prev_committed` read inside the transaction.
@@ -32,7 +32,7 @@ use crate::setup::Place;
 use crate::{Error, fail};
 
 /// How long the handler works between its start row and its done row.
-const WORK: Duration = Duration::from_millis(4);
+const WORK: Duration = Duration::from_millis(20);
 
 /// The tables of the workload, made by the driver before any worker starts.
 pub const CREATE: &str = "\

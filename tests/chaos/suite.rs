@@ -102,7 +102,8 @@ fn the_postgres_transport_under_faults() {
 }
 
 /// Ordered sessions on RabbitMQ (issue 35), small: 3 workers on a session queue, 20
-/// sessions x 10 messages, one worker killed and the connections dropped once; every
+/// sessions x 10 messages fed over 10 s (so that the faults fall inside the run), one
+/// worker killed and the connections dropped once; every
 /// session in order, no overlap, none lost or handled twice (docs/reliability.md). Kept
 /// small: RabbitMQ 3.10 slows with many quorum queues, and each run declares 17 (in a
 /// virtual host it deletes at the end).
@@ -119,6 +120,8 @@ fn rabbitmq_sessions_under_faults() {
         "1",
         "--drops",
         "1",
+        "--rate",
+        "20",
         "--seed",
         "15",
     ];
