@@ -333,7 +333,10 @@ pub fn print(args: &RunArgs, run: &Run, o: &Outcome, queues: &[(String, u64, u64
             format!("{name}: {ready} ready, {unacked} unacked, {consumers} consumers")
         })
         .collect();
-    let partitions = queues.iter().filter(|(n, ..)| n.contains("::session-")).count();
+    let partitions = queues
+        .iter()
+        .filter(|(n, ..)| n.contains("::session-") && n.ends_with("-of-16"))
+        .count();
     let mut failures = Vec::new();
     let mut need = |ok: bool, what: &str| {
         if !ok {
