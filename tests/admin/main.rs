@@ -19,6 +19,7 @@ mod rabbit;
 mod rabbit_forged;
 mod rabbit_management;
 mod rabbit_reading;
+mod rabbit_sessions;
 mod resubmit;
 mod sagas;
 mod stores;

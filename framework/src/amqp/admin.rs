@@ -19,6 +19,11 @@
 //!   [`with_queues`](AmqpAdmin::with_queues) can have one (its head message's AMQP
 //!   timestamp). When the API cannot be reached or answers an error, the listing has the
 //!   AMQP counts alone and logs a warning that says what to do.
+//! * **Session queues** (recorded, or named and found by their first partition) are
+//!   listed as queues: their ready and unacknowledged counts are the sums over their
+//!   partitions, their dead letters those of their one `::dlq`, and a resubmit sends each
+//!   dead letter to the partition of its session id (one without a valid session id is
+//!   refused, with what to do) (`sessions.rs`).
 //! * **Dead letters** are read where they are, in the queue's DLQ, and taken from it
 //!   only by a resubmit or a delete (`dead_letters.rs`); their numbers are kept in the
 //!   transport's schedule store (`catalog.rs`). Without a schedule store, dead letters
@@ -38,7 +43,9 @@ use super::conn::{Connector, connection_error, reply_code};
 use super::inspect::WireCounters;
 use super::management::{Management, QueueStats};
 use super::publish::{ConfirmChannel, Target};
+use super::registry::KIND_SESSION_QUEUE;
 use super::schedule::ScheduleStore;
+use super::sessions::{SESSION_PARTITIONS, partition_queue, partition_queues, queue_for};
 use super::wire::{self, DEAD_LETTER_SUFFIX, SEPARATOR};
 use super::{AmqpTransport, Inner};
 use crate::admin::{
@@ -72,6 +79,41 @@ impl std::fmt::Debug for AmqpAdmin {
             .field("broker", &self.inner.conn.display)
             .field("management", &self.management.as_ref().map(|m| &m.display))
             .finish_non_exhaustive()
+    }
+}
+
+/// An entity the admin lists: its Courier name, kind, RabbitMQ name, and whether it is a
+/// session queue (its RabbitMQ queues are its partitions).
+struct Listed {
+    name: String,
+    kind: EntityKind,
+    queue: String,
+    sessions: bool,
+}
+
+/// Where a resubmit publishes: the queue, or the partition of each dead letter's session.
+pub(super) enum ResubmitTo {
+    Queue(Target),
+    Sessions(String),
+}
+
+impl ResubmitTo {
+    /// The target of a dead letter with `properties`, or why it has none: a dead letter of
+    /// a session queue without a valid session id (a foreign producer's).
+    pub(super) fn target(&self, properties: &BasicProperties) -> Result<Target, String> {
+        match self {
+            Self::Queue(t) => Ok(t.clone()),
+            Self::Sessions(queue) => match wire::session_id_of(properties) {
+                Some(id) => Ok(Target::Queue(queue_for(queue, &id))),
+                None => Err(format!(
+                    "the dead letter has no valid session id (header {}: a UTF-8 string of 1 to {} bytes) and {queue} \
+                     is a session queue, which takes only messages with one: delete it, or send a copy with a \
+                     session id",
+                    wire::H_SESSION_ID,
+                    crate::checks::MAX_MESSAGE_ID_LEN
+                )),
+            },
+        }
     }
 }
 
@@ -237,8 +279,8 @@ impl AmqpAdmin {
         }
     }
 
-    /// The entities to list: (Courier name, kind, RabbitMQ name).
-    async fn entities(&self) -> AdminResult<Vec<(String, EntityKind, String)>> {
+    /// The entities to list.
+    async fn entities(&self) -> AdminResult<Vec<Listed>> {
         let mut out = Vec::new();
         if let Some(store) = &self.inner.schedules {
             for r in store.recorded().await.map_err(|e| self.failed(e))? {
@@ -247,14 +289,20 @@ impl AmqpAdmin {
                     2 => EntityKind::Subscription,
                     _ => EntityKind::Queue,
                 };
-                out.push((r.name, kind, r.queue));
+                out.push(Listed {
+                    name: r.name,
+                    kind,
+                    queue: r.queue,
+                    sessions: r.kind == KIND_SESSION_QUEUE,
+                });
             }
         }
         for name in &self.extra {
-            if out.iter().any(|(n, _, _)| n == name) {
+            if out.iter().any(|l| &l.name == name) {
                 continue;
             }
             let queue = queue_of(name);
+            let mut sessions = false;
             let kind = if name.contains("/subscriptions/") {
                 EntityKind::Subscription
             } else if self.declare_ok(&queue).await?.is_some() {
@@ -262,12 +310,57 @@ impl AmqpAdmin {
             } else if self.inner.topic_exists(name).await.map_err(|e| self.failed(e))? {
                 EntityKind::Topic
             } else {
+                sessions = self.session_queue_exists(name).await?;
                 EntityKind::Queue
             };
-            out.push((name.clone(), kind, queue));
+            out.push(Listed {
+                name: name.clone(),
+                kind,
+                queue,
+                sessions,
+            });
         }
-        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
+    }
+
+    /// Whether `name` is a session queue on RabbitMQ: its first partition exists.
+    async fn session_queue_exists(&self, name: &str) -> AdminResult<bool> {
+        if name.contains(SEPARATOR) || name.contains("/subscriptions/") {
+            return Ok(false);
+        }
+        Ok(self
+            .declare_ok(&partition_queue(name, 0, SESSION_PARTITIONS))
+            .await?
+            .is_some())
+    }
+
+    /// The ready messages of a session queue's partitions and the unacknowledged ones the
+    /// management API counts (`None` when it has no partition any more).
+    async fn session_queue_counts(
+        &self,
+        queue: &str,
+        stats: Option<&HashMap<String, QueueStats>>,
+    ) -> AdminResult<Option<(u64, QueueStats)>> {
+        let (mut ready, mut held, mut found) = (0, QueueStats::default(), false);
+        for partition in partition_queues(queue) {
+            if let Some((n, _)) = self.declare_ok(&partition).await? {
+                found = true;
+                ready += n;
+            }
+            if let Some(s) = stats.and_then(|s| s.get(&partition)) {
+                held.unacknowledged = Some(held.unacknowledged.unwrap_or(0) + s.unacknowledged.unwrap_or(0));
+            }
+        }
+        Ok(found.then_some((ready, held)))
+    }
+
+    /// Where a resubmit of `queue`'s dead letters publishes.
+    pub(super) async fn resubmit_to(&self, queue: &str) -> AdminResult<ResubmitTo> {
+        if self.declare_ok(queue).await?.is_none() && self.session_queue_exists(queue).await? {
+            return Ok(ResubmitTo::Sessions(queue.to_owned()));
+        }
+        Ok(ResubmitTo::Queue(Target::Queue(queue.to_owned())))
     }
 
     /// The DLQ of a queue or subscription, after checking that the queue exists.
@@ -276,7 +369,7 @@ impl AmqpAdmin {
             return Err(AdminError::not_found(format!("queue {name}")));
         }
         let queue = queue_of(name);
-        if self.declare_ok(&queue).await?.is_none() {
+        if self.declare_ok(&queue).await?.is_none() && !self.session_queue_exists(name).await? {
             if !name.contains("/subscriptions/") && self.inner.topic_exists(name).await.map_err(|e| self.failed(e))? {
                 return Err(AdminError::refused(format!(
                     "{name} is a topic: its messages are in its subscriptions (topic/subscriptions/name)"
@@ -346,8 +439,21 @@ impl QueueAdmin for AmqpAdmin {
     async fn queues(&self) -> AdminResult<Vec<QueueSummary>> {
         let (entities, stats) = tokio::join!(self.entities(), self.management_stats());
         let mut out = Vec::new();
-        for (name, kind, queue) in entities? {
+        for Listed {
+            name,
+            kind,
+            queue,
+            sessions,
+        } in entities?
+        {
             let scheduled = match (&self.inner.schedules, kind) {
+                (Some(store), _) if sessions => {
+                    let mut n = 0;
+                    for partition in partition_queues(&queue) {
+                        n += store.count(&partition).await.map_err(|e| self.failed(e))?;
+                    }
+                    n
+                }
                 (Some(store), EntityKind::Queue | EntityKind::Topic) => {
                     store.count(&queue).await.map_err(|e| self.failed(e))?
                 }
@@ -360,7 +466,13 @@ impl QueueAdmin for AmqpAdmin {
                 (0, 0, QueueStats::default())
             } else {
                 // Gone (deleted outside Courier): not listed.
-                let Some((ready, _consumers)) = self.declare_ok(&queue).await? else {
+                let counted = if sessions {
+                    self.session_queue_counts(&queue, stats.as_ref()).await?
+                } else {
+                    let held = stats.as_ref().and_then(|s| s.get(&queue)).copied().unwrap_or_default();
+                    self.declare_ok(&queue).await?.map(|(ready, _consumers)| (ready, held))
+                };
+                let Some((ready, held)) = counted else {
                     continue;
                 };
                 let dlq = format!("{queue}{DEAD_LETTER_SUFFIX}");
@@ -382,7 +494,6 @@ impl QueueAdmin for AmqpAdmin {
                     Some(store) => store.parked_count(&queue).await.map_err(|e| self.failed(e))?,
                     None => 0,
                 };
-                let held = stats.as_ref().and_then(|s| s.get(&queue)).copied().unwrap_or_default();
                 (ready, waiting + parked, held)
             };
             out.push(QueueSummary {

@@ -36,7 +36,7 @@ use super::admin::AmqpAdmin;
 use super::browse::{Browse, Held};
 use super::catalog::Numbered;
 use super::parked::{Parked, Seen};
-use super::publish::{Target, finish};
+use super::publish::finish;
 use super::schedule::ScheduleStore;
 use super::seal::{self, DeadLetterKey};
 use super::wire::{
@@ -569,18 +569,25 @@ impl AmqpAdmin {
         rows: &[Parked],
     ) -> AdminResult<(Vec<SequenceNumber>, Vec<(SequenceNumber, String)>)> {
         let (mut done, mut failed) = (Vec::new(), Vec::new());
-        let target = Target::Queue(queue.to_owned());
+        let to = self.resubmit_to(queue).await?;
         for window in rows.chunks(WINDOW) {
             let mut pending = Vec::with_capacity(window.len());
             for p in window {
+                let target = match to.target(&p.properties) {
+                    Ok(t) => t,
+                    Err(why) => {
+                        failed.push((p.id, why));
+                        continue;
+                    }
+                };
                 let confirm = self
                     .publish_copy(&target, self.republished(&p.properties), &p.body)
                     .await?;
-                pending.push((p.id, confirm));
+                pending.push((p.id, target, confirm));
             }
             let mut confirmed = Vec::with_capacity(pending.len());
             let mut missing = false;
-            for (id, confirm) in pending {
+            for (id, target, confirm) in pending {
                 match finish(&target, confirm).await {
                     Ok(()) => confirmed.push(id),
                     Err(e) if matches!(e.kind(), ErrorKind::EntityNotFound { .. }) => missing = true,
@@ -662,7 +669,7 @@ impl AmqpAdmin {
         mut targets: HashMap<i64, SequenceNumber>,
         resubmit: bool,
     ) -> AdminResult<(Vec<SequenceNumber>, Vec<(SequenceNumber, String)>)> {
-        let target = Target::Queue(queue.to_owned());
+        let to = self.resubmit_to(queue).await?;
         let mut scan = self.scan(store, queue, dlq, false).await?;
         let mut done = Vec::new();
         let mut failed = Vec::new();
@@ -679,10 +686,18 @@ impl AmqpAdmin {
                     };
                     if resubmit {
                         let d = &item.held.delivery;
+                        // Left in the DLQ, with why, when it has nowhere to go.
+                        let target = match to.target(&d.properties) {
+                            Ok(t) => t,
+                            Err(why) => {
+                                failed.push((n, why));
+                                continue;
+                            }
+                        };
                         let confirm = self
                             .publish_copy(&target, self.republished(&d.properties), &d.data)
                             .await?;
-                        pending.push((n, item, Some(confirm)));
+                        pending.push((n, item, Some((target, confirm))));
                     } else {
                         pending.push((n, item, None));
                     }
@@ -690,7 +705,7 @@ impl AmqpAdmin {
                 let mut missing = false;
                 for (n, item, confirm) in pending {
                     let published = match confirm {
-                        Some(c) => finish(&target, c).await,
+                        Some((target, c)) => finish(&target, c).await,
                         None => Ok(()),
                     };
                     match published {

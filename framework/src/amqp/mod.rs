@@ -86,6 +86,8 @@ const DISPATCH_BATCH: i64 = 200;
 enum Kind {
     Queue,
     Topic,
+    /// Partitions, no queue of its name (`sessions.rs`).
+    SessionQueue,
 }
 
 /// What the transport's parts share.
@@ -177,6 +179,9 @@ impl Inner {
     /// at ERROR: knowing the kind first spares a healthy run those lines.
     async fn known_kind(&self, name: &str) -> Option<Kind> {
         let declared = self.conn.declared().into_iter().find_map(|d| match d {
+            Declaration::Queue { name: q, options } if q == name && options.requires_session => {
+                Some(Kind::SessionQueue)
+            }
             Declaration::Queue { name: q, .. } if q == name => Some(Kind::Queue),
             Declaration::Topic { name: t } if t == name => Some(Kind::Topic),
             Declaration::Subscription { topic, name: s, .. } if wire::subscription_queue(&topic, &s) == name => {
@@ -190,9 +195,16 @@ impl Inner {
         let store = self.schedules.as_ref()?;
         match store.recorded_kind(name).await {
             Ok(Some(1)) => Some(Kind::Topic),
+            Ok(Some(registry::KIND_SESSION_QUEUE)) => Some(Kind::SessionQueue),
             Ok(Some(_)) => Some(Kind::Queue),
             Ok(None) | Err(_) => None,
         }
+    }
+
+    /// Whether `name` is known, without asking RabbitMQ, to be a session queue (declared
+    /// so through this transport, or recorded so in the schedule store).
+    pub(crate) async fn is_known_session_queue(&self, name: &str) -> bool {
+        self.known_session_queue(name) || self.known_kind(name).await == Some(Kind::SessionQueue)
     }
 
     /// Where a sender to `entity` publishes: its queue or its topic, looked up as what it
@@ -258,10 +270,7 @@ impl Inner {
             }
             Err(e) => return Err(self.failure("cannot declare", &e)),
         }
-        // A session queue is not recorded: the registry knows queues, topics and
-        // subscriptions, and its RabbitMQ queues are the partitions.
-        let session_queue = matches!(&d, Declaration::Queue { options, .. } if options.requires_session);
-        if let Some(store) = self.schedules.as_ref().filter(|_| !session_queue)
+        if let Some(store) = self.schedules.as_ref()
             && let Err(e) = store.record(&d, self.clock.now()).await
         {
             tracing::warn!(declaration = ?d, error = %e, "the declaration is not recorded for the operations API");
@@ -678,7 +687,7 @@ impl Transport for AmqpTransport {
         let maybe_topic = path.topic().is_none() && path.sub_queue() == SubQueue::Main;
         // A name known as a topic is looked up as one first: no lookup of a queue that is
         // not there (which RabbitMQ answers by closing the channel, and lapin logs at ERROR).
-        if maybe_topic && self.inner.known_session_queue(path.name()) {
+        if maybe_topic && self.inner.is_known_session_queue(path.name()).await {
             return self.delete_session_queue(path.name()).await;
         }
         let topic_first = maybe_topic && self.inner.known_kind(path.name()).await == Some(Kind::Topic);

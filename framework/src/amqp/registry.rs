@@ -13,7 +13,8 @@ use super::wire::{millis, subscription_queue};
 use crate::error::Result;
 use crate::store::db_error;
 
-/// A recorded entity: its RabbitMQ name, kind (0 queue, 1 topic, 2 subscription) and
+/// A recorded entity: its RabbitMQ name, kind (0 queue, 1 topic, 2 subscription, 3
+/// session queue, whose RabbitMQ queues are its partitions: `queue` is its own name) and
 /// Courier name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Recorded {
@@ -22,12 +23,19 @@ pub(crate) struct Recorded {
     pub(crate) name: String,
 }
 
+/// The recorded kind of a session queue.
+pub(crate) const KIND_SESSION_QUEUE: i16 = 3;
+
 impl Recorded {
     pub(crate) fn of(d: &Declaration) -> Self {
         match d {
-            Declaration::Queue { name, .. } => Self {
+            Declaration::Queue { name, options } => Self {
                 queue: name.clone(),
-                kind: 0,
+                kind: if options.requires_session {
+                    KIND_SESSION_QUEUE
+                } else {
+                    0
+                },
                 name: name.clone(),
             },
             Declaration::Topic { name } => Self {
@@ -95,7 +103,7 @@ impl ScheduleStore {
     }
 
     /// The kind recorded for the RabbitMQ queue or exchange `name` (0 queue, 1 topic, 2
-    /// subscription), if any.
+    /// subscription, 3 session queue), if any.
     pub(crate) async fn recorded_kind(&self, name: &str) -> Result<Option<i16>> {
         let failed = |e| db_error("cannot read a declared entity", e);
         match self {

@@ -62,7 +62,7 @@ impl AmqpTransport {
     /// session queue another process declared has no queue or topic of its name, but
     /// partitions).
     pub(super) async fn sender_target(&self, entity: &str) -> Result<(Target, bool)> {
-        if self.inner.known_session_queue(entity) {
+        if self.inner.is_known_session_queue(entity).await {
             return Ok((Target::Queue(entity.to_owned()), true));
         }
         match self.inner.target_of(entity).await? {
@@ -167,6 +167,7 @@ impl AmqpTransport {
                 store.delete_for(&partition).await?;
             }
             store.unpark_all(queue).await?;
+            store.unrecord(queue).await?;
         }
         Ok(())
     }

@@ -122,10 +122,10 @@ impl Inner {
         self.declared_session_queue(queue).is_some()
     }
 
-    /// Whether `queue` is a session queue: declared so by this transport, or its first
-    /// partition exists on RabbitMQ (a passive declare).
+    /// Whether `queue` is a session queue: declared so by this transport, recorded so in
+    /// the schedule store, or its first partition exists on RabbitMQ (a passive declare).
     pub(crate) async fn is_session_queue(&self, queue: &str) -> Result<bool> {
-        if self.known_session_queue(queue) {
+        if self.is_known_session_queue(queue).await {
             return Ok(true);
         }
         Ok(self

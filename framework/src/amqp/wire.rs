@@ -233,6 +233,17 @@ pub(crate) fn dead_letter_headers(m: &mut Envelope, reason: &str, description: &
     }
 }
 
+/// The session id of a message as published (header [`H_SESSION_ID`]) when it is one a
+/// sender would take: a string of valid UTF-8, 1 to `MAX_MESSAGE_ID_LEN` bytes.
+pub(crate) fn session_id_of(p: &BasicProperties) -> Option<String> {
+    let id = match p.headers().as_ref()?.inner().get(H_SESSION_ID)? {
+        AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes()).ok()?.to_owned(),
+        AMQPValue::ShortString(s) => s.as_str().to_owned(),
+        _ => return None,
+    };
+    (!id.is_empty() && id.len() <= crate::checks::MAX_MESSAGE_ID_LEN).then_some(id)
+}
+
 fn text(v: &AMQPValue) -> Option<String> {
     match v {
         AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
