@@ -278,3 +278,77 @@ async fn a_second_process_gets_a_share_of_the_partitions_and_every_session_keeps
     a.close().await;
     b.close().await;
 }
+
+/// A process whose session workers stopped while its transport stays open (an endpoint
+/// shut down, its transport shared) lets its partitions go once its hub has been idle a
+/// while: the messages RabbitMQ delivered to it and those sent later go to the other
+/// process. Before, its hub kept them for as long as the transport lived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_that_stops_accepting_sessions_lets_its_partitions_go() {
+    let url = amqp_url().await;
+    let a = Arc::new(AmqpTransport::connect(url.clone()).await.unwrap());
+    let b = Arc::new(AmqpTransport::connect(url).await.unwrap());
+    let q = unique("sq-idle");
+    a.create_queue(&q, &sessions()).await.unwrap();
+    let path = EntityPath::queue(&q);
+    let sender = a.sender(&q, SenderOptions::default()).await.unwrap();
+    let batch = |round: u32| -> Vec<Envelope> {
+        (0..32)
+            .map(|s| Envelope::new(format!("s{s}/{round}")).with_session_id(format!("s{s}")))
+            .collect()
+    };
+    sender.send_batch(batch(0)).await.unwrap();
+    let handled: Handled = Arc::default();
+    let clock = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (stop_a, stop_b) = (
+        Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    );
+    let mut a_workers = tokio::task::JoinSet::new();
+    for _ in 0..2 {
+        a_workers.spawn(work(
+            a.clone(),
+            path.clone(),
+            "a",
+            handled.clone(),
+            clock.clone(),
+            stop_a.clone(),
+        ));
+    }
+    courier_tests::eventually("a handles the first round", || async {
+        handled.lock().unwrap().len() == 32
+    })
+    .await;
+    stop_a.store(true, std::sync::atomic::Ordering::SeqCst);
+    while a_workers.join_next().await.is_some() {}
+    // `a`'s hub holds every partition (and what RabbitMQ delivers it meanwhile).
+    sender.send_batch(batch(1)).await.unwrap();
+    let mut b_workers = tokio::task::JoinSet::new();
+    for _ in 0..2 {
+        b_workers.spawn(work(
+            b.clone(),
+            path.clone(),
+            "b",
+            handled.clone(),
+            clock.clone(),
+            stop_b.clone(),
+        ));
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while handled.lock().unwrap().len() < 64 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "b got {} of the 32 later messages within 60 s",
+            handled.lock().unwrap().len() - 32
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop_b.store(true, std::sync::atomic::Ordering::SeqCst);
+    while b_workers.join_next().await.is_some() {}
+    let h = handled.lock().unwrap().clone();
+    assert!(h[32..].iter().all(|(.., who)| *who == "b"), "the later round went to b");
+    assert_eq!(h.len(), 64, "each once");
+    a.delete(&path).await.unwrap();
+    a.close().await;
+    b.close().await;
+}

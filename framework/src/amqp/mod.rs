@@ -10,7 +10,7 @@
 //! | dead-letter | a confirmed copy into `::dlq` with the reason as headers, then `basic.ack` |
 //! | max delivery count (S2.6) | the quorum queue's `x-delivery-limit`, dead-lettered by RabbitMQ |
 //! | scheduled messages (S5) | rows in a Postgres or SQLite table, published when due |
-//! | sessions (S4) | partition queues with a single active consumer, by a hash of the session id (`sessions.rs`) |
+//! | sessions (S4) | partition queues with a single active consumer, by a hash of the session id (`sessions.rs`; consuming the partitions: `session_partitions.rs`; sharing them between processes: `session_balance.rs`) |
 //!
 //! What RabbitMQ cannot honour is declared in [`AmqpTransport::capabilities`] with the
 //! substitute; `docs/rabbitmq.md` has the whole mapping and the wire format.
@@ -33,6 +33,7 @@ mod schedule;
 mod seal;
 mod sender;
 mod session_balance;
+mod session_partitions;
 mod session_queue;
 mod session_receiver;
 mod sessions;

@@ -95,6 +95,10 @@ pub(crate) async fn balance(inner: Arc<Inner>, hub: Arc<Hub>) {
         if inner.conn.is_closed() {
             return;
         }
+        if inner.stop_idle_hub(&hub) {
+            tracing::debug!(queue = %hub.queue, "no session accepted for a while: the partitions go to the other processes");
+            continue;
+        }
         let Some(processes) = processes(&inner, &roll).await else {
             continue;
         };

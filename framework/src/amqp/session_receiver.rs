@@ -23,7 +23,8 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::message::{LockToken, ReceivedMessage, SequenceNumber};
 use crate::transport::{Delivery, Receiver, SessionReceiver, Settlement, Settler};
 
-use super::sessions::{Hub, dead_copy};
+use super::session_partitions::dead_copy;
+use super::sessions::Hub;
 use super::{Inner, unsupported};
 
 type Pending = Arc<Mutex<HashMap<LockToken, Weak<SessionSettler>>>>;

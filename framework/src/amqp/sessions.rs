@@ -24,30 +24,30 @@
 //! its fair share *drains* the excess (no session of such a partition is leased anew;
 //! once none is leased, the hub stops consuming it, and consumes it again behind the
 //! other processes' waiting consumers, to which RabbitMQ hands it), so that a process
-//! started after another gets partitions of its own (`session_balance.rs`).
+//! started after another gets partitions of its own (`session_balance.rs`). A hub idle for
+//! [`HUB_IDLE`] (no session leased, no `accept_session` waiting) stops, so its partitions
+//! go to the other processes; the next `accept_session` starts one again.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use futures_lite::StreamExt;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions};
 use lapin::types::FieldTable;
-use lapin::{Acker, BasicProperties, Channel};
+use lapin::{Acker, Channel};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::endpoint::recoverability::headers;
 use crate::entity::{EntityPath, QueueOptions, SubQueue};
 use crate::error::{Error, ErrorKind, Result};
-use crate::message::{Envelope, ReceivedMessage, reasons};
+use crate::message::{ReceivedMessage, reasons};
 use crate::transport::{SessionReceiver, SessionSelector};
 
-use super::conn::{Declaration, connection_error};
+use super::conn::Declaration;
+use super::session_partitions::{dead_copy, move_to_dead_letters, run_partition};
 use super::session_receiver::AmqpSessionReceiver;
-use super::{Inner, inspect, wire};
+use super::{Inner, wire};
 
 /// How many partition queues a session queue has. It is part of the partition queues'
 /// names, so a Courier that counts differently never sends into, or reads from, the
@@ -56,10 +56,14 @@ pub(crate) const SESSION_PARTITIONS: u16 = 16;
 
 /// The prefetch of a partition's consumer: the messages a process holds of a partition,
 /// sorted into its sessions, at most.
-const PARTITION_PREFETCH: u16 = 256;
+pub(crate) const PARTITION_PREFETCH: u16 = 256;
+
+/// How long a hub stays without a leased session or an `accept_session` before it stops
+/// (`Inner::stop_idle_hub`).
+pub(crate) const HUB_IDLE: Duration = Duration::from_secs(10);
 
 /// How long a hub waits before it consumes a partition again after its channel closed.
-const RECONSUME_AFTER: Duration = Duration::from_secs(1);
+pub(crate) const RECONSUME_AFTER: Duration = Duration::from_secs(1);
 
 /// The partition of `session_id` among `partitions`: 64-bit FNV-1a of its UTF-8 bytes,
 /// modulo the count. Stable across processes, versions and languages (the docs give it).
@@ -134,15 +138,16 @@ impl Inner {
             .is_some())
     }
 
-    /// The hub of the session queue `queue`, started on first use.
-    fn hub(self: &Arc<Self>, queue: &str) -> Arc<Hub> {
+    /// The hub of the session queue `queue`, started on first use, counting the caller
+    /// among those accepting a session until the guard goes.
+    fn hub(self: &Arc<Self>, queue: &str) -> Accepting {
         let mut hubs = self
             .sessions
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(h) = hubs.get(queue) {
-            return h.clone();
+            return Accepting::new(h.clone());
         }
         let options = self.declared_session_queue(queue).unwrap_or_default();
         let hub = Arc::new(Hub {
@@ -153,13 +158,38 @@ impl Inner {
             state: Mutex::default(),
             changed: Notify::new(),
             stop: self.stop.child_token(),
+            accepting: std::sync::atomic::AtomicUsize::new(0),
+            last_used: Mutex::new(std::time::Instant::now()),
         });
         for index in 0..SESSION_PARTITIONS {
             tokio::spawn(run_partition(self.clone(), hub.clone(), index));
         }
         tokio::spawn(super::session_balance::balance(self.clone(), hub.clone()));
         hubs.insert(queue.to_owned(), hub.clone());
-        hub
+        Accepting::new(hub)
+    }
+
+    /// Stops `hub` if nobody has used it for [`HUB_IDLE`]: no session leased, no
+    /// `accept_session` waiting. Its partitions go to the other processes' waiting
+    /// consumers at once (an endpoint that stopped while its transport stays open would
+    /// otherwise keep them, and the messages RabbitMQ delivered it, from the others). The
+    /// next `accept_session` starts a hub again. Returns whether it stopped.
+    pub(crate) fn stop_idle_hub(&self, hub: &Arc<Hub>) -> bool {
+        let now = self.clock.now();
+        let mut hubs = self
+            .sessions
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let idle = hub.accepting.load(std::sync::atomic::Ordering::SeqCst) == 0
+            && !hub.lock().any_leased(now)
+            && hub.last_used.lock().is_ok_and(|t| t.elapsed() >= HUB_IDLE);
+        if !idle || !hubs.get(&hub.queue).is_some_and(|h| Arc::ptr_eq(h, hub)) {
+            return false;
+        }
+        hubs.remove(&hub.queue);
+        hub.stop.cancel();
+        true
     }
 
     /// Stops the hub of `queue` (the queue is deleted).
@@ -183,7 +213,8 @@ impl Inner {
         session: SessionSelector,
         max_wait: Duration,
     ) -> Result<Arc<dyn SessionReceiver>> {
-        let hub = self.hub(queue);
+        let accepting = self.hub(queue);
+        let hub = &accepting.0;
         let deadline = tokio::time::Instant::now() + max_wait.min(Duration::from_secs(24 * 3600));
         loop {
             let changed = hub.changed.notified();
@@ -221,6 +252,24 @@ impl Inner {
             }
             self.conn.check_open()?;
         }
+    }
+}
+
+/// A hub with one more `accept_session` counted on it, until dropped.
+struct Accepting(Arc<Hub>);
+
+impl Accepting {
+    fn new(hub: Arc<Hub>) -> Self {
+        hub.accepting.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        hub.touch();
+        Self(hub)
+    }
+}
+
+impl Drop for Accepting {
+    fn drop(&mut self) {
+        self.0.touch();
+        self.0.accepting.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -337,6 +386,11 @@ impl State {
         held
     }
 
+    /// Whether a session is leased at `now`.
+    fn any_leased(&self, now: DateTime<Utc>) -> bool {
+        self.sessions.values().any(|s| s.lease.is_some_and(|l| l.until > now))
+    }
+
     /// Whether partition `index` is draining and none of its sessions is leased any more:
     /// the hub may stop consuming it.
     fn drained(&self, index: u16, now: DateTime<Utc>) -> bool {
@@ -389,9 +443,19 @@ pub(crate) struct Hub {
     /// Told on every change: a delivery arrived, a session was freed.
     pub(crate) changed: Notify,
     pub(crate) stop: CancellationToken,
+    /// `accept_session` calls on it now.
+    accepting: std::sync::atomic::AtomicUsize,
+    /// When a session was last accepted, released or asked for.
+    last_used: Mutex<std::time::Instant>,
 }
 
 impl Hub {
+    fn touch(&self) {
+        if let Ok(mut t) = self.last_used.lock() {
+            *t = std::time::Instant::now();
+        }
+    }
+
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -519,6 +583,7 @@ impl Hub {
 
     /// Ends `lease`: what it had out goes back to the front of the session.
     pub(crate) fn release(&self, inner: &Arc<Inner>, session: &str, lease: u64) {
+        self.touch();
         let mut state = self.lock();
         let Some(s) = state.sessions.get_mut(session) else {
             return;
@@ -538,7 +603,14 @@ impl Hub {
     }
 
     /// Sorts a delivery of partition `index` into its session.
-    fn arrive(&self, index: u16, channel: &Channel, acker: Acker, message: ReceivedMessage, session: String) {
+    pub(crate) fn arrive(
+        &self,
+        index: u16,
+        channel: &Channel,
+        acker: Acker,
+        message: ReceivedMessage,
+        session: String,
+    ) {
         let mut state = self.lock();
         state.next_order += 1;
         let order = state.next_order;
@@ -560,7 +632,7 @@ impl Hub {
 
     /// Forgets the deliveries of partition `index` (its channel closed: RabbitMQ requeues
     /// them); their holders' settlements fail with a lost lock.
-    fn forget_partition(&self, index: u16) {
+    pub(crate) fn forget_partition(&self, index: u16) {
         let mut state = self.lock();
         for s in state.sessions.values_mut() {
             s.ready.retain(|h| h.partition != index);
@@ -573,7 +645,7 @@ impl Hub {
     }
 
     /// Waits until partition `index` is drained (never, unless the hub drains it).
-    async fn until_drained(&self, inner: &Inner, index: u16) {
+    pub(crate) async fn until_drained(&self, inner: &Inner, index: u16) {
         loop {
             let changed = self.changed.notified();
             tokio::pin!(changed);
@@ -609,147 +681,6 @@ impl Hub {
                 move_to_dead_letters(&inner, route, h.acker, &copy, None).await;
             }
         });
-    }
-}
-
-/// The copy of `envelope` that goes to the dead-letter queue, with the dead-letter
-/// headers; a producer's failure headers are left out.
-pub(crate) fn dead_copy(envelope: &Envelope, reason: &str, description: &str, source: &str) -> Envelope {
-    let mut copy = envelope.clone();
-    copy.properties.retain(|k, _| !k.starts_with(headers::FAILURE_PREFIX));
-    wire::dead_letter_headers(&mut copy, reason, description, source);
-    copy
-}
-
-/// Publishes `copy` into `dlq`, confirmed, then acks the original and counts it (metric
-/// `courier.dead_lettered`, by `reason`); requeues the original when the copy is not
-/// confirmed.
-async fn move_to_dead_letters(
-    inner: &Inner,
-    (source, dlq, reason): (&str, &str, &'static str),
-    acker: Acker,
-    copy: &Envelope,
-    raw: Option<BasicProperties>,
-) {
-    let result = inner
-        .dead_letter_many(dlq, [(copy, raw.as_ref())].into_iter())
-        .await
-        .into_iter()
-        .next()
-        .unwrap_or(Ok(()));
-    match result {
-        Ok(()) => {
-            crate::endpoint::metrics::count_dead_lettered("amqp", source, reason, 1);
-            let _ = acker.ack(BasicAckOptions::default()).await;
-        }
-        Err(e) => {
-            tracing::error!(dead_letter_queue = %dlq, error = %e,
-                "cannot move a message of a session queue to its dead-letter queue; it is requeued");
-            let requeue = BasicNackOptions {
-                requeue: true,
-                ..BasicNackOptions::default()
-            };
-            let _ = acker.nack(requeue).await;
-        }
-    }
-}
-
-/// Consumes partition `index` of the hub's queue for as long as the hub runs, again
-/// after every channel loss.
-async fn run_partition(inner: Arc<Inner>, hub: Arc<Hub>, index: u16) {
-    let queue = partition_queue(&hub.queue, index, SESSION_PARTITIONS);
-    loop {
-        if hub.stop.is_cancelled() {
-            return;
-        }
-        match consume(&inner, &queue).await {
-            Ok((channel, consumer)) => {
-                pump(&inner, &hub, index, &channel, consumer).await;
-                if channel.status().connected() {
-                    let _ = channel.close(200, "OK".into()).await;
-                }
-            }
-            Err(e) if !inner.conn.is_closed() => {
-                tracing::warn!(queue = %queue, error = %e, "cannot consume a partition of a session queue; trying again");
-            }
-            Err(_) => return,
-        }
-        hub.forget_partition(index);
-        tokio::select! {
-            () = hub.stop.cancelled() => return,
-            () = tokio::time::sleep(RECONSUME_AFTER) => {}
-        }
-    }
-}
-
-async fn consume(inner: &Inner, queue: &str) -> Result<(Channel, lapin::Consumer)> {
-    let channel = inner.conn.channel().await?;
-    channel
-        .basic_qos(PARTITION_PREFETCH, BasicQosOptions::default())
-        .await
-        .map_err(|e| connection_error("cannot set the prefetch", &e))?;
-    let tag = format!("courier-session-{}", Uuid::new_v4().simple());
-    let consumer = channel
-        .basic_consume(
-            queue.into(),
-            tag.as_str().into(),
-            BasicConsumeOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .map_err(|e| connection_error("cannot consume a partition", &e))?;
-    Ok((channel, consumer))
-}
-
-/// Sorts the partition's deliveries into sessions until the channel or the hub stops.
-/// A delivery that breaks the wire format, has expired, or has no session id goes to the
-/// dead-letter queue at once.
-async fn pump(inner: &Arc<Inner>, hub: &Hub, index: u16, channel: &Channel, mut consumer: lapin::Consumer) {
-    loop {
-        let next = tokio::select! {
-            () = hub.stop.cancelled() => return,
-            () = hub.until_drained(inner, index) => {
-                tracing::debug!(queue = %hub.queue, partition = index, "a partition drained; it goes to another process");
-                return;
-            }
-            next = consumer.next() => next,
-        };
-        let Some(Ok(d)) = next else { return };
-        let now = inner.clock.now();
-        let decoded = wire::decode(&d.properties, d.data, false, d.redelivered, None, now);
-        let message = ReceivedMessage {
-            envelope: decoded.envelope,
-            broker: decoded.broker,
-        };
-        let findings = inspect::inspect(&d.properties, &message.envelope, inner.max_message_size);
-        inner.wire.ignored(findings.ignored.len());
-        let refusal = findings.refusal.map(|r| (r.reason, r.description)).or_else(|| {
-            message.envelope.session_id.is_none().then(|| {
-                (
-                    reasons::INVALID_WIRE_FORMAT,
-                    "a message of a session queue has no session id".to_owned(),
-                )
-            })
-        });
-        if let Some((reason, description)) = refusal {
-            inner.wire.refused();
-            tracing::warn!(queue = %hub.queue, reason, problem = %crate::logtext::Escaped(&description),
-                "a message of a session queue breaks the wire format; it was moved to the dead-letter queue");
-            let copy = dead_copy(&message.envelope, reason, &description, &hub.queue);
-            let raw = wire::refused_copy(&d.properties, reason, &description, &hub.queue);
-            let route = (hub.queue.as_str(), hub.dead_letter_queue.as_str(), reason);
-            move_to_dead_letters(inner, route, d.acker, &copy, Some(raw)).await;
-            continue;
-        }
-        if message.broker.expires_at.is_some_and(|at| at <= now) {
-            let description = "the message's time-to-live passed before it was received";
-            let copy = dead_copy(&message.envelope, reasons::TTL_EXPIRED, description, &hub.queue);
-            let route = (hub.queue.as_str(), hub.dead_letter_queue.as_str(), reasons::TTL_EXPIRED);
-            move_to_dead_letters(inner, route, d.acker, &copy, None).await;
-            continue;
-        }
-        let session = message.envelope.session_id.clone().unwrap_or_default();
-        hub.arrive(index, channel, d.acker, message, session);
     }
 }
 
