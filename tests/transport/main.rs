@@ -10,6 +10,7 @@ mod embedded_odd_rows;
 mod embedded_row_property;
 mod pg_corpus;
 mod pg_foreign;
+mod pg_listen;
 mod pg_odd_rows;
 mod pg_one_transaction;
 mod pg_publish_new_topic;

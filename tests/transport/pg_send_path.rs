@@ -2,13 +2,15 @@
 //! batch statement is planned afresh at every execution; `framework/src/postgres/send.rs`):
 //! it stores what the batch stores, fans a topic's message out the same way, schedules on
 //! the entity itself, and a sender whose queue was deleted and created again is refused
-//! instead of writing into the new queue.
+//! instead of writing into the new queue; the endpoint's store (`transport.store()`), which
+//! keeps the ids of the queues a handling sends to, sends to a queue deleted and created
+//! again as a fresh lookup would.
 
 use std::time::Duration;
 
 use courier::{
-    Clock, EntityPath, Envelope, ErrorKind, QueueOptions, SenderOptions, SubscriptionOptions, TopicOptions, Transport,
-    VirtualClock,
+    Begin, Clock, Committed, EntityPath, Envelope, ErrorKind, PostgresTransport, QueueOptions, SenderOptions, Store,
+    SubscriptionOptions, TopicOptions, Transport, VirtualClock,
 };
 use courier_tests::pg_transport::transport;
 use uuid::Uuid;
@@ -172,4 +174,115 @@ async fn a_sender_whose_queue_was_deleted_and_created_again_is_refused() {
     let got = r.receive(5, Duration::from_secs(5)).await.unwrap();
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].message().body().as_ref(), b"after");
+}
+
+/// One handling of a message of queue `from` by the transport's own store: it receives
+/// the message sent with id `id`, sends `sends` (destination, whether a topic, body) in
+/// the handling's transaction and commits it with the completion.
+async fn handle(
+    t: &PostgresTransport,
+    clock: &VirtualClock,
+    from: &str,
+    id: &str,
+    sends: &[(&str, bool, &str)],
+) -> courier::Result<Committed> {
+    let sender = t.sender(from, SenderOptions::default()).await.unwrap();
+    sender.send(Envelope::new("job").with_message_id(id)).await.unwrap();
+    let receiver = t.receiver(&EntityPath::queue(from)).await.unwrap();
+    let delivery = receiver
+        .receive(1, Duration::from_secs(5))
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert_eq!(delivery.message().envelope.message_id, id);
+    let store = t.store();
+    let now = clock.now();
+    let Begin::Fresh(mut work) = store.begin(from, id, delivery.lock_token(), now).await.unwrap() else {
+        panic!("a fresh id");
+    };
+    let outgoing = sends
+        .iter()
+        .map(|(to, topic, body)| ((*to).to_owned(), *topic, Envelope::new((*body).to_owned())))
+        .collect();
+    work.store_outgoing(outgoing, now).await.unwrap();
+    work.commit().await
+}
+
+async fn bodies(t: &PostgresTransport, path: EntityPath) -> Vec<String> {
+    let r = t.receiver(&path).await.unwrap();
+    let got = r.receive_and_delete(10, Duration::ZERO).await.unwrap();
+    got.iter()
+        .map(|m| String::from_utf8_lossy(m.body().as_ref()).into_owned())
+        .collect()
+}
+
+/// The store keeps the id of each queue and topic a handling sent to; a queue deleted and
+/// created again since gets the next handling's messages (one message and a batch) as a
+/// lookup at every send would give them, a topic deleted and created again its
+/// subscription's copies, and a queue deleted for good fails the handling with
+/// `EntityNotFound`, nothing of it committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handlings_send_reaches_a_queue_deleted_and_created_again() {
+    let clock = VirtualClock::starting_now();
+    let t = transport(&clock).await;
+    let (from, to, topic) = (unique("from"), unique("to"), unique("t"));
+    for q in [&from, &to] {
+        t.create_queue(q, &QueueOptions::default()).await.unwrap();
+    }
+    let create_topic = || async {
+        t.create_topic(&topic, &TopicOptions::default()).await.unwrap();
+        t.create_subscription(&topic, "s", &SubscriptionOptions::default())
+            .await
+            .unwrap();
+    };
+    create_topic().await;
+    let sub = || EntityPath::subscription(&topic, "s");
+
+    let first = [(to.as_str(), false, "one"), (topic.as_str(), true, "news")];
+    assert_eq!(
+        handle(&t, &clock, &from, "m-1", &first).await.unwrap(),
+        Committed::Settled
+    );
+    assert_eq!(bodies(&t, EntityPath::queue(&to)).await, ["one"]);
+    assert_eq!(bodies(&t, sub()).await, ["news"]);
+
+    t.delete(&EntityPath::queue(&to)).await.unwrap();
+    t.create_queue(&to, &QueueOptions::default()).await.unwrap();
+    t.delete(&EntityPath::queue(&topic)).await.unwrap(); // a topic by its name
+    create_topic().await;
+    let second = [(to.as_str(), false, "two"), (topic.as_str(), true, "more news")];
+    assert_eq!(
+        handle(&t, &clock, &from, "m-2", &second).await.unwrap(),
+        Committed::Settled
+    );
+    assert_eq!(
+        bodies(&t, EntityPath::queue(&to)).await,
+        ["two"],
+        "the new queue has it"
+    );
+    assert_eq!(bodies(&t, sub()).await, ["more news"], "the new topic fanned it out");
+
+    t.delete(&EntityPath::queue(&to)).await.unwrap();
+    t.create_queue(&to, &QueueOptions::default()).await.unwrap();
+    let batch = [(to.as_str(), false, "three"), (to.as_str(), false, "four")];
+    assert_eq!(
+        handle(&t, &clock, &from, "m-3", &batch).await.unwrap(),
+        Committed::Settled
+    );
+    assert_eq!(
+        bodies(&t, EntityPath::queue(&to)).await,
+        ["three", "four"],
+        "a batch too"
+    );
+
+    t.delete(&EntityPath::queue(&to)).await.unwrap();
+    let e = handle(&t, &clock, &from, "m-4", &[(to.as_str(), false, "lost")])
+        .await
+        .unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::EntityNotFound { .. }), "{e}");
+    assert!(e.to_string().contains(&to), "names the queue: {e}");
+    let left = t.peek(&EntityPath::queue(&from), 0, 10).await.unwrap();
+    assert_eq!(left.len(), 1, "the received message was not completed");
+    assert_eq!(left[0].envelope.message_id, "m-4");
 }

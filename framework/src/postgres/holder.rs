@@ -3,8 +3,8 @@
 //! stamps that key on the messages it locks. When the process dies (or the connection
 //! drops), Postgres releases the advisory lock, and the next receive of an entity releases
 //! the message locks whose holder is gone (see `receive::maintain`). A keeper task checks
-//! the connection (every interval, and at once when the transport's `LISTEN` connection
-//! was lost, which a restart or terminated backends do to both) and, when it was lost,
+//! the connection (every interval, and at once when the transport's `LISTEN` connection,
+//! if it has one, was lost, which a restart or terminated backends do to both) and, when it was lost,
 //! opens another, takes the lock again and wakes every waiting receiver of the transport:
 //! while the lock was gone their receives locked nothing.
 

@@ -75,9 +75,13 @@ pub(crate) struct Shared {
     closed: AtomicBool,
     /// Whether the transport opened the pool (and closes it on close).
     owns_pool: bool,
+    /// Set once the `LISTEN` connection is in place (see [`Shared::listen`]).
+    listening: tokio::sync::OnceCell<()>,
     listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// Keeps the holder's advisory lock.
     keeper: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The ids of the queues and topics the endpoint's store sent to (`store::send_in`).
+    pub(crate) destinations: store::Destinations,
 }
 
 impl Shared {
@@ -87,6 +91,36 @@ impl Shared {
         } else {
             Ok(())
         }
+    }
+
+    /// Opens the transport's `LISTEN` connection unless it is open: called before
+    /// anything of this transport waits for a notification (a receiver, a session
+    /// accept), and returns once `LISTEN` is in place, so that whatever is committed after
+    /// it returns is notified, and what was committed before is found by the first look.
+    /// A process that only sends never opens it: a listening backend reads every
+    /// notification in a transaction of its own, one more Postgres transaction per send
+    /// (docs/measurements.md, "The send path"). A failed attempt leaves it closed, and
+    /// the next receiver tries again.
+    ///
+    /// # Errors
+    /// [`ErrorKind::Closed`]; a storage error when the connection cannot be opened or
+    /// `LISTEN` fails (transient).
+    pub(crate) async fn listen(&self) -> Result<()> {
+        self.check_open()?;
+        self.listening
+            .get_or_try_init(|| async {
+                let task = wake::listen(&self.pool, Arc::downgrade(&self.wakers)).await?;
+                *self.listener.lock().unwrap_or_else(PoisonError::into_inner) = Some(task);
+                Ok::<(), Error>(())
+            })
+            .await
+            .map_err(|e| self.closed_or(e))?;
+        // Closed meanwhile: its tasks were stopped before this one was kept.
+        if self.closed.load(Ordering::Acquire) {
+            self.stop_tasks();
+            return Err(Error::new(ErrorKind::Closed));
+        }
+        Ok(())
     }
 
     /// `e`, or `Closed` when the transport was closed meanwhile (its pool refuses).
@@ -129,8 +163,8 @@ pub struct PgTransportBuilder {
 }
 
 impl PgTransportBuilder {
-    /// Uses the application's pool instead of connecting to a URL. The transport keeps
-    /// one of its connections for `LISTEN`.
+    /// Uses the application's pool instead of connecting to a URL. Once it has a
+    /// receiver, the transport keeps one of its connections for `LISTEN`.
     pub fn pool(mut self, pool: PgPool) -> Self {
         self.pool = Some(pool);
         self
@@ -165,13 +199,15 @@ impl PgTransportBuilder {
     }
 
     /// The most connections of the pool it opens from a URL (default 10, one of them
-    /// for `LISTEN`).
+    /// for `LISTEN` once the transport has a receiver).
     pub fn max_connections(mut self, n: u32) -> Self {
         self.max_connections = n.max(2);
         self
     }
 
-    /// Connects, applies the migrations (unless turned off) and starts listening.
+    /// Connects, applies the migrations (unless turned off) and takes the lock holder's
+    /// advisory lock. It listens for notifications only once it has a receiver or accepts a
+    /// session: a process that only sends opens no `LISTEN` connection.
     ///
     /// # Errors
     /// [`ErrorKind::Storage`] when the database cannot be reached (transient) or its
@@ -206,7 +242,6 @@ impl PgTransportBuilder {
                 )
             })?;
         let wakers = Arc::new(wake::Wakers::default());
-        let listener = wake::listen(&pool, Arc::downgrade(&wakers)).await?;
         let holder = holder::new_key();
         let keeper = holder::hold(
             &pool,
@@ -227,10 +262,12 @@ impl PgTransportBuilder {
                 wakers,
                 closed: AtomicBool::new(false),
                 owns_pool,
-                listener: Mutex::new(Some(listener)),
+                listening: tokio::sync::OnceCell::new(),
+                listener: Mutex::new(None),
                 holder,
                 upkeeps: upkeep::Upkeeps::default(),
                 keeper: Mutex::new(Some(keeper)),
+                destinations: store::Destinations::default(),
             }),
         })
     }
@@ -323,6 +360,7 @@ impl PostgresTransport {
 
     async fn link(&self, path: &EntityPath) -> Result<Arc<Link>> {
         let entity = entities::resolve(&self.shared, path, false).await?;
+        self.shared.listen().await?;
         Ok(Arc::new(Link::new(self.shared.clone(), entity, path.clone(), None)))
     }
 }
@@ -422,6 +460,7 @@ impl Transport for PostgresTransport {
         max_wait: Duration,
     ) -> Result<Arc<dyn SessionReceiver>> {
         let entity = entities::resolve(&self.shared, path, false).await?;
+        self.shared.listen().await?;
         sessions::accept(&self.shared, entity, path, &session, max_wait).await
     }
 

@@ -76,11 +76,53 @@ impl TxWork {
     }
 }
 
+/// The most destinations [`Destinations`] remembers; past it, it starts again empty.
+const MAX_DESTINATIONS: usize = 4096;
+
+/// The id of each queue and topic (by name and whether a topic) the store sent to, and
+/// whether it requires sessions, as a [`Sender`](crate::transport::Sender) keeps its
+/// queue's: the handling's send then goes in with one statement instead of a lookup
+/// first. An entity deleted since is noticed by the insert itself (it inserts nothing for
+/// an id that is gone, and fails nothing), which then forgets it, looks the name up again
+/// and sends to what has the name now, as the lookup on every send did.
+#[derive(Debug, Default)]
+pub(crate) struct Destinations {
+    known: std::sync::Mutex<std::collections::HashMap<(String, bool), (i64, bool)>>,
+}
+
+impl Destinations {
+    fn known(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<(String, bool), (i64, bool)>> {
+        self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn get(&self, name: &str, is_topic: bool) -> Option<(i64, bool)> {
+        self.known().get(&(name.to_owned(), is_topic)).copied()
+    }
+
+    fn keep(&self, name: &str, is_topic: bool, found: (i64, bool)) {
+        let mut known = self.known();
+        if known.len() >= MAX_DESTINATIONS {
+            known.clear();
+        }
+        known.insert((name.to_owned(), is_topic), found);
+    }
+
+    /// Forgets `name` if it still has id `id`.
+    fn forget(&self, name: &str, is_topic: bool, id: i64) {
+        let mut known = self.known();
+        let key = (name.to_owned(), is_topic);
+        if known.get(&key).is_some_and(|(known_id, _)| *known_id == id) {
+            known.remove(&key);
+        }
+    }
+}
+
 /// Inserts `messages` for the queue or topic `destination`, checked as a send would be.
 /// A topic that does not exist yet is created first, in the caller's transaction, as a
 /// publish on the transport's sender creates it (publishing before any subscriber
 /// exists is not an error; a topic without subscriptions keeps no copy). A queue that
-/// does not exist is an error.
+/// does not exist is an error. The destination's id is looked up once and kept
+/// ([`Destinations`]); one deleted since is looked up again.
 ///
 /// # Errors
 /// [`ErrorKind::EntityNotFound`] for a missing queue; the name of a missing topic taken
@@ -94,6 +136,22 @@ async fn send_in(
     messages: &[Envelope],
     now: DateTime<Utc>,
 ) -> Result<()> {
+    let known = &transport.shared.destinations;
+    if let Some((entity, requires_session)) = known.get(destination, is_topic) {
+        let refused = messages
+            .iter()
+            .any(|m| check_envelope(transport.shared.max_message_size, m, destination, requires_session, now).is_err());
+        // A refusal is decided on the entity as it is now, below.
+        if !refused
+            && insert_messages(&mut *conn, entity, !is_topic, messages, now)
+                .await?
+                .is_some()
+        {
+            return Ok(());
+        }
+        // Deleted since it was looked up (nothing was inserted): look the name up again.
+        known.forget(destination, is_topic, entity);
+    }
     let found: Option<(i64, bool)> =
         sqlx::query_as("SELECT id, requires_session FROM courier.entity WHERE parent = 0 AND name = $1 AND kind = $2")
             .bind(destination)
@@ -102,7 +160,11 @@ async fn send_in(
             .await
             .map_err(|e| db_error("cannot look up a destination", e))?;
     let (entity, requires_session) = match found {
-        Some(found) => found,
+        Some(found) => {
+            known.keep(destination, is_topic, found);
+            found
+        }
+        // Not kept: the transaction that creates it may roll back.
         None if is_topic => (create_topic_in(&mut *conn, destination, now).await?, false),
         None => {
             return Err(Error::new(ErrorKind::EntityNotFound {
@@ -113,11 +175,13 @@ async fn send_in(
     for m in messages {
         check_envelope(transport.shared.max_message_size, m, destination, requires_session, now)?;
     }
-    insert_messages(conn, entity, messages, now).await?.ok_or_else(|| {
-        Error::new(ErrorKind::EntityNotFound {
-            path: destination.to_owned(),
-        })
-    })?;
+    insert_messages(conn, entity, !is_topic, messages, now)
+        .await?
+        .ok_or_else(|| {
+            Error::new(ErrorKind::EntityNotFound {
+                path: destination.to_owned(),
+            })
+        })?;
     Ok(())
 }
 

@@ -1,5 +1,7 @@
 //! Waking waiting receivers: one `LISTEN` connection per transport turns notifications
 //! (payload: an entity id) into wake-ups of the receivers of that entity in this process.
+//! It is opened when the transport gets its first receiver (`Shared::listen`), not before:
+//! a process that only sends reads no notifications.
 //! Notifications are a hint only: they are lost while the listener reconnects (then every
 //! waiter is woken to look again), and waiters also poll at a bounded interval.
 
