@@ -123,6 +123,12 @@ struct RunArgs {
     /// `rabbitmq-sessions`: times every RabbitMQ connection of the run is closed.
     #[arg(long, default_value_t = 1)]
     drops: u32,
+    /// Leave the run's database and virtual host on the shared servers for inspection
+    /// (their URLs are printed) instead of removing them. The database lasts until the
+    /// next test process on this machine drops the databases of ended ones; delete the
+    /// virtual host by hand (`rabbitmqctl delete_vhost`).
+    #[arg(long)]
+    keep: bool,
 }
 
 #[tokio::main]
@@ -240,7 +246,16 @@ async fn run(args: RunArgs) -> Result<bool, Error> {
     } else {
         drive(&args, &setup).await
     };
-    setup.remove().await;
+    if args.keep {
+        let rabbit = setup.rabbit.as_ref().map(|r| r.url.clone());
+        eprintln!(
+            "courier-chaos: kept the run's database {} and virtual host {}",
+            setup.place.postgres.as_deref().unwrap_or("(none)"),
+            rabbit.as_deref().unwrap_or("(none)")
+        );
+    } else {
+        setup.remove().await;
+    }
     outcome
 }
 

@@ -106,7 +106,10 @@ pub async fn drive(args: &RunArgs, setup: &Setup) -> Result<bool, Error> {
     // Copies a kill or a drop sent again would be handled within a few seconds.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let killed_at_stop = workers.stop_all(Duration::from_secs(30)).await;
-    let outcome = check(args, setup).await?;
+    let mut outcome = check(args, setup).await?;
+    if outcome.queue.dead_lettered > 0 {
+        outcome.dead = dead_letters(&rabbit.url, &setup.place.queue).await?;
+    }
     // A quorum queue's counts reach `rabbitmqctl` at its ticks (every 5 s): a message
     // settled just before the stop may show a few seconds more.
     let listing = Instant::now();
@@ -205,13 +208,25 @@ pub struct Outcome {
     out_of_order: (i64, Vec<String>),
     started_out_of_order: (i64, Vec<String>),
     overlaps: (i64, Vec<String>),
+    after_lost: i64,
     by_pid: Vec<String>,
     queue: EntityCounts,
+    /// The dead letters read: how many by reason, and the first five.
+    dead: (Vec<String>, Vec<String>),
 }
 
+/// Calls that started before the previous message of their session committed (by
+/// what the call's statement saw, or by the clock), of a previous message that did
+/// commit. Those whose previous message never committed follow a lost one
+/// ([`AFTER_LOST`]).
 const OVERLAP: &str = "FROM chaos_session_starts s WHERE s.seq > 0 AND (NOT s.prev_committed OR \
-     s.started_at <= COALESCE((SELECT MIN(d.finished_at) FROM chaos_session_done d \
-       WHERE d.session = s.session AND d.seq = s.seq - 1), 'infinity'::timestamptz))";
+     s.started_at <= (SELECT MIN(d.finished_at) FROM chaos_session_done d \
+       WHERE d.session = s.session AND d.seq = s.seq - 1)) AND EXISTS (SELECT 1 \
+     FROM chaos_session_done d WHERE d.session = s.session AND d.seq = s.seq - 1)";
+
+/// Calls whose previous message never committed (it is lost: dead-lettered).
+const AFTER_LOST: &str = "FROM chaos_session_starts s WHERE s.seq > 0 AND NOT EXISTS (SELECT 1 \
+     FROM chaos_session_done d WHERE d.session = s.session AND d.seq = s.seq - 1)";
 
 const OVERLAP_LINES: &str = "SELECT s.session || '/' || s.seq || ' attempt ' || s.attempt || ' in pid ' || s.pid || \
      ' started ' || to_char(s.started_at, 'HH24:MI:SS.US') || CASE WHEN s.prev_committed THEN '' \
@@ -225,7 +240,10 @@ const CUT_SHORT: &str = "SELECT COUNT(*) FROM chaos_session_starts s WHERE NOT E
      FROM chaos_session_done d WHERE d.session = s.session AND d.seq = s.seq AND d.pid = s.pid \
        AND d.started_at = s.started_at)";
 
-const UNORDERED: &str = "FROM chaos_session_done d WHERE d.seq > 0 AND NOT d.prev_committed";
+/// Commits before the commit of the previous message of their session, which did commit
+/// (later).
+const UNORDERED: &str = "FROM chaos_session_done d WHERE d.seq > 0 AND NOT d.prev_committed AND EXISTS \
+     (SELECT 1 FROM chaos_session_done p WHERE p.session = d.session AND p.seq = d.seq - 1)";
 
 const STARTED_UNORDERED: &str = "FROM chaos_session_starts a JOIN chaos_session_starts b \
      ON b.session = a.session AND b.id > a.id AND b.seq < a.seq AND NOT b.own_committed";
@@ -293,9 +311,61 @@ pub async fn check(args: &RunArgs, setup: &Setup) -> Result<Outcome, Error> {
         )
         .await?,
         overlaps: counted(db, OVERLAP, OVERLAP_LINES).await?,
+        after_lost: db.count(&format!("SELECT COUNT(*) {AFTER_LOST}")).await?,
         by_pid,
         queue: setup.queue_counts().await?,
+        dead: (Vec::new(), Vec::new()),
     })
+}
+
+/// Reads the session queue's dead-letter queue (`basic.get`, at most 5,000, left in
+/// place: the channel closes unacknowledged): how many by reason, and the first five as
+/// `message id, delivery count: reason: description`.
+async fn dead_letters(url: &str, queue: &str) -> Result<(Vec<String>, Vec<String>), Error> {
+    use lapin::options::BasicGetOptions;
+    use lapin::types::AMQPValue;
+    let conn = lapin::Connection::connect(url, lapin::ConnectionProperties::default()).await?;
+    let channel = conn.create_channel().await?;
+    let dlq = format!("{queue}::dlq");
+    let mut by_reason: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    let mut first = Vec::new();
+    for _ in 0..5000 {
+        let Some(m) = channel
+            .basic_get(dlq.as_str().into(), BasicGetOptions::default())
+            .await?
+        else {
+            break;
+        };
+        let properties = &m.delivery.properties;
+        let header = |name: &str| {
+            properties.headers().as_ref().and_then(|h| {
+                h.inner()
+                    .iter()
+                    .find(|(k, _)| k.as_str() == name)
+                    .map(|(_, v)| v.clone())
+            })
+        };
+        let text = |name: &str| match header(name) {
+            Some(AMQPValue::LongString(s)) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
+            Some(other) => format!("{other:?}"),
+            None => "-".to_owned(),
+        };
+        let reason = text("x-courier-dead-letter-reason");
+        *by_reason.entry(reason.clone()).or_insert(0) += 1;
+        if first.len() < 5 {
+            let id = properties
+                .message_id()
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), |i| i.as_str().to_owned());
+            first.push(format!(
+                "{id}, delivery count {}: {reason}: {}",
+                text("x-delivery-count"),
+                text("x-courier-dead-letter-description")
+            ));
+        }
+    }
+    let _ = conn.close(200, "read".into()).await;
+    Ok((by_reason.into_iter().map(|(r, n)| format!("{r}: {n}")).collect(), first))
 }
 
 /// What the driver saw of the run.
@@ -420,11 +490,20 @@ pub fn print(args: &RunArgs, run: &Run, o: &Outcome, queues: &[(String, u64, u64
             "overlap: started before the previous committed",
             o.overlaps.0.to_string(),
         ),
+        ("calls after a lost message of their session", o.after_lost.to_string()),
         (
             "stuck in the queue (active/scheduled/deferred)",
             format!("{}/{}/{}", q.active, q.scheduled, q.deferred),
         ),
         ("dead letters", q.dead_lettered.to_string()),
+        (
+            "dead letters by reason",
+            if o.dead.0.is_empty() {
+                "-".to_owned()
+            } else {
+                o.dead.0.join(", ")
+            },
+        ),
         (
             "vhost queues (partitions); with messages",
             format!(
@@ -440,6 +519,7 @@ pub fn print(args: &RunArgs, run: &Run, o: &Outcome, queues: &[(String, u64, u64
         println!("    {what:<48} {value}");
     }
     for (title, lines) in [
+        ("dead letter", &o.dead.1),
         ("out of order", &o.out_of_order.1),
         ("started out of order", &o.started_out_of_order.1),
         ("overlap", &o.overlaps.1),
