@@ -4,7 +4,9 @@
 //! answers, the RabbitMQ + Postgres run has servers of its own and restarts each once, and
 //! the Postgres transport's run has a Postgres of its own and restarts it twice; without
 //! one, they run on `DATABASE_URL` (and `AMQP_URL`), on a database of their own.
-//! The full-size runs and their figures are in docs/reliability.md.
+//! The ordered-sessions run (`rabbitmq-sessions`, issue 35) is smaller: 20 sessions x 10
+//! messages, one kill and one connection drop, checked for order, overlap, loss and
+//! duplicates. The full-size runs and their figures are in docs/reliability.md.
 //!
 //! Real processes and real time: the harness's checks are about what is left, never how
 //! long it took (its only time limit is a stall of 90 s without progress).
