@@ -220,20 +220,39 @@ impl Run<'_> {
             // What is there now (on RabbitMQ one reading of the dead-letter queue, which
             // moves nothing).
             let (found, missing) = admin.dead_letter_summaries(queue, &seqs).await?;
+            // A resubmit some dead letters cannot take (on RabbitMQ, one of a session
+            // queue without a session id) says so, as the resubmit itself would.
+            fn refusal(d: &courier::admin::DeadLetterSummary, resubmit: bool) -> Option<&str> {
+                d.resubmit_refused.as_deref().filter(|_| resubmit)
+            }
+            let refused = |d| refusal(d, resubmit);
             if self.json {
-                let seqs: Vec<i64> = found.iter().map(|d| d.sequence_number).collect();
+                let (seqs, would_fail): (Vec<_>, Vec<_>) = found.iter().partition(|d| refused(d).is_none());
+                let seqs: Vec<i64> = seqs.iter().map(|d| d.sequence_number).collect();
+                let would_fail: Vec<_> = would_fail
+                    .iter()
+                    .map(|d| json!({"sequence_number": d.sequence_number, "reason": refused(d)}))
+                    .collect();
                 self.out.json(&json!({
                     "dry_run": true, "action": verb, "queue": queue,
-                    "sequence_numbers": seqs, "not_found": missing,
+                    "sequence_numbers": seqs, "not_found": missing, "would_fail": would_fail,
                 }));
             } else {
                 for d in &found {
-                    self.out.line(format!(
-                        "would {verb} {} ({}, {})",
-                        d.sequence_number,
-                        cell(&d.message_id, 40),
-                        opt(d.reason.as_deref(), 40)
-                    ));
+                    match refused(d) {
+                        Some(why) => self.out.line(format!(
+                            "would fail {} ({}): {}",
+                            d.sequence_number,
+                            cell(&d.message_id, 40),
+                            cell(why, 2000)
+                        )),
+                        None => self.out.line(format!(
+                            "would {verb} {} ({}, {})",
+                            d.sequence_number,
+                            cell(&d.message_id, 40),
+                            opt(d.reason.as_deref(), 40)
+                        )),
+                    }
                 }
                 for seq in &missing {
                     self.out.line(format!("not found: {seq}"));
@@ -243,7 +262,14 @@ impl Run<'_> {
                     found.len()
                 ));
             }
-            return Ok(if missing.is_empty() { Exit::Ok } else { Exit::NotFound });
+            // The exit the change would have: failures first, as the change reports them.
+            return Ok(if found.iter().any(|d| refused(d).is_some()) {
+                Exit::Failed
+            } else if missing.is_empty() {
+                Exit::Ok
+            } else {
+                Exit::NotFound
+            });
         }
         if seqs.is_empty() {
             if self.json {
@@ -546,6 +572,9 @@ fn show(out: &mut Out, d: &DeadLetter, now: chrono::DateTime<chrono::Utc>, full:
     field(out, "reason:", opt(d.reason.as_deref(), 200));
     field(out, "description:", opt(d.description.as_deref(), 2000));
     field(out, "source:", opt(d.source.as_deref(), 200));
+    if let Some(why) = &d.resubmit_refused {
+        field(out, "resubmit:", format!("refused: {}", cell(why, 2000)));
+    }
     if let Some(e) = &d.error {
         out.line("error:");
         out.line(indent(&block(&cut(e, full))));

@@ -102,6 +102,17 @@ async fn rabbit_a_session_queue_is_listed_and_its_dead_letters_go_back_to_their_
     let (poison, foreign) = (by_reason("test.Poison"), by_reason("courier.InvalidWireFormat"));
     let shown = admin.dead_letter(&queue, poison).await.unwrap();
     assert_eq!(shown.source.as_deref(), Some(queue.as_str()));
+    assert_eq!(shown.resubmit_refused, None);
+    // What a dry run shows: the one without a session id would be refused, and why.
+    let (asked, _) = admin.dead_letter_summaries(&queue, &[poison, foreign]).await.unwrap();
+    let refused: Vec<_> = asked
+        .iter()
+        .map(|d| (d.sequence_number, d.resubmit_refused.is_some()))
+        .collect();
+    assert!(
+        refused.contains(&(poison, false)) && refused.contains(&(foreign, true)),
+        "{asked:?}"
+    );
 
     // The one without a session id cannot go back: refused with what to do, and kept.
     let outcome = admin.resubmit_many(&queue, &[poison, foreign]).await.unwrap();

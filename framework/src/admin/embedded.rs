@@ -186,6 +186,7 @@ fn summary(r: &SqliteRow) -> AdminResult<DeadLetterSummary> {
         delivery_count: delivery_count(col(r, 4)?),
         reason: text_col(r, 5)?,
         error: failure_text(&headers, description.as_deref()),
+        resubmit_refused: None,
     })
 }
 
@@ -326,6 +327,7 @@ impl QueueAdmin for EmbeddedAdmin {
             headers: crate::admin::model::without_seals(headers_),
             body_size: body.len(),
             body: BodyView::decode(&body),
+            resubmit_refused: None,
         })
     }
 

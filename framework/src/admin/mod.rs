@@ -293,6 +293,7 @@ impl DeadLetter {
             delivery_count: self.delivery_count,
             reason: self.reason.clone(),
             error: self.error.clone().or_else(|| self.description.clone()),
+            resubmit_refused: self.resubmit_refused.clone(),
         }
     }
 }

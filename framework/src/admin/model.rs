@@ -71,6 +71,10 @@ pub struct DeadLetterSummary {
     /// The failure's text, as the endpoint wrote it ([`headers::FAILURE_ERROR`]), else
     /// the dead-letter description.
     pub error: Option<String>,
+    /// Why a resubmit of it would be refused ([`DeadLetter::resubmit_refused`]). Set when
+    /// it is asked for by number (`dead_letter_summaries`, what a dry run shows); a page of
+    /// a listing leaves it `None`.
+    pub resubmit_refused: Option<String>,
 }
 
 /// A page of a list and where the next one starts.
@@ -169,6 +173,10 @@ pub struct DeadLetter {
     pub body: BodyView,
     /// The body's size in bytes.
     pub body_size: usize,
+    /// Why a resubmit of it would be refused, when it would: on RabbitMQ, a dead letter of a
+    /// session queue without a valid session id (a foreign producer's), which no partition
+    /// takes. `None` when a resubmit can send it back.
+    pub resubmit_refused: Option<String>,
 }
 
 pub(crate) fn string_header(headers: &Properties, key: &str) -> Option<String> {

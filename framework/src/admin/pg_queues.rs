@@ -60,6 +60,7 @@ fn summary(r: &PgRow) -> AdminResult<DeadLetterSummary> {
         delivery_count: delivery_count(col(r, 4)?),
         reason: col(r, 5)?,
         error: failure_text(&headers, description.as_deref()),
+        resubmit_refused: None,
     })
 }
 
@@ -281,6 +282,7 @@ impl QueueAdmin for PostgresAdmin {
             headers: crate::admin::model::without_seals(headers_),
             body_size: body.len(),
             body: BodyView::decode(&body),
+            resubmit_refused: None,
         })
     }
 

@@ -32,7 +32,7 @@ use chrono::{DateTime, Utc};
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 
-use super::admin::AmqpAdmin;
+use super::admin::{AmqpAdmin, ResubmitTo};
 use super::browse::{Browse, Held};
 use super::catalog::Numbered;
 use super::parked::{Parked, Seen};
@@ -147,6 +147,8 @@ fn error_of(headers: &crate::message::Properties, broker: &crate::message::Broke
 pub(super) struct Check<'a> {
     pub(super) queue: &'a str,
     pub(super) key: Option<&'a DeadLetterKey>,
+    /// Where a resubmit would send it, when shown in full (`None` in a listing).
+    pub(super) resubmit: Option<&'a ResubmitTo>,
 }
 
 /// What a listing shows of a dead letter delivered from its DLQ.
@@ -212,6 +214,7 @@ fn in_full(
         headers: crate::admin::model::without_seals(headers_),
         body_size,
         body: view,
+        resubmit_refused: check.resubmit.and_then(|to| to.target(p).err()),
     }
 }
 
@@ -278,6 +281,7 @@ impl<'a> Scan<'a> {
                     let check = Check {
                         queue: &self.queue,
                         key: self.key.as_ref(),
+                        resubmit: None,
                     };
                     let seen = seen(&held.delivery.properties, &held.delivery.data, self.now, &check);
                     items.push(Item {
@@ -420,9 +424,11 @@ impl AmqpAdmin {
         let mut found: HashMap<SequenceNumber, DeadLetter> = HashMap::new();
         let mut wanted: HashMap<i64, SequenceNumber> = HashMap::new();
         let key = self.reading_key(store, &queue).await?;
+        let to = self.resubmit_to(&queue).await?;
         let check = Check {
             queue: &queue,
             key: key.as_ref(),
+            resubmit: Some(&to),
         };
         for chunk in numbers.chunks(BATCH) {
             let rows = store.numbered(&queue, chunk).await.map_err(|e| self.failed(e))?;

@@ -15,7 +15,7 @@ use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 use proptest::prelude::*;
 
 use super::inspect::inspect;
-use super::wire::{H_TIME_TO_LIVE, decode};
+use super::wire::{H_SESSION_ID, H_TIME_TO_LIVE, decode};
 use crate::checks::MAX_MESSAGE_ID_LEN;
 use crate::entity::MAX_TIME_TO_LIVE;
 
@@ -197,6 +197,44 @@ proptest! {
             prop_assert!(!refusal.is_empty());
         }
         prop_assert!(decoded.broker.delivery_count >= 1);
+    }
+
+    /// Where a resubmit sends a dead letter of a session queue, whatever its headers: the
+    /// partition of its session id when that id is one a sender takes (a string of valid
+    /// UTF-8, 1 to 128 bytes, the same the receiver decodes), else a refusal that says what
+    /// to do; never a guess from lossy text, never a panic.
+    #[test]
+    fn any_dead_letter_of_a_session_queue_goes_to_its_partition_or_is_refused(
+        p in properties(),
+        session in proptest::option::of(prop_oneof![
+            "\\PC{0,140}".prop_map(|s| AMQPValue::LongString(LongString::from(s))),
+            proptest::collection::vec(any::<u8>(), 0..140).prop_map(|b| AMQPValue::LongString(LongString::from(b))),
+            short_string().prop_map(AMQPValue::ShortString),
+            leaf(),
+        ]),
+    ) {
+        let mut p = p;
+        if let Some(v) = session {
+            let mut headers = p.headers().clone().unwrap_or_default();
+            headers.insert(H_SESSION_ID.into(), v);
+            p = p.with_headers(headers);
+        }
+        let to = super::admin::ResubmitTo::Sessions("orders".into());
+        let valid = match p.headers().as_ref().and_then(|h| h.inner().get(H_SESSION_ID)) {
+            Some(AMQPValue::LongString(s)) => std::str::from_utf8(s.as_bytes()).ok().map(str::to_owned),
+            Some(AMQPValue::ShortString(s)) => s.invalid_utf8().is_none().then(|| s.as_str().to_owned()),
+            _ => None,
+        }
+        .filter(|id| !id.is_empty() && id.len() <= MAX_MESSAGE_ID_LEN);
+        match (to.target(&p), valid) {
+            (Ok(target), Some(id)) => {
+                prop_assert_eq!(target, super::publish::Target::Queue(super::sessions::queue_for("orders", &id)));
+                let decoded = decode(&p, Vec::new(), true, false, None, Utc::now());
+                prop_assert_eq!(decoded.envelope.session_id, Some(id));
+            }
+            (Err(why), None) => prop_assert!(why.contains("no valid session id") && why.contains("delete it")),
+            (got, valid) => prop_assert!(false, "{:?} for a valid id {:?}", got, valid),
+        }
     }
 
     /// The trace header of any text: a context or none, never a panic; what it accepts

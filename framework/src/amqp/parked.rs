@@ -352,6 +352,7 @@ fn summary(
         delivery_count,
         reason,
         error,
+        resubmit_refused: None,
     }
 }
 

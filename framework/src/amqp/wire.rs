@@ -238,7 +238,7 @@ pub(crate) fn dead_letter_headers(m: &mut Envelope, reason: &str, description: &
 pub(crate) fn session_id_of(p: &BasicProperties) -> Option<String> {
     let id = match p.headers().as_ref()?.inner().get(H_SESSION_ID)? {
         AMQPValue::LongString(s) => std::str::from_utf8(s.as_bytes()).ok()?.to_owned(),
-        AMQPValue::ShortString(s) => s.as_str().to_owned(),
+        AMQPValue::ShortString(s) if s.invalid_utf8().is_none() => s.as_str().to_owned(),
         _ => return None,
     };
     (!id.is_empty() && id.len() <= crate::checks::MAX_MESSAGE_ID_LEN).then_some(id)
