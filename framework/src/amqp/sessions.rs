@@ -56,7 +56,7 @@ pub(crate) const SESSION_PARTITIONS: u16 = 16;
 
 /// The prefetch of a partition's consumer: the messages a process holds of a partition,
 /// sorted into its sessions, at most.
-pub(crate) const PARTITION_PREFETCH: u16 = 256;
+pub(crate) const PARTITION_PREFETCH: u16 = 32;
 
 /// How long a hub stays without a leased session or an `accept_session` before it stops
 /// (`Inner::stop_idle_hub`).
