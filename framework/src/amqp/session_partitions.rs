@@ -112,7 +112,7 @@ async fn consume(inner: &Inner, queue: &str) -> Result<(Channel, lapin::Consumer
 /// Sorts the partition's deliveries into sessions until the channel or the hub stops.
 /// A delivery that breaks the wire format, has expired, or has no session id goes to the
 /// dead-letter queue at once.
-async fn pump(inner: &Arc<Inner>, hub: &Hub, index: u16, channel: &Channel, mut consumer: lapin::Consumer) {
+async fn pump(inner: &Arc<Inner>, hub: &Arc<Hub>, index: u16, channel: &Channel, mut consumer: lapin::Consumer) {
     loop {
         let next = tokio::select! {
             () = hub.stop.cancelled() => return,

@@ -62,6 +62,15 @@ pub(crate) const PARTITION_PREFETCH: u16 = 32;
 /// (`Inner::stop_idle_hub`).
 pub(crate) const HUB_IDLE: Duration = Duration::from_secs(10);
 
+/// How long the sessions of a partition a hub just became the active consumer of wait
+/// before they are handed out: RabbitMQ makes a waiting consumer active as the previous
+/// one goes, and can deliver the previous holder's returns after the first messages that
+/// follow them; waiting lets them arrive and go first (`Hub::arrive`).
+pub(crate) const HANDOVER_GRACE: Duration = Duration::from_millis(300);
+
+/// Where the arrival orders of first deliveries start: those of redeliveries are below.
+const FIRST_DELIVERIES: u64 = 1 << 48;
+
 /// How long a hub waits before it consumes a partition again after its channel closed.
 pub(crate) const RECONSUME_AFTER: Duration = Duration::from_secs(1);
 
@@ -339,13 +348,25 @@ pub(crate) struct Partition {
     /// The hub gives it up: no session of it is leased anew, and once none is leased the
     /// hub stops consuming it (`session_balance.rs`).
     pub(crate) draining: bool,
+    /// When the hub became its active consumer (its first delivery since consuming it).
+    pub(crate) active_since: Option<std::time::Instant>,
+}
+
+impl Partition {
+    /// Whether the hub became its active consumer less than [`HANDOVER_GRACE`] ago.
+    fn in_grace(&self) -> bool {
+        self.active_since.is_some_and(|t| t.elapsed() < HANDOVER_GRACE)
+    }
 }
 
 #[derive(Default)]
 pub(crate) struct State {
     sessions: HashMap<String, Session>,
     pub(crate) partitions: [Partition; SESSION_PARTITIONS as usize],
+    /// Orders of first deliveries ([`FIRST_DELIVERIES`] and up) and of redeliveries
+    /// (below it): a session's redeliveries go first.
     next_order: u64,
+    next_return: u64,
     next_lease: u64,
 }
 
@@ -356,7 +377,10 @@ impl State {
         self.sessions
             .iter()
             .filter(|(_, s)| s.lease.is_none_or(|l| l.until <= now))
-            .filter(|(_, s)| !s.partition.is_some_and(|p| self.partition(p).draining))
+            .filter(|(_, s)| {
+                !s.partition
+                    .is_some_and(|p| self.partition(p).draining || self.partition(p).in_grace())
+            })
             .filter_map(|(id, s)| {
                 let first_out = s.out.keys().next().copied();
                 let first_ready = s.ready.front().map(|h| h.order);
@@ -603,8 +627,15 @@ impl Hub {
     }
 
     /// Sorts a delivery of partition `index` into its session.
+    ///
+    /// A redelivery (a message RabbitMQ delivered before, to this process or another)
+    /// goes before the session's messages delivered for the first time: RabbitMQ delivers
+    /// a partition in order, so a message never delivered is behind every one that was,
+    /// and a hand-over can bring the previous holder's returns after the first new ones.
+    /// For the same reason the sessions of a partition this hub just became active on
+    /// are not handed out for [`HANDOVER_GRACE`].
     pub(crate) fn arrive(
-        &self,
+        self: &Arc<Self>,
         index: u16,
         channel: &Channel,
         acker: Acker,
@@ -612,22 +643,44 @@ impl Hub {
         session: String,
     ) {
         let mut state = self.lock();
-        state.next_order += 1;
-        let order = state.next_order;
-        if let Some(p) = state.partition_mut(index) {
+        let order = if message.broker.delivery_count > 1 {
+            state.next_return += 1;
+            state.next_return
+        } else {
+            state.next_order += 1;
+            FIRST_DELIVERIES.saturating_add(state.next_order)
+        };
+        let mut activated = false;
+        if let Some(p) = state.partition_mut(index)
+            && !p.active
+        {
             p.active = true;
+            p.active_since = Some(std::time::Instant::now());
+            activated = true;
         }
         let s = state.sessions.entry(session).or_default();
         s.partition = Some(index);
-        s.ready.push_back(Held {
-            order,
-            partition: index,
-            acker,
-            channel: channel.clone(),
-            message,
-        });
+        let at = s.ready.partition_point(|h| h.order < order);
+        s.ready.insert(
+            at,
+            Held {
+                order,
+                partition: index,
+                acker,
+                channel: channel.clone(),
+                message,
+            },
+        );
         drop(state);
         self.changed.notify_waiters();
+        if activated {
+            // Those waiting for a session hear when the grace is over.
+            let hub = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(HANDOVER_GRACE).await;
+                hub.changed.notify_waiters();
+            });
+        }
     }
 
     /// Forgets the deliveries of partition `index` (its channel closed: RabbitMQ requeues
