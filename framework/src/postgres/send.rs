@@ -95,19 +95,8 @@ async fn insert_batch_into_queue(
     cols: &Columns,
     now: DateTime<Utc>,
 ) -> Result<Option<Vec<SequenceNumber>>> {
-    let row = sqlx::query(INSERT_BATCH_INTO_QUEUE)
-        .bind(entity)
-        .bind(&cols.message_id)
-        .bind(&cols.correlation_id)
-        .bind(&cols.causation_id)
-        .bind(&cols.message_type)
-        .bind(&cols.content_type)
-        .bind(&cols.reply_to)
-        .bind(&cols.session_id)
-        .bind(&cols.props)
-        .bind(&cols.ttl_ms)
-        .bind(&cols.sched)
-        .bind(&cols.body)
+    let row = cols
+        .bind_to(sqlx::query(INSERT_BATCH_INTO_QUEUE).bind(entity))
         .bind(now)
         .fetch_one(&mut *conn)
         .await
@@ -132,8 +121,10 @@ async fn insert_fanned_out(
 ) -> Result<Option<Vec<SequenceNumber>>> {
     // Sequence numbers are drawn first and paired with the messages in order, so a batch
     // is numbered in the order given; copies of a topic message share its number.
-    let row = sqlx::query(
-        "WITH e AS (SELECT id FROM courier.entity WHERE id = $1), \
+    let row = cols
+        .bind_to(
+            sqlx::query(
+                "WITH e AS (SELECT id FROM courier.entity WHERE id = $1), \
          s AS MATERIALIZED (SELECT nextval('courier.message_seq') AS seq FROM generate_series(1, $2::int)), \
          so AS (SELECT seq, row_number() OVER (ORDER BY seq) AS ord FROM s), \
          u AS (SELECT * FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], \
@@ -166,24 +157,14 @@ async fn insert_fanned_out(
          woke AS (SELECT count(pg_notify('courier_transport', x.entity_id::text)) AS n \
                   FROM (SELECT DISTINCT entity_id FROM ins WHERE state <> 1) x) \
          SELECT (SELECT count(*) FROM e), (SELECT n FROM woke), ARRAY(SELECT seq FROM so ORDER BY ord)",
-    )
-    .bind(entity)
-    .bind(i32::try_from(n).unwrap_or(i32::MAX))
-    .bind(&cols.message_id)
-    .bind(&cols.correlation_id)
-    .bind(&cols.causation_id)
-    .bind(&cols.message_type)
-    .bind(&cols.content_type)
-    .bind(&cols.reply_to)
-    .bind(&cols.session_id)
-    .bind(&cols.props)
-    .bind(&cols.ttl_ms)
-    .bind(&cols.sched)
-    .bind(&cols.body)
-    .bind(now)
-    .fetch_one(&mut *conn)
-    .await
-    .map_err(send_error)?;
+            )
+            .bind(entity)
+            .bind(i32::try_from(n).unwrap_or(i32::MAX)),
+        )
+        .bind(now)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(send_error)?;
     let get = |e| db_error("cannot read the sequence numbers of a send", e);
     let found: i64 = row.try_get(0).map_err(get)?;
     if found == 0 {
@@ -330,6 +311,25 @@ struct Columns {
 }
 
 impl Columns {
+    /// Binds the columns, in their order, after what `query` binds already.
+    fn bind_to<'q>(
+        &'q self,
+        query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+        query
+            .bind(&self.message_id)
+            .bind(&self.correlation_id)
+            .bind(&self.causation_id)
+            .bind(&self.message_type)
+            .bind(&self.content_type)
+            .bind(&self.reply_to)
+            .bind(&self.session_id)
+            .bind(&self.props)
+            .bind(&self.ttl_ms)
+            .bind(&self.sched)
+            .bind(&self.body)
+    }
+
     fn with_capacity(n: usize) -> Self {
         Self {
             message_id: Vec::with_capacity(n),
