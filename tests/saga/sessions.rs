@@ -4,7 +4,9 @@
 //! instances on two Postgres transports (two processes) share the queue's sessions and
 //! one store; many messages per saga instance, sent at once: no optimistic-concurrency
 //! conflict (`EndpointStats::saga_conflicts` of both is 0) and every instance's final
-//! state holds every message, in send order.
+//! state holds every message, in send order. The same on RabbitMQ: two transports (two
+//! connections, as two processes) and one Postgres store, the second started while the
+//! first is active on the partitions, so that partitions move to it while the sagas run.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -83,9 +85,18 @@ fn routes(queue: &str, finals: &str) -> Routes {
 }
 
 async fn ledger_endpoint(transport: Arc<courier::PostgresTransport>, queue: &str, finals: &str) -> RunningEndpoint {
+    ledger_on(transport.clone(), transport.store(), queue, finals).await
+}
+
+async fn ledger_on(
+    transport: Arc<dyn Transport>,
+    store: impl courier::Store,
+    queue: &str,
+    finals: &str,
+) -> RunningEndpoint {
     Endpoint::builder(queue)
-        .transport(transport.clone())
-        .store(transport.store())
+        .transport(transport)
+        .store(store)
         .routes(routes(queue, finals))
         .queue_options(QueueOptions::default().requires_session(true))
         .recoverability(RetryPolicy::default().immediate(5).delayed([]))
@@ -168,4 +179,85 @@ async fn a_saga_on_a_session_queue_has_no_conflicts_across_two_processes() {
     for q in [&queue, &finals] {
         one.delete(&courier::EntityPath::queue(q.as_str())).await.unwrap();
     }
+}
+
+/// RabbitMQ: 40 accounts of 20 deposits, a round every 300 ms; the second process starts
+/// after the first round, while the first is the active consumer of the partitions, and
+/// gets a share of them by the balance (docs/rabbitmq.md, "Sharing the partitions").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_a_saga_on_a_session_queue_has_no_conflicts_across_two_processes() {
+    const ACCOUNTS: u32 = 40;
+    // 20 rounds of 300 ms: the balance (every 2 s) hands partitions over well before the end.
+    const DEPOSITS: u32 = 20;
+    let db = courier_tests::pg::TestDatabase::create().await;
+    let store = courier::PostgresStore::from_pool(db.pool().await);
+    courier::Store::migrate(&store).await.unwrap();
+    let url = courier_tests::rabbit::amqp_url().await;
+    let open = || async {
+        let t: Arc<dyn Transport> = Arc::new(
+            courier::AmqpTransport::builder(url.clone())
+                .schedules(&store)
+                .open()
+                .await
+                .unwrap(),
+        );
+        t
+    };
+    let (one, two) = (open().await, open().await);
+    let id = uuid::Uuid::new_v4().simple().to_string();
+    let (queue, finals) = (format!("ledger-{id}"), format!("closed-{id}"));
+    let recorded = Finals::default();
+    let closed = Endpoint::builder(finals.clone())
+        .transport(one.clone())
+        .routes(routes(&queue, &finals))
+        .handler(Record(recorded.clone()))
+        .start()
+        .await
+        .unwrap();
+    let a = ledger_on(one.clone(), store.clone(), &queue, &finals).await;
+    let mut b = None;
+    for n in 0..DEPOSITS {
+        for account in 0..ACCOUNTS {
+            let account = format!("account-{account:02}");
+            let options = SendOptions::new().session_id(account.clone());
+            let last = n + 1 == DEPOSITS;
+            a.bus().send_with(&Deposit { account, n, last }, options).await.unwrap();
+        }
+        if n == 0 {
+            b = Some(ledger_on(two.clone(), store.clone(), &queue, &finals).await);
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let b = b.unwrap();
+    eventually("every account closed", || async {
+        recorded.0.lock().unwrap().len() == ACCOUNTS as usize
+    })
+    .await;
+    let mut finals_seen = recorded.0.lock().unwrap().clone();
+    finals_seen.sort_by(|x, y| x.account.cmp(&y.account));
+    for (i, f) in finals_seen.iter().enumerate() {
+        assert_eq!(f.account, format!("account-{i:02}"));
+        assert_eq!(
+            f.seen,
+            (0..DEPOSITS).collect::<Vec<_>>(),
+            "{}: every deposit once, in order",
+            f.account
+        );
+    }
+    let (sa, sb) = (a.stats(), b.stats());
+    assert_eq!(sa.saga_conflicts + sb.saga_conflicts, 0, "no conflict: {sa:?} {sb:?}");
+    assert_eq!(
+        sa.completed + sb.completed,
+        u64::from(ACCOUNTS * DEPOSITS),
+        "each deposit handled once"
+    );
+    assert!(sb.completed > 0, "the second process took partitions: {sa:?} {sb:?}");
+    for e in [a, b, closed] {
+        e.shutdown().await.unwrap();
+    }
+    for q in [&queue, &finals] {
+        one.delete(&courier::EntityPath::queue(q.as_str())).await.unwrap();
+    }
+    one.close().await;
+    two.close().await;
 }
