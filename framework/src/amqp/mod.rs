@@ -202,12 +202,6 @@ impl Inner {
         }
     }
 
-    /// Whether `name` is known, without asking RabbitMQ, to be a session queue (declared
-    /// so through this transport, or recorded so in the schedule store).
-    pub(crate) async fn is_known_session_queue(&self, name: &str) -> bool {
-        self.known_session_queue(name) || self.known_kind(name).await == Some(Kind::SessionQueue)
-    }
-
     /// Where a sender to `entity` publishes: its queue or its topic, looked up as what it
     /// is known to be first (then as the other, for a record gone stale); `None` when
     /// neither exists.

@@ -135,6 +135,12 @@ impl Inner {
         self.declared_session_queue(queue).is_some()
     }
 
+    /// Whether `name` is known, without asking RabbitMQ, to be a session queue (declared
+    /// so through this transport, or recorded so in the schedule store).
+    pub(crate) async fn is_known_session_queue(&self, name: &str) -> bool {
+        self.known_session_queue(name) || self.known_kind(name).await == Some(super::Kind::SessionQueue)
+    }
+
     /// Whether `queue` is a session queue: declared so by this transport, recorded so in
     /// the schedule store, or its first partition exists on RabbitMQ (a passive declare).
     pub(crate) async fn is_session_queue(&self, queue: &str) -> Result<bool> {
