@@ -80,6 +80,22 @@ impl courier::Handler for Record {
     }
 }
 
+/// Each account's `Closed`, the accounts named by `name` in order, holds every deposit
+/// once, in send order.
+fn every_account_closed_in_order(recorded: &Finals, deposits: u32, name: impl Fn(usize) -> String) {
+    let mut finals_seen = recorded.0.lock().unwrap().clone();
+    finals_seen.sort_by(|x, y| x.account.cmp(&y.account));
+    for (i, f) in finals_seen.iter().enumerate() {
+        assert_eq!(f.account, name(i));
+        assert_eq!(
+            f.seen,
+            (0..deposits).collect::<Vec<_>>(),
+            "{}: every deposit once, in order",
+            f.account
+        );
+    }
+}
+
 fn routes(queue: &str, finals: &str) -> Routes {
     Routes::new().send::<Deposit>(queue).send::<Closed>(finals)
 }
@@ -150,17 +166,7 @@ async fn a_saga_on_a_session_queue_has_no_conflicts_across_two_processes() {
         recorded.0.lock().unwrap().len() == ACCOUNTS as usize
     })
     .await;
-    let mut finals_seen = recorded.0.lock().unwrap().clone();
-    finals_seen.sort_by(|x, y| x.account.cmp(&y.account));
-    for (i, f) in finals_seen.iter().enumerate() {
-        assert_eq!(f.account, format!("account-{i}"));
-        assert_eq!(
-            f.seen,
-            (0..DEPOSITS).collect::<Vec<_>>(),
-            "{}: every deposit once, in order",
-            f.account
-        );
-    }
+    every_account_closed_in_order(&recorded, DEPOSITS, |i| format!("account-{i}"));
     let (sa, sb) = (a.stats(), b.stats());
     assert_eq!(sa.saga_conflicts + sb.saga_conflicts, 0, "no conflict: {sa:?} {sb:?}");
     assert_eq!(sa.retried + sb.retried, 0, "{sa:?} {sb:?}");
@@ -233,17 +239,7 @@ async fn rabbitmq_a_saga_on_a_session_queue_has_no_conflicts_across_two_processe
         recorded.0.lock().unwrap().len() == ACCOUNTS as usize
     })
     .await;
-    let mut finals_seen = recorded.0.lock().unwrap().clone();
-    finals_seen.sort_by(|x, y| x.account.cmp(&y.account));
-    for (i, f) in finals_seen.iter().enumerate() {
-        assert_eq!(f.account, format!("account-{i:02}"));
-        assert_eq!(
-            f.seen,
-            (0..DEPOSITS).collect::<Vec<_>>(),
-            "{}: every deposit once, in order",
-            f.account
-        );
-    }
+    every_account_closed_in_order(&recorded, DEPOSITS, |i| format!("account-{i:02}"));
     let (sa, sb) = (a.stats(), b.stats());
     assert_eq!(sa.saga_conflicts + sb.saga_conflicts, 0, "no conflict: {sa:?} {sb:?}");
     assert_eq!(

@@ -205,10 +205,11 @@ impl Inner {
     /// Where a sender to `entity` publishes: its queue or its topic, looked up as what it
     /// is known to be first (then as the other, for a record gone stale); `None` when
     /// neither exists.
-    async fn target_of(&self, entity: &str) -> Result<Option<Target>> {
+    /// `known` is what [`known_kind`](Self::known_kind) said of it.
+    async fn target_of(&self, entity: &str, known: Option<Kind>) -> Result<Option<Target>> {
         let as_queue = |entity: &str| Target::Queue(entity.to_owned());
         let as_topic = |entity: &str| Target::Topic(entity.to_owned());
-        if self.known_kind(entity).await == Some(Kind::Topic) {
+        if known == Some(Kind::Topic) {
             if self.topic_exists(entity).await? {
                 return Ok(Some(as_topic(entity)));
             }

@@ -62,10 +62,12 @@ impl AmqpTransport {
     /// session queue another process declared has no queue or topic of its name, but
     /// partitions).
     pub(super) async fn sender_target(&self, entity: &str) -> Result<(Target, bool)> {
-        if self.inner.is_known_session_queue(entity).await {
+        // One look at what it is known to be (the schedule store's record is a query).
+        let known = self.inner.known_kind(entity).await;
+        if known == Some(super::Kind::SessionQueue) {
             return Ok((Target::Queue(entity.to_owned()), true));
         }
-        match self.inner.target_of(entity).await? {
+        match self.inner.target_of(entity, known).await? {
             Some(t) => Ok((t, false)),
             None if self.inner.is_session_queue(entity).await? => Ok((Target::Queue(entity.to_owned()), true)),
             None => Err(Error::new(ErrorKind::EntityNotFound {

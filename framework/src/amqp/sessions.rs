@@ -138,7 +138,7 @@ impl Inner {
     /// Whether `name` is known, without asking RabbitMQ, to be a session queue (declared
     /// so through this transport, or recorded so in the schedule store).
     pub(crate) async fn is_known_session_queue(&self, name: &str) -> bool {
-        self.known_session_queue(name) || self.known_kind(name).await == Some(super::Kind::SessionQueue)
+        self.known_kind(name).await == Some(super::Kind::SessionQueue)
     }
 
     /// Whether `queue` is a session queue: declared so by this transport, recorded so in

@@ -52,32 +52,48 @@ pub(crate) async fn insert_messages(
     insert_fanned_out(conn, entity, n, &cols, now).await
 }
 
+/// The insert of the messages `u` (unnested columns) into the entities `t`, each row
+/// numbered by `$seq`, enqueued at the parameter `$now`: the state (scheduled, active, or
+/// dead-lettered for a missing session id), the expiry and the dead-letter columns. The
+/// statements below add where the rows come from.
+macro_rules! insert_messages {
+    ($seq:literal, $now:literal) => {
+        concat!(
+            "INSERT INTO courier.message (entity_id, seq, state, session_id, enqueued_at, scheduled_at, \
+               expires_at, ttl_ms, message_id, correlation_id, causation_id, message_type, content_type, \
+               reply_to, properties, dl_reason, dl_description, dl_source, body) \
+             SELECT t.id, ",
+            $seq,
+            ", CASE WHEN u.sched IS NOT NULL THEN 1 \
+                    WHEN t.requires_session AND u.session_id IS NULL THEN 3 ELSE 0 END, \
+               u.session_id, ",
+            $now,
+            ", u.sched, CASE WHEN u.sched IS NULL THEN ",
+            $now,
+            " + LEAST(u.ttl_ms, t.default_ttl_ms) * interval '1 millisecond' END, \
+               LEAST(u.ttl_ms, t.default_ttl_ms), \
+               u.message_id, u.correlation_id, u.causation_id, u.message_type, u.content_type, u.reply_to, \
+               u.props::jsonb, \
+               CASE WHEN u.sched IS NULL AND t.requires_session AND u.session_id IS NULL \
+                    THEN 'SessionIdMissing' END, \
+               CASE WHEN u.sched IS NULL AND t.requires_session AND u.session_id IS NULL \
+                    THEN 'the subscription requires sessions and the message has no session id' END, \
+               CASE WHEN u.sched IS NULL AND t.requires_session AND u.session_id IS NULL THEN t.path END, \
+               u.body "
+        )
+    };
+}
+
 /// A batch of messages to queue `$1`, their columns bound as arrays (`$2` to `$12`) and
 /// unnested in order: each row draws its sequence number as it is inserted, so the batch is
 /// numbered in the order given. No fan-out, so the queue's row is read by its key alone,
 /// and the plan is the same for any batch size (Postgres keeps a generic one after five
 /// executions: the statement with fan-out, its window and its join, never got one).
 /// Returns the sequence numbers (none when the queue does not exist) and the notification.
-const INSERT_BATCH_INTO_QUEUE: &str = "WITH ins AS (\
-     INSERT INTO courier.message (entity_id, seq, state, session_id, enqueued_at, scheduled_at, \
-       expires_at, ttl_ms, message_id, correlation_id, causation_id, message_type, content_type, \
-       reply_to, properties, dl_reason, dl_description, dl_source, body) \
-     SELECT t.id, nextval('courier.message_seq'), \
-       CASE WHEN u.sched IS NOT NULL THEN 1 \
-            WHEN t.requires_session AND u.session_id IS NULL THEN 3 ELSE 0 END, \
-       u.session_id, $13, u.sched, \
-       CASE WHEN u.sched IS NULL \
-            THEN $13 + LEAST(u.ttl_ms, t.default_ttl_ms) * interval '1 millisecond' END, \
-       LEAST(u.ttl_ms, t.default_ttl_ms), \
-       u.message_id, u.correlation_id, u.causation_id, u.message_type, u.content_type, u.reply_to, \
-       u.props::jsonb, \
-       CASE WHEN u.sched IS NULL AND t.requires_session AND u.session_id IS NULL \
-            THEN 'SessionIdMissing' END, \
-       CASE WHEN u.sched IS NULL AND t.requires_session AND u.session_id IS NULL \
-            THEN 'the subscription requires sessions and the message has no session id' END, \
-       CASE WHEN u.sched IS NULL AND t.requires_session AND u.session_id IS NULL THEN t.path END, \
-       u.body \
-     FROM courier.entity t, \
+const INSERT_BATCH_INTO_QUEUE: &str = concat!(
+    "WITH ins AS (",
+    insert_messages!("nextval('courier.message_seq')", "$13"),
+    "FROM courier.entity t, \
        unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], \
               $9::text[], $10::int8[], $11::timestamptz[], $12::bytea[]) WITH ORDINALITY \
        AS u(message_id, correlation_id, causation_id, message_type, content_type, reply_to, session_id, \
@@ -86,7 +102,8 @@ const INSERT_BATCH_INTO_QUEUE: &str = "WITH ins AS (\
      ORDER BY u.ord \
      RETURNING seq, state) \
    SELECT ARRAY(SELECT seq FROM ins ORDER BY seq), \
-     (SELECT count(pg_notify('courier_transport', $1::text)) FROM (SELECT 1 FROM ins WHERE state <> 1 LIMIT 1) x)";
+     (SELECT count(pg_notify('courier_transport', $1::text)) FROM (SELECT 1 FROM ins WHERE state <> 1 LIMIT 1) x)"
+);
 
 /// [`insert_messages`] of a batch to a queue: [`INSERT_BATCH_INTO_QUEUE`].
 async fn insert_batch_into_queue(
@@ -123,7 +140,7 @@ async fn insert_fanned_out(
     // is numbered in the order given; copies of a topic message share its number.
     let row = cols
         .bind_to(
-            sqlx::query(
+            sqlx::query(concat!(
                 "WITH e AS (SELECT id FROM courier.entity WHERE id = $1), \
          s AS MATERIALIZED (SELECT nextval('courier.message_seq') AS seq FROM generate_series(1, $2::int)), \
          so AS (SELECT seq, row_number() OVER (ORDER BY seq) AS ord FROM s), \
@@ -133,31 +150,15 @@ async fn insert_fanned_out(
                     props, ttl_ms, sched, body, ord)), \
          t AS (SELECT id, kind, path, default_ttl_ms, requires_session FROM courier.entity \
                WHERE (id = $1 AND kind <> 2) OR (parent = $1 AND kind = 2)), \
-         ins AS (INSERT INTO courier.message (entity_id, seq, state, session_id, enqueued_at, scheduled_at, \
-                   expires_at, ttl_ms, message_id, correlation_id, causation_id, message_type, content_type, \
-                   reply_to, properties, dl_reason, dl_description, dl_source, body) \
-                 SELECT t.id, so.seq, \
-                   CASE WHEN u.sched IS NOT NULL THEN 1 \
-                        WHEN t.requires_session AND u.session_id IS NULL THEN 3 ELSE 0 END, \
-                   u.session_id, $14, u.sched, \
-                   CASE WHEN u.sched IS NULL \
-                        THEN $14 + LEAST(u.ttl_ms, t.default_ttl_ms) * interval '1 millisecond' END, \
-                   LEAST(u.ttl_ms, t.default_ttl_ms), \
-                   u.message_id, u.correlation_id, u.causation_id, u.message_type, u.content_type, u.reply_to, \
-                   u.props::jsonb, \
-                   CASE WHEN u.sched IS NULL AND t.requires_session AND u.session_id IS NULL \
-                        THEN 'SessionIdMissing' END, \
-                   CASE WHEN u.sched IS NULL AND t.requires_session AND u.session_id IS NULL \
-                        THEN 'the subscription requires sessions and the message has no session id' END, \
-                   CASE WHEN u.sched IS NULL AND t.requires_session AND u.session_id IS NULL THEN t.path END, \
-                   u.body \
-                 FROM u JOIN so USING (ord) \
+         ins AS (",
+                insert_messages!("so.seq", "$14"),
+                "FROM u JOIN so USING (ord) \
                  JOIN t ON (CASE WHEN u.sched IS NOT NULL THEN t.id = $1 ELSE t.kind <> 1 END) \
                  RETURNING entity_id, state), \
          woke AS (SELECT count(pg_notify('courier_transport', x.entity_id::text)) AS n \
                   FROM (SELECT DISTINCT entity_id FROM ins WHERE state <> 1) x) \
-         SELECT (SELECT count(*) FROM e), (SELECT n FROM woke), ARRAY(SELECT seq FROM so ORDER BY ord)",
-            )
+         SELECT (SELECT count(*) FROM e), (SELECT n FROM woke), ARRAY(SELECT seq FROM so ORDER BY ord)"
+            ))
             .bind(entity)
             .bind(i32::try_from(n).unwrap_or(i32::MAX)),
         )
