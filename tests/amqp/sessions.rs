@@ -352,3 +352,66 @@ async fn a_process_that_stops_accepting_sessions_lets_its_partitions_go() {
     a.close().await;
     b.close().await;
 }
+
+/// What a process held of a partition without handing it out does not count as a
+/// delivery: RabbitMQ counts every return of it (a process that dies, loses its
+/// connection, or hands the partition on), and before the hub counted its own hand-outs a
+/// message behind a few such faults reached the max delivery count (here 2, RabbitMQ's
+/// limit 1) and was dead-lettered without a handler ever seeing it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_held_through_returns_it_was_never_handed_out_for_keeps_its_deliveries() {
+    let url = amqp_url().await;
+    let q = unique("sq-held");
+    let options = sessions().max_delivery_count(2);
+    let path = EntityPath::queue(&q);
+    // `y` shares the partition of `x`: a process that takes a message of `x` holds every
+    // message of `y` sent before it.
+    let x = "x".to_owned();
+    let y = (0..)
+        .map(|i| format!("y{i}"))
+        .find(|y| crate::session_ids::partition_of(y.as_bytes()) == crate::session_ids::partition_of(x.as_bytes()))
+        .unwrap();
+    let owner = AmqpTransport::connect(url.clone()).await.unwrap();
+    owner.create_queue(&q, &options).await.unwrap();
+    let sender = owner.sender(&q, SenderOptions::default()).await.unwrap();
+    sender
+        .send(Envelope::new("y1").with_session_id(y.clone()))
+        .await
+        .unwrap();
+    for round in 0..3 {
+        let process = AmqpTransport::connect(url.clone()).await.unwrap();
+        process.create_queue(&q, &options).await.unwrap();
+        sender
+            .send(Envelope::new(format!("x{round}")).with_session_id(x.clone()))
+            .await
+            .unwrap();
+        let session = process
+            .accept_session(&path, SessionSelector::Named(x.clone()), Duration::from_secs(10))
+            .await
+            .unwrap();
+        let got = receive_n(session.as_ref(), 1).await.pop().unwrap();
+        assert_eq!(body(&got), format!("x{round}"));
+        got.complete().await.unwrap();
+        // The process goes with `y1` held, never handed out.
+        process.close().await;
+    }
+    let last = AmqpTransport::connect(url).await.unwrap();
+    let session = last
+        .accept_session(&path, SessionSelector::Named(y.clone()), Duration::from_secs(10))
+        .await
+        .unwrap();
+    let got = receive_n(session.as_ref(), 1).await.pop().unwrap();
+    assert_eq!(body(&got), "y1");
+    assert_eq!(
+        got.message().broker.delivery_count,
+        1,
+        "held three times, handed out once"
+    );
+    got.complete().await.unwrap();
+    session.release().await.unwrap();
+    let dlq = last.receiver(&path.clone().dead_letter()).await.unwrap();
+    assert!(dlq.receive(10, Duration::from_millis(500)).await.unwrap().is_empty());
+    last.delete(&path).await.unwrap();
+    last.close().await;
+    owner.close().await;
+}

@@ -57,6 +57,11 @@ pub(super) fn bent_rules() -> Vec<BentRule> {
             substitute: "the sender stamps x-courier-enqueued-time (milliseconds) and the AMQP timestamp (seconds) from its clock",
         },
         BentRule {
+            rule: "S2.6 session queues",
+            reason: "a quorum queue counts every return of a message to its partition, also of the messages a process held without handing them out (its whole prefetch goes back when it dies, loses its connection or hands the partition on)",
+            substitute: "a process counts the deliveries it hands to a session receiver and dead-letters at the queue's max delivery count; the count starts again at 1 when the partition moves to another process, and the partition's x-delivery-limit of 100 returns ends a crash loop",
+        },
+        BentRule {
             rule: "S4.1 across processes",
             reason: "RabbitMQ has no lock per session: its only exclusivity is a queue's single active consumer, so a session queue is partition queues and a process consumes a whole partition",
             substitute: "the session lock (the lock duration by the transport's clock, renewable) excludes the other receivers of its process; across processes, only the process RabbitMQ made the active consumer of the session's partition gets the session's messages, so one process at a time handles a session, and a session accepted by name in another process receives nothing until RabbitMQ hands the partition over",

@@ -68,6 +68,14 @@ pub(crate) const HUB_IDLE: Duration = Duration::from_secs(10);
 /// follow them; waiting lets them arrive and go first (`Hub::arrive`).
 pub(crate) const HANDOVER_GRACE: Duration = Duration::from_millis(300);
 
+/// The `x-delivery-limit` of a partition queue: how often RabbitMQ lets a message go back
+/// to its partition before it dead-letters it. A partition goes back to RabbitMQ only when
+/// a process that holds it stops, loses its connection, or hands the partition on, and then
+/// with every message the process held, handed out or not; a hub counts the deliveries it
+/// hands to a receiver itself (`Hub::arrive`), so this limit is only the backstop that ends
+/// a crash loop (a message whose handling kills its process).
+pub(crate) const PARTITION_RETURN_LIMIT: i64 = 100;
+
 /// Where the arrival orders of first deliveries start: those of redeliveries are below.
 const FIRST_DELIVERIES: u64 = 1 << 48;
 
@@ -91,6 +99,18 @@ pub(crate) fn partition_queue(queue: &str, index: u16, partitions: u16) -> Strin
     format!("{queue}::session-{index}-of-{partitions}")
 }
 
+/// Whether `name` is the name of a partition queue ([`partition_queue`]).
+pub(crate) fn is_partition_queue(name: &str) -> bool {
+    let Some((queue, rest)) = name.rsplit_once("::session-") else {
+        return false;
+    };
+    let Some((index, count)) = rest.split_once("-of-") else {
+        return false;
+    };
+    let number = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    !queue.is_empty() && number(index) && count == SESSION_PARTITIONS.to_string()
+}
+
 /// Every partition queue of `queue`.
 pub(crate) fn partition_queues(queue: &str) -> Vec<String> {
     (0..SESSION_PARTITIONS)
@@ -103,11 +123,16 @@ pub(crate) fn queue_for(queue: &str, session_id: &str) -> String {
     partition_queue(queue, partition_of(session_id, SESSION_PARTITIONS), SESSION_PARTITIONS)
 }
 
-/// The arguments that make a partition queue: those of a Courier queue (quorum, delivery
-/// limit, at-least-once dead-lettering) into the session queue's dead-letter queue, and a
-/// single active consumer.
+/// The arguments that make a partition queue: those of a Courier queue (quorum,
+/// at-least-once dead-lettering) into the session queue's dead-letter queue, a single
+/// active consumer, and [`PARTITION_RETURN_LIMIT`] as delivery limit (the queue's max
+/// delivery count is kept by the hub).
 pub(crate) fn partition_arguments(queue: &str, options: &QueueOptions) -> FieldTable {
     let mut args = super::conn::queue_arguments_into(&wire::dead_letter_queue(queue), options);
+    args.insert(
+        "x-delivery-limit".into(),
+        lapin::types::AMQPValue::LongLongInt(PARTITION_RETURN_LIMIT),
+    );
     args.insert(
         "x-single-active-consumer".into(),
         lapin::types::AMQPValue::Boolean(true),
@@ -640,16 +665,25 @@ impl Hub {
     /// and a hand-over can bring the previous holder's returns after the first new ones.
     /// For the same reason the sessions of a partition this hub just became active on
     /// are not handed out for [`HANDOVER_GRACE`].
+    ///
+    /// Its delivery count starts again at 1: RabbitMQ's count also counts each time a
+    /// process held the message without handing it out (every message of the prefetch
+    /// goes back when a process dies, loses its connection or hands the partition on), so
+    /// a message behind a few faults would reach the max delivery count without a handler
+    /// ever failing it. The hub counts the deliveries it hands out ([`Session::give_back`]);
+    /// a crash loop ends at the partition's [`PARTITION_RETURN_LIMIT`].
     pub(crate) fn arrive(
         self: &Arc<Self>,
         index: u16,
         channel: &Channel,
         acker: Acker,
-        message: ReceivedMessage,
+        mut message: ReceivedMessage,
         session: String,
     ) {
+        let returned = message.broker.delivery_count > 1;
+        message.broker.delivery_count = 1;
         let mut state = self.lock();
-        let order = if message.broker.delivery_count > 1 {
+        let order = if returned {
             state.next_return += 1;
             state.next_return
         } else {
@@ -760,6 +794,23 @@ mod tests {
         );
         assert_eq!(partition_of("customer-42", 1), 0);
         assert_eq!(queue_for("orders", "a"), format!("orders::session-{}-of-16", 0xcu16));
+    }
+
+    #[test]
+    fn a_partition_queue_is_recognised_by_its_name() {
+        assert!(is_partition_queue(&partition_queue("orders", 3, SESSION_PARTITIONS)));
+        assert!(is_partition_queue(&queue_for("a::session-1-of-16", "x")));
+        for name in [
+            "orders",
+            "orders::dlq",
+            "orders::session-3-of-8",
+            "orders::session--of-16",
+            "orders::session-x-of-16",
+            "::session-3-of-16",
+            "orders::session-hubs",
+        ] {
+            assert!(!is_partition_queue(name), "{name}");
+        }
     }
 
     #[test]

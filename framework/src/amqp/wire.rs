@@ -291,6 +291,12 @@ fn death_reason(headers: &FieldTable) -> Option<(String, String, Option<String>)
     let raw = first.inner().get("reason").and_then(text)?;
     let queue = first.inner().get("queue").and_then(text);
     let (reason, description) = match raw.as_str() {
+        "delivery_limit" if queue.as_deref().is_some_and(super::sessions::is_partition_queue) => (
+            reasons::MAX_DELIVERY_COUNT_EXCEEDED,
+            "the message went back to its session partition more often than the partition's limit (100): each \
+             time a process holding it died, lost its connection or handed the partition on; a message whose \
+             handling kills its process does this (docs/rabbitmq.md, \"Sessions\")",
+        ),
         "delivery_limit" => (
             reasons::MAX_DELIVERY_COUNT_EXCEEDED,
             "the message was delivered more often than the queue's max delivery count",
@@ -460,6 +466,33 @@ mod tests {
         assert_eq!(d.broker.enqueued_time, at);
         assert_eq!(d.broker.delivery_count, 1);
         assert_eq!(d.broker.expires_at, Some(at + chrono::Duration::seconds(10)));
+    }
+
+    #[test]
+    fn a_partition_limit_says_what_returned_the_message() {
+        let death = |queue: &str| {
+            let mut entry = FieldTable::default();
+            entry.insert("reason".into(), AMQPValue::LongString("delivery_limit".into()));
+            entry.insert("queue".into(), AMQPValue::LongString(queue.into()));
+            let mut headers = FieldTable::default();
+            headers.insert(
+                H_DEATH.into(),
+                AMQPValue::FieldArray(vec![AMQPValue::FieldTable(entry)].into()),
+            );
+            death_reason(&headers)
+        };
+        let plain = death("orders");
+        let partition = death("orders::session-3-of-16");
+        assert_eq!(
+            plain.as_ref().map(|d| d.0.as_str()),
+            Some(reasons::MAX_DELIVERY_COUNT_EXCEEDED)
+        );
+        assert_eq!(
+            partition.as_ref().map(|d| d.0.as_str()),
+            Some(reasons::MAX_DELIVERY_COUNT_EXCEEDED)
+        );
+        assert!(plain.is_some_and(|d| d.1.contains("max delivery count")));
+        assert!(partition.is_some_and(|d| d.1.contains("kills its process")));
     }
 
     #[test]
