@@ -63,7 +63,8 @@ pub(crate) struct Target {
     )]
     pub(crate) sqlite: Option<PathBuf>,
 
-    /// RabbitMQ (`amqp://user:password@host:5672/vhost`): queues and dead letters. With
+    /// RabbitMQ (`amqp://user:password@host:5672/vhost`; a cluster's nodes as hosts
+    /// separated by commas, `amqp://user:password@h1:5672,h2:5672/vhost`): queues and dead letters. With
     /// `--postgres` or `--sqlite`, its schedule store: the queues the transport declared
     /// are listed from there, with their scheduled messages; dead letters (which stay in
     /// RabbitMQ) are numbered there, and the seals of their records checked with the
@@ -85,8 +86,9 @@ pub(crate) struct Target {
     /// read for the number of unacknowledged messages of each queue (`LOCKED`), which
     /// AMQP does not tell. Needs the management plugin (`rabbitmq-plugins enable
     /// rabbitmq_management`); when it cannot be reached, `queues` still lists the AMQP
-    /// counts and warns. Plain HTTP only. Prefer the environment variable to keep the
-    /// password out of the shell's history.
+    /// counts and warns. Plain HTTP only. For a cluster, several nodes' addresses
+    /// separated by commas: the first that answers is read. Prefer the environment
+    /// variable to keep the password out of the shell's history.
     // Not clap's `requires = "rabbitmq"`: on a global option it fails when the two are
     // given on different levels (`courier --rabbitmq URL queues --rabbitmq-management
     // URL`, or one from the environment); `run` checks it.

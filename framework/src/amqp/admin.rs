@@ -131,12 +131,21 @@ impl AmqpAdmin {
     /// counts scheduled messages. It publishes no due scheduled message (it runs no
     /// dispatcher).
     ///
+    /// The URL may name the nodes of a cluster (`amqp://user:password@h1:5672,h2:5672/vhost`,
+    /// as [`AmqpTransport::builder`](super::AmqpTransport::builder)): the first that answers
+    /// is used.
+    ///
     /// # Errors
     /// [`AdminError::Unavailable`] if RabbitMQ cannot be reached within 10 s (the address
-    /// is shown without its password).
+    /// is shown without its password); [`AdminError::Invalid`] when the URL or its list of
+    /// nodes cannot be read.
     pub async fn connect(url: &str, schedules: Option<ScheduleStore>) -> AdminResult<Self> {
+        let nodes = super::nodes::Nodes::parse(&[url]).map_err(|reason| AdminError::Invalid {
+            what: "RabbitMQ URL".into(),
+            reason,
+        })?;
         let inner = Arc::new(Inner {
-            conn: Connector::new(url.to_owned(), "courier-admin".into(), CONNECT_TIMEOUT, None),
+            conn: Connector::new(nodes, "courier-admin".into(), CONNECT_TIMEOUT, None),
             clock: Arc::new(SystemClock),
             schedules,
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,

@@ -1,8 +1,9 @@
-//! One connection to RabbitMQ, re-established with backoff when it drops, with the
-//! topology declared again on every new connection, and its close: in an order that lets
+//! One connection to RabbitMQ, re-established with backoff when it drops (to the next node
+//! that answers, when the transport has several: `nodes.rs`), with the topology declared
+//! again on every new connection, and its close: in an order that lets
 //! the channels being closed finish first, and bounded at every step (a shutdown ends).
 
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::entity::QueueOptions;
 use crate::error::{Error, ErrorKind, Result};
 
+use super::nodes::{NODE_ATTEMPT, Node, Nodes, order};
 use super::wire::{dead_letter_queue, subscription_queue};
 
 /// Courier's patch of lapin (`patches/lapin/PATCH.md`: a new channel does not inherit the
@@ -41,10 +43,13 @@ pub(crate) enum Declaration {
 }
 
 pub(crate) struct Connector {
-    /// The URL with its password: used to connect, never logged.
-    url: String,
-    /// The URL without its password, for logs and errors.
+    /// The nodes, their URLs with their passwords: used to connect, never logged.
+    nodes: Nodes,
+    /// The nodes' URLs without their passwords, for logs and errors.
     pub(crate) display: String,
+    /// The node of the last connection made ([`NO_NODE`] before the first): the next
+    /// connection tries it last.
+    node: AtomicUsize,
     name: String,
     /// Extra root certificates (PEM) trusted for `amqps://`, beside the system's.
     tls_roots: Option<String>,
@@ -113,6 +118,9 @@ impl ClosePhase {
     }
 }
 
+/// [`Connector::node`] before the first connection.
+const NO_NODE: usize = usize::MAX;
+
 /// How long [`Connector::close`] waits for the channels being closed to be confirmed.
 const CHANNELS_CLOSE_WAIT: Duration = Duration::from_secs(5);
 
@@ -155,10 +163,11 @@ pub(crate) fn connection_error(context: &str, e: &lapin::Error) -> Error {
 }
 
 impl Connector {
-    pub(crate) fn new(url: String, name: String, connect_timeout: Duration, tls_roots: Option<String>) -> Self {
+    pub(crate) fn new(nodes: Nodes, name: String, connect_timeout: Duration, tls_roots: Option<String>) -> Self {
         Self {
-            display: redact(&url),
-            url,
+            display: nodes.display(),
+            nodes,
+            node: AtomicUsize::new(NO_NODE),
             name,
             tls_roots,
             current: Mutex::new(None),
@@ -183,10 +192,10 @@ impl Connector {
         }
     }
 
-    /// The URL with its password: for what must read it (the management API's
-    /// credentials), never to show.
+    /// The first node's URL with its password: for what must read it (the management
+    /// API's credentials and virtual host, which every node shares), never to show.
     pub(crate) fn url(&self) -> &str {
-        &self.url
+        self.nodes.first_url()
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -236,56 +245,40 @@ impl Connector {
     }
 
     /// Connects with backoff for at most the connect timeout and declares the topology
-    /// again on the new connection.
+    /// again on the new connection. With several nodes, a round tries each once, in the
+    /// [`order`] that puts the node lost last, each attempt bounded by [`NODE_ATTEMPT`];
+    /// the backoff is between rounds.
     async fn reconnect(&self) -> Result<Arc<Connection>> {
         let deadline = tokio::time::Instant::now() + self.connect_timeout;
         let mut backoff = Duration::from_millis(50);
+        let several = self.nodes.len() > 1;
         loop {
-            self.check_open()?;
-            let properties =
-                ConnectionProperties::default().with_connection_name(LongString::from(self.name.as_bytes()));
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let attempt = tokio::time::timeout(left, self.connect(properties)).await;
-            let failure = match attempt {
-                Ok(Ok(connection)) => {
-                    // Bounded like the connecting: a broker that stops answering while the
-                    // topology is declared again is a failed attempt, not a wait without end.
-                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-                    match tokio::time::timeout(left, self.redeclare(&connection)).await {
-                        Ok(Ok(())) => {
-                            let connection = Arc::new(connection);
-                            let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
-                            if generation > 1 {
-                                tracing::info!(broker = %self.display, generation, "reconnected to RabbitMQ");
-                                crate::endpoint::metrics::reconnected("amqp");
-                            }
-                            return Ok(connection);
+            let lost = Some(self.node.load(Ordering::Acquire)).filter(|&i| i != NO_NODE);
+            let mut failures = Vec::new();
+            for i in order(self.nodes.len(), lost) {
+                self.check_open()?;
+                let node = self.nodes.get(i);
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                let bound = if several { left.min(NODE_ATTEMPT) } else { left };
+                match self.attempt(node, deadline, bound).await? {
+                    Ok(connection) => {
+                        let connection = Arc::new(connection);
+                        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+                        let previous = self.node.swap(i, Ordering::AcqRel);
+                        if generation > 1 {
+                            tracing::info!(broker = %node.display, generation, "reconnected to RabbitMQ");
+                            crate::endpoint::metrics::reconnected("amqp");
                         }
-                        Ok(Err(e)) => {
-                            close_within(&connection, CLOSE_OK_WAIT, 200, "redeclaring failed").await;
-                            e.to_string()
+                        if several && previous != i {
+                            tracing::info!(node = %node.display, "connected to this RabbitMQ node of the cluster");
                         }
-                        Err(_) => {
-                            close_within(&connection, CLOSE_OK_WAIT, 200, "redeclaring timed out").await;
-                            "declaring the topology again timed out".to_owned()
-                        }
+                        return Ok(connection);
                     }
+                    Err(failure) if several => failures.push(format!("{}: {failure}", node.display)),
+                    Err(failure) => failures.push(failure),
                 }
-                // A refused login (403 ACCESS_REFUSED) or a virtual host the user may not
-                // open (530 NOT_ALLOWED) is the broker's answer, not a network failure:
-                // trying again for the rest of the timeout cannot help.
-                Ok(Err(e)) if matches!(reply_code(&e), Some(403 | 530)) => {
-                    return Err(Error::new(ErrorKind::InvalidOptions {
-                        reason: format!(
-                            "RabbitMQ at {} refused the connection: {e}; check the user, password and \
-                             virtual host in the URL (and the user's permissions on the virtual host)",
-                            self.display
-                        ),
-                    }));
-                }
-                Ok(Err(e)) => e.to_string(),
-                Err(_) => "timed out".to_owned(),
-            };
+            }
+            let failure = failures.join("; ");
             if tokio::time::Instant::now() + backoff > deadline {
                 return Err(Error::new(ErrorKind::Connection {
                     detail: format!(
@@ -300,16 +293,66 @@ impl Connector {
         }
     }
 
-    async fn connect(&self, properties: ConnectionProperties) -> std::result::Result<Connection, lapin::Error> {
+    /// One attempt on `node`: connecting within `bound`, then declaring the topology again
+    /// before `deadline`. `Ok(Err(..))` says why it failed, to try again; `Err` is a
+    /// refusal that no attempt will change.
+    async fn attempt(
+        &self,
+        node: &Node,
+        deadline: tokio::time::Instant,
+        bound: Duration,
+    ) -> Result<std::result::Result<Connection, String>> {
+        let properties = ConnectionProperties::default().with_connection_name(LongString::from(self.name.as_bytes()));
+        let failure = match tokio::time::timeout(bound, self.connect(&node.url, properties)).await {
+            Ok(Ok(connection)) => {
+                // Bounded like the connecting: a broker that stops answering while the
+                // topology is declared again is a failed attempt, not a wait without end.
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                match tokio::time::timeout(left, self.redeclare(&connection)).await {
+                    Ok(Ok(())) => return Ok(Ok(connection)),
+                    Ok(Err(e)) => {
+                        close_within(&connection, CLOSE_OK_WAIT, 200, "redeclaring failed").await;
+                        e.to_string()
+                    }
+                    Err(_) => {
+                        close_within(&connection, CLOSE_OK_WAIT, 200, "redeclaring timed out").await;
+                        "declaring the topology again timed out".to_owned()
+                    }
+                }
+            }
+            // A refused login (403 ACCESS_REFUSED) or a virtual host the user may not
+            // open (530 NOT_ALLOWED) is the broker's answer, not a network failure:
+            // trying again for the rest of the timeout cannot help (the nodes of a
+            // cluster share their users and virtual hosts).
+            Ok(Err(e)) if matches!(reply_code(&e), Some(403 | 530)) => {
+                return Err(Error::new(ErrorKind::InvalidOptions {
+                    reason: format!(
+                        "RabbitMQ at {} refused the connection: {e}; check the user, password and virtual host \
+                         in the URL (and the user's permissions on the virtual host)",
+                        node.display
+                    ),
+                }));
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "timed out".to_owned(),
+        };
+        Ok(Err(failure))
+    }
+
+    async fn connect(
+        &self,
+        url: &str,
+        properties: ConnectionProperties,
+    ) -> std::result::Result<Connection, lapin::Error> {
         match &self.tls_roots {
-            None => Connection::connect(&self.url, properties).await,
+            None => Connection::connect(url, properties).await,
             Some(pem) => {
                 let tls = lapin::tcp::OwnedTLSConfig {
                     identity: None,
                     cert_chain: Some(pem.clone()),
                 };
                 let runtime = lapin::runtime::default_runtime()?;
-                Connection::connect_with_config(&self.url, properties, tls, runtime).await
+                Connection::connect_with_config(url, properties, tls, runtime).await
             }
         }
     }

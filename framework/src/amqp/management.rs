@@ -20,6 +20,11 @@
 //! * **Credentials** are the URL's (`http://user:password@host:15672`), sent as HTTP Basic
 //!   authentication; without any in the URL, the AMQP URL's user and password. The user
 //!   needs one of the `management`, `monitoring` or `administrator` tags.
+//! * **A cluster**: several addresses separated by commas
+//!   (`http://rabbit-1:15672,http://rabbit-2:15672`), the API of any node lists the whole
+//!   cluster's queues; a listing asks them in order and the first that answers gives it
+//!   (a node that cannot be reached or does not answer in time passes the turn to the next;
+//!   a refusal or an error status does not, as every node would give the same).
 //! * **Plain HTTP only**: an `https://` address is refused when the admin is built
 //!   (HTTPS management endpoints are not supported yet).
 //! * **A failure never fails a listing.** Each request has 5 s (connecting included); when
@@ -128,17 +133,23 @@ impl ManagementError {
     }
 }
 
-/// A client of the management API of one virtual host.
+/// A client of the management API of one virtual host, on one node or several.
 pub(crate) struct Management {
     client: Client<HttpConnector, Empty<Bytes>>,
+    /// One per address given, in that order.
+    targets: Vec<Target>,
+    /// The virtual host (decoded), to keep only its queues.
+    vhost: String,
+    /// The addresses without their passwords, for logs and `describe()`.
+    pub(crate) display: String,
+}
+
+/// One address of the management API.
+struct Target {
     /// The queues request: `http://host:port[/prefix]/api/queues/{vhost}?columns=...`.
     queues: Uri,
     /// `Basic ...`, marked sensitive.
     authorization: HeaderValue,
-    /// The virtual host (decoded), to keep only its queues.
-    vhost: String,
-    /// The address without its password, for logs and `describe()`.
-    pub(crate) display: String,
 }
 
 /// The parts of a management URL.
@@ -261,27 +272,40 @@ impl Management {
     /// its user and password when `url` has none). The error says what is wrong with
     /// `url`, without its password.
     pub(crate) fn new(url: &str, amqp_url: &str) -> Result<Self, String> {
-        let address = parse(url)?;
         let amqp = lapin::uri::AMQPUri::from_str(amqp_url)
             .map_err(|_| "the AMQP URL cannot be read for its virtual host and credentials".to_owned())?;
-        let (user, password) = address.credentials.clone().unwrap_or_else(|| {
-            (
-                amqp.authority.userinfo.username.clone(),
-                amqp.authority.userinfo.password.clone(),
-            )
-        });
-        let vhost = amqp.vhost;
-        let queues = format!(
-            "http://{}{}/api/queues/{}?columns={COLUMNS}",
-            address.host_port,
-            address.prefix,
-            utf8_percent_encode(&vhost, SEGMENT)
-        );
-        let queues = Uri::from_str(&queues).map_err(|e| format!("{} is not a usable address: {e}", address.display))?;
-        let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
-        let mut authorization = HeaderValue::from_str(&format!("Basic {token}"))
-            .map_err(|_| "its credentials cannot be sent in an HTTP header".to_owned())?;
-        authorization.set_sensitive(true);
+        let vhost = amqp.vhost.clone();
+        let mut targets = Vec::new();
+        let mut shown = Vec::new();
+        for one in url.split(',') {
+            if one.trim().is_empty() {
+                return Err(format!(
+                    "it has an empty address in its list: separate the addresses by single commas \
+                     (e.g. {EXAMPLE},http://rabbit-2:15672)"
+                ));
+            }
+            let address = parse(one)?;
+            let (user, password) = address.credentials.clone().unwrap_or_else(|| {
+                (
+                    amqp.authority.userinfo.username.clone(),
+                    amqp.authority.userinfo.password.clone(),
+                )
+            });
+            let queues = format!(
+                "http://{}{}/api/queues/{}?columns={COLUMNS}",
+                address.host_port,
+                address.prefix,
+                utf8_percent_encode(&vhost, SEGMENT)
+            );
+            let queues =
+                Uri::from_str(&queues).map_err(|e| format!("{} is not a usable address: {e}", address.display))?;
+            let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+            let mut authorization = HeaderValue::from_str(&format!("Basic {token}"))
+                .map_err(|_| "its credentials cannot be sent in an HTTP header".to_owned())?;
+            authorization.set_sensitive(true);
+            targets.push(Target { queues, authorization });
+            shown.push(address.display);
+        }
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(TIMEOUT));
         // One request a listing, seconds apart at best: no connection is kept.
@@ -290,24 +314,32 @@ impl Management {
             .build(connector);
         Ok(Self {
             client,
-            queues,
-            authorization,
+            targets,
             vhost,
-            display: address.display,
+            display: shown.join(", "),
         })
     }
 
     /// The statistics of the virtual host's queues, by name: one request, at most
     /// [`TIMEOUT`].
+    /// With several addresses, one after the other until one answers (each at most
+    /// [`TIMEOUT`]); the error is the last one's.
     pub(crate) async fn queues(&self) -> Result<HashMap<String, QueueStats>, ManagementError> {
-        tokio::time::timeout(TIMEOUT, self.fetch())
-            .await
-            .map_err(|_| ManagementError::Timeout)?
+        let mut last = ManagementError::Timeout;
+        for target in &self.targets {
+            match tokio::time::timeout(TIMEOUT, self.fetch(target)).await {
+                Ok(Ok(stats)) => return Ok(stats),
+                Ok(Err(e @ ManagementError::Request(_))) => last = e,
+                Err(_) => last = ManagementError::Timeout,
+                Ok(Err(e)) => return Err(e),
+            }
+        }
+        Err(last)
     }
 
-    async fn fetch(&self) -> Result<HashMap<String, QueueStats>, ManagementError> {
-        let request = Request::get(self.queues.clone())
-            .header(AUTHORIZATION, self.authorization.clone())
+    async fn fetch(&self, target: &Target) -> Result<HashMap<String, QueueStats>, ManagementError> {
+        let request = Request::get(target.queues.clone())
+            .header(AUTHORIZATION, target.authorization.clone())
             .header(ACCEPT, "application/json")
             .body(Empty::new())
             .map_err(ManagementError::Build)?;
@@ -400,21 +432,75 @@ mod tests {
     fn the_vhost_and_the_amqp_credentials_are_used() {
         let m = Management::new("http://rabbit:15672", "amqp://app:pw@rabbit:5672/%2f").unwrap();
         assert_eq!(
-            m.queues.to_string(),
+            m.targets[0].queues.to_string(),
             format!("http://rabbit:15672/api/queues/%2F?columns={COLUMNS}")
         );
         let expected = base64::engine::general_purpose::STANDARD.encode("app:pw");
-        assert_eq!(m.authorization.to_str().unwrap(), format!("Basic {expected}"));
-        assert!(m.authorization.is_sensitive());
+        assert_eq!(
+            m.targets[0].authorization.to_str().unwrap(),
+            format!("Basic {expected}")
+        );
+        assert!(m.targets[0].authorization.is_sensitive());
         let m = Management::new("http://ops:x@rabbit:15672/mgmt", "amqp://app:pw@rabbit/prod%20eu").unwrap();
         assert!(
-            m.queues
+            m.targets[0]
+                .queues
                 .to_string()
                 .starts_with("http://rabbit:15672/mgmt/api/queues/prod%20eu?")
         );
         let expected = base64::engine::general_purpose::STANDARD.encode("ops:x");
-        assert_eq!(m.authorization.to_str().unwrap(), format!("Basic {expected}"));
+        assert_eq!(
+            m.targets[0].authorization.to_str().unwrap(),
+            format!("Basic {expected}")
+        );
         assert_eq!(m.display, "http://ops:***@rabbit:15672/mgmt");
+    }
+
+    #[test]
+    fn several_addresses_are_asked_in_order_with_the_first_amqp_nodes_vhost() {
+        let m = Management::new(
+            "http://rabbit-1:15672, http://ops:x@rabbit-2:15672",
+            "amqp://app:pw@rabbit-1:5672/prod",
+        )
+        .unwrap();
+        let queues: Vec<String> = m.targets.iter().map(|t| t.queues.to_string()).collect();
+        assert_eq!(
+            queues,
+            [
+                format!("http://rabbit-1:15672/api/queues/prod?columns={COLUMNS}"),
+                format!("http://rabbit-2:15672/api/queues/prod?columns={COLUMNS}")
+            ]
+        );
+        assert_eq!(m.display, "http://rabbit-1:15672, http://ops:***@rabbit-2:15672");
+        let e = Management::new("http://rabbit-1:15672,,http://rabbit-2:15672", "amqp://app:pw@r/%2f")
+            .err()
+            .unwrap();
+        assert!(e.contains("empty address"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn an_address_that_cannot_be_reached_passes_the_turn_to_the_next() {
+        // A listener that answers as the API does, and a port where nothing listens.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let up = listener.local_addr().unwrap();
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let down = closed.local_addr().unwrap();
+        drop(closed);
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0; 4096];
+            let _ = socket.read(&mut buf).await.unwrap();
+            let body = r#"[{"name":"orders","vhost":"/","messages_unacknowledged":2}]"#;
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            socket.write_all(answer.as_bytes()).await.unwrap();
+        });
+        let m = Management::new(&format!("http://{down},http://{up}"), "amqp://app:pw@r/%2f").unwrap();
+        let stats = m.queues().await.unwrap();
+        assert_eq!(stats["orders"].unacknowledged, Some(2));
     }
 
     #[test]

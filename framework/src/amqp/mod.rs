@@ -24,6 +24,7 @@ mod dead_letters;
 mod fuzz;
 mod inspect;
 mod management;
+mod nodes;
 mod parked;
 mod publish;
 mod receiver;
@@ -399,7 +400,8 @@ async fn dispatcher(inner: Arc<Inner>, store: ScheduleStore) {
 /// Builds an [`AmqpTransport`].
 #[must_use]
 pub struct AmqpBuilder {
-    url: String,
+    /// The URLs of the nodes, as given ([`AmqpBuilder::nodes`]).
+    urls: Vec<String>,
     clock: Arc<dyn Clock>,
     schedules: Option<ScheduleStore>,
     max_message_size: usize,
@@ -411,7 +413,7 @@ pub struct AmqpBuilder {
 impl std::fmt::Debug for AmqpBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AmqpBuilder")
-            .field("url", &conn::redact(&self.url))
+            .field("urls", &self.urls.iter().map(|u| conn::redact(u)).collect::<Vec<_>>())
             .field("connect_timeout", &self.connect_timeout)
             .finish_non_exhaustive()
     }
@@ -462,9 +464,12 @@ impl AmqpBuilder {
     /// # Errors
     /// [`ErrorKind::Connection`] (transient) when RabbitMQ cannot be reached within the
     /// connect timeout; the error names the URL without its password.
+    /// [`ErrorKind::InvalidOptions`] when a URL or the list of nodes cannot be read.
     pub async fn open(self) -> Result<AmqpTransport> {
+        let nodes =
+            nodes::Nodes::parse(&self.urls).map_err(|reason| Error::new(ErrorKind::InvalidOptions { reason }))?;
         let inner = Arc::new(Inner {
-            conn: Connector::new(self.url, self.connection_name, self.connect_timeout, self.tls_roots),
+            conn: Connector::new(nodes, self.connection_name, self.connect_timeout, self.tls_roots),
             clock: self.clock,
             schedules: self.schedules.clone(),
             max_message_size: self.max_message_size,
@@ -511,10 +516,12 @@ impl std::fmt::Debug for AmqpTransport {
 
 impl AmqpTransport {
     /// A builder for `url` (`amqp://user:password@host:5672/vhost`, or `amqps://` for
-    /// TLS; the vhost `/` is written `%2f`).
+    /// TLS; the vhost `/` is written `%2f`). The nodes of a cluster are hosts separated by
+    /// commas (`amqp://user:password@h1:5672,h2:5672,h3:5672/vhost`), or
+    /// [`AmqpBuilder::nodes`].
     pub fn builder(url: impl Into<String>) -> AmqpBuilder {
         AmqpBuilder {
-            url: url.into(),
+            urls: vec![url.into()],
             clock: Arc::new(SystemClock),
             schedules: None,
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
