@@ -140,6 +140,18 @@ pub fn watched_name() -> String {
     name
 }
 
+/// A fresh name for a Docker network of this process's own (`courier-test-<pid>-<random>-net`),
+/// for `with_network`: testcontainers creates it with the first container on it and
+/// removes it with the last; if this process dies first, the first container request of
+/// a later test process removes it ([`remove_orphans`]).
+pub fn network_name() -> String {
+    format!(
+        "courier-test-{}-{}-net",
+        std::process::id(),
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
 /// A free TCP port on this host, for a container port mapped to a fixed host port (which a
 /// container restart keeps; an ephemeral mapping may change).
 ///
@@ -156,7 +168,7 @@ pub fn owner() -> String {
 }
 
 /// Removes, once per process, the test containers whose owning process has exited
-/// (left by a test binary that ended: statics are not dropped). Best effort: without
+/// (left by a test binary that ended: statics are not dropped), then their networks. Best effort: without
 /// the `docker` command nothing is removed.
 pub fn remove_orphans() {
     static ONCE: Once = Once::new();
@@ -180,6 +192,33 @@ pub fn remove_orphans() {
             .collect();
         if !orphans.is_empty() {
             let _ = Command::new("docker").args(["rm", "-f", "-v"]).args(&orphans).output();
+        }
+        // The networks of the processes that ended ([`network_name`]), once their
+        // containers are gone.
+        let Ok(out) = Command::new("docker")
+            .args([
+                "network",
+                "ls",
+                "--filter",
+                "name=courier-test-",
+                "--format",
+                "{{.Name}}",
+            ])
+            .output()
+        else {
+            return;
+        };
+        let networks: Vec<String> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|name| {
+                let pid = name.strip_prefix("courier-test-").and_then(|r| r.split('-').next());
+                pid.and_then(|p| p.parse::<u32>().ok())
+                    .is_some_and(|p| !PathBuf::from(format!("/proc/{p}")).exists())
+            })
+            .map(str::to_owned)
+            .collect();
+        if !networks.is_empty() {
+            let _ = Command::new("docker").args(["network", "rm"]).args(&networks).output();
         }
     });
 }

@@ -22,6 +22,7 @@ pub async fn embedded_fixture() -> Fixture {
     Fixture::new(Arc::new(broker), clock)
 }
 
+pub mod cluster;
 pub mod containers;
 pub mod corpus;
 pub mod crash;

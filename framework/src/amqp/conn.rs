@@ -209,6 +209,13 @@ impl Connector {
         Ok(())
     }
 
+    /// The node of the last connection made, without its password; `None` before the
+    /// first.
+    pub(crate) fn connected_node(&self) -> Option<String> {
+        let i = self.node.load(Ordering::Acquire);
+        (i != NO_NODE).then(|| self.nodes.get(i).display.clone())
+    }
+
     /// How many connections were made so far (the first is 1).
     pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)

@@ -544,6 +544,13 @@ impl AmqpTransport {
         self.inner.conn.generation()
     }
 
+    /// The node of the last connection made (its URL without the password): with the
+    /// nodes of a cluster, the one the transport is connected to, or was until the
+    /// connection was lost. `None` before the first connection.
+    pub fn connected_node(&self) -> Option<String> {
+        self.inner.conn.connected_node()
+    }
+
     /// What this transport's receivers found wrong in the messages they received: the
     /// deliveries refused (moved to their dead-letter queue with
     /// `courier.InvalidWireFormat` or `courier.MessageTooLarge`) and the `x-courier-*`
