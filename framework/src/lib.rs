@@ -310,6 +310,7 @@ pub use checks::{DEFAULT_MAX_MESSAGE_SIZE, MAX_MESSAGE_ID_LEN};
 pub use clock::{Clock, Sleep, SystemClock, VirtualClock};
 pub use codec::{Codec, CodecError, JsonCodec};
 pub use courier_macros::{Message, handler, saga};
+pub use endpoint::batch::{Batch, BatchContext, BatchHandler, BatchOptions};
 pub use endpoint::bus::{Bus, SendOptions};
 pub use endpoint::context::Context;
 pub use endpoint::handler::{BoxFuture, Declared, Handler, HandlerError, Message, ResultExt};
@@ -374,7 +375,7 @@ pub use store::PostgresStore;
 #[cfg(feature = "sqlite")]
 pub use store::SqliteStore;
 pub use store::{
-    Begin, CommitGroup, Committed, DEFAULT_INBOX_RETENTION, DueTimeouts, EndpointSecret, OutboxDeadLetter,
+    Begin, BeginBatch, CommitGroup, Committed, DEFAULT_INBOX_RETENTION, DueTimeouts, EndpointSecret, OutboxDeadLetter,
     OutboxMessage, Store, StoreBacklog, StoredSaga, Timeout, TimeoutClaim, UnitOfWork, UnitOfWorkScope,
 };
 
@@ -383,7 +384,8 @@ pub mod prelude {
     #[cfg(feature = "sqlite")]
     pub use crate::Embedded;
     pub use crate::{
-        Bus, Context, Endpoint, Handler, HandlerError, Message, ResultExt, RetryPolicy, Routes, SendOptions, handler,
+        Batch, BatchContext, BatchOptions, Bus, Context, Endpoint, Handler, HandlerError, Message, ResultExt,
+        RetryPolicy, Routes, SendOptions, handler,
     };
     pub use crate::{
         Clock, Codec, Delivery, EntityPath, Envelope, JsonCodec, QueueOptions, ReceivedMessage, Receiver, Sender,

@@ -86,6 +86,28 @@ impl ContextArg for Context {
     }
 }
 
+/// The type behind the `&mut` of a batch handler's second argument: only
+/// [`BatchContext`](crate::BatchContext).
+#[diagnostic::on_unimplemented(
+    message = "the second argument of a Courier batch handler must be `&mut courier::BatchContext`, not `&mut {Self}`",
+    label = "not `courier::BatchContext`"
+)]
+pub trait BatchContextArg {
+    /// The context, as the batch handler function takes it.
+    fn from_batch_context(ctx: &mut crate::BatchContext) -> &mut Self;
+}
+
+impl BatchContextArg for crate::BatchContext {
+    fn from_batch_context(ctx: &mut crate::BatchContext) -> &mut Self {
+        ctx
+    }
+}
+
+/// The context as a batch handler's second argument takes it.
+pub fn batch_context_arg<T: BatchContextArg + ?Sized>(ctx: &mut crate::BatchContext) -> &mut T {
+    T::from_batch_context(ctx)
+}
+
 /// What the codec of `#[message(codec = C)]` must be: a [`Codec`] with a [`Default`].
 #[diagnostic::on_unimplemented(
     message = "`{Self}` cannot be the codec of a Courier message",

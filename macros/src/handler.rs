@@ -1,4 +1,5 @@
-//! `#[handler]`: parse, check, generate.
+//! `#[handler]`: parse, check, generate. A first argument `Batch<T>` makes a batch
+//! handler of `T` (`courier::BatchHandler`, with a `&mut courier::BatchContext`).
 //!
 //! The syntactic checks (shape of the signature) are made here, each error on the tokens
 //! at fault, all reported together. The type checks (the message is a `Message`, the
@@ -216,6 +217,27 @@ pub(crate) fn result_parts(ty: &Type) -> Option<(&Type, &Type)> {
     }
 }
 
+/// `T` of a first argument written `Batch<T>` (or `courier::Batch<T>`): the handler is
+/// then a batch handler of `T`.
+fn batch_item(ty: &Type) -> Option<&Type> {
+    let Type::Path(path) = ty else { return None };
+    if path.qself.is_some() {
+        return None;
+    }
+    let last = path.path.segments.last()?;
+    if last.ident != "Batch" {
+        return None;
+    }
+    let PathArguments::AngleBracketed(args) = &last.arguments else {
+        return None;
+    };
+    let mut types = args.args.iter();
+    match (types.next(), types.next()) {
+        (Some(GenericArgument::Type(item)), None) => Some(item),
+        _ => None,
+    }
+}
+
 /// What a handler that did not pass the checks leaves behind: the errors, and a unit
 /// struct of the function's name implementing `Handler` for a message type that has no
 /// value, so that the uses of the name (`.handler(name)`) add no errors of their own. A
@@ -308,7 +330,9 @@ fn generate(model: &Model<'_>, declared: &Declared) -> TokenStream {
         .iter()
         .filter(|a| a.path().is_ident("cfg"))
         .collect();
-    let message_ty = &model.message_ty;
+    // `Batch<T>` as the first argument: a batch handler of `T`.
+    let batch_of = batch_item(&model.message_ty);
+    let message_ty = batch_of.unwrap_or(&model.message_ty);
     let return_ty = &model.return_ty;
     let inner = format_ident!("__courier_handler_{}", name);
     let mut inner_fn = model.function.clone();
@@ -318,6 +342,7 @@ fn generate(model: &Model<'_>, declared: &Declared) -> TokenStream {
     // The explicit type arguments below are the user's tokens: a failed bound is reported
     // on them (the second argument's type, the return type or its parts).
     let call = match &model.context_ty {
+        Some(ty) if batch_of.is_some() => quote!(#inner(message, ::courier::__private::batch_context_arg::<#ty>(ctx))),
         Some(ty) => quote!(#inner(message, ::courier::__private::context_arg::<#ty>(ctx))),
         None => quote!({
             let _ = ctx;
@@ -352,6 +377,18 @@ fn generate(model: &Model<'_>, declared: &Declared) -> TokenStream {
             }
         }
     });
+    let (trait_path, argument_ty, context_ty) = match batch_of {
+        Some(item) => (
+            quote!(::courier::BatchHandler),
+            quote!(::courier::Batch<#item>),
+            quote!(::courier::BatchContext),
+        ),
+        None => (
+            quote!(::courier::Handler),
+            quote!(#message_ty),
+            quote!(::courier::Context),
+        ),
+    };
     quote! {
         #(#docs)*
         #[allow(non_camel_case_types)]
@@ -361,7 +398,7 @@ fn generate(model: &Model<'_>, declared: &Declared) -> TokenStream {
         #(#cfgs)*
         const _: () = {
             #[automatically_derived]
-            impl ::courier::Handler for #name {
+            impl #trait_path for #name {
                 #message_assoc
 
                 fn name(&self) -> &'static str {
@@ -372,8 +409,8 @@ fn generate(model: &Model<'_>, declared: &Declared) -> TokenStream {
 
                 fn handle<'a>(
                     &'a self,
-                    message: #message_ty,
-                    ctx: &'a mut ::courier::Context,
+                    message: #argument_ty,
+                    ctx: &'a mut #context_ty,
                 ) -> ::courier::BoxFuture<'a, ::core::result::Result<(), ::courier::HandlerError>> {
                     #inner_fn
                     #boxed

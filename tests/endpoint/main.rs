@@ -10,6 +10,7 @@
     unreachable_pub
 )]
 
+mod batch;
 mod content_types;
 mod corpus;
 mod crash;

@@ -106,7 +106,7 @@ impl Embedded {
         }
         let (reply, rx) = oneshot::channel();
         lease.give_back(Some(Finish {
-            complete: None,
+            complete: Vec::new(),
             sends: Vec::new(),
             put_back: Some((entity, moved.done.clone())),
             max_message_size: self.shared.max_message_size,

@@ -13,11 +13,11 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Envelope, LockToken};
 use crate::store::sqlite::{
     dead_letter_outbox_row, delete_inbox, delete_outbox, endpoint_secret, insert_outbox, left_over,
-    outbox_dead_letters, outbox_older_than, record_inbox,
+    outbox_dead_letters, outbox_older_than, record_batch, record_inbox,
 };
 use crate::store::{
-    Begin, Committed, DueTimeouts, EndpointSecret, OutboxDeadLetter, OutboxMessage, Store, StoredSaga, TimeoutClaim,
-    UnitOfWorkScope, db_error, sqlite_saga,
+    Begin, BeginBatch, Committed, DueTimeouts, EndpointSecret, OutboxDeadLetter, OutboxMessage, Store, StoredSaga,
+    TimeoutClaim, UnitOfWorkScope, db_error, sqlite_saga,
 };
 
 /// An endpoint store in the embedded broker's database: `Embedded::store()`.
@@ -88,9 +88,9 @@ struct EmbeddedWork {
     lease: Lease,
     endpoint: String,
     source_id: String,
-    /// `(entity, row id, delivery count)` of the received message, when this broker
-    /// delivered it: completed in the transaction.
-    lock: Option<(i64, i64, i64)>,
+    /// `(entity, row id, delivery count)` of the received messages this broker
+    /// delivered (one; a batch's several): completed in the transaction.
+    locks: Vec<(i64, i64, i64)>,
     /// Messages to enqueue at commit (when the lock is ours).
     staged: Vec<(String, bool, Envelope)>,
     max_message_size: usize,
@@ -106,7 +106,7 @@ crate::store::sqlite_saga::sqlite_unit_of_work!(EmbeddedWork, {
         messages: Vec<(String, bool, Envelope)>,
         now: DateTime<Utc>,
     ) -> Result<Vec<OutboxMessage>> {
-        if self.lock.is_some() {
+        if !self.locks.is_empty() {
             self.staged.extend(messages);
             return Ok(Vec::new());
         }
@@ -116,12 +116,12 @@ crate::store::sqlite_saga::sqlite_unit_of_work!(EmbeddedWork, {
     async fn commit(self: Box<Self>) -> Result<Committed> {
         let EmbeddedWork {
             lease,
-            lock,
+            locks,
             staged,
             max_message_size,
             ..
         } = *self;
-        let settled = lock.is_some();
+        let settled = !locks.is_empty();
         let mut sends: Vec<(String, bool, Vec<Envelope>)> = Vec::new();
         for (destination, is_topic, envelope) in staged {
             match sends.iter_mut().find(|(d, t, _)| *d == destination && *t == is_topic) {
@@ -131,7 +131,7 @@ crate::store::sqlite_saga::sqlite_unit_of_work!(EmbeddedWork, {
         }
         let (reply, rx) = oneshot::channel();
         lease.give_back(Some(Finish {
-            complete: lock,
+            complete: locks,
             sends,
             put_back: None,
             max_message_size,
@@ -186,7 +186,10 @@ impl Store for EmbeddedStore {
             .map_err(|e| db_error("cannot begin the handler's transaction", e))?;
         if record_inbox(conn(&mut lease)?, endpoint, message_id, now).await? {
             return Ok(Begin::Fresh(Box::new(EmbeddedWork {
-                lock: lock.and_then(|t| read_token(self.broker.shared.epoch, t)),
+                locks: lock
+                    .and_then(|t| read_token(self.broker.shared.epoch, t))
+                    .into_iter()
+                    .collect(),
                 lease,
                 endpoint: endpoint.to_owned(),
                 source_id: message_id.to_owned(),
@@ -198,6 +201,56 @@ impl Store for EmbeddedStore {
         // Dropping the lease rolls the transaction back.
         drop(lease);
         Ok(Begin::Duplicate(left))
+    }
+
+    /// One transaction of the broker's file: the batch's inbox records, the handler's
+    /// writes, what it sent and the completion of every fresh member this broker
+    /// delivered.
+    async fn begin_batch(
+        &self,
+        endpoint: &str,
+        members: Vec<(String, Option<LockToken>)>,
+        now: DateTime<Utc>,
+    ) -> Result<BeginBatch> {
+        if members.is_empty() {
+            return Ok(BeginBatch::empty());
+        }
+        let ids: Vec<String> = members.iter().map(|(id, _)| id.clone()).collect();
+        let mut lease = self.lease().await?;
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(conn(&mut lease)?)
+            .await
+            .map_err(|e| db_error("cannot begin the batch's transaction", e))?;
+        let duplicates = record_batch(conn(&mut lease)?, endpoint, &ids, now).await?;
+        let Some(first) = ids
+            .iter()
+            .zip(&duplicates)
+            .find(|(_, d)| d.is_none())
+            .map(|(id, _)| id.clone())
+        else {
+            // Dropping the lease rolls the transaction back.
+            drop(lease);
+            return Ok(BeginBatch { work: None, duplicates });
+        };
+        let epoch = self.broker.shared.epoch;
+        let locks = members
+            .into_iter()
+            .zip(&duplicates)
+            .filter(|(_, d)| d.is_none())
+            .filter_map(|((_, lock), _)| lock.and_then(|t| read_token(epoch, t)))
+            .collect();
+        let work = EmbeddedWork {
+            locks,
+            lease,
+            endpoint: endpoint.to_owned(),
+            source_id: first,
+            staged: Vec::new(),
+            max_message_size: self.broker.shared.max_message_size,
+        };
+        Ok(BeginBatch {
+            work: Some(Box::new(work)),
+            duplicates,
+        })
     }
 
     async fn mark_dispatched(&self, ids: &[i64]) -> Result<()> {
@@ -235,7 +288,7 @@ impl Store for EmbeddedStore {
         let claimed = due.len();
         let (reply, rx) = oneshot::channel();
         lease.give_back(Some(Finish {
-            complete: None,
+            complete: Vec::new(),
             sends: if due.is_empty() {
                 Vec::new()
             } else {

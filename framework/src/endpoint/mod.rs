@@ -25,16 +25,17 @@ pub(crate) mod timeout_seal;
 pub(crate) mod trace;
 pub mod version;
 
+pub(crate) mod batch;
+mod registry;
 mod runtime;
 
 use std::any::TypeId;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
 use crate::endpoint::context::Extensions;
-use crate::endpoint::handler::{BoxFuture, Handler, Message};
+use crate::endpoint::handler::{Handler, Message};
 use crate::endpoint::recoverability::RetryPolicy;
 use crate::endpoint::routing::Routes;
 use crate::entity::{QueueOptions, validate_name};
@@ -43,6 +44,9 @@ use crate::transport::Transport;
 
 pub use parts::{IntoStore, IntoTransport};
 use recoverability::reasons;
+use registry::Registration;
+use registry::{Erased, Registry};
+pub(crate) use registry::{ErasedHandler, TypeEntry};
 pub(crate) use runtime::TIMEOUT_ID;
 pub use runtime::{EndpointStats, RunningEndpoint, ShutdownReport};
 
@@ -280,58 +284,6 @@ impl Failure {
     }
 }
 
-/// A handler with its message type erased.
-pub(crate) trait ErasedHandler: Send + Sync {
-    fn name(&self) -> &'static str;
-    /// The saga whose handler this is (`None`: a plain handler). A saga's copy of a
-    /// message it tries again (`not_found_seal.rs`) runs that saga's handler only.
-    fn saga(&self) -> Option<&'static str> {
-        None
-    }
-    fn call<'a>(&'a self, ctx: &'a mut context::Context) -> BoxFuture<'a, Result<(), Failure>>;
-}
-
-struct Erased<H>(H);
-
-impl<H: Handler> ErasedHandler for Erased<H> {
-    fn name(&self) -> &'static str {
-        self.0.name()
-    }
-
-    fn call<'a>(&'a self, ctx: &'a mut context::Context) -> BoxFuture<'a, Result<(), Failure>> {
-        let span = otel::handle_span(self.0.name(), <H::Message as Message>::NAME);
-        Box::pin(otel::in_span(span, async move {
-            let message = crate::endpoint::version::decode_message::<H::Message>(&ctx.received().envelope)?;
-            let name = self.0.name();
-            self.0
-                .handle(message, ctx)
-                .await
-                .map_err(|error| Failure::Handler { handler: name, error })
-        }))
-    }
-}
-
-/// The handlers of one message type.
-pub(crate) struct TypeEntry {
-    pub(crate) name: &'static str,
-    pub(crate) handlers: Arc<[Arc<dyn ErasedHandler>]>,
-}
-
-/// The handlers of an endpoint, by wire name (aliases included) and by type.
-#[derive(Default)]
-struct Registry {
-    by_name: HashMap<String, Arc<TypeEntry>>,
-    entries: Vec<Arc<TypeEntry>>,
-}
-
-struct Registration {
-    type_id: TypeId,
-    type_name: &'static str,
-    name: &'static str,
-    aliases: &'static [&'static str],
-    handler: Arc<dyn ErasedHandler>,
-}
-
 /// An endpoint: a named input queue and the handlers of the messages that arrive on it.
 ///
 /// # Examples
@@ -415,6 +367,9 @@ pub struct EndpointBuilder {
     saga_stats: Arc<sagas::SagaStats>,
     /// Mistakes found while adding sagas, reported by `start`.
     errors: Vec<String>,
+    /// How many messages the batch handlers' batches hold at most at once (the
+    /// concurrency is raised to it).
+    batch_holding: usize,
     observer: Option<Arc<dyn observe::Observer>>,
     accept_messages_without_id: bool,
     metrics_sampling: Option<Duration>,
@@ -458,6 +413,7 @@ impl EndpointBuilder {
             sagas: Vec::new(),
             saga_stats: Arc::default(),
             errors: Vec::new(),
+            batch_holding: 0,
             observer: None,
             accept_messages_without_id: false,
             metrics_sampling: None,
@@ -498,7 +454,7 @@ impl EndpointBuilder {
             type_name: std::any::type_name::<H::Message>(),
             name: <H::Message as Message>::NAME,
             aliases: <H::Message as Message>::ALIASES,
-            handler: Arc::new(Erased(handler)),
+            handler: registry::Handling::One(Arc::new(Erased(handler))),
         });
         self
     }
@@ -669,48 +625,6 @@ impl EndpointBuilder {
         self
     }
 
-    /// Groups the handlers by message type and indexes them by wire name and alias.
-    fn registry(registrations: Vec<Registration>) -> Result<Registry> {
-        struct Group {
-            type_id: TypeId,
-            type_name: &'static str,
-            name: &'static str,
-            aliases: &'static [&'static str],
-            handlers: Vec<Arc<dyn ErasedHandler>>,
-        }
-        let mut groups: Vec<Group> = Vec::new();
-        for r in registrations {
-            match groups.iter_mut().find(|g| g.type_id == r.type_id) {
-                Some(g) => g.handlers.push(r.handler),
-                None => groups.push(Group {
-                    type_id: r.type_id,
-                    type_name: r.type_name,
-                    name: r.name,
-                    aliases: r.aliases,
-                    handlers: vec![r.handler],
-                }),
-            }
-        }
-        let mut registry = Registry::default();
-        let mut owners: HashMap<&'static str, &'static str> = HashMap::new();
-        for g in groups {
-            let entry = Arc::new(TypeEntry {
-                name: g.name,
-                handlers: g.handlers.into(),
-            });
-            for wire in std::iter::once(g.name).chain(g.aliases.iter().copied()) {
-                if let Some(other) = owners.insert(wire, g.type_name) {
-                    return Err(Error::new(ErrorKind::InvalidOptions {
-                        reason: format!("the wire name {wire:?} belongs to both {other} and {}", g.type_name),
-                    }));
-                }
-                registry.by_name.insert(wire.to_owned(), entry.clone());
-            }
-            registry.entries.push(entry);
-        }
-        Ok(registry)
-    }
-
     /// Creates the input queue (and a subscription per handled event) if missing, and
     /// starts receiving.
     ///
@@ -754,8 +668,17 @@ impl EndpointBuilder {
         if self.inbox_retention < Duration::from_secs(60) {
             return invalid("inbox_retention must be at least a minute (redeliveries would be handled again)");
         }
+        if self.batch_holding > 0 {
+            batch::check_start(
+                &self.name,
+                self.queue_options.requires_session,
+                self.group_commit,
+                self.store.as_deref(),
+            )
+            .await?;
+        }
         let clock = endpoint_clock(&self.name, self.clock, transport.clock());
-        let Registry { by_name, entries } = Self::registry(self.registrations)?;
+        let Registry { by_name, entries } = registry::registry(self.registrations)?;
         let mut options = self.queue_options;
         let sessions = options.requires_session;
         options.max_delivery_count = options
@@ -782,8 +705,10 @@ impl EndpointBuilder {
             by_name,
             policy: self.policy,
             clock,
-            concurrency: self.concurrency,
-            prefetch: self.prefetch.unwrap_or(self.concurrency.saturating_mul(2)),
+            concurrency: self.concurrency.saturating_add(self.batch_holding),
+            prefetch: self
+                .prefetch
+                .unwrap_or(self.concurrency.saturating_add(self.batch_holding).saturating_mul(2)),
             max_lock_renewal: self.max_lock_renewal,
             shutdown_timeout: self.shutdown_timeout,
             receive_wait: self.receive_wait,

@@ -44,7 +44,7 @@ impl EndpointBuilder {
                 type_name: r.type_name,
                 name: r.name,
                 aliases: r.aliases,
-                handler: r.handler,
+                handler: super::registry::Handling::One(r.handler),
             })),
             Err(e) => self.errors.push(e),
         }

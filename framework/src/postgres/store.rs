@@ -19,12 +19,12 @@ use crate::checks::check_envelope;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Envelope, LockToken};
 use crate::store::pg_group::{InTransaction, PgGroup, Settlement, poisoned_if_aborted};
-use crate::store::pg_outbox::{OutboxRow, ensure_not_aborted, insert_outbox, outbox_of};
+use crate::store::pg_outbox::{OutboxRow, ensure_not_aborted, insert_outbox, outbox_of, record_batch};
 use crate::store::pg_saga::pg_unit_of_work;
 use crate::store::postgres::{claim_due, postpone_reclaim};
 use crate::store::{
-    Begin, CommitGroup, Committed, DueTimeouts, EndpointSecret, OutboxDeadLetter, OutboxMessage, PostgresStore, Store,
-    StoreBacklog, TimeoutClaim, UnitOfWorkScope, db_error,
+    Begin, BeginBatch, CommitGroup, Committed, DueTimeouts, EndpointSecret, OutboxDeadLetter, OutboxMessage,
+    PostgresStore, Store, StoreBacklog, TimeoutClaim, UnitOfWorkScope, db_error,
 };
 use crate::transport::Transport;
 
@@ -65,6 +65,9 @@ struct TxWork {
     /// The received message's lock, when this transport delivered it: completed in the
     /// transaction.
     lock: Option<Lock>,
+    /// The other received messages of a batch this transport delivered (`begin_batch`):
+    /// completed in the transaction with `lock`.
+    more_locks: Vec<Lock>,
     /// Messages to insert at commit (when the lock is ours).
     staged: Vec<(String, bool, Envelope)>,
     checked: bool,
@@ -322,6 +325,34 @@ async fn complete_in(conn: &mut PgConnection, lock: Lock, now: DateTime<Utc>) ->
     Ok(())
 }
 
+/// Deletes the received messages of a batch on `conn` if each `lock` is still its
+/// message's lock at `now`, in one statement.
+///
+/// # Errors
+/// [`ErrorKind::LockLost`] when one is not (the caller rolls everything back); a storage
+/// error.
+async fn complete_many_in(conn: &mut PgConnection, locks: &[Lock], now: DateTime<Utc>) -> Result<()> {
+    let ids: Vec<i64> = locks.iter().map(|l| l.id).collect();
+    let entities: Vec<i64> = locks.iter().map(|l| l.entity).collect();
+    let counts: Vec<i32> = locks.iter().map(|l| l.delivery_count).collect();
+    let completed = sqlx::query(
+        "DELETE FROM courier.message m USING unnest($1::bigint[], $2::bigint[], $3::int[]) AS l(id, entity, dc) \
+         WHERE m.id = l.id AND m.entity_id = l.entity AND (m.delivery_count & 65535) = l.dc \
+         AND m.locked_until > $4 AND m.state <> 1",
+    )
+    .bind(&ids)
+    .bind(&entities)
+    .bind(&counts)
+    .bind(now)
+    .execute(&mut *conn)
+    .await
+    .map_err(|e| db_error("cannot complete the batch's received messages", e))?;
+    if completed.rows_affected() != locks.len() as u64 {
+        return Err(Error::new(ErrorKind::LockLost));
+    }
+    Ok(())
+}
+
 pg_unit_of_work!(TxWork, {
     fn transaction(&mut self) -> Option<&mut (dyn std::any::Any + Send)> {
         Some(&mut *self.tx)
@@ -368,6 +399,12 @@ pg_unit_of_work!(TxWork, {
         send_and_complete(&mut self.tx, &self.transport, lock, staged)
             .await
             .map_err(poisoned_if_aborted)?;
+        if !self.more_locks.is_empty() {
+            let now = self.transport.shared.clock.now();
+            complete_many_in(&mut self.tx, &self.more_locks, now)
+                .await
+                .map_err(poisoned_if_aborted)?;
+        }
         self.tx
             .commit()
             .await
@@ -420,6 +457,7 @@ impl Store for PgTransportStore {
                 endpoint: endpoint.to_owned(),
                 source_id: message_id.to_owned(),
                 lock,
+                more_locks: Vec::new(),
                 staged: Vec::new(),
                 checked: false,
             })));
@@ -427,6 +465,58 @@ impl Store for PgTransportStore {
         let left = outbox_of(&mut *tx, endpoint, message_id).await?;
         drop(tx);
         Ok(Begin::Duplicate(left))
+    }
+
+    /// One transaction: the batch's inbox records, the handler's writes, what it sent
+    /// (into its queues) and the completion of every fresh member this transport
+    /// delivered, fenced by their locks.
+    async fn begin_batch(
+        &self,
+        endpoint: &str,
+        members: Vec<(String, Option<LockToken>)>,
+        now: DateTime<Utc>,
+    ) -> Result<BeginBatch> {
+        if members.is_empty() {
+            return Ok(BeginBatch::empty());
+        }
+        self.transport.shared.check_open()?;
+        let ids: Vec<String> = members.iter().map(|(id, _)| id.clone()).collect();
+        let mut tx = self
+            .transport
+            .shared
+            .pool
+            .begin()
+            .await
+            .map_err(|e| db_error("cannot begin the batch's transaction", e))?;
+        let duplicates = record_batch(&mut tx, endpoint, &ids, now).await?;
+        let Some(first) = ids
+            .iter()
+            .zip(&duplicates)
+            .find(|(_, d)| d.is_none())
+            .map(|(id, _)| id.clone())
+        else {
+            return Ok(BeginBatch { work: None, duplicates });
+        };
+        let mut locks = members
+            .into_iter()
+            .zip(&duplicates)
+            .filter(|(_, d)| d.is_none())
+            .filter_map(|((_, lock), _)| own_lock(&self.transport, lock));
+        let lock = locks.next();
+        let work = TxWork {
+            tx,
+            transport: self.transport.clone(),
+            endpoint: endpoint.to_owned(),
+            source_id: first,
+            lock,
+            more_locks: locks.collect(),
+            staged: Vec::new(),
+            checked: false,
+        };
+        Ok(BeginBatch {
+            work: Some(Box::new(work)),
+            duplicates,
+        })
     }
 
     /// Everything is one transaction when the endpoint receives from a Postgres transport

@@ -324,6 +324,39 @@ impl std::fmt::Debug for Begin {
     }
 }
 
+/// What [`Store::begin_batch`] found: ONE transaction for the members of a batch that
+/// were not processed before.
+pub struct BeginBatch {
+    /// The transaction in which the fresh members' ids are recorded, to commit or roll
+    /// back with the batch handler's effects; `None` when every member was processed
+    /// before.
+    pub work: Option<Box<dyn UnitOfWork>>,
+    /// Per member, in the order given: `None` when it is fresh (recorded in `work`), or
+    /// the outbox messages of its earlier handling that were never dispatched.
+    pub duplicates: Vec<Option<Vec<OutboxMessage>>>,
+}
+
+impl std::fmt::Debug for BeginBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BeginBatch")
+            .field("work", &self.work.as_ref().map(|_| "open"))
+            .field("fresh", &self.duplicates.iter().filter(|d| d.is_none()).count())
+            .field("duplicates", &self.duplicates.iter().filter(|d| d.is_some()).count())
+            .finish()
+    }
+}
+
+impl BeginBatch {
+    /// A batch of no member: what a store that can begin batches answers an endpoint
+    /// asking at start.
+    pub fn empty() -> Self {
+        BeginBatch {
+            work: None,
+            duplicates: Vec::new(),
+        }
+    }
+}
+
 /// What a committed unit of work leaves to do.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Committed {
@@ -517,6 +550,36 @@ pub trait Store: Send + Sync + 'static {
         lock: Option<LockToken>,
         now: DateTime<Utc>,
     ) -> Result<Begin>;
+    /// Opens ONE transaction for a batch handler's call: records each member's
+    /// `(endpoint, message id)` in the inbox in it, or finds it processed before. The ids
+    /// are distinct. A member's `lock` is completed in the transaction by a store that
+    /// shares the transport's database (as in [`begin`](Self::begin)); the commit then
+    /// answers [`Committed::Settled`] for all of them. Messages the batch sends are kept
+    /// in the outbox under the first fresh member's id.
+    ///
+    /// An endpoint with a batch handler calls it with no member when it starts, to learn
+    /// whether the store can. The default cannot.
+    ///
+    /// # Errors
+    /// The default: [`ErrorKind::InvalidOperation`] saying that batch handlers need a
+    /// store that implements it. A storage error (nothing was recorded).
+    async fn begin_batch(
+        &self,
+        endpoint: &str,
+        members: Vec<(String, Option<LockToken>)>,
+        now: DateTime<Utc>,
+    ) -> Result<BeginBatch> {
+        let _ = (endpoint, members, now);
+        Err(Error::new(ErrorKind::InvalidOperation {
+            reason: format!(
+                "store {} cannot begin a batch (Store::begin_batch): batch handlers need one of Courier's stores \
+                 (PostgresStore, SqliteStore, Embedded::store, PostgresTransport::store) or a store that \
+                 implements it",
+                self.name()
+            ),
+        }))
+    }
+
     /// How much of a handling one transaction of this store covers when the endpoint
     /// receives from `transport` (see [`UnitOfWorkScope`]). The default:
     /// [`UnitOfWorkScope::Outbox`].

@@ -135,3 +135,33 @@ pub(crate) fn outbox_rows(rows: Vec<sqlx::postgres::PgRow>) -> Result<Vec<Outbox
         })
         .collect()
 }
+
+/// Records the ids of a batch's members in the inbox on `conn`, in one statement; per
+/// member, in order: `None` when it was recorded now, or the undispatched outbox messages
+/// of its earlier handling (`Store::begin_batch`). The ids are distinct.
+pub(crate) async fn record_batch(
+    conn: &mut PgConnection,
+    endpoint: &str,
+    ids: &[String],
+    now: DateTime<Utc>,
+) -> Result<Vec<Option<Vec<OutboxMessage>>>> {
+    let recorded: Vec<String> = sqlx::query_scalar(
+        "INSERT INTO courier.inbox (endpoint, message_id, processed_at) \
+         SELECT $1, id, $3 FROM unnest($2::text[]) AS id ON CONFLICT DO NOTHING RETURNING message_id",
+    )
+    .bind(endpoint)
+    .bind(ids)
+    .bind(now)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(|e| db_error("cannot record the batch's messages in the inbox", e))?;
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        if recorded.iter().any(|r| r == id) {
+            out.push(None);
+        } else {
+            out.push(Some(outbox_of(&mut *conn, endpoint, id).await?));
+        }
+    }
+    Ok(out)
+}

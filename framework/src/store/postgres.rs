@@ -13,11 +13,11 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::message::Envelope;
 use crate::message::LockToken;
 use crate::store::pg_group::PgGroup;
-use crate::store::pg_outbox::{OutboxRow, ensure_not_aborted, insert_outbox, outbox_of, outbox_rows};
+use crate::store::pg_outbox::{OutboxRow, ensure_not_aborted, insert_outbox, outbox_of, outbox_rows, record_batch};
 use crate::store::pg_saga::pg_unit_of_work;
 use crate::store::{
-    Begin, CommitGroup, Committed, DueTimeouts, EndpointSecret, OutboxDeadLetter, OutboxMessage, Store, StoredEnvelope,
-    TimeoutClaim, db_error,
+    Begin, BeginBatch, CommitGroup, Committed, DueTimeouts, EndpointSecret, OutboxDeadLetter, OutboxMessage, Store,
+    StoredEnvelope, TimeoutClaim, db_error,
 };
 
 /// The inbox and outbox in Postgres, in the schema `courier`, through a sqlx pool.
@@ -209,6 +209,34 @@ impl Store for PostgresStore {
 
     fn commit_group(&self, endpoint: &str, message_ids: Vec<String>) -> Option<Arc<dyn CommitGroup>> {
         Some(Arc::new(PgGroup::new(self.pool.clone(), endpoint, message_ids, None)))
+    }
+
+    async fn begin_batch(
+        &self,
+        endpoint: &str,
+        members: Vec<(String, Option<LockToken>)>,
+        now: DateTime<Utc>,
+    ) -> Result<BeginBatch> {
+        if members.is_empty() {
+            return Ok(BeginBatch::empty());
+        }
+        let ids: Vec<String> = members.into_iter().map(|(id, _)| id).collect();
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| db_error("cannot begin the batch's transaction", e))?;
+        let duplicates = record_batch(&mut tx, endpoint, &ids, now).await?;
+        let first_fresh = ids.iter().zip(&duplicates).find(|(_, d)| d.is_none()).map(|(id, _)| id);
+        let work = first_fresh.map(|id| {
+            Box::new(PgWork {
+                tx,
+                endpoint: endpoint.to_owned(),
+                source_id: id.clone(),
+                checked: false,
+            }) as Box<dyn crate::store::UnitOfWork>
+        });
+        Ok(BeginBatch { work, duplicates })
     }
 
     async fn mark_dispatched(&self, ids: &[i64]) -> Result<()> {

@@ -14,7 +14,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::message::Envelope;
 use crate::message::LockToken;
 use crate::store::{
-    Begin, Committed, DueTimeouts, EndpointSecret, OutboxDeadLetter, OutboxMessage, Store, StoreBacklog,
+    Begin, BeginBatch, Committed, DueTimeouts, EndpointSecret, OutboxDeadLetter, OutboxMessage, Store, StoreBacklog,
     StoredEnvelope, TimeoutClaim, db_error, sqlite_saga,
 };
 
@@ -195,6 +195,26 @@ pub(crate) async fn record_inbox(
     .map_err(|e| db_error("cannot record the message in the inbox", e))?
     .rows_affected();
     Ok(recorded == 1)
+}
+
+/// Records the ids of a batch's members in the inbox on `conn`; per member, in order:
+/// `None` when it was recorded now, or the undispatched outbox messages of its earlier
+/// handling (`Store::begin_batch`).
+pub(crate) async fn record_batch(
+    conn: &mut SqliteConnection,
+    endpoint: &str,
+    ids: &[String],
+    now: DateTime<Utc>,
+) -> Result<Vec<Option<Vec<OutboxMessage>>>> {
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        if record_inbox(&mut *conn, endpoint, id, now).await? {
+            out.push(None);
+        } else {
+            out.push(Some(left_over(&mut *conn, endpoint, id).await?));
+        }
+    }
+    Ok(out)
 }
 
 /// The outbox rows an earlier handling of `message_id` stored and did not dispatch.
@@ -506,6 +526,42 @@ impl Store for SqliteStore {
         drop(tx);
         drop(turn);
         Ok(Begin::Duplicate(left))
+    }
+
+    async fn begin_batch(
+        &self,
+        endpoint: &str,
+        members: Vec<(String, Option<LockToken>)>,
+        now: DateTime<Utc>,
+    ) -> Result<BeginBatch> {
+        if members.is_empty() {
+            return Ok(BeginBatch::empty());
+        }
+        let ids: Vec<String> = members.into_iter().map(|(id, _)| id).collect();
+        let turn = self.writer.take().await?;
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(|e| db_error("cannot begin the batch's transaction", e))?;
+        let duplicates = record_batch(&mut tx, endpoint, &ids, now).await?;
+        let first_fresh = ids.iter().zip(&duplicates).find(|(_, d)| d.is_none()).map(|(id, _)| id);
+        let Some(id) = first_fresh else {
+            // Every member was processed before: roll back, then give the turn back.
+            drop(tx);
+            drop(turn);
+            return Ok(BeginBatch { work: None, duplicates });
+        };
+        let work = SqliteWork {
+            tx,
+            endpoint: endpoint.to_owned(),
+            source_id: id.clone(),
+            _turn: turn,
+        };
+        Ok(BeginBatch {
+            work: Some(Box::new(work)),
+            duplicates,
+        })
     }
 
     async fn mark_dispatched(&self, ids: &[i64]) -> Result<()> {

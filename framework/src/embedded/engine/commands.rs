@@ -289,8 +289,9 @@ pub(super) struct Returned {
 /// What ends a lease's transaction: the received message to complete, the messages to
 /// send (destination, is a topic, messages), all or nothing.
 pub(crate) struct Finish {
-    /// `(entity, row id, delivery count)` of the lock to complete.
-    pub(crate) complete: Option<(i64, i64, i64)>,
+    /// `(entity, row id, delivery count)` of each lock to complete (a batch handler's
+    /// transaction completes several).
+    pub(crate) complete: Vec<(i64, i64, i64)>,
     pub(crate) sends: Vec<(String, bool, Vec<Envelope>)>,
     /// Dead letters an operator resubmits: `(entity, sequence numbers)` of a queue or of
     /// ONE subscription of a topic (not fanned out to the others again), chosen in the

@@ -95,7 +95,7 @@ impl Engine {
             reply,
         } = f;
         let result: Sql<Result<()>> = async {
-            if let Some((_, id, dc)) = complete {
+            for (_, id, dc) in complete {
                 let done = sqlx::query(
                     "DELETE FROM courier_message WHERE id = ?1 AND delivery_count = ?2 AND state IN (2, 4) \
                      AND locked_until > ?3",

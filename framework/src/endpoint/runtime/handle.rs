@@ -104,6 +104,29 @@ pub(super) async fn process(
         properties.remove(headers::DELAYED_RETRY_SEAL);
     }
     let delayed = count.delayed();
+    if let Some(route) = delivery
+        .message()
+        .envelope
+        .message_type
+        .as_deref()
+        .and_then(|t| shared.by_name.get(t))
+        .and_then(|entry| entry.batch.clone())
+    {
+        // A message of a batch handler: its task waits for its batch (`batcher.rs`).
+        drop(seat);
+        let attempt = shared
+            .policy
+            .attempt_number(delayed, delivery.message().broker.delivery_count);
+        let hard_stop = shared.hard_stop.clone();
+        tokio::select! {
+            biased;
+            () = super::batcher::collect(&shared, &route, delivery, delayed, attempt) => {}
+            () = hard_stop.cancelled() => {
+                shared.stats.interrupted.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        return;
+    }
     let message = delivery.message();
     let delivery_count = message.broker.delivery_count;
     let attempt = shared.policy.attempt_number(delayed, delivery_count);
@@ -238,7 +261,7 @@ fn handlers_of(shared: &Shared, delivery: &Delivery) -> Result<Arc<[Arc<dyn Eras
 
 /// The handlers' context for this delivery: its attempt (and delayed retries), trace,
 /// lock owner and cancellation.
-fn context_of(
+pub(super) fn context_of(
     shared: &Shared,
     delivery: &Delivery,
     (attempt, delayed_retries): (u32, u32),
@@ -330,7 +353,7 @@ async fn run(
 
 /// The outbox: what the handlers sent commits with their writes, the inbox record and
 /// the saga state; then the timeouts, metrics and the observer learn of it.
-async fn commit(
+pub(super) async fn commit(
     shared: &Shared,
     ctx: &mut Context,
     mut work: Box<dyn UnitOfWork>,
@@ -474,7 +497,7 @@ pub(super) async fn complete(shared: &Shared, delivery: Delivery) {
 }
 
 /// A future that turns a panic while polling into an error.
-pub(super) struct CatchUnwind<F>(F);
+pub(super) struct CatchUnwind<F>(pub(super) F);
 
 impl<F: Future + Unpin> Future for CatchUnwind<F> {
     type Output = std::result::Result<F::Output, Box<dyn Any + Send>>;

@@ -8,6 +8,8 @@
 //! - receiving from a source that requires sessions (session workers, one session's
 //!   messages at a time, in order): `session_loop.rs`
 //! - a commit group (many messages in one store transaction): `group.rs`
+//! - batch handlers (collecting a type's messages, one call and one transaction for
+//!   many): `batcher.rs`
 //! - the handling of one message (inbox, handlers, outbox, commit, complete):
 //!   `handle.rs`
 //! - renewing a message's lock while its handlers run: `renew.rs`
@@ -44,6 +46,7 @@ use crate::entity::EntityPath;
 use crate::store::Store;
 use crate::transport::Transport;
 
+mod batcher;
 mod failures;
 mod group;
 mod handle;
@@ -56,6 +59,7 @@ mod session_loop;
 mod timeout_rows;
 mod workers;
 
+pub(crate) use batcher::Collecting;
 pub(crate) use running::start;
 pub use running::{RunningEndpoint, ShutdownReport};
 pub(crate) use timeout_rows::TIMEOUT_ID;

@@ -1,0 +1,400 @@
+//! Batch handlers (issue 32; docs/endpoints.md, "Batch handlers"), declared with
+//! `#[courier::handler]` on a function of `Batch<T>`: batches of at most `max_messages`,
+//! handed over when full or when the first message waited `max_wait` by the endpoint's
+//! (virtual) clock; ONE transaction per batch on each store (the rows the handler
+//! writes with one statement are there exactly once per message); a redelivered message
+//! already handled is not handed over again; a message that fails the batch is found by
+//! handling the batch's messages one by one and is dead-lettered alone while the others
+//! succeed; what an endpoint refuses at start.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use courier::{
+    Batch, BatchContext, BatchOptions, Clock, Embedded, Endpoint, EndpointBuilder, ErrorKind, HandlerError,
+    QueueOptions, RetryPolicy, Routes, SendOptions, Store, Transport, VirtualClock, recoverability::reasons,
+};
+use courier_tests::eventually;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, courier::Message)]
+#[message(name = "test.Click")]
+pub struct Click {
+    pub n: u32,
+    /// A click the handler refuses (a bad row), every time.
+    pub poison: bool,
+}
+
+/// What the handler saw: the size of each call, and each message's number per call.
+#[derive(Clone, Default)]
+struct Seen {
+    calls: Arc<Mutex<Vec<Vec<u32>>>>,
+}
+
+impl Seen {
+    fn calls(&self) -> Vec<Vec<u32>> {
+        self.calls.lock().unwrap().clone()
+    }
+    /// How often each number was in a call that succeeded is checked in the database;
+    /// this counts what the handler was handed.
+    fn handed(&self) -> HashMap<u32, usize> {
+        let mut out = HashMap::new();
+        for n in self.calls().into_iter().flatten() {
+            *out.entry(n).or_insert(0) += 1;
+        }
+        out
+    }
+}
+
+/// Records the batch, then writes its rows with one statement in the store's
+/// transaction (SQLite or Postgres, whichever the endpoint has; none without a store).
+#[courier::handler]
+async fn record_clicks(batch: Batch<Click>, ctx: &mut BatchContext) -> Result<(), HandlerError> {
+    let seen = ctx.state::<Seen>()?.clone();
+    let table = ctx.state::<PgTable>().ok().map(|t| t.0.clone());
+    let numbers: Vec<u32> = batch.messages().iter().map(|c| c.n).collect();
+    seen.calls.lock().unwrap().push(numbers.clone());
+    if batch.messages().iter().any(|c| c.poison) {
+        return Err(HandlerError::msg("a click of the batch is poison"));
+    }
+    let ids: Vec<String> = batch.received().iter().map(|r| r.envelope.message_id.clone()).collect();
+    if let Ok(tx) = ctx.transaction::<courier::sqlx::Sqlite>() {
+        sqlx::query("CREATE TABLE IF NOT EXISTS batch_clicks (message_id TEXT PRIMARY KEY, n INTEGER NOT NULL)")
+            .execute(&mut *tx)
+            .await?;
+        let mut insert = String::from("INSERT INTO batch_clicks (message_id, n) VALUES ");
+        let values: Vec<String> = (0..ids.len())
+            .map(|i| format!("(?{}, ?{})", 2 * i + 1, 2 * i + 2))
+            .collect();
+        insert.push_str(&values.join(", "));
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(insert));
+        for (id, n) in ids.iter().zip(&numbers) {
+            q = q.bind(id.clone()).bind(i64::from(*n));
+        }
+        q.execute(&mut *tx).await?;
+    } else if let (Ok(tx), Some(table)) = (ctx.transaction::<courier::sqlx::Postgres>(), table) {
+        let numbers: Vec<i64> = numbers.iter().map(|n| i64::from(*n)).collect();
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO {table} (message_id, n) SELECT * FROM unnest($1::text[], $2::bigint[])"
+        )))
+        .bind(&ids)
+        .bind(&numbers)
+        .execute(&mut *tx)
+        .await?;
+    }
+    Ok(())
+}
+
+/// The table the handler writes on Postgres (each test its own).
+#[derive(Clone)]
+struct PgTable(String);
+
+fn clicks_endpoint(
+    transport: Arc<dyn Transport>,
+    clock: &VirtualClock,
+    name: &str,
+    seen: &Seen,
+    options: BatchOptions,
+) -> EndpointBuilder {
+    let shared: Arc<dyn Clock> = Arc::new(clock.clone());
+    Endpoint::builder(name)
+        .transport(transport)
+        .clock(shared)
+        .routes(Routes::new().send::<Click>(name))
+        .recoverability(RetryPolicy::default().immediate(2).delayed([]))
+        .receive_wait(Duration::from_millis(100))
+        .shutdown_timeout(Duration::from_secs(10))
+        .state(seen.clone())
+        .batch_handler(record_clicks, options)
+}
+
+async fn embedded(clock: &VirtualClock) -> Embedded {
+    let shared: Arc<dyn Clock> = Arc::new(clock.clone());
+    Embedded::builder().in_memory().clock(shared).open().await.unwrap()
+}
+
+async fn send_clicks(endpoint: &courier::RunningEndpoint, numbers: impl IntoIterator<Item = u32>, poison: u32) {
+    for n in numbers {
+        endpoint.bus().send(&Click { n, poison: n == poison }).await.unwrap();
+    }
+}
+
+/// Waits until `done`, moving the virtual clock on by `step` meanwhile (batches that are
+/// not full wait for it).
+async fn advancing_until<F, Fut>(clock: &VirtualClock, step: Duration, what: &str, mut done: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    eventually(what, || {
+        clock.advance(step);
+        done()
+    })
+    .await;
+}
+
+async fn sqlite_rows(broker: &Embedded) -> Vec<(String, i64)> {
+    sqlx::query_as("SELECT message_id, n FROM batch_clicks ORDER BY n")
+        .fetch_all(broker.read_pool())
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_batches_are_full_or_wait_for_the_time_limit_and_write_each_row_once() {
+    let clock = VirtualClock::starting_now();
+    let broker = embedded(&clock).await;
+    let seen = Seen::default();
+    let options = BatchOptions::new().max_messages(10).max_wait(Duration::from_secs(5));
+    let e = clicks_endpoint(Arc::new(broker.clone()), &clock, "clicks", &seen, options)
+        .store(broker.store())
+        .start()
+        .await
+        .unwrap();
+    // 25 clicks: two full batches at once; the last 5 wait for the time limit.
+    send_clicks(&e, 0..25, u32::MAX).await;
+    eventually("two full batches", || async { seen.calls().len() >= 2 }).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let calls = seen.calls();
+    assert_eq!(calls.len(), 2, "the third batch waits for its time limit: {calls:?}");
+    assert!(calls.iter().all(|c| c.len() == 10), "{calls:?}");
+    clock.advance(Duration::from_secs(5));
+    eventually("the batch the time limit handed over", || async {
+        seen.calls().len() == 3
+    })
+    .await;
+    assert_eq!(seen.calls()[2].len(), 5);
+    courier_tests::eventually("the rows", || async { sqlite_rows(&broker).await.len() == 25 }).await;
+    let report = e.shutdown().await.unwrap();
+    assert_eq!(report.completed, 25);
+    let rows = sqlite_rows(&broker).await;
+    assert_eq!(
+        rows.iter().map(|r| r.1).collect::<Vec<_>>(),
+        (0..25).collect::<Vec<i64>>()
+    );
+    let counts = broker.counts(&courier::EntityPath::queue("clicks")).await.unwrap();
+    assert_eq!((counts.active, counts.dead_lettered), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_a_message_that_fails_its_batch_is_dead_lettered_alone_and_the_others_succeed() {
+    let clock = VirtualClock::starting_now();
+    let broker = embedded(&clock).await;
+    let seen = Seen::default();
+    let options = BatchOptions::new().max_messages(8).max_wait(Duration::from_millis(500));
+    let e = clicks_endpoint(Arc::new(broker.clone()), &clock, "clicks", &seen, options)
+        .store(broker.store())
+        .start()
+        .await
+        .unwrap();
+    send_clicks(&e, 0..16, 5).await;
+    advancing_until(
+        &clock,
+        Duration::from_millis(100),
+        "15 rows and a dead letter",
+        || async {
+            let rows = sqlx::query_scalar::<_, i64>("SELECT count(*) FROM batch_clicks")
+                .fetch_one(broker.read_pool())
+                .await
+                .unwrap_or(0);
+            let counts = broker.counts(&courier::EntityPath::queue("clicks")).await.unwrap();
+            rows == 15 && counts.dead_lettered == 1
+        },
+    )
+    .await;
+    e.shutdown().await.unwrap();
+    let rows = sqlite_rows(&broker).await;
+    let numbers: Vec<i64> = rows.iter().map(|r| r.1).collect();
+    assert_eq!(
+        numbers,
+        (0..16).filter(|n| *n != 5).collect::<Vec<i64>>(),
+        "each good click once"
+    );
+    let dead = broker
+        .peek(&courier::EntityPath::queue("clicks").dead_letter(), 0, 10)
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1);
+    let body: Click = serde_json::from_slice(dead[0].body()).unwrap();
+    assert_eq!(body.n, 5, "the poison click alone");
+    assert_eq!(
+        dead[0].broker.dead_letter_reason.as_deref(),
+        Some(reasons::RETRIES_EXHAUSTED)
+    );
+    assert!(
+        dead[0]
+            .broker
+            .dead_letter_description
+            .as_deref()
+            .is_some_and(|d| d.contains("poison")),
+        "{:?}",
+        dead[0].broker
+    );
+    // The poison click was handed alone after its batch failed, then retried alone.
+    let alone = seen.calls().iter().filter(|c| c.as_slice() == [5]).count();
+    assert!(alone >= 2, "{:?}", seen.calls());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_a_redelivered_message_already_handled_is_not_handed_to_a_batch_again() {
+    let clock = VirtualClock::starting_now();
+    let broker = embedded(&clock).await;
+    let seen = Seen::default();
+    let options = BatchOptions::new().max_messages(4).max_wait(Duration::from_millis(200));
+    let e = clicks_endpoint(Arc::new(broker.clone()), &clock, "clicks", &seen, options)
+        .store(Arc::new(broker.store()) as Arc<dyn Store>)
+        .start()
+        .await
+        .unwrap();
+    // The same message (one id) three times, and three others: one row each.
+    for _ in 0..3 {
+        e.bus()
+            .send_with(
+                &Click { n: 100, poison: false },
+                SendOptions::new().message_id("click-100"),
+            )
+            .await
+            .unwrap();
+    }
+    send_clicks(&e, 1..4, u32::MAX).await;
+    advancing_until(&clock, Duration::from_millis(100), "all six settled", || async {
+        let c = broker.counts(&courier::EntityPath::queue("clicks")).await.unwrap();
+        c.active == 0
+    })
+    .await;
+    assert_eq!(e.stats().duplicates, 2);
+    e.shutdown().await.unwrap();
+    let rows = sqlite_rows(&broker).await;
+    assert_eq!(rows.iter().map(|r| r.1).collect::<Vec<_>>(), vec![1, 2, 3, 100]);
+    assert_eq!(seen.handed().get(&100), Some(&1), "{:?}", seen.calls());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_with_a_sqlite_store_of_its_own_commits_then_completes() {
+    let clock = VirtualClock::starting_now();
+    let broker = embedded(&clock).await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = courier::SqliteStore::open(dir.path().join("store.db")).await.unwrap();
+    store.migrate().await.unwrap();
+    let seen = Seen::default();
+    let options = BatchOptions::new()
+        .max_messages(16)
+        .max_wait(Duration::from_millis(100));
+    let e = clicks_endpoint(Arc::new(broker.clone()), &clock, "clicks", &seen, options)
+        .store(store.clone())
+        .start()
+        .await
+        .unwrap();
+    send_clicks(&e, 0..40, u32::MAX).await;
+    advancing_until(&clock, Duration::from_millis(50), "40 settled", || async {
+        let c = broker.counts(&courier::EntityPath::queue("clicks")).await.unwrap();
+        c.active == 0
+    })
+    .await;
+    let report = e.shutdown().await.unwrap();
+    assert_eq!(report.completed, 40);
+    let handed = seen.handed();
+    assert_eq!(handed.len(), 40);
+    assert!(handed.values().all(|n| *n == 1), "{handed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_transport_batches_write_each_row_once_in_one_transaction_each() {
+    let clock = VirtualClock::starting_now();
+    let transport = Arc::new(courier_tests::pg_transport::transport(&clock).await);
+    let name = format!("clicks-{}", uuid::Uuid::new_v4().simple());
+    let table = format!("batch_clicks_{}", uuid::Uuid::new_v4().simple());
+    let pool = courier::sqlx::PgPool::connect_with(courier_tests::pg_transport::database().await)
+        .await
+        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE {table} (message_id TEXT PRIMARY KEY, n BIGINT NOT NULL)"
+    )))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let seen = Seen::default();
+    let options = BatchOptions::new()
+        .max_messages(10)
+        .max_wait(Duration::from_millis(200))
+        .concurrency(2);
+    let e = clicks_endpoint(transport.clone(), &clock, &name, &seen, options)
+        .store(transport.store())
+        .state(PgTable(table.clone()))
+        .start()
+        .await
+        .unwrap();
+    send_clicks(&e, 0..100, 42).await;
+    advancing_until(
+        &clock,
+        Duration::from_millis(100),
+        "99 rows and a dead letter",
+        || async {
+            let rows: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT count(*) FROM {table}")))
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            let c = transport.counts(&courier::EntityPath::queue(&name)).await.unwrap();
+            rows == 99 && c.dead_lettered == 1 && c.active == 0
+        },
+    )
+    .await;
+    e.shutdown().await.unwrap();
+    let numbers: Vec<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT n FROM {table} ORDER BY n")))
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(numbers, (0..100).filter(|n| *n != 42).collect::<Vec<i64>>());
+    // Full batches of ten where the poison click was not.
+    assert!(
+        seen.calls().iter().filter(|c| c.len() == 10).count() >= 5,
+        "{:?}",
+        seen.calls()
+    );
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP TABLE {table}")))
+        .execute(&pool)
+        .await
+        .unwrap();
+    transport.delete(&courier::EntityPath::queue(&name)).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_endpoint_refuses_batch_handlers_where_a_batch_cannot_keep_its_promises() {
+    let clock = VirtualClock::starting_now();
+    let broker = embedded(&clock).await;
+    let seen = Seen::default();
+    let refused = |e: courier::Error| match e.kind() {
+        ErrorKind::InvalidOptions { reason } => reason.clone(),
+        other => panic!("{other:?}"),
+    };
+    let sessions = clicks_endpoint(Arc::new(broker.clone()), &clock, "s", &seen, BatchOptions::new())
+        .queue_options(QueueOptions::default().requires_session(true))
+        .start()
+        .await
+        .unwrap_err();
+    assert!(refused(sessions).contains("sessions"));
+    let grouped = clicks_endpoint(Arc::new(broker.clone()), &clock, "g", &seen, BatchOptions::new())
+        .group_commit(8)
+        .start()
+        .await
+        .unwrap_err();
+    assert!(refused(grouped).contains("group_commit(1)"));
+    let limits = clicks_endpoint(
+        Arc::new(broker.clone()),
+        &clock,
+        "l",
+        &seen,
+        BatchOptions::new().max_messages(0),
+    )
+    .start()
+    .await
+    .unwrap_err();
+    assert!(refused(limits).contains("1 to 10000"));
+    let both = clicks_endpoint(Arc::new(broker.clone()), &clock, "b", &seen, BatchOptions::new())
+        .handler(crate::support::handler_fn("one", |_: Click, _| crate::support::ok()))
+        .start()
+        .await
+        .unwrap_err();
+    assert!(refused(both).contains("no other handler"));
+}
