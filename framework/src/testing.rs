@@ -386,13 +386,19 @@ impl TestEndpoint {
     /// What the endpoint still has to do now, if anything.
     async fn busy(&self) -> Result<Option<String>> {
         let endpoint = &self.endpoint;
-        let running = endpoint.stats().running;
+        // Messages in a batch that waits for its time limit wait for the clock.
+        let (batched, _) = endpoint.batches_waiting();
+        let running = endpoint.stats().running.saturating_sub(batched as u64);
         if running > 0 {
             return Ok(Some(format!("{running} handler(s) running")));
         }
         let now = self.clock.now();
+        let mut batched = batched;
         for path in endpoint.sources() {
             let (active, due) = self.scan(path).await?;
+            let waiting = active.min(batched);
+            batched -= waiting;
+            let active = active - waiting;
             if active > 0 {
                 return Ok(Some(format!("{active} message(s) ready or locked in {path}")));
             }
@@ -443,9 +449,13 @@ impl TestEndpoint {
         }
     }
 
-    /// The next time something becomes due: a saga timeout or a scheduled message.
+    /// The next time something becomes due: a saga timeout, a scheduled message, or a
+    /// batch's time limit.
     async fn next_due(&self) -> Result<Option<DateTime<Utc>>> {
         let mut next = self.timeout_due().await?;
+        if let (_, Some(at)) = self.endpoint.batches_waiting() {
+            next = Some(next.map_or(at, |n| n.min(at)));
+        }
         for path in self.endpoint.sources() {
             if let (_, Some(at)) = self.scan(path).await? {
                 next = Some(next.map_or(at, |n| n.min(at)));

@@ -398,3 +398,35 @@ async fn an_endpoint_refuses_batch_handlers_where_a_batch_cannot_keep_its_promis
         .unwrap_err();
     assert!(refused(both).contains("no other handler"));
 }
+
+/// `courier::testing::TestEndpoint`: a batch that waits for its time limit waits for the
+/// virtual clock (`send` returns, nothing is handed over), and `advance` hands it over.
+#[tokio::test]
+async fn test_endpoint_hands_a_batch_over_when_the_virtual_clock_reaches_its_time_limit() {
+    let seen = Seen::default();
+    let state = seen.clone();
+    let t = courier::testing::TestEndpoint::start("clicks", move |e| {
+        e.routes(Routes::new().send::<Click>("clicks"))
+            .state(state)
+            .batch_handler(
+                record_clicks,
+                BatchOptions::new().max_messages(10).max_wait(Duration::from_secs(2)),
+            )
+    })
+    .await
+    .unwrap();
+    for n in 0..3 {
+        t.send(&Click { n, poison: false }).await.unwrap();
+    }
+    assert!(
+        seen.calls().is_empty(),
+        "the batch waits for its time limit: {:?}",
+        seen.calls()
+    );
+    t.advance(Duration::from_secs(1)).await.unwrap();
+    assert!(seen.calls().is_empty(), "one second is not two: {:?}", seen.calls());
+    t.advance(Duration::from_secs(1)).await.unwrap();
+    assert_eq!(seen.calls(), vec![vec![0, 1, 2]]);
+    assert_eq!(t.handled().await.unwrap(), 3);
+    t.shutdown().await.unwrap();
+}

@@ -13,10 +13,13 @@
 
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use chrono::{DateTime, Utc};
+
 use tokio::sync::{Semaphore, oneshot};
 
 use crate::endpoint::Failure;
 use crate::endpoint::batch::BatchContext;
+use crate::endpoint::observe::Handled;
 use crate::endpoint::registry::BatchRoute;
 use crate::endpoint::sagas::LockOwner;
 use crate::endpoint::trace::TraceContext;
@@ -55,12 +58,25 @@ struct State {
     /// only the batch it started.
     generation: u64,
     members: Vec<Member>,
+    /// When the batch being collected is handed over at the latest.
+    deadline: Option<DateTime<Utc>>,
 }
 
 impl State {
     fn take(&mut self) -> Vec<Member> {
         self.generation += 1;
+        self.deadline = None;
         std::mem::take(&mut self.members)
+    }
+}
+
+impl Collecting {
+    /// How many messages wait in the batch being collected, and until when at the
+    /// latest (for `courier::testing`: a batch that waits for its time limit waits for
+    /// the clock, it is not busy).
+    pub(crate) fn waiting(&self) -> (usize, Option<DateTime<Utc>>) {
+        let state = self.lock();
+        (state.members.len(), state.deadline)
     }
 }
 
@@ -102,7 +118,9 @@ pub(super) async fn collect(shared: &Arc<Shared>, route: &BatchRoute, delivery: 
         state.members.push(member);
         let timer = (state.members.len() == 1).then(|| {
             let wait = chrono::Duration::from_std(options.max_wait).unwrap_or(chrono::Duration::MAX);
-            (state.generation, shared.clock.now() + wait)
+            let deadline = shared.clock.now() + wait;
+            state.deadline = Some(deadline);
+            (state.generation, deadline)
         });
         let full = (state.members.len() >= options.max_messages).then(|| state.take());
         (earlier, full, timer)
@@ -313,7 +331,25 @@ async fn handle(
     }
     let outgoing = ctx.inner.take_outgoing();
     let done = match ctx.inner.take_unit_of_work() {
-        Some(work) => commit(shared, &mut ctx.inner, work, outgoing).await?,
+        Some(work) => {
+            let done = commit(shared, &mut ctx.inner, work, outgoing).await?;
+            // The observer heard of the batch's first fresh message (with what the batch
+            // sent); each other fresh message is a committed handling too.
+            if let Some(observer) = &shared.observer {
+                let lead_id = &lead.delivery.message().envelope.message_id;
+                for (m, is_dup) in members.iter().zip(&duplicate) {
+                    let envelope = &m.delivery.message().envelope;
+                    if !is_dup && &envelope.message_id != lead_id {
+                        observer.handled(Handled {
+                            message: envelope.clone(),
+                            outgoing: Vec::new(),
+                            sagas: Vec::new(),
+                        });
+                    }
+                }
+            }
+            done
+        }
         None => Done::Handled(outgoing),
     };
     Ok(Outcome {

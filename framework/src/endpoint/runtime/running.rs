@@ -326,6 +326,29 @@ impl RunningEndpoint {
         &self.name
     }
 
+    /// The messages waiting in batches being collected, and the earliest time one of
+    /// those batches is handed over (`courier::testing` waits for the clock there).
+    pub(crate) fn batches_waiting(&self) -> (usize, Option<chrono::DateTime<chrono::Utc>>) {
+        let mut waiting = 0;
+        let mut earliest: Option<chrono::DateTime<chrono::Utc>> = None;
+        let mut seen: Vec<*const crate::endpoint::registry::BatchRoute> = Vec::new();
+        for entry in self.shared.by_name.values() {
+            let Some(route) = &entry.batch else { continue };
+            // Aliases index one entry under several names: count it once.
+            let at = Arc::as_ptr(route);
+            if seen.contains(&at) {
+                continue;
+            }
+            seen.push(at);
+            let (n, deadline) = route.collecting.waiting();
+            waiting += n;
+            if let Some(d) = deadline {
+                earliest = Some(earliest.map_or(d, |e| e.min(d)));
+            }
+        }
+        (waiting, earliest)
+    }
+
     /// Where the endpoint receives from: its input queue, then a subscription per event
     /// type it handles.
     pub fn sources(&self) -> &[EntityPath] {
