@@ -391,6 +391,17 @@ async fn an_endpoint_refuses_batch_handlers_where_a_batch_cannot_keep_its_promis
     .await
     .unwrap_err();
     assert!(refused(limits).contains("1 to 10000"));
+    let long_wait = clicks_endpoint(
+        Arc::new(broker.clone()),
+        &clock,
+        "w",
+        &seen,
+        BatchOptions::new().max_wait(Duration::from_secs(40)),
+    )
+    .start()
+    .await
+    .unwrap_err();
+    assert!(refused(long_wait).contains("lock duration"));
     let both = clicks_endpoint(Arc::new(broker.clone()), &clock, "b", &seen, BatchOptions::new())
         .handler(crate::support::handler_fn("one", |_: Click, _| crate::support::ok()))
         .start()
@@ -429,4 +440,77 @@ async fn test_endpoint_hands_a_batch_over_when_the_virtual_clock_reaches_its_tim
     assert_eq!(seen.calls(), vec![vec![0, 1, 2]]);
     assert_eq!(t.handled().await.unwrap(), 3);
     t.shutdown().await.unwrap();
+}
+
+/// A batch handler that waits at a gate: the test moves the virtual clock while it runs.
+struct Gated {
+    gate: Arc<tokio::sync::Semaphore>,
+    calls: Arc<Mutex<usize>>,
+}
+
+impl courier::BatchHandler for Gated {
+    type Message = Click;
+    fn name(&self) -> &'static str {
+        "gated"
+    }
+    fn handle<'a>(
+        &'a self,
+        _batch: Batch<Click>,
+        _ctx: &'a mut BatchContext,
+    ) -> courier::BoxFuture<'a, Result<(), HandlerError>> {
+        Box::pin(async move {
+            *self.calls.lock().unwrap() += 1;
+            let _pass = self.gate.acquire().await.map_err(HandlerError::transient)?;
+            Ok(())
+        })
+    }
+}
+
+/// The locks of a batch's messages are renewed while its handler runs: a handler that
+/// takes longer than the lock duration (by the virtual clock) still commits, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_transport_a_batch_that_outlasts_the_lock_duration_keeps_its_locks() {
+    let clock = VirtualClock::starting_now();
+    let transport = Arc::new(courier_tests::pg_transport::transport(&clock).await);
+    let name = format!("clicks-{}", uuid::Uuid::new_v4().simple());
+    let handler = Gated {
+        gate: Arc::new(tokio::sync::Semaphore::new(0)),
+        calls: Arc::default(),
+    };
+    let (gate, calls) = (handler.gate.clone(), handler.calls.clone());
+    let shared: Arc<dyn Clock> = Arc::new(clock.clone());
+    let e = Endpoint::builder(&name)
+        .transport(transport.clone())
+        .clock(shared)
+        .routes(Routes::new().send::<Click>(&name))
+        .receive_wait(Duration::from_millis(100))
+        .store(transport.store())
+        .batch_handler(
+            handler,
+            BatchOptions::new().max_messages(3).max_wait(Duration::from_secs(1)),
+        )
+        .start()
+        .await
+        .unwrap();
+    send_clicks(&e, 0..3, u32::MAX).await;
+    eventually("the batch started", || async { *calls.lock().unwrap() == 1 }).await;
+    // Two lock durations (60 s) go by while the handler runs.
+    for _ in 0..24 {
+        clock.advance(Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    gate.add_permits(100);
+    eventually("the batch committed", || async {
+        transport
+            .counts(&courier::EntityPath::queue(&name))
+            .await
+            .unwrap()
+            .active
+            == 0
+    })
+    .await;
+    let report = e.shutdown().await.unwrap();
+    assert_eq!(report.completed, 3);
+    assert_eq!(*calls.lock().unwrap(), 1, "the batch ran once: its locks held");
+    transport.delete(&courier::EntityPath::queue(&name)).await.unwrap();
 }

@@ -357,6 +357,7 @@ impl EndpointBuilder {
         }
         self.declared.push((handler.name(), handler.declared()));
         self.batch_holding = self.batch_holding.saturating_add(options.holding());
+        self.batch_max_wait = self.batch_max_wait.max(options.max_wait);
         let erased: Arc<dyn ErasedBatch> = Arc::new(ErasedBatchHandler { handler, options });
         self.registrations.push(Registration {
             type_id: TypeId::of::<H::Message>(),
@@ -369,17 +370,27 @@ impl EndpointBuilder {
     }
 }
 
-/// What an endpoint with batch handlers refuses at start: a session queue (a batch would
+/// What an endpoint with batch handlers refuses at start: a `max_wait` the messages'
+/// locks would not outlast, a session queue (a batch would
 /// mix sessions, or hold one session's messages while the next waits), a group commit
 /// (a batch is already one transaction), and a store that cannot begin a batch.
 pub(crate) async fn check_start(
     endpoint: &str,
-    sessions: bool,
+    queue: &crate::entity::QueueOptions,
+    max_wait: Duration,
     group_commit: usize,
     store: Option<&dyn crate::store::Store>,
 ) -> Result<()> {
     let invalid = |reason: String| Err(Error::new(ErrorKind::InvalidOptions { reason }));
-    if sessions {
+    if max_wait.saturating_mul(2) >= queue.lock_duration {
+        return invalid(format!(
+            "endpoint {endpoint} has a batch handler whose max_wait ({max_wait:?}) is half its queue's lock duration \
+             ({:?}) or more: the messages waiting for their batch would lose their locks and come back; shorten \
+             max_wait, or lengthen QueueOptions::lock_duration",
+            queue.lock_duration
+        ));
+    }
+    if queue.requires_session {
         return invalid(format!(
             "endpoint {endpoint} has batch handlers and requires sessions: a batch would take messages of several \
              sessions, or the next message of a session before the previous one committed; handle a session \

@@ -370,6 +370,8 @@ pub struct EndpointBuilder {
     /// How many messages the batch handlers' batches hold at most at once (the
     /// concurrency is raised to it).
     batch_holding: usize,
+    /// The longest `max_wait` of the batch handlers.
+    batch_max_wait: Duration,
     observer: Option<Arc<dyn observe::Observer>>,
     accept_messages_without_id: bool,
     metrics_sampling: Option<Duration>,
@@ -414,6 +416,7 @@ impl EndpointBuilder {
             saga_stats: Arc::default(),
             errors: Vec::new(),
             batch_holding: 0,
+            batch_max_wait: Duration::ZERO,
             observer: None,
             accept_messages_without_id: false,
             metrics_sampling: None,
@@ -671,7 +674,8 @@ impl EndpointBuilder {
         if self.batch_holding > 0 {
             batch::check_start(
                 &self.name,
-                self.queue_options.requires_session,
+                &self.queue_options,
+                self.batch_max_wait,
                 self.group_commit,
                 self.store.as_deref(),
             )

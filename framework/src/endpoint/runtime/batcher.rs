@@ -31,6 +31,7 @@ use super::failures::on_failure;
 use super::group::next_owner;
 use super::handle::{CatchUnwind, Done, commit, complete, context_of, panic_text};
 use super::outbox::dispatch_stored;
+use super::renew::run_renewing_all;
 
 /// The batch a batch handler is collecting, and the room for its batches that run.
 pub(crate) struct Collecting {
@@ -188,8 +189,8 @@ async fn run(shared: &Arc<Shared>, route: &BatchRoute, members: Vec<Member>) {
     }
     // Kept for a retry one by one: decoding again is cheaper than cloning what the
     // handler takes by value.
-    let (members, decoded): (Vec<Member>, Vec<_>) = ready.into_iter().map(|r| (r.member, r.decoded)).unzip();
-    match handle(shared, route, &members, decoded).await {
+    let (mut members, decoded): (Vec<Member>, Vec<_>) = ready.into_iter().map(|r| (r.member, r.decoded)).unzip();
+    match handle(shared, route, &mut members, decoded).await {
         Ok(outcome) => settle(shared, members, outcome).await,
         Err(failure) => {
             tracing::warn!(
@@ -210,8 +211,8 @@ async fn run(shared: &Arc<Shared>, route: &BatchRoute, members: Vec<Member>) {
 
 /// A batch of one: its failure is the message's (retried or dead-lettered by the policy).
 async fn run_alone(shared: &Arc<Shared>, route: &BatchRoute, ready: Vec<Ready>) {
-    let (members, decoded): (Vec<Member>, Vec<_>) = ready.into_iter().map(|r| (r.member, r.decoded)).unzip();
-    match handle(shared, route, &members, decoded).await {
+    let (mut members, decoded): (Vec<Member>, Vec<_>) = ready.into_iter().map(|r| (r.member, r.decoded)).unzip();
+    match handle(shared, route, &mut members, decoded).await {
         Ok(outcome) => settle(shared, members, outcome).await,
         Err(Failure::Store(e)) if e.is_lock_lost() => {
             tracing::warn!(error = %e, "lock lost before the batch's transaction committed; it rolled back and \
@@ -240,7 +241,7 @@ struct Outcome {
 async fn handle(
     shared: &Arc<Shared>,
     route: &BatchRoute,
-    members: &[Member],
+    members: &mut [Member],
     mut decoded: Vec<Box<dyn std::any::Any + Send>>,
 ) -> Result<Outcome, Failure> {
     let Some(first) = members.first() else {
@@ -305,6 +306,7 @@ async fn handle(
         .zip(&duplicate)
         .find(|(_, d)| !**d)
         .map_or(first, |(m, _)| m);
+    let lead_id = lead.delivery.message().envelope.message_id.clone();
     let trace = TraceContext::new_root();
     let inner = context_of(
         shared,
@@ -312,13 +314,16 @@ async fn handle(
         (lead.attempt, lead.delayed),
         trace,
         owner,
-        cancel,
+        cancel.clone(),
     );
     let mut ctx = BatchContext { inner };
     if let Some(work) = work {
         ctx.inner.set_unit_of_work(work);
     }
-    let called = CatchUnwind(route.handler.call(fresh, received, &mut ctx)).await;
+    let mut deliveries: Vec<&mut Delivery> = members.iter_mut().map(|m| &mut m.delivery).collect();
+    let call = CatchUnwind(route.handler.call(fresh, received, &mut ctx));
+    let called = run_renewing_all(&mut deliveries, &*shared.clock, shared.max_lock_renewal, &cancel, call).await;
+    drop(deliveries);
     match called {
         Ok(Ok(())) => {}
         Ok(Err(f)) => return Err(f.with_refusals(&ctx.inner)),
@@ -336,10 +341,9 @@ async fn handle(
             // The observer heard of the batch's first fresh message (with what the batch
             // sent); each other fresh message is a committed handling too.
             if let Some(observer) = &shared.observer {
-                let lead_id = &lead.delivery.message().envelope.message_id;
                 for (m, is_dup) in members.iter().zip(&duplicate) {
                     let envelope = &m.delivery.message().envelope;
-                    if !is_dup && &envelope.message_id != lead_id {
+                    if !is_dup && envelope.message_id != lead_id {
                         observer.handled(Handled {
                             message: envelope.clone(),
                             outgoing: Vec::new(),

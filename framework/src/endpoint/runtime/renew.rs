@@ -57,3 +57,55 @@ pub(super) async fn run_renewing<F: Future>(
         }
     }
 }
+
+/// Runs `work` while renewing the locks of every delivery of a batch, for at most
+/// `max_total`: each round at half the earliest lock's remaining time, one delivery after
+/// the other. A lost lock fires `cancel`: the batch's transaction would not commit (its
+/// completion is fenced by every lock) or its messages come back anyway.
+pub(super) async fn run_renewing_all<F: Future>(
+    deliveries: &mut [&mut Delivery],
+    clock: &dyn Clock,
+    max_total: Duration,
+    cancel: &CancellationToken,
+    work: F,
+) -> F::Output {
+    let stop_at = clock.now() + chrono::Duration::from_std(max_total).unwrap_or(chrono::Duration::MAX);
+    let mut work = std::pin::pin!(work);
+    let mut renewing = true;
+    loop {
+        let earliest = deliveries.iter().filter_map(|d| d.locked_until()).min();
+        let next = match earliest {
+            Some(until) if renewing => {
+                let now = clock.now();
+                let half = ((until - now) / 2).max(chrono::Duration::milliseconds(1));
+                Some(now + half).filter(|at| *at < stop_at)
+            }
+            _ => None,
+        };
+        let Some(at) = next else {
+            return work.await;
+        };
+        tokio::select! {
+            out = &mut work => return out,
+            () = clock.sleep_until(at) => {
+                for delivery in deliveries.iter_mut() {
+                    let renewed = tokio::select! {
+                        out = &mut work => return out,
+                        r = delivery.renew_lock() => r,
+                    };
+                    if let Err(e) = renewed {
+                        renewing = false;
+                        if e.is_lock_lost() {
+                            tracing::warn!(error = %e, "a lock of a batch was lost while its handler ran; its messages \
+                                will be delivered again");
+                            cancel.cancel();
+                        } else {
+                            tracing::warn!(error = %e, "lock renewal of a batch's message failed");
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
