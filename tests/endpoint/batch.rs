@@ -514,3 +514,60 @@ async fn postgres_transport_a_batch_that_outlasts_the_lock_duration_keeps_its_lo
     assert_eq!(*calls.lock().unwrap(), 1, "the batch ran once: its locks held");
     transport.delete(&courier::EntityPath::queue(&name)).await.unwrap();
 }
+
+/// RabbitMQ (no locks; the outbox) with a Postgres store of its own: two instances
+/// share the queue; each row once, the poison click dead-lettered alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rabbitmq_two_instances_with_a_postgres_store_write_each_row_once() {
+    let clock = VirtualClock::starting_now();
+    let url = courier_tests::rabbit::amqp_url().await;
+    let one = Arc::new(courier::AmqpTransport::connect(url.clone()).await.unwrap());
+    let two = Arc::new(courier::AmqpTransport::connect(url).await.unwrap());
+    let db = courier_tests::pg::TestDatabase::create().await;
+    let pool = db.pool().await;
+    let store = courier::PostgresStore::from_pool(pool.clone());
+    store.migrate().await.unwrap();
+    let table = "rabbit_clicks";
+    sqlx::query("CREATE TABLE rabbit_clicks (message_id TEXT PRIMARY KEY, n BIGINT NOT NULL)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let name = format!("clicks-{}", uuid::Uuid::new_v4().simple());
+    let seen = Seen::default();
+    let options = BatchOptions::new()
+        .max_messages(10)
+        .max_wait(Duration::from_millis(300));
+    let mut running = Vec::new();
+    for transport in [one.clone(), two.clone()] {
+        running.push(
+            clicks_endpoint(transport, &clock, &name, &seen, options)
+                .store(store.clone())
+                .state(PgTable(table.to_owned()))
+                .start()
+                .await
+                .unwrap(),
+        );
+    }
+    send_clicks(&running[0], 0..60, 7).await;
+    advancing_until(&clock, Duration::from_millis(100), "59 rows and a dead letter", || async {
+        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM rabbit_clicks")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        let c = one.counts(&courier::EntityPath::queue(&name)).await.unwrap();
+        rows == 59 && c.dead_lettered == 1
+    })
+    .await;
+    for e in running {
+        e.shutdown().await.unwrap();
+    }
+    let numbers: Vec<i64> = sqlx::query_scalar("SELECT n FROM rabbit_clicks ORDER BY n")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(numbers, (0..60).filter(|n| *n != 7).collect::<Vec<i64>>());
+    one.delete(&courier::EntityPath::queue(&name)).await.unwrap();
+    one.close().await;
+    two.close().await;
+    db.drop_now().await;
+}
