@@ -549,14 +549,19 @@ async fn rabbitmq_two_instances_with_a_postgres_store_write_each_row_once() {
         );
     }
     send_clicks(&running[0], 0..60, 7).await;
-    advancing_until(&clock, Duration::from_millis(100), "59 rows and a dead letter", || async {
-        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM rabbit_clicks")
-            .fetch_one(&pool)
-            .await
-            .unwrap();
-        let c = one.counts(&courier::EntityPath::queue(&name)).await.unwrap();
-        rows == 59 && c.dead_lettered == 1
-    })
+    advancing_until(
+        &clock,
+        Duration::from_millis(100),
+        "59 rows and a dead letter",
+        || async {
+            let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM rabbit_clicks")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            let c = one.counts(&courier::EntityPath::queue(&name)).await.unwrap();
+            rows == 59 && c.dead_lettered == 1
+        },
+    )
     .await;
     for e in running {
         e.shutdown().await.unwrap();
@@ -570,4 +575,122 @@ async fn rabbitmq_two_instances_with_a_postgres_store_write_each_row_once() {
     one.close().await;
     two.close().await;
     db.drop_now().await;
+}
+
+/// One message a producer sends, as many times as `copies` (the same id each time).
+#[derive(Debug, Clone)]
+struct Sent {
+    poison: bool,
+    /// A body no `Click` decodes from.
+    garbage: bool,
+    copies: usize,
+}
+
+fn sent() -> impl proptest::strategy::Strategy<Value = Sent> {
+    use proptest::prelude::*;
+    (prop::bool::weighted(0.1), prop::bool::weighted(0.05), 1..=3usize).prop_map(|(poison, garbage, copies)| Sent {
+        poison,
+        garbage,
+        copies,
+    })
+}
+
+/// Over any mix of good, poison and undecodable messages, each sent up to three times,
+/// and any batch size and number of batches at once: every good message's row is written
+/// exactly once (the table's primary key would fail a second write, and with it the
+/// message), only the bad ones are dead-lettered (each copy: the inbox keeps no record of
+/// a failure), and every good message was handed over.
+#[test]
+fn any_mix_of_messages_and_batch_limits_writes_each_good_row_once() {
+    use proptest::prelude::*;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let input = (proptest::collection::vec(sent(), 0..24), 1..=12usize, 1..=3usize);
+    courier_tests::run_property(
+        &rt,
+        courier_tests::fuzz_cases(24),
+        &input,
+        |_, (messages, max, at_once)| async move {
+            let seen = Seen::default();
+            let state = seen.clone();
+            let options = BatchOptions::new()
+                .max_messages(max)
+                .max_wait(Duration::from_secs(1))
+                .concurrency(at_once);
+            let t = courier::testing::TestEndpoint::start("clicks", move |e| {
+                e.routes(Routes::new().send::<Click>("clicks"))
+                    .recoverability(RetryPolicy::default().immediate(1).delayed([]))
+                    .state(state)
+                    .batch_handler(record_clicks, options)
+            })
+            .await
+            .unwrap();
+            let sender = t
+                .broker()
+                .sender("clicks", courier::SenderOptions::default())
+                .await
+                .unwrap();
+            let mut bad_copies = 0;
+            let mut good = Vec::new();
+            for (n, m) in messages.iter().enumerate() {
+                let n = u32::try_from(n).unwrap();
+                let body = if m.garbage {
+                    b"{\"n\": \"not a number\"}".to_vec()
+                } else {
+                    serde_json::to_vec(&Click { n, poison: m.poison }).unwrap()
+                };
+                let envelope = courier::Envelope::new(body)
+                    .with_message_id(format!("click-{n}"))
+                    .with_message_type("test.Click")
+                    .with_content_type("application/json");
+                for _ in 0..m.copies {
+                    sender.send(envelope.clone()).await.unwrap();
+                }
+                if m.poison || m.garbage {
+                    bad_copies += m.copies;
+                } else {
+                    good.push(i64::from(n));
+                }
+            }
+            // Hand over every batch waiting for its time limit, retries included.
+            for _ in 0..8 {
+                t.advance(Duration::from_secs(1)).await.unwrap();
+            }
+            let rows: Vec<i64> = if good.is_empty() {
+                Vec::new()
+            } else {
+                sqlx::query_scalar("SELECT n FROM batch_clicks ORDER BY n")
+                    .fetch_all(t.read_pool())
+                    .await
+                    .unwrap()
+            };
+            prop_assert_eq!(&rows, &good, "each good row once");
+            let dead = t.dead_lettered().await.unwrap();
+            prop_assert_eq!(
+                dead.len(),
+                bad_copies,
+                "{:?}",
+                dead.iter().map(|d| &d.reason).collect::<Vec<_>>()
+            );
+            for d in &dead {
+                let n: usize = d.envelope.message_id.trim_start_matches("click-").parse().unwrap();
+                let m = &messages[n];
+                prop_assert!(
+                    m.poison || m.garbage,
+                    "a good message was dead-lettered: {:?}",
+                    d.description
+                );
+            }
+            let handed = seen.handed();
+            for n in &good {
+                let n = u32::try_from(*n).unwrap();
+                prop_assert!(handed.get(&n).copied().unwrap_or(0) >= 1);
+            }
+            t.shutdown().await.unwrap();
+            Ok(())
+        },
+    );
 }
