@@ -24,6 +24,9 @@ pub(crate) enum Work {
     /// The work of `scripts/baselines/peeklock-baseline.sh`: update one saga row and send
     /// one 1 KiB message from the handler (the inbox record is the store's, as there).
     PeekLock,
+    /// The peers' row per message, by a batch handler of up to `.0` messages, `.1` batches
+    /// at once, with ONE multi-row insert per batch (issue 32, part 2).
+    Batch(usize, usize),
 }
 
 /// The queue the [`Work::PeekLock`] handler sends its [`Shipment`] to (nobody reads it).
@@ -48,6 +51,26 @@ pub(crate) async fn place(order: PlaceOrder, ctx: &mut Context) -> Result<(), Ha
         .execute(&mut *tx)
         .await?;
     ctx.state::<Arc<Progress>>()?.tick();
+    Ok(())
+}
+
+/// The batch handler: one `INSERT ... SELECT FROM unnest(...)` for the batch's rows, in
+/// the batch's transaction (which also records every message in the inbox and completes
+/// them).
+#[courier::handler]
+pub(crate) async fn place_batch(orders: Batch<PlaceOrder>, ctx: &mut BatchContext) -> Result<(), HandlerError> {
+    let keys: Vec<i64> = orders.messages().iter().map(|o| order_key(o.n)).collect();
+    let bytes: Vec<i32> = orders.messages().iter().map(|o| order_bytes(&o.payload)).collect();
+    let tx = ctx.transaction::<courier::sqlx::Postgres>()?;
+    sqlx::query("INSERT INTO orders (n, bytes) SELECT * FROM unnest($1::int8[], $2::int4[])")
+        .bind(&keys)
+        .bind(&bytes)
+        .execute(&mut *tx)
+        .await?;
+    let progress = ctx.state::<Arc<Progress>>()?;
+    for _ in 0..keys.len() {
+        progress.tick();
+    }
     Ok(())
 }
 
@@ -135,6 +158,13 @@ pub(crate) async fn drain(n: u64, handlers: usize, group: usize, pool: u32, work
     let builder = match work {
         Work::Row => builder.handler(place),
         Work::PeekLock => builder.routes(Routes::new().send::<Shipment>(SHIPMENTS)).handler(ship),
+        Work::Batch(max, at_once) => builder.batch_handler(
+            place_batch,
+            BatchOptions::new()
+                .max_messages(max)
+                .max_wait(Duration::from_millis(50))
+                .concurrency(at_once),
+        ),
     };
     let running = builder.start().await.unwrap();
     progress.done.notified().await;
@@ -156,7 +186,7 @@ pub(crate) async fn drain(n: u64, handlers: usize, group: usize, pool: u32, work
         .await
         .unwrap();
     let expected = match work {
-        Work::Row => (order_key(n), 0, 0),
+        Work::Row | Work::Batch(..) => (order_key(n), 0, 0),
         Work::PeekLock => (0, order_key(n), order_key(n)),
     };
     assert_eq!(

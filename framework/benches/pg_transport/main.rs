@@ -9,10 +9,13 @@
 //! - `--handlers 8,32`: handlers at once; `--group G`: Courier's group commit for the
 //!   grouped runs (default 10); `--pool P`: connections of each system's pool (default
 //!   20, the same for all);
-//! - `--parts baseline,peeklock,courier,apalis,graphile,counter,send`: which parts run
+//! - `--parts baseline,peeklock,courier,batch,apalis,graphile,counter,send`: which parts run
 //!   (default all): `baseline` is the set-based `pg-handler-baseline.sh` (with `--clients`),
 //!   `peeklock` the PeekLock baseline `peeklock-baseline.sh` at each number of handlers
 //!   with Courier doing the same work next to it, `courier` Courier with the peers' handler;
+//! - `--parts batch`: a batch handler (one multi-row insert per batch) of each of
+//!   `--batch-sizes` (default `10,100`) messages, `--clients` batches at once, compared
+//!   with the set-based baseline at 10 messages per transaction;
 //! - `--senders 1,8,32` and `--counter-secs S` (default 5, quick 2): the numbering part
 //!   and the send path;
 //! - `--parts send`: the send path (`send_path.rs`): `Sender::send` against the raw INSERT
@@ -99,6 +102,7 @@ struct Opts {
     counter_secs: f64,
     batch: usize,
     send_rounds: usize,
+    batch_sizes: Vec<usize>,
 }
 
 impl Opts {
@@ -113,7 +117,7 @@ impl Opts {
             pool: arg("--pool").unwrap_or(20),
             parts: list("--parts").unwrap_or_else(|| {
                 [
-                    "baseline", "peeklock", "courier", "apalis", "graphile", "counter", "send",
+                    "baseline", "peeklock", "courier", "batch", "apalis", "graphile", "counter", "send",
                 ]
                 .map(String::from)
                 .to_vec()
@@ -122,6 +126,7 @@ impl Opts {
             counter_secs: arg("--counter-secs").unwrap_or(if quick { 2.0 } else { 5.0 }),
             batch: arg("--batch").unwrap_or(100),
             send_rounds: arg("--send-rounds").unwrap_or(if quick { 1 } else { 3 }),
+            batch_sizes: list("--batch-sizes").unwrap_or_else(|| vec![10, 100]),
         }
     }
 
@@ -185,6 +190,9 @@ fn courier_label(work: Work, h: usize, group: usize) -> String {
     let who = match work {
         Work::Row => "courier",
         Work::PeekLock => "courier (PeekLock work)",
+        Work::Batch(max, at_once) => {
+            return format!("courier batch handler of {max}, {at_once} batches at once, one insert per batch");
+        }
     };
     if group <= 1 {
         format!("{who}, {h} at once, one transaction per message")
@@ -309,6 +317,19 @@ fn main() {
                     rt.block_on(courier_side::drain(n, h, group, pool, Work::Row))
                 });
             }
+        }
+    }
+    if opts.runs("batch") {
+        println!(
+            "courier batch handlers: Postgres transport + transport.store(), {} batches at once (the set-based \
+             baseline's clients)",
+            opts.clients
+        );
+        for &max in &opts.batch_sizes {
+            let work = Work::Batch(max, opts.clients);
+            measure(courier_label(work, opts.clients, 1), opts.clients, &|| {
+                rt.block_on(courier_side::drain(n, opts.clients, 1, pool, work))
+            });
         }
     }
     if opts.runs("apalis") {
