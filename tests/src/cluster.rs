@@ -172,6 +172,33 @@ impl Cluster {
         }
     }
 
+    /// What node `i` says of the cluster and of `queue` (`rabbitmqctl cluster_status`,
+    /// `rabbitmq-queues quorum_status`), for a test that failed to tell; what failed to
+    /// run says so in the text.
+    pub async fn describe(&self, i: usize, queue: &str) -> String {
+        let name = self.nodes[i].name.as_str();
+        let mut text = String::new();
+        for args in [
+            &["exec", name, "rabbitmqctl", "-q", "cluster_status"][..],
+            &["exec", name, "rabbitmq-queues", "-q", "quorum_status", queue][..],
+            &[
+                "exec",
+                name,
+                "rabbitmqctl",
+                "-q",
+                "list_queues",
+                "name",
+                "messages",
+                "messages_unacknowledged",
+                "consumers",
+            ][..],
+        ] {
+            let out = docker_output(args).await.unwrap_or_else(|e| e);
+            text.push_str(&format!("$ {}\n{out}\n", args[2..].join(" ")));
+        }
+        text
+    }
+
     /// Removes the containers (and with the last, the network).
     pub async fn remove(self) {
         for node in self.nodes {
