@@ -222,12 +222,7 @@ impl Store for EmbeddedStore {
             .await
             .map_err(|e| db_error("cannot begin the batch's transaction", e))?;
         let duplicates = record_batch(conn(&mut lease)?, endpoint, &ids, now).await?;
-        let Some(first) = ids
-            .iter()
-            .zip(&duplicates)
-            .find(|(_, d)| d.is_none())
-            .map(|(id, _)| id.clone())
-        else {
+        let Some(first) = BeginBatch::first_fresh(&ids, &duplicates) else {
             // Dropping the lease rolls the transaction back.
             drop(lease);
             return Ok(BeginBatch { work: None, duplicates });

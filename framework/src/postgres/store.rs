@@ -489,12 +489,7 @@ impl Store for PgTransportStore {
             .await
             .map_err(|e| db_error("cannot begin the batch's transaction", e))?;
         let duplicates = record_batch(&mut tx, endpoint, &ids, now).await?;
-        let Some(first) = ids
-            .iter()
-            .zip(&duplicates)
-            .find(|(_, d)| d.is_none())
-            .map(|(id, _)| id.clone())
-        else {
+        let Some(first) = BeginBatch::first_fresh(&ids, &duplicates) else {
             return Ok(BeginBatch { work: None, duplicates });
         };
         let mut locks = members

@@ -355,6 +355,15 @@ impl BeginBatch {
             duplicates: Vec::new(),
         }
     }
+
+    /// The id of the first member `duplicates` says is fresh (the batch's outbox rows are
+    /// kept under it), if any.
+    pub(crate) fn first_fresh(ids: &[String], duplicates: &[Option<Vec<OutboxMessage>>]) -> Option<String> {
+        ids.iter()
+            .zip(duplicates)
+            .find(|(_, d)| d.is_none())
+            .map(|(id, _)| id.clone())
+    }
 }
 
 /// What a committed unit of work leaves to do.

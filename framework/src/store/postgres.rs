@@ -227,12 +227,12 @@ impl Store for PostgresStore {
             .await
             .map_err(|e| db_error("cannot begin the batch's transaction", e))?;
         let duplicates = record_batch(&mut tx, endpoint, &ids, now).await?;
-        let first_fresh = ids.iter().zip(&duplicates).find(|(_, d)| d.is_none()).map(|(id, _)| id);
+        let first_fresh = BeginBatch::first_fresh(&ids, &duplicates);
         let work = first_fresh.map(|id| {
             Box::new(PgWork {
                 tx,
                 endpoint: endpoint.to_owned(),
-                source_id: id.clone(),
+                source_id: id,
                 checked: false,
             }) as Box<dyn crate::store::UnitOfWork>
         });

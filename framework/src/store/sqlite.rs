@@ -545,7 +545,7 @@ impl Store for SqliteStore {
             .await
             .map_err(|e| db_error("cannot begin the batch's transaction", e))?;
         let duplicates = record_batch(&mut tx, endpoint, &ids, now).await?;
-        let first_fresh = ids.iter().zip(&duplicates).find(|(_, d)| d.is_none()).map(|(id, _)| id);
+        let first_fresh = BeginBatch::first_fresh(&ids, &duplicates);
         let Some(id) = first_fresh else {
             // Every member was processed before: roll back, then give the turn back.
             drop(tx);
@@ -555,7 +555,7 @@ impl Store for SqliteStore {
         let work = SqliteWork {
             tx,
             endpoint: endpoint.to_owned(),
-            source_id: id.clone(),
+            source_id: id,
             _turn: turn,
         };
         Ok(BeginBatch {

@@ -19,49 +19,15 @@ pub(super) async fn run_renewing<F: Future>(
     cancel: &CancellationToken,
     work: F,
 ) -> F::Output {
-    let stop_at = clock.now() + chrono::Duration::from_std(max_total).unwrap_or(chrono::Duration::MAX);
-    let mut work = std::pin::pin!(work);
-    let mut renewing = true;
-    loop {
-        let next = match delivery.locked_until() {
-            Some(until) if renewing => {
-                let now = clock.now();
-                let half = ((until - now) / 2).max(chrono::Duration::milliseconds(1));
-                Some(now + half).filter(|at| *at < stop_at)
-            }
-            _ => None,
-        };
-        let Some(at) = next else {
-            return work.await;
-        };
-        tokio::select! {
-            out = &mut work => return out,
-            () = clock.sleep_until(at) => {
-                // The work goes on while the renewal waits: with a store in the broker's
-                // own database the broker serves the renewal only after the work's
-                // transaction ends.
-                let renewed = tokio::select! {
-                    out = &mut work => return out,
-                    r = delivery.renew_lock() => r,
-                };
-                if let Err(e) = renewed {
-                    renewing = false;
-                    if e.is_lock_lost() {
-                        tracing::warn!(error = %e, "lock lost while the handler ran; the message will be delivered again");
-                        cancel.cancel();
-                    } else {
-                        tracing::warn!(error = %e, "lock renewal failed");
-                    }
-                }
-            }
-        }
-    }
+    run_renewing_all(&mut [delivery], clock, max_total, cancel, work).await
 }
 
-/// Runs `work` while renewing the locks of every delivery of a batch, for at most
-/// `max_total`: each round at half the earliest lock's remaining time, one delivery after
-/// the other. A lost lock fires `cancel`: the batch's transaction would not commit (its
-/// completion is fenced by every lock) or its messages come back anyway.
+/// Runs `work` while renewing the locks of `deliveries` (one message's, or a batch's), for
+/// at most `max_total`: each round at half the earliest lock's remaining time, one
+/// delivery after the other. The work goes on while a renewal waits: with a store in the
+/// broker's own database the broker serves the renewal only after the work's transaction
+/// ends. A lost lock fires `cancel`: the outcome can no longer settle the message (a
+/// batch's transaction would not commit: its completion is fenced by every lock).
 pub(super) async fn run_renewing_all<F: Future>(
     deliveries: &mut [&mut Delivery],
     clock: &dyn Clock,
@@ -96,11 +62,11 @@ pub(super) async fn run_renewing_all<F: Future>(
                     if let Err(e) = renewed {
                         renewing = false;
                         if e.is_lock_lost() {
-                            tracing::warn!(error = %e, "a lock of a batch was lost while its handler ran; its messages \
-                                will be delivered again");
+                            tracing::warn!(error = %e, "lock lost while the handler ran; the message will be \
+                                delivered again");
                             cancel.cancel();
                         } else {
-                            tracing::warn!(error = %e, "lock renewal of a batch's message failed");
+                            tracing::warn!(error = %e, "lock renewal failed");
                         }
                         break;
                     }
