@@ -1,7 +1,11 @@
 //! Throughput and latency of the embedded broker on a file, with its default durability
 //! (WAL, synchronous=NORMAL), next to the raw SQLite baseline measured in the same run.
 //!
-//! Run: `cargo bench -p courier --bench embedded` (add `-- --quick` for a short run).
+//! Run: `cargo bench -p courier --bench embedded` (add `-- --quick` for a short run;
+//! `-- --batch-handlers` for the batch handlers and the baseline alone). The batch
+//! handlers (issue 32) are an endpoint on the broker's own store whose batch handler
+//! writes each batch's rows with one multi-row INSERT, against the baseline's handler at
+//! 10 messages per transaction.
 //! The baseline is `scripts/baselines/sqlite-handler-baseline.py` (python3); when it
 //! cannot be found or run, the ratios are left out and the reason printed.
 
@@ -127,6 +131,105 @@ async fn batched(n: u64, batch: usize, producers: u64, consumers: u64) -> f64 {
     while tasks.join_next().await.is_some() {}
     let rate = total as f64 / start.elapsed().as_secs_f64();
     b.broker.close().await;
+    rate
+}
+
+/// What the batch handler counts: the messages it wrote.
+#[derive(Clone, Default)]
+struct Written(Arc<AtomicU64>);
+
+#[derive(serde::Serialize, serde::Deserialize, courier::Message)]
+#[message(name = "bench.Click")]
+struct Click {
+    n: u64,
+    payload: String,
+}
+
+/// The batch handler: the batch's rows in one multi-row INSERT, in the transaction that
+/// also records every message in the inbox and completes it (the broker's own store).
+#[courier::handler]
+async fn write_clicks(batch: Batch<Click>, ctx: &mut BatchContext) -> Result<(), HandlerError> {
+    let mut insert = String::from("INSERT INTO clicks (n, bytes) VALUES ");
+    let rows: Vec<String> = (0..batch.len())
+        .map(|i| format!("(?{}, ?{})", 2 * i + 1, 2 * i + 2))
+        .collect();
+    insert.push_str(&rows.join(", "));
+    let mut query = courier::sqlx::query(courier::sqlx::AssertSqlSafe(insert));
+    for click in batch.messages() {
+        query = query
+            .bind(i64::try_from(click.n).unwrap_or(i64::MAX))
+            .bind(i64::try_from(click.payload.len()).unwrap_or(0));
+    }
+    query.execute(&mut *ctx.transaction::<courier::sqlx::Sqlite>()?).await?;
+    let written = ctx.state::<Written>()?.0.clone();
+    written.fetch_add(batch.len() as u64, Ordering::Relaxed);
+    Ok(())
+}
+
+/// An endpoint with a batch handler of `max` on the broker's own store drains `n`
+/// prefilled messages of 1 KiB, `at_once` batches at once; returns messages per second,
+/// from the endpoint's start until every row is written.
+async fn batch_handler(n: u64, max: usize, at_once: usize) -> f64 {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("migrations")).unwrap();
+    std::fs::write(
+        dir.path().join("migrations/0001_clicks.sql"),
+        "CREATE TABLE clicks (n INTEGER PRIMARY KEY, bytes INTEGER NOT NULL);",
+    )
+    .unwrap();
+    let migrator = courier::sqlx::migrate::Migrator::new(dir.path().join("migrations"))
+        .await
+        .unwrap();
+    let broker = Embedded::builder()
+        .path(dir.path().join("bench.db"))
+        .migrations(migrator)
+        .open()
+        .await
+        .unwrap();
+    broker.create_queue("clicks", &QueueOptions::default()).await.unwrap();
+    let sender = broker.sender("clicks", SenderOptions::default()).await.unwrap();
+    let payload = "x".repeat(BODY - 40);
+    for from in (0..n).step_by(100) {
+        let batch = (from..(from + 100).min(n))
+            .map(|k| {
+                Click {
+                    n: k,
+                    payload: payload.clone(),
+                }
+                .to_envelope()
+                .unwrap()
+            })
+            .collect();
+        sender.send_batch(batch).await.unwrap();
+    }
+    let written = Written::default();
+    let start = Instant::now();
+    let endpoint = Endpoint::builder("clicks")
+        .transport(broker.clone())
+        .store(broker.store())
+        .state(written.clone())
+        .batch_handler(
+            write_clicks,
+            BatchOptions::new()
+                .max_messages(max)
+                .max_wait(Duration::from_millis(20))
+                .concurrency(at_once),
+        )
+        .start()
+        .await
+        .unwrap();
+    while written.0.load(Ordering::Relaxed) < n {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    let report = endpoint.shutdown().await.unwrap();
+    assert_eq!(report.completed, n, "every message completed");
+    let rows: i64 = courier::sqlx::query_scalar("SELECT count(*) FROM clicks")
+        .fetch_one(broker.read_pool())
+        .await
+        .unwrap();
+    assert_eq!(rows, i64::try_from(n).unwrap(), "each row once");
+    broker.close().await;
     rate
 }
 
@@ -284,6 +387,23 @@ fn main() {
             );
             return;
         }
+        if std::env::args().any(|a| a == "--batch-handlers") {
+            let h10 = batch_handler(20_000 * scale, 10, 2).await;
+            quiesce().await;
+            let h100 = batch_handler(20_000 * scale, 100, 2).await;
+            quiesce().await;
+            let raw = baseline().map(|(_, b10raw, _)| b10raw);
+            for (label, rate) in [("batch handler of 10", h10), ("batch handler of 100", h100)] {
+                match &raw {
+                    Ok(b10raw) => println!(
+                        "  {label}, 2 at once: {rate:.0} msg/s, {:.0}% of the raw handler at 10 msg/tx ({b10raw:.0})",
+                        100.0 * rate / b10raw
+                    ),
+                    Err(e) => println!("  {label}, 2 at once: {rate:.0} msg/s (baseline not measured: {e})"),
+                }
+            }
+            return;
+        }
         println!("embedded broker, file, durability NORMAL, {BODY} B messages");
         quiesce().await;
         let seq = one_at_a_time(2_000 * scale, 1, 1).await;
@@ -317,6 +437,12 @@ fn main() {
         let full = one_at_a_time_with(Durability::Full, 5_000 * scale, 64, 8).await;
         println!("  Durability::Full, one at a time, 64 senders / 8 receivers:  {full:>9.0} msg/s");
         quiesce().await;
+        let h10 = batch_handler(20_000 * scale, 10, 2).await;
+        println!("  batch handler of 10 (endpoint, own store), 2 at once:      {h10:>9.0} msg/s");
+        quiesce().await;
+        let h100 = batch_handler(20_000 * scale, 100, 2).await;
+        println!("  batch handler of 100 (endpoint, own store), 2 at once:     {h100:>9.0} msg/s");
+        quiesce().await;
         match baseline() {
             Ok((b1, b10raw, f1)) => {
                 println!(
@@ -334,6 +460,14 @@ fn main() {
                 println!(
                     "  ratio batched (100) / raw handler 10 msg/tx: {:.0}% ({b100:.0} / {b10raw:.0})",
                     100.0 * b100 / b10raw
+                );
+                println!(
+                    "  ratio batch handler of 10 / raw handler 10 msg/tx:  {:.0}% ({h10:.0} / {b10raw:.0})",
+                    100.0 * h10 / b10raw
+                );
+                println!(
+                    "  ratio batch handler of 100 / raw handler 10 msg/tx: {:.0}% ({h100:.0} / {b10raw:.0})",
+                    100.0 * h100 / b10raw
                 );
             }
             Err(e) => println!("  baseline not measured: {e}"),
