@@ -34,6 +34,7 @@ mod schedule;
 mod seal;
 mod sender;
 mod session_balance;
+mod session_names;
 mod session_partitions;
 mod session_queue;
 mod session_receiver;
