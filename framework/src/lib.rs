@@ -365,7 +365,9 @@ pub use transport::{
 pub use version::UpcastError;
 
 #[cfg(feature = "amqp")]
-pub use amqp::{AmqpBuilder, AmqpTransport, DEFAULT_CONNECT_TIMEOUT, ScheduleStore, WireStats};
+pub use amqp::{
+    AmqpBuilder, AmqpTransport, DEFAULT_CONNECT_TIMEOUT, DEFAULT_OPERATION_TIMEOUT, ScheduleStore, WireStats,
+};
 #[cfg(feature = "sqlite")]
 pub use embedded::{DEFAULT_READ_CONNECTIONS, Durability, Embedded, EmbeddedBuilder, EmbeddedStore};
 #[cfg(feature = "postgres")]

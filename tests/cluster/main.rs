@@ -71,6 +71,7 @@ async fn send_stream(running: Arc<RunningEndpoint>, stop: Arc<AtomicBool>, tail:
             Ok(_) => n += 1,
             Err(e) => {
                 assert!(e.is_transient(), "a send failed for good: {e}");
+                eprintln!("job {n}: the send failed with a transient error and is sent again: {e}");
                 retried.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
@@ -222,6 +223,30 @@ async fn an_endpoint_on_a_cluster_that_loses_its_node_moves_to_another_and_loses
         effects(&store).await.0 > 0
     })
     .await;
+
+    // A node paused for three heartbeats: the one the endpoint is connected to now. Its
+    // connections stay open and answer nothing; the endpoint notices the silence (about
+    // two heartbeats), moves to a node left and goes on while the node is still paused.
+    let paused = cluster.node_of(&transport.connected_node().unwrap());
+    let made = transport.connections_made();
+    let fault = Instant::now();
+    cluster.pause(paused).await;
+    let (reconnected, resumed_after) = match resumed(&transport, &store, made, fault).await {
+        Ok(times) => times,
+        Err(why) => {
+            cluster.unpause(paused).await;
+            stuck(&cluster, paused, &name, why).await
+        }
+    };
+    let moved_to = cluster.node_of(&transport.connected_node().unwrap());
+    assert_ne!(moved_to, paused, "the endpoint moved away from the paused node");
+    eprintln!(
+        "node {paused} paused: the endpoint connected to node {moved_to} {reconnected:?} after the pause, \
+         and handled a job again {resumed_after:?} after it"
+    );
+    let left = Duration::from_secs(3 * HEARTBEAT).saturating_sub(fault.elapsed());
+    tokio::time::sleep(left).await;
+    cluster.unpause(paused).await;
 
     stop.store(true, Ordering::Release);
     let sent = sender.await.unwrap();

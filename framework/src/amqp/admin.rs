@@ -423,7 +423,7 @@ impl AmqpAdmin {
         target: &Target,
         properties: BasicProperties,
         body: &[u8],
-    ) -> AdminResult<lapin::PublisherConfirm> {
+    ) -> AdminResult<super::publish::Started> {
         self.publisher
             .start(&self.inner.conn, target, properties, body)
             .await

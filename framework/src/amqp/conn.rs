@@ -60,6 +60,8 @@ pub(crate) struct Connector {
     /// `current`) gives up at once instead of making close wait for it.
     closing: CancellationToken,
     connect_timeout: Duration,
+    /// The bound on one operation that waits on RabbitMQ ([`Connector::within`]).
+    operation_timeout: Duration,
     topology: std::sync::Mutex<Vec<Declaration>>,
     /// The status of every channel opened on the current connection and not yet seen
     /// closed: [`Connector::close`] lets those being closed finish before it closes the
@@ -175,11 +177,33 @@ impl Connector {
             closed: AtomicBool::new(false),
             closing: CancellationToken::new(),
             connect_timeout,
+            operation_timeout: super::DEFAULT_OPERATION_TIMEOUT,
             topology: std::sync::Mutex::new(Vec::new()),
             opened: std::sync::Mutex::new(Vec::new()),
             phase: AtomicU8::new(ClosePhase::Open as u8),
             held: std::sync::Mutex::new(Vec::new()),
         }
+    }
+
+    /// With `bound` on each operation that waits on RabbitMQ
+    /// ([`AmqpBuilder::operation_timeout`](super::AmqpBuilder::operation_timeout)).
+    pub(crate) fn with_operation_timeout(mut self, bound: Duration) -> Self {
+        self.operation_timeout = bound;
+        self
+    }
+
+    /// The bound on one operation that waits on RabbitMQ.
+    pub(crate) fn operation_timeout(&self) -> Duration {
+        self.operation_timeout
+    }
+
+    /// Whether an acknowledgement (`ack`, `nack`, `reject`) was handed over within the
+    /// operation timeout. lapin resolves it once written to the socket; on a connection
+    /// whose node stopped answering it may never be, and the one waiting for it would
+    /// wait as long (a receive loop, a settlement). Not handed over, the delivery comes
+    /// back when RabbitMQ drops the connection, as after any lost lock.
+    pub(crate) async fn acked<T>(&self, ack: impl Future<Output = lapin::Result<T>>) -> bool {
+        matches!(tokio::time::timeout(self.operation_timeout, ack).await, Ok(Ok(_)))
     }
 
     /// Registers a place that keeps a channel ([`Held`]); it is forgotten once dropped.

@@ -17,6 +17,7 @@
 
 mod admin;
 mod browse;
+mod builder;
 mod catalog;
 mod conn;
 mod dead_letters;
@@ -52,8 +53,7 @@ use lapin::{Channel, ExchangeKind};
 use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use crate::checks::DEFAULT_MAX_MESSAGE_SIZE;
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::entity::{
     EntityCounts, EntityPath, QueueOptions, SubQueue, SubscriptionOptions, TopicOptions, validate_name,
 };
@@ -62,6 +62,7 @@ use crate::message::{Envelope, ReceivedMessage, SequenceNumber};
 use crate::transport::{Capabilities, Receiver, Sender, SenderOptions, SessionReceiver, SessionSelector, Transport};
 
 pub use admin::AmqpAdmin;
+pub use builder::AmqpBuilder;
 use conn::{Connector, Declaration, connection_error, declare, reply_code};
 use inspect::WireCounters;
 pub use inspect::WireStats;
@@ -76,6 +77,11 @@ use sender::AmqpSender;
 /// The default bound on connecting (and reconnecting) before a call fails with a
 /// transient [`ErrorKind::Connection`].
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The default bound on an operation that waits on RabbitMQ (a publish and its confirm,
+/// an acknowledgement) before it fails with a transient [`ErrorKind::Connection`] whose
+/// outcome is unknown ([`AmqpBuilder::operation_timeout`]).
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The last sequence number stamped by any transport of this process.
 static LAST_SEQUENCE_NUMBER: AtomicI64 = AtomicI64::new(0);
@@ -398,97 +404,6 @@ async fn dispatcher(inner: Arc<Inner>, store: ScheduleStore) {
     }
 }
 
-/// Builds an [`AmqpTransport`].
-#[must_use]
-pub struct AmqpBuilder {
-    /// The URLs of the nodes, as given ([`AmqpBuilder::nodes`]).
-    urls: Vec<String>,
-    clock: Arc<dyn Clock>,
-    schedules: Option<ScheduleStore>,
-    max_message_size: usize,
-    connect_timeout: Duration,
-    connection_name: String,
-    tls_roots: Option<String>,
-}
-
-impl std::fmt::Debug for AmqpBuilder {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AmqpBuilder")
-            .field("urls", &self.urls.iter().map(|u| conn::redact(u)).collect::<Vec<_>>())
-            .field("connect_timeout", &self.connect_timeout)
-            .finish_non_exhaustive()
-    }
-}
-
-impl AmqpBuilder {
-    /// The clock for enqueued times, time-to-live and scheduled messages.
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
-        self
-    }
-
-    /// Where scheduled messages wait until due (needed for [`Sender::schedule`], delayed
-    /// retries and `send_at`/`send_after`); usually the endpoint's store.
-    pub fn schedules(mut self, store: impl Into<ScheduleStore>) -> Self {
-        self.schedules = Some(store.into());
-        self
-    }
-
-    /// The largest message accepted (default [`DEFAULT_MAX_MESSAGE_SIZE`]).
-    pub fn max_message_size(mut self, bytes: usize) -> Self {
-        self.max_message_size = bytes;
-        self
-    }
-
-    /// How long connecting may take before a call fails (default
-    /// [`DEFAULT_CONNECT_TIMEOUT`]); reconnecting after a drop waits as long.
-    pub fn connect_timeout(mut self, d: Duration) -> Self {
-        self.connect_timeout = d;
-        self
-    }
-
-    /// Root certificates (PEM) to trust for `amqps://` besides the system's: a private
-    /// certificate authority.
-    pub fn tls_root_certificates(mut self, pem: impl Into<String>) -> Self {
-        self.tls_roots = Some(pem.into());
-        self
-    }
-
-    /// The connection name shown in RabbitMQ's management UI.
-    pub fn connection_name(mut self, name: impl Into<String>) -> Self {
-        self.connection_name = name.into();
-        self
-    }
-
-    /// Connects.
-    ///
-    /// # Errors
-    /// [`ErrorKind::Connection`] (transient) when RabbitMQ cannot be reached within the
-    /// connect timeout; the error names the URL without its password.
-    /// [`ErrorKind::InvalidOptions`] when a URL or the list of nodes cannot be read.
-    pub async fn open(self) -> Result<AmqpTransport> {
-        let nodes =
-            nodes::Nodes::parse(&self.urls).map_err(|reason| Error::new(ErrorKind::InvalidOptions { reason }))?;
-        let inner = Arc::new(Inner {
-            conn: Connector::new(nodes, self.connection_name, self.connect_timeout, self.tls_roots),
-            clock: self.clock,
-            schedules: self.schedules.clone(),
-            max_message_size: self.max_message_size,
-            wake: Notify::new(),
-            internal: ConfirmChannel::default(),
-            stop: CancellationToken::new(),
-            wire: WireCounters::default(),
-            seal_keys: seal::Keys::default(),
-            sessions: sessions::Hubs::default(),
-        });
-        inner.conn.connection().await?;
-        if let Some(store) = self.schedules {
-            tokio::spawn(dispatcher(inner.clone(), store));
-        }
-        Ok(AmqpTransport { inner })
-    }
-}
-
 /// The RabbitMQ transport. Cheap to share behind an `Arc<dyn Transport>`; one AMQP
 /// connection, re-established with backoff when it drops.
 ///
@@ -521,15 +436,7 @@ impl AmqpTransport {
     /// commas (`amqp://user:password@h1:5672,h2:5672,h3:5672/vhost`), or
     /// [`AmqpBuilder::nodes`].
     pub fn builder(url: impl Into<String>) -> AmqpBuilder {
-        AmqpBuilder {
-            urls: vec![url.into()],
-            clock: Arc::new(SystemClock),
-            schedules: None,
-            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
-            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-            connection_name: "courier".to_owned(),
-            tls_roots: None,
-        }
+        AmqpBuilder::new(url.into())
     }
 
     /// Connects to `url` with the defaults (no scheduled messages).

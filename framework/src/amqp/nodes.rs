@@ -14,7 +14,6 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use super::AmqpBuilder;
 use super::conn::redact;
 
 /// How long one attempt on one node may take when there are several: a node whose
@@ -136,41 +135,6 @@ fn split(url: &str) -> Result<Vec<Node>, String> {
         });
     }
     Ok(nodes)
-}
-
-impl AmqpBuilder {
-    /// The nodes of a RabbitMQ cluster to connect to, replacing the builder's URL: each URL
-    /// names one node or several (`amqp://user:password@h1:5672,h2:5672/%2f`, as the URL
-    /// of [`AmqpTransport::builder`](super::AmqpTransport::builder) may). The transport
-    /// connects to one; when that connection is lost it connects to the next one that
-    /// answers, with the same backoff, connect timeout and guarantees as a reconnect to a
-    /// single node (see docs/rabbitmq.md, "A cluster"). With several nodes, one attempt on
-    /// one node takes at most 5 s, so that a node that accepts connections and never
-    /// answers leaves time for the others.
-    ///
-    /// The nodes share their virtual host; a bad list makes [`open`](Self::open) fail
-    /// with [`ErrorKind::InvalidOptions`](crate::ErrorKind::InvalidOptions) saying what
-    /// to write.
-    ///
-    /// # Examples
-    ///
-    /// ```no_run
-    /// # async fn run() -> courier::Result<()> {
-    /// use courier::AmqpTransport;
-    /// let rabbit = AmqpTransport::builder("amqp://app:secret@rabbit-1:5672/%2f")
-    ///     .nodes(["amqp://app:secret@rabbit-1:5672/%2f", "amqp://app:secret@rabbit-2:5672,rabbit-3:5672/%2f"])
-    ///     .open()
-    ///     .await?;
-    /// # let _ = rabbit; Ok(()) }
-    /// ```
-    pub fn nodes<I, S>(mut self, urls: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.urls = urls.into_iter().map(Into::into).collect();
-        self
-    }
 }
 
 #[cfg(test)]

@@ -1,10 +1,12 @@
 //! Publishing with publisher confirms on a channel that is opened again after a failure.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::{BasicProperties, Channel, Confirmation, PublisherConfirm};
 use tokio::sync::Mutex;
+use tokio::time::Instant;
 
 use crate::error::{Error, ErrorKind, Result};
 
@@ -81,35 +83,76 @@ impl ConfirmChannel {
         Ok(channel)
     }
 
-    /// Publishes without waiting for the confirm; the returned future resolves to it.
+    /// Publishes without waiting for the confirm, which [`finish`] awaits. Opening the
+    /// channel, the publish and its confirm share one deadline, the connection's
+    /// operation timeout: past it the publish fails as [`unanswered`] and the channel
+    /// it waited on is closed, so that the next publish opens another.
     pub(crate) async fn start(
         &self,
         conn: &Connector,
         target: &Target,
         properties: BasicProperties,
         body: &[u8],
-    ) -> Result<PublisherConfirm> {
-        let channel = self.get(conn).await?;
+    ) -> Result<Started> {
+        let bound = conn.operation_timeout();
+        let deadline = Instant::now() + bound;
+        let Ok(channel) = tokio::time::timeout_at(deadline, self.get(conn)).await else {
+            return Err(unanswered(target, bound));
+        };
+        let channel = channel?;
         let options = BasicPublishOptions {
             mandatory: matches!(target, Target::Queue(_)),
             ..BasicPublishOptions::default()
         };
-        channel
-            .basic_publish(
+        let published = tokio::time::timeout_at(
+            deadline,
+            channel.basic_publish(
                 target.exchange().into(),
                 target.routing_key().into(),
                 options,
                 body,
                 properties,
-            )
-            .await
-            .map_err(|e| publish_error(target, &e))
+            ),
+        )
+        .await;
+        match published {
+            Ok(Ok(confirm)) => Ok(Started {
+                confirm,
+                channel,
+                deadline,
+                bound,
+            }),
+            Ok(Err(e)) => Err(publish_error(target, &e)),
+            Err(_) => {
+                close_later(channel);
+                Err(unanswered(target, bound))
+            }
+        }
     }
 }
 
-/// Waits for a publish's confirm and says what it means.
-pub(crate) async fn finish(target: &Target, confirm: PublisherConfirm) -> Result<()> {
-    match confirm.await {
+/// A publish handed to lapin, its confirm awaited by [`finish`] until the deadline set
+/// at its start.
+pub(crate) struct Started {
+    confirm: PublisherConfirm,
+    channel: Channel,
+    deadline: Instant,
+    bound: Duration,
+}
+
+/// Waits for a publish's confirm (until its deadline) and says what it means.
+pub(crate) async fn finish(target: &Target, started: Started) -> Result<()> {
+    let Started {
+        confirm,
+        channel,
+        deadline,
+        bound,
+    } = started;
+    let Ok(confirmed) = tokio::time::timeout_at(deadline, confirm).await else {
+        close_later(channel);
+        return Err(unanswered(target, bound));
+    };
+    match confirmed {
         Ok(Confirmation::Ack(None) | Confirmation::NotRequested) => Ok(()),
         Ok(Confirmation::Ack(Some(returned)) | Confirmation::Nack(Some(returned))) => Err(match returned.reply_code {
             312 | 404 => target.not_found(),
@@ -129,6 +172,21 @@ pub(crate) async fn finish(target: &Target, confirm: PublisherConfirm) -> Result
         })),
         Err(e) => Err(publish_error(target, &e)),
     }
+}
+
+/// A publish that RabbitMQ neither confirmed nor refused within the operation timeout:
+/// transient, its outcome unknown.
+fn unanswered(target: &Target, bound: Duration) -> Error {
+    Error::new(ErrorKind::Connection {
+        detail: format!(
+            "publishing to {} got no answer from RabbitMQ within {} s (the transport's operation timeout); the \
+             outcome is unknown: send the message again with the same message id (the receiving endpoint's inbox \
+             drops a duplicate). A node that stopped answering is left after about two heartbeats (set \
+             ?heartbeat=N in the URL); a broker short of memory or disk holds publishes back until its alarm clears",
+            target.name(),
+            bound.as_secs_f64()
+        ),
+    })
 }
 
 fn publish_error(target: &Target, e: &lapin::Error) -> Error {

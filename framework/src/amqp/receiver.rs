@@ -267,7 +267,7 @@ impl AmqpReceiver {
             match result {
                 Ok(()) => {
                     self.dead_lettered(&d.copy.message_id, d.delivery_tag, d.reason, &d.description);
-                    let _ = d.acker.ack(BasicAckOptions::default()).await;
+                    self.inner.conn.acked(d.acker.ack(BasicAckOptions::default())).await;
                 }
                 Err(e) => {
                     tracing::error!(
@@ -280,7 +280,7 @@ impl AmqpReceiver {
                         requeue: true,
                         ..BasicNackOptions::default()
                     };
-                    let _ = d.acker.nack(requeue).await;
+                    self.inner.conn.acked(d.acker.nack(requeue)).await;
                 }
             }
         }
@@ -538,9 +538,10 @@ impl AmqpSettler {
     }
 
     async fn ack(&self) -> Result<()> {
-        match self.acker.ack(BasicAckOptions::default()).await {
-            Ok(_) => Ok(()),
-            Err(_) => Err(Self::lock_lost()),
+        if self.inner.conn.acked(self.acker.ack(BasicAckOptions::default())).await {
+            Ok(())
+        } else {
+            Err(Self::lock_lost())
         }
     }
 }
@@ -582,9 +583,10 @@ impl AmqpSettler {
                     requeue: true,
                     ..BasicNackOptions::default()
                 };
-                match self.acker.nack(requeue).await {
-                    Ok(_) => Ok(()),
-                    Err(_) => Err(Self::lock_lost()),
+                if self.inner.conn.acked(self.acker.nack(requeue)).await {
+                    Ok(())
+                } else {
+                    Err(Self::lock_lost())
                 }
             }
             Settlement::DeadLetter {
@@ -627,13 +629,14 @@ impl Drop for AmqpSettler {
             return;
         }
         let acker = self.acker.clone();
+        let inner = self.inner.clone();
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(async move {
                 let requeue = BasicNackOptions {
                     requeue: true,
                     ..BasicNackOptions::default()
                 };
-                let _ = acker.nack(requeue).await;
+                inner.conn.acked(acker.nack(requeue)).await;
             });
         }
     }

@@ -83,7 +83,7 @@ pub(crate) async fn balance(inner: Arc<Inner>, hub: Arc<Hub>) {
                 next = next_of(&mut presence) => match next {
                     // Nobody sends to the roll call; what another program put there goes.
                     Some(Ok(d)) => {
-                        let _ = d.acker.reject(BasicRejectOptions { requeue: false }).await;
+                        inner.conn.acked(d.acker.reject(BasicRejectOptions { requeue: false })).await;
                     }
                     Some(Err(_)) | None => {
                         presence = None;

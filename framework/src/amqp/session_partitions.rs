@@ -48,7 +48,7 @@ pub(crate) async fn move_to_dead_letters(
     match result {
         Ok(()) => {
             crate::endpoint::metrics::count_dead_lettered("amqp", source, reason, 1);
-            let _ = acker.ack(BasicAckOptions::default()).await;
+            inner.conn.acked(acker.ack(BasicAckOptions::default())).await;
         }
         Err(e) => {
             tracing::error!(dead_letter_queue = %dlq, error = %e,
@@ -57,7 +57,7 @@ pub(crate) async fn move_to_dead_letters(
                 requeue: true,
                 ..BasicNackOptions::default()
             };
-            let _ = acker.nack(requeue).await;
+            inner.conn.acked(acker.nack(requeue)).await;
         }
     }
 }

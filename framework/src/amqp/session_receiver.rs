@@ -132,7 +132,7 @@ impl Receiver for AmqpSessionReceiver {
                 continue;
             };
             // Settled as it leaves: a message whose ack fails is lost (S2.1, at most once).
-            let _ = held.acker.ack(BasicAckOptions::default()).await;
+            self.inner.conn.acked(held.acker.ack(BasicAckOptions::default())).await;
             message.broker.lock_token = None;
             message.broker.locked_until = None;
             out.push(message);
@@ -239,7 +239,9 @@ impl SessionSettler {
                 if !held.channel.status().connected() {
                     return Err(lost());
                 }
-                held.acker.ack(BasicAckOptions::default()).await.map_err(|_| lost())?;
+                if !self.inner.conn.acked(held.acker.ack(BasicAckOptions::default())).await {
+                    return Err(lost());
+                }
                 Ok(())
             }
             Settlement::DeadLetter {
@@ -263,7 +265,9 @@ impl SessionSettler {
                     self.settled.store(false, Ordering::Release);
                     return Err(e);
                 }
-                held.acker.ack(BasicAckOptions::default()).await.map_err(|_| lost())?;
+                if !self.inner.conn.acked(held.acker.ack(BasicAckOptions::default())).await {
+                    return Err(lost());
+                }
                 Ok(())
             }
         }
