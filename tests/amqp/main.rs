@@ -22,6 +22,7 @@ mod retry_headers;
 mod scheduled;
 mod session_ids;
 mod sessions;
+mod silent;
 mod support;
 mod test_servers;
 mod tls;

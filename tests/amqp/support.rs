@@ -36,6 +36,14 @@ pub async fn rabbit(store: &PostgresStore, clock: Option<&VirtualClock>) -> Arc<
     Arc::new(b.open().await.unwrap())
 }
 
+/// `host:port` and the user info of the test broker's URL.
+pub fn broker_parts(url: &str) -> (String, String) {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let (userinfo, hostpart) = rest.rsplit_once('@').unwrap_or(("guest:guest", rest));
+    let host = hostpart.split('/').next().unwrap_or(hostpart).to_owned();
+    (host, userinfo.to_owned())
+}
+
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
 }

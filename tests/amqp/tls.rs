@@ -12,6 +12,8 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
+use crate::support::broker_parts;
+
 /// A TLS proxy on 127.0.0.1 to the plain AMQP port; returns its port and the
 /// certificate's PEM.
 async fn tls_proxy(upstream: String) -> (u16, String) {
@@ -50,14 +52,6 @@ async fn tls_proxy(upstream: String) -> (u16, String) {
         }
     });
     (port, pem)
-}
-
-/// `host:port` and the user info of the test broker's URL.
-fn broker_parts(url: &str) -> (String, String) {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let (userinfo, hostpart) = rest.rsplit_once('@').unwrap_or(("guest:guest", rest));
-    let host = hostpart.split('/').next().unwrap_or(hostpart).to_owned();
-    (host, userinfo.to_owned())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
