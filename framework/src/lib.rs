@@ -314,6 +314,8 @@ pub use endpoint::batch::{Batch, BatchContext, BatchHandler, BatchOptions};
 pub use endpoint::bus::{Bus, SendOptions};
 pub use endpoint::context::Context;
 pub use endpoint::handler::{BoxFuture, Declared, Handler, HandlerError, Message, ResultExt};
+pub use endpoint::history::{DEFAULT_HISTORY_MAX_BYTES, DEFAULT_HISTORY_RETENTION, HistoryOptions};
+pub use store::history::{HistoryDetail, HistoryEvent, HistoryKind, SagaChange, SentMessage, TimeoutMark};
 
 #[doc(hidden)]
 #[path = "private.rs"]

@@ -84,6 +84,32 @@ fn conn(lease: &mut Lease) -> Result<&mut SqliteConnection> {
     lease.conn().ok_or_else(|| Error::new(ErrorKind::Closed))
 }
 
+/// `work` in a write transaction of the lent connection: committed if it succeeds, rolled
+/// back if not (dropping the lease before the COMMIT rolls it back too).
+async fn in_transaction<T>(
+    lease: &mut Lease,
+    what: &'static str,
+    work: impl AsyncFnOnce(&mut SqliteConnection) -> Result<T>,
+) -> Result<T> {
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(conn(lease)?)
+        .await
+        .map_err(|e| db_error(what, e))?;
+    match work(conn(lease)?).await {
+        Ok(out) => {
+            sqlx::query("COMMIT")
+                .execute(conn(lease)?)
+                .await
+                .map_err(|e| db_error(what, e))?;
+            Ok(out)
+        }
+        Err(e) => {
+            let _ = sqlx::query("ROLLBACK").execute(conn(lease)?).await;
+            Err(e)
+        }
+    }
+}
+
 struct EmbeddedWork {
     lease: Lease,
     endpoint: String,
@@ -339,6 +365,26 @@ impl Store for EmbeddedStore {
     async fn dead_lettered_outbox(&self, endpoint: &str, limit: i64) -> Result<Vec<OutboxDeadLetter>> {
         let mut lease = self.lease().await?;
         outbox_dead_letters(conn(&mut lease)?, endpoint, limit).await
+    }
+
+    fn keeps_history(&self) -> bool {
+        true
+    }
+
+    async fn record_history(&self, event: &crate::store::history::HistoryEvent) -> Result<()> {
+        let mut lease = self.lease().await?;
+        in_transaction(&mut lease, "recording the history of a message", async |c| {
+            crate::store::sqlite_history::record(c, event).await
+        })
+        .await
+    }
+
+    async fn purge_history(&self, endpoint: &str, before: DateTime<Utc>, limit: i64) -> Result<u64> {
+        let mut lease = self.lease().await?;
+        in_transaction(&mut lease, "purging the history", async |c| {
+            crate::store::sqlite_history::purge(c, endpoint, before, limit).await
+        })
+        .await
     }
 
     /// In the broker's own file, as [`SqliteStore`](crate::SqliteStore) keeps it.

@@ -59,6 +59,8 @@ pub struct Context {
     held: Vec<Box<dyn Any + Send>>,
     /// What saga handlers did, collected only when the endpoint has an observer.
     observed: Option<Vec<crate::endpoint::observe::SagaEffects>>,
+    /// When the handling began (the endpoint's clock).
+    started_at: chrono::DateTime<chrono::Utc>,
     /// What saga handlers did, for the metrics once the handling commits.
     saga_tally: Vec<crate::endpoint::metrics::SagaTally>,
     /// Who holds the saga instance locks this handling takes.
@@ -105,6 +107,7 @@ pub(crate) struct ContextParts {
 impl Context {
     pub(crate) fn new(parts: ContextParts) -> Self {
         Self {
+            started_at: parts.clock.now(),
             endpoint: parts.endpoint,
             message: parts.message,
             attempt: parts.attempt,
@@ -156,6 +159,16 @@ impl Context {
     }
 
     /// Records what a saga handler did, when the endpoint has an observer.
+    /// When the handling began (the endpoint's clock).
+    pub(crate) fn started_at(&self) -> chrono::DateTime<chrono::Utc> {
+        self.started_at
+    }
+
+    /// Whether an observer or the history collects what the sagas did.
+    pub(crate) fn is_observing(&self) -> bool {
+        self.observed.is_some()
+    }
+
     pub(crate) fn observe_saga(&mut self, effects: impl FnOnce() -> crate::endpoint::observe::SagaEffects) {
         if let Some(observed) = &mut self.observed {
             observed.push(effects());

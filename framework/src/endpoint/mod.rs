@@ -5,13 +5,15 @@
 //! the running endpoint is `runtime/` (its `mod.rs` maps it), handlers and the macros'
 //! support `handler.rs`, a handler's context `context.rs`, sending `bus.rs` and
 //! `routing.rs`, retries and dead-letter reasons `recoverability.rs`, metrics and traces
-//! `metrics.rs` and `trace.rs`, and what the endpoint keeps for sagas, with the trait a
+//! `metrics.rs` and `trace.rs`, the history's option and events `history.rs`, and what
+//! the endpoint keeps for sagas, with the trait a
 //! saga joins it through, `sagas.rs`. The endpoint runs on the transport and store traits
 //! only, and does not name the saga module (the macros' support in `handler.rs` aside).
 
 pub(crate) mod bus;
 pub(crate) mod context;
 pub(crate) mod handler;
+pub(crate) mod history;
 pub(crate) mod metrics;
 pub(crate) mod not_found_seal;
 pub(crate) mod observe;
@@ -373,6 +375,7 @@ pub struct EndpointBuilder {
     /// The longest `max_wait` of the batch handlers.
     batch_max_wait: Duration,
     observer: Option<Arc<dyn observe::Observer>>,
+    history: Option<history::HistoryOptions>,
     accept_messages_without_id: bool,
     metrics_sampling: Option<Duration>,
     /// What each handler and saga declared it sends: (its name, the types).
@@ -418,6 +421,7 @@ impl EndpointBuilder {
             batch_holding: 0,
             batch_max_wait: Duration::ZERO,
             observer: None,
+            history: None,
             accept_messages_without_id: false,
             metrics_sampling: None,
             declared: Vec::new(),
@@ -671,6 +675,9 @@ impl EndpointBuilder {
         if self.inbox_retention < Duration::from_secs(60) {
             return invalid("inbox_retention must be at least a minute (redeliveries would be handled again)");
         }
+        if let Some(options) = &self.history {
+            history::check_start(&self.name, options, self.store.as_deref())?;
+        }
         if self.batch_holding > 0 {
             batch::check_start(
                 &self.name,
@@ -702,6 +709,9 @@ impl EndpointBuilder {
         if self.check_routes {
             routing::warn_missing_queues(&*transport, &self.name, &self.routes).await;
         }
+        let history = self
+            .history
+            .map(|options| Arc::new(history::Recorder::new(&self.name, options)));
         let config = runtime::Config {
             name: self.name.into(),
             transport,
@@ -725,6 +735,7 @@ impl EndpointBuilder {
             has_sagas: !self.sagas.is_empty(),
             saga_stats: self.saga_stats,
             observer: self.observer,
+            history,
             group_size: self.group_commit,
             accept_messages_without_id: self.accept_messages_without_id,
             metrics_sampling: self.metrics_sampling,

@@ -29,6 +29,10 @@ pub(crate) struct SagaEffects {
     pub(crate) fired: Option<String>,
     /// The timeout this message was, discarded (cancelled or its saga completed before).
     pub(crate) discarded: Option<String>,
+    /// The state before, as JSON (none for a new instance, or a timeout discarded).
+    pub(crate) before: Option<String>,
+    /// The state after, as JSON.
+    pub(crate) after: Option<String>,
 }
 
 /// One committed handling.

@@ -576,6 +576,18 @@ impl Store for PgTransportStore {
         self.inner.purge_inbox(endpoint, before, limit).await
     }
 
+    fn keeps_history(&self) -> bool {
+        true
+    }
+
+    async fn record_history(&self, event: &crate::store::history::HistoryEvent) -> Result<()> {
+        self.inner.record_history(event).await
+    }
+
+    async fn purge_history(&self, endpoint: &str, before: DateTime<Utc>, limit: i64) -> Result<u64> {
+        self.inner.purge_history(endpoint, before, limit).await
+    }
+
     /// When the endpoint receives from this database (`claim.enqueue`): ONE transaction
     /// claims the due timeouts and inserts their messages into the endpoint's queue
     /// (scheduled for their due time), so nothing is left to send and a claim is never

@@ -544,6 +544,12 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
                 }
             }
         }
+        // The state before, for an observer or the history (not copied otherwise).
+        let before = if ctx.is_observing() {
+            loaded.as_ref().map(|s| s.state.clone())
+        } else {
+            None
+        };
         let (mut state, version) = match loaded {
             Some(stored) => {
                 let state: S = super::state::decode_state(&stored, &correlation).map_err(|e| match e {
@@ -596,6 +602,8 @@ impl<S: Saga, M: Message> SagaHandler<S, M> {
             cancelled_keys: frame.cancelled_keys.clone(),
             fired: timeout_id.clone(),
             discarded: None,
+            before,
+            after: Some(json.clone()),
         });
         let Some(work) = ctx.unit_of_work_mut() else {
             return Err(self.permanent("the saga's transaction went away".into()));

@@ -119,6 +119,13 @@ macro_rules! unit_of_work_with_sagas {
         ) -> $crate::error::Result<Option<chrono::DateTime<chrono::Utc>>> {
             $($saga)::+::completed_at(self.$conn()?, saga_type, correlation, now).await
         }
+
+        async fn record_history(
+            &mut self,
+            event: &$crate::store::history::HistoryEvent,
+        ) -> $crate::error::Result<()> {
+            $($saga)::+::record_history(self.$conn()?, event).await
+        }
         }
     };
 }
@@ -127,8 +134,11 @@ pub(crate) use unit_of_work_with_sagas;
 
 #[cfg(feature = "sqlite")]
 pub(crate) mod app_schema;
+pub(crate) mod history;
 #[cfg(feature = "postgres")]
 pub(crate) mod pg_group;
+#[cfg(feature = "postgres")]
+pub(crate) mod pg_history;
 #[cfg(feature = "postgres")]
 pub(crate) mod pg_outbox;
 #[cfg(feature = "postgres")]
@@ -137,6 +147,8 @@ pub(crate) mod pg_saga;
 pub(crate) mod postgres;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite;
+#[cfg(feature = "sqlite")]
+pub(crate) mod sqlite_history;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite_saga;
 
@@ -281,6 +293,16 @@ fn saga_unsupported<T>() -> Result<T> {
     }))
 }
 
+fn history_unsupported<T>() -> Result<T> {
+    Err(Error::new(ErrorKind::Unsupported {
+        transport: "store",
+        capability: "history",
+        rule: "S7",
+        reason: "this store does not keep a workflow's history; use PostgresStore, SqliteStore, Embedded::store or \
+                 PostgresTransport::store, or turn the endpoint's history off",
+    }))
+}
+
 /// How much of the handling of a message one transaction of a store covers, for an
 /// endpoint receiving from a given transport ([`Store::unit_of_work_scope`]); an endpoint
 /// logs it when it starts.
@@ -396,6 +418,13 @@ pub trait UnitOfWork: Send {
     ) -> Result<Vec<OutboxMessage>>;
     /// Commits the handler's writes, the inbox record and the outbox together.
     async fn commit(self: Box<Self>) -> Result<Committed>;
+
+    /// Writes a handled message's history event in this transaction: it commits with the
+    /// effects it describes, or not at all.
+    async fn record_history(&mut self, event: &history::HistoryEvent) -> Result<()> {
+        let _ = event;
+        history_unsupported()
+    }
 
     /// Loads a saga instance.
     async fn load_saga(&mut self, saga_type: &str, correlation: &str) -> Result<Option<StoredSaga>> {
@@ -745,6 +774,34 @@ pub trait Store: Send + Sync + 'static {
     async fn endpoint_secret(&self, endpoint: &str, now: DateTime<Utc>) -> Result<Option<EndpointSecret>> {
         let _ = (endpoint, now);
         Ok(None)
+    }
+
+    /// Whether this store keeps a workflow's history: its units of work implement
+    /// [`UnitOfWork::record_history`], and it [`record_history`](Self::record_history)
+    /// and [`purge_history`](Self::purge_history). An endpoint with history on refuses
+    /// to start on a store that does not.
+    fn keeps_history(&self) -> bool {
+        false
+    }
+
+    /// Writes a history event on its own: an attempt that rolled back (retried,
+    /// dead-lettered), a duplicate the inbox dropped.
+    ///
+    /// # Errors
+    /// A storage error; [`ErrorKind::Unsupported`] on a store that keeps no history.
+    async fn record_history(&self, event: &history::HistoryEvent) -> Result<()> {
+        let _ = event;
+        history_unsupported()
+    }
+
+    /// Deletes up to `limit` of `endpoint`'s history events older than `before`, oldest
+    /// first; how many. The endpoint's janitor calls it until it deletes fewer.
+    ///
+    /// # Errors
+    /// A storage error.
+    async fn purge_history(&self, endpoint: &str, before: DateTime<Utc>, limit: i64) -> Result<u64> {
+        let _ = (endpoint, before, limit);
+        Ok(0)
     }
 }
 

@@ -5,6 +5,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
 
 use crate::error::{Error, ErrorKind, Result};
+pub(crate) use crate::store::pg_history::record as record_history;
 use crate::store::{StoredEnvelope, StoredSaga, Timeout, db_error};
 
 pub(crate) async fn load(conn: &mut PgConnection, saga_type: &str, correlation: &str) -> Result<Option<StoredSaga>> {

@@ -286,6 +286,31 @@ impl Store for PostgresStore {
         }))
     }
 
+    fn keeps_history(&self) -> bool {
+        true
+    }
+
+    async fn record_history(&self, event: &crate::store::history::HistoryEvent) -> Result<()> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| db_error("cannot begin recording the history of a message", e))?;
+        crate::store::pg_history::record(&mut tx, event).await?;
+        tx.commit()
+            .await
+            .map_err(|e| db_error("cannot record the history of a message", e))
+    }
+
+    async fn purge_history(&self, endpoint: &str, before: DateTime<Utc>, limit: i64) -> Result<u64> {
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| db_error("cannot get a connection to purge the history", e))?;
+        crate::store::pg_history::purge(&mut conn, endpoint, before, limit).await
+    }
+
     async fn purge_inbox(&self, endpoint: &str, before: DateTime<Utc>, limit: i64) -> Result<u64> {
         let done = sqlx::query(
             "DELETE FROM courier.inbox WHERE ctid = ANY(ARRAY( \

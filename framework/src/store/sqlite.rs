@@ -635,6 +635,35 @@ impl Store for SqliteStore {
         outbox_dead_letters(&mut *self.conn().await?, endpoint, limit).await
     }
 
+    fn keeps_history(&self) -> bool {
+        true
+    }
+
+    async fn record_history(&self, event: &crate::store::history::HistoryEvent) -> Result<()> {
+        let _turn = self.writer.take().await?;
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(|e| db_error("cannot begin recording the history of a message", e))?;
+        crate::store::sqlite_history::record(&mut tx, event).await?;
+        tx.commit()
+            .await
+            .map_err(|e| db_error("cannot record the history of a message", e))
+    }
+
+    async fn purge_history(&self, endpoint: &str, before: DateTime<Utc>, limit: i64) -> Result<u64> {
+        let _turn = self.writer.take().await?;
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(|e| db_error("cannot begin purging the history", e))?;
+        let purged = crate::store::sqlite_history::purge(&mut tx, endpoint, before, limit).await?;
+        tx.commit().await.map_err(|e| db_error("cannot purge the history", e))?;
+        Ok(purged)
+    }
+
     async fn endpoint_secret(&self, endpoint: &str, now: DateTime<Utc>) -> Result<Option<EndpointSecret>> {
         let _turn = self.writer.take().await?;
         endpoint_secret(&mut *self.conn().await?, endpoint, now).await.map(Some)

@@ -10,6 +10,7 @@ use crate::endpoint::timeout_seal::TimeoutSeal;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::Envelope;
 use crate::store::sqlite::endpoint_secret;
+pub(crate) use crate::store::sqlite_history::record as record_history;
 use crate::store::{StoredEnvelope, StoredSaga, Timeout, TimeoutClaim, db_error};
 
 fn micros(t: DateTime<Utc>) -> i64 {

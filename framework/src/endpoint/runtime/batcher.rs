@@ -19,6 +19,7 @@ use tokio::sync::{Semaphore, oneshot};
 
 use crate::endpoint::Failure;
 use crate::endpoint::batch::BatchContext;
+use crate::endpoint::history::Attempt;
 use crate::endpoint::observe::Handled;
 use crate::endpoint::registry::BatchRoute;
 use crate::endpoint::sagas::LockOwner;
@@ -336,7 +337,23 @@ async fn handle(
     }
     let outgoing = ctx.inner.take_outgoing();
     let done = match ctx.inner.take_unit_of_work() {
-        Some(work) => {
+        Some(mut work) => {
+            // The history: the lead's event (with what the batch sent) is written by
+            // `commit`; each other fresh member's, here, in the same transaction.
+            if let Some(recorder) = &shared.history {
+                for (m, is_dup) in members.iter().zip(&duplicate) {
+                    let message = m.delivery.message();
+                    if !is_dup && message.envelope.message_id != lead_id {
+                        let attempt = Attempt {
+                            number: m.attempt,
+                            received_at: Some(ctx.inner.started_at()),
+                            at: shared.clock.now(),
+                        };
+                        let event = recorder.handled(message, attempt, &[], &[]);
+                        work.record_history(&event).await.map_err(Failure::Store)?;
+                    }
+                }
+            }
             let done = commit(shared, &mut ctx.inner, work, outgoing).await?;
             // The observer heard of the batch's first fresh message (with what the batch
             // sent); each other fresh message is a committed handling too.

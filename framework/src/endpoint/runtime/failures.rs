@@ -11,10 +11,12 @@ use std::sync::atomic::Ordering;
 
 use super::timeout_rows;
 use crate::endpoint::Failure;
+use crate::endpoint::history::{Attempt, Recorder};
 use crate::endpoint::recoverability::{Decision, headers};
 use crate::error::Error;
 use crate::logtext::Escaped;
 use crate::message::{Properties, PropertyValue};
+use crate::store::history::{HistoryEvent, HistoryKind};
 use crate::transport::{Delivery, Settlement};
 
 use super::Shared;
@@ -75,6 +77,28 @@ fn plain_failure(shared: &Shared, description: &str, deliveries: u32) -> Propert
     p
 }
 
+/// Writes an event of the history on its own (the attempt it describes rolled back, or
+/// handled nothing), when the endpoint keeps one; a failure to write it is logged and
+/// never changes how the message is settled.
+pub(super) async fn record_history(
+    shared: &Shared,
+    delivery: &Delivery,
+    event: impl FnOnce(&Recorder, Attempt) -> HistoryEvent,
+) {
+    let (Some(recorder), Some(store)) = (&shared.history, &shared.store) else {
+        return;
+    };
+    let attempt = Attempt {
+        number: delivery.message().broker.delivery_count,
+        received_at: None,
+        at: shared.clock.now(),
+    };
+    let event = event(recorder, attempt);
+    if let Err(e) = store.record_history(&event).await {
+        tracing::warn!(error = %e, kind = %event.kind, "could not record this attempt in the endpoint's history");
+    }
+}
+
 pub(super) async fn on_failure(shared: &Shared, delivery: Delivery, failure: Failure, delayed: u32, attempt: u32) {
     let properties = failure_properties(shared, &failure, attempt);
     let error_text = failure.chain().join(": ");
@@ -90,6 +114,10 @@ pub(super) async fn on_failure(shared: &Shared, delivery: Delivery, failure: Fai
             shared.stats.retried.fetch_add(1, Ordering::Relaxed);
             metrics.retried(false);
             tracing::warn!(error = %Escaped(&error_text), handler = failure.handler(), "handler failed; immediate retry");
+            record_history(shared, &delivery, |r, a| {
+                r.failed(delivery.message(), a, HistoryKind::Retried, error_text.clone(), None)
+            })
+            .await;
             if let Err(e) = delivery.abandon_with(properties).await {
                 tracing::warn!(error = %e, "abandon failed; the lock will expire and the message come back");
             }
@@ -138,6 +166,10 @@ pub(super) async fn on_failure(shared: &Shared, delivery: Delivery, failure: Fai
                     );
                 }
                 Ok(true) => {
+                    record_history(shared, &delivery, |r, a| {
+                        r.failed(delivery.message(), a, HistoryKind::Retried, error_text.clone(), None)
+                    })
+                    .await;
                     shared.stats.retried.fetch_add(1, Ordering::Relaxed);
                     metrics.retried(true);
                     tracing::warn!(
@@ -149,6 +181,10 @@ pub(super) async fn on_failure(shared: &Shared, delivery: Delivery, failure: Fai
                     );
                 }
                 Ok(false) => {
+                    record_history(shared, &delivery, |r, a| {
+                        r.failed(delivery.message(), a, HistoryKind::Retried, error_text.clone(), None)
+                    })
+                    .await;
                     if let Some(store) = &shared.store {
                         let (seal, envelope) = (shared.timeout_seal.as_deref(), &delivery.message().envelope);
                         timeout_rows::retry_scheduled(&**store, seal, &shared.name, envelope, at).await;
@@ -213,6 +249,16 @@ pub(super) async fn dead_letter(
             delivery.message().broker.delivery_count,
         ));
     }
+    record_history(shared, &delivery, |r, a| {
+        r.failed(
+            delivery.message(),
+            a,
+            HistoryKind::DeadLettered,
+            description.clone(),
+            Some(reason.to_owned()),
+        )
+    })
+    .await;
     let settlement = Settlement::DeadLetter {
         reason: reason.to_owned(),
         description,

@@ -25,6 +25,7 @@ use crate::endpoint::ErasedHandler;
 use crate::endpoint::Failure;
 use crate::endpoint::bus::{self, Outgoing, describe_sent, name_outgoing};
 use crate::endpoint::context::{Context, ContextParts};
+use crate::endpoint::history::Attempt;
 use crate::endpoint::metrics::TypeMetrics;
 use crate::endpoint::not_found_seal;
 use crate::endpoint::observe::Handled;
@@ -279,7 +280,7 @@ pub(super) fn context_of(
         cancel,
         trace,
         extensions: shared.extensions.clone(),
-        observing: shared.observer.is_some(),
+        observing: shared.observer.is_some() || shared.history.is_some(),
         lock_owner,
         timeout_seal: shared.timeout_seal.clone(),
     })
@@ -387,6 +388,16 @@ pub(super) async fn commit(
             Failure::Store(error)
         }
     };
+    let sagas = ctx.take_observed();
+    if let Some(recorder) = &shared.history {
+        let attempt = Attempt {
+            number: ctx.attempt(),
+            received_at: Some(ctx.started_at()),
+            at: shared.clock.now(),
+        };
+        let event = recorder.handled(ctx.received(), attempt, &rows, &sagas);
+        work.record_history(&event).await.map_err(Failure::Store)?;
+    }
     let stored = work.store_outgoing(rows, shared.clock.now()).await.map_err(failure)?;
     let committed = work.commit().await;
     ctx.release_held();
@@ -402,7 +413,7 @@ pub(super) async fn commit(
         observer.handled(Handled {
             message: ctx.received().envelope.clone(),
             outgoing,
-            sagas: ctx.take_observed(),
+            sagas,
         });
     }
     Ok(match committed {
@@ -448,6 +459,8 @@ async fn settle(shared: &Shared, delivery: &Delivery, metrics: &TypeMetrics, out
                 .map_err(|error| Failure::Undispatched { count, error })
         }
         Ok(Done::Duplicate(left)) => {
+            super::failures::record_history(shared, delivery, |r, attempt| r.duplicate(delivery.message(), attempt))
+                .await;
             tracing::info!(
                 undispatched = left.len(),
                 "message already processed (found in the inbox); completing it without handling"

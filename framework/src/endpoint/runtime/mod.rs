@@ -88,6 +88,8 @@ pub(crate) struct Config {
     pub(crate) has_sagas: bool,
     pub(crate) saga_stats: Arc<SagaStats>,
     pub(crate) observer: Option<Arc<dyn Observer>>,
+    /// Builds the history's events (`EndpointBuilder::history`); `None`: no history.
+    pub(crate) history: Option<Arc<crate::endpoint::history::Recorder>>,
     pub(crate) group_size: usize,
     pub(crate) accept_messages_without_id: bool,
     /// Sample the input queue's depth this often (off when `None`).
@@ -217,6 +219,8 @@ struct Shared {
     stats: Stats,
     metrics: EndpointMetrics,
     observer: Option<Arc<dyn Observer>>,
+    /// Builds the history's events (`None`: no history).
+    history: Option<Arc<crate::endpoint::history::Recorder>>,
     /// The most messages in one commit group (1: none).
     group_size: usize,
     /// Set when a graceful shutdown begins: handlers finishing from then on are counted

@@ -162,6 +162,7 @@ pub(crate) async fn start(config: Config) -> Result<RunningEndpoint> {
         stats: Stats::default(),
         metrics,
         observer: config.observer,
+        history: config.history,
         group_size,
         stopping: std::sync::atomic::AtomicBool::new(false),
         accept_messages_without_id: config.accept_messages_without_id,

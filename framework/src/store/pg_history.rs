@@ -1,0 +1,72 @@
+//! The history's Postgres statements (`courier.history`, `courier.history_instance`), on
+//! the connection of a handling's transaction (a handled event: the Postgres store, a
+//! commit group's member, the Postgres transport's store) or on their own (the other
+//! events, and the janitor's purge).
+//!
+//! Postgres's `text` and `jsonb` hold no NUL character: one in a message id, an error or
+//! a body is written as U+FFFD (the body as hex), so that a producer's odd value never
+//! fails the handling it describes.
+
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
+
+use crate::error::Result;
+use crate::store::db_error;
+use crate::store::history::{HistoryEvent, scrub_nul};
+
+/// Writes `event` and the saga instances it touched.
+pub(crate) async fn record(conn: &mut PgConnection, event: &HistoryEvent) -> Result<()> {
+    let event = scrub_nul(event);
+    let detail = super::history::detail_json(&event)?;
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO courier.history (endpoint, kind, at, message_id, message_type, conversation_id, causation_id, \
+         attempt, enqueued_at, received_at, detail) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb) \
+         RETURNING id",
+    )
+    .bind(&event.endpoint)
+    .bind(event.kind.as_str())
+    .bind(event.at)
+    .bind(&event.message_id)
+    .bind(&event.message_type)
+    .bind(&event.conversation_id)
+    .bind(&event.causation_id)
+    .bind(i32::try_from(event.attempt).unwrap_or(i32::MAX))
+    .bind(event.enqueued_at)
+    .bind(event.received_at)
+    .bind(detail)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(|e| db_error("cannot record the history of a message", e))?;
+    let instances = event.instances();
+    if !instances.is_empty() {
+        let types: Vec<&str> = instances.iter().map(|(t, _)| *t).collect();
+        let correlations: Vec<&str> = instances.iter().map(|(_, c)| *c).collect();
+        sqlx::query(
+            "INSERT INTO courier.history_instance (history_id, saga_type, correlation) \
+             SELECT $1, t, c FROM unnest($2::text[], $3::text[]) AS i (t, c)",
+        )
+        .bind(id)
+        .bind(types)
+        .bind(correlations)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot record the history of a saga instance", e))?;
+    }
+    Ok(())
+}
+
+/// Deletes up to `limit` of `endpoint`'s events older than `before`, oldest first (their
+/// instance rows go with them); how many.
+pub(crate) async fn purge(conn: &mut PgConnection, endpoint: &str, before: DateTime<Utc>, limit: i64) -> Result<u64> {
+    let done = sqlx::query(
+        "DELETE FROM courier.history WHERE id IN \
+         (SELECT id FROM courier.history WHERE endpoint = $1 AND at < $2 ORDER BY at LIMIT $3)",
+    )
+    .bind(endpoint)
+    .bind(before)
+    .bind(limit)
+    .execute(&mut *conn)
+    .await
+    .map_err(|e| db_error("cannot purge the history", e))?;
+    Ok(done.rows_affected())
+}
