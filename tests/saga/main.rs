@@ -648,6 +648,7 @@ macro_rules! on_every_store {
 
 mod completed;
 mod forged_timeouts;
+mod history;
 mod not_found_retry;
 mod order;
 mod sessions;

@@ -190,6 +190,20 @@ impl StoreEnv {
         }
     }
 
+    /// The texts of a query's first column, row by row (NULL as `None`).
+    ///
+    /// # Panics
+    /// If it fails.
+    #[allow(clippy::unwrap_used, clippy::panic)]
+    pub async fn texts(&self, sql: &str) -> Vec<Option<String>> {
+        let sql = sqlx::AssertSqlSafe(sql.to_owned());
+        match (&self.sqlite, &self.pg) {
+            (Some(p), _) => sqlx::query_scalar(sql).fetch_all(p).await.unwrap(),
+            (_, Some((p, _))) => sqlx::query_scalar(sql).fetch_all(p).await.unwrap(),
+            _ => panic!("no database"),
+        }
+    }
+
     /// The message ids in queue `queue` (peeked, in queue order).
     ///
     /// # Panics

@@ -1,0 +1,255 @@
+//! A workflow's history (issue 33), on every store: each handled message's event commits
+//! with its effects (one event per inbox record), says what the handling sent and did to
+//! the saga instance (the state before and after, the timeouts requested and fired, the
+//! completion); a failed attempt is an event of its own and leaves no handled event; a
+//! duplicate is recorded as one; the janitor deletes events past the retention; and an
+//! endpoint without history writes none.
+
+use std::time::Duration;
+
+use courier::saga::SagaOptions;
+use courier::{HistoryDetail, HistoryKind, HistoryOptions, RetryPolicy, SendOptions};
+use courier_tests::eventually;
+use courier_tests::stores::StoreKind;
+use serde::Deserialize;
+
+use super::{Bump, Env, Finish, begin, handled};
+
+const DAY: u64 = 86_400;
+
+/// An event as read back from the store's table.
+#[derive(Debug, Deserialize)]
+struct Row {
+    kind: HistoryKind,
+    #[serde(rename = "type")]
+    message_type: Option<String>,
+    id: String,
+    attempt: u32,
+    detail: HistoryDetail,
+}
+
+/// The endpoint's history, oldest first.
+async fn events(env: &Env) -> Vec<Row> {
+    let sql = if env.env.kind.postgres() {
+        "SELECT json_build_object('kind', kind, 'type', message_type, 'id', message_id, 'attempt', attempt, \
+         'detail', detail)::text FROM courier.history ORDER BY id"
+    } else {
+        "SELECT json_object('kind', kind, 'type', message_type, 'id', message_id, 'attempt', attempt, \
+         'detail', json(detail)) FROM courier_history ORDER BY id"
+    };
+    env.env
+        .texts(sql)
+        .await
+        .into_iter()
+        .map(|t| serde_json::from_str(&t.unwrap()).unwrap())
+        .collect()
+}
+
+/// How many events of the instance the index holds.
+async fn instance_rows(env: &Env, correlation: &str) -> i64 {
+    env.env
+        .count(&format!(
+            "SELECT COUNT(*) FROM {} WHERE saga_type = 'tests.Flow' AND correlation = '{correlation}'",
+            env.env.kind.table("history_instance")
+        ))
+        .await
+}
+
+fn state(json: Option<&str>) -> serde_json::Value {
+    serde_json::from_str(json.expect("a state")).unwrap()
+}
+
+/// Begin (a reminder in an hour), a bump, the reminder fires, finish: four handled
+/// events, one per inbox record, each with what it did to the instance.
+async fn the_history_of_a_saga_commits_with_its_effects(kind: StoreKind) {
+    let env = Env::new(kind).await;
+    let flows = env
+        .builder(SagaOptions::default())
+        .history(HistoryOptions::new().keep_for(Duration::from_secs(2 * DAY)))
+        .start()
+        .await
+        .unwrap();
+    handled(&flows, &begin("h-1", Some(3600)), 1).await;
+    handled(&flows, &Bump { id: "h-1".into() }, 2).await;
+    env.advance(3601);
+    eventually("the reminder", || async { env.fired() == 1 }).await;
+    eventually("its handling", || async { flows.stats().completed == 3 }).await;
+    handled(&flows, &Finish { id: "h-1".into() }, 4).await;
+
+    let events = events(&env).await;
+    let kinds: Vec<(HistoryKind, Option<&str>)> = events.iter().map(|e| (e.kind, e.message_type.as_deref())).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (HistoryKind::Handled, Some("saga.Begin")),
+            (HistoryKind::Handled, Some("saga.Bump")),
+            (HistoryKind::Handled, Some("saga.Remind")),
+            (HistoryKind::Handled, Some("saga.Finish")),
+        ]
+    );
+    assert_eq!(
+        i64::try_from(events.len()).unwrap(),
+        env.rows("inbox").await,
+        "one handled event per inbox record: the event commits with the effects"
+    );
+    assert_eq!(instance_rows(&env, "h-1").await, 4);
+    assert!(events.iter().all(|e| e.attempt == 1));
+
+    let begun = &events[0].detail.sagas[0];
+    assert_eq!(
+        (begun.saga_type.as_str(), begun.correlation.as_str()),
+        ("tests.Flow", "h-1")
+    );
+    assert_eq!(begun.before, None, "a new instance has no state before");
+    assert_eq!(state(begun.after.as_deref())["starts"], 1);
+    assert_eq!(begun.timeouts_requested.len(), 1, "the reminder requested");
+    let reminder = begun.timeouts_requested[0].id.clone();
+
+    let bumped = &events[1].detail.sagas[0];
+    assert_eq!(state(bumped.before.as_deref())["count"], 0);
+    assert_eq!(state(bumped.after.as_deref())["count"], 1);
+
+    let fired = &events[2].detail.sagas[0];
+    assert_eq!(
+        fired.timeout_fired.as_deref(),
+        Some(reminder.as_str()),
+        "the reminder fired"
+    );
+
+    let finished = &events[3].detail.sagas[0];
+    assert!(finished.completed);
+    assert!(!events[0].detail.sagas[0].completed);
+
+    // Past the retention, the janitor deletes the events and their index rows.
+    env.advance(3 * DAY);
+    eventually("the history purged", || async {
+        env.rows("history").await == 0 && instance_rows(&env, "h-1").await == 0
+    })
+    .await;
+    flows.shutdown().await.unwrap();
+    env.finish().await;
+}
+
+/// The reminder's handler fails twice (one immediate retry, then the dead-letter queue):
+/// two events of their own, with the error and the reason; no handled event for it.
+async fn a_failed_attempt_is_an_event_of_its_own(kind: StoreKind) {
+    let env = Env::new(kind).await;
+    env.probe.failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    let flows = env
+        .builder(SagaOptions::default())
+        .history(HistoryOptions::new())
+        .recoverability(RetryPolicy::default().immediate(1).delayed([]))
+        .start()
+        .await
+        .unwrap();
+    handled(&flows, &begin("h-2", Some(60)), 1).await;
+    env.advance(61);
+    eventually("the reminder dead-lettered", || async {
+        flows.stats().dead_lettered == 1
+    })
+    .await;
+    let events = events(&env).await;
+    let kinds: Vec<HistoryKind> = events.iter().map(|e| e.kind).collect();
+    assert_eq!(
+        kinds,
+        vec![HistoryKind::Handled, HistoryKind::Retried, HistoryKind::DeadLettered]
+    );
+    let (retried, dead) = (&events[1], &events[2]);
+    assert_eq!(retried.message_type.as_deref(), Some("saga.Remind"));
+    assert_eq!(retried.id, dead.id, "the same message");
+    assert!(
+        retried
+            .detail
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("the reminder cannot be handled")),
+        "{:?}",
+        retried.detail
+    );
+    assert!(dead.detail.reason.is_some(), "{:?}", dead.detail);
+    assert!(
+        retried.detail.sagas.is_empty() && dead.detail.sagas.is_empty(),
+        "rolled back: no change"
+    );
+    assert_eq!((retried.attempt, dead.attempt), (1, 2));
+    assert_eq!(instance_rows(&env, "h-2").await, 1, "only the handled start");
+    flows.shutdown().await.unwrap();
+    env.finish().await;
+}
+
+/// The same message id twice: handled, then a duplicate the inbox dropped.
+async fn a_duplicate_is_recorded(kind: StoreKind) {
+    let env = Env::new(kind).await;
+    let flows = env
+        .builder(SagaOptions::default())
+        .history(HistoryOptions::new())
+        .start()
+        .await
+        .unwrap();
+    handled(&flows, &begin("h-3", None), 1).await;
+    for n in 2..=3 {
+        flows
+            .bus()
+            .send_with(&Bump { id: "h-3".into() }, SendOptions::new().message_id("bump-once"))
+            .await
+            .unwrap();
+        eventually("the bump", || async { flows.stats().completed >= n }).await;
+    }
+    let events = events(&env).await;
+    let kinds: Vec<(HistoryKind, &str)> = events.iter().map(|e| (e.kind, e.id.as_str())).collect();
+    assert_eq!(
+        kinds[1..],
+        [
+            (HistoryKind::Handled, "bump-once"),
+            (HistoryKind::Duplicate, "bump-once")
+        ]
+    );
+    assert_eq!(env.field("h-3", "count").await, 1);
+    flows.shutdown().await.unwrap();
+    env.finish().await;
+}
+
+#[courier::handler]
+async fn count_bump(_bump: Bump, _ctx: &mut courier::Context) -> Result<(), courier::HandlerError> {
+    Ok(())
+}
+
+/// Without `EndpointBuilder::history`, nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_without_history_writes_none() {
+    let env = Env::new(StoreKind::Sqlite).await;
+    let flows = env.start().await;
+    handled(&flows, &begin("h-4", None), 1).await;
+    assert_eq!(env.rows("history").await, 0);
+    flows.shutdown().await.unwrap();
+    env.finish().await;
+}
+
+/// A history needs a store that keeps one, and sane limits: refused at start, saying
+/// what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_history_the_endpoint_cannot_keep_is_refused_at_start() {
+    let env = Env::new(StoreKind::Sqlite).await;
+    let e = env
+        .builder(SagaOptions::default())
+        .history(HistoryOptions::new().keep_for(Duration::from_secs(1)))
+        .start()
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("at least a minute"), "{e}");
+    let e = courier::Endpoint::builder("no-store")
+        .transport(env.env.fx.transport.clone())
+        .handler(count_bump)
+        .history(HistoryOptions::new())
+        .start()
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("call EndpointBuilder::store"), "{e}");
+    env.finish().await;
+}
+
+on_every_store!(
+    the_history_of_a_saga_commits_with_its_effects,
+    a_failed_attempt_is_an_event_of_its_own,
+    a_duplicate_is_recorded,
+);
