@@ -22,6 +22,11 @@
 //! [`courier_tests::crash_saga::CrashFlow`] on a store as `outbox` takes it, starts
 //! instance `flow-1` (whose timeout is due an hour later), prints `COMMITTED` once the
 //! start is handled and waits to be killed, long before the timeout is due.
+//! `courier-test-child history <db> <queue> <store>`: runs an endpoint with a history
+//! (`EndpointBuilder::history`) on a store as `outbox` takes it, whose handler of
+//! [`courier_tests::CrashJob`] inserts a row into `orders` and sends
+//! [`courier_tests::CrashDone`]; prints `HANDLING` once 30 jobs are handled and goes on
+//! handling, four at a time, until it is killed among commits.
 //!
 //! The test servers' cleanup (`tests/amqp/leftovers.rs`), modes without a broker file:
 //! `courier-test-child watch <container>` starts the watcher of a container name
@@ -105,6 +110,7 @@ async fn main() {
         "outbox" => outbox(broker, queue, &args[4], 1).await,
         "outbox-group" => outbox(broker, queue, &args[4], 4).await,
         "saga" => saga(broker, queue, &args[4]).await,
+        "history" => history(broker, queue, &args[4]).await,
         other => panic!("unknown mode {other}"),
     }
 }
@@ -262,6 +268,60 @@ async fn outbox(broker: Embedded, queue: &str, store: &str, group: usize) {
         .await
         .unwrap();
     std::future::pending::<()>().await;
+}
+
+/// Handles the queued jobs with a history, four at a time, prints `HANDLING` once 30 are
+/// handled, and goes on until it is killed: the kill falls among commits.
+async fn history(broker: Embedded, queue: &str, store: &str) {
+    let (kind, store): (ChildStore, Arc<dyn courier::Store>) = if store == "embedded" {
+        (ChildStore::Embedded, Arc::new(broker.store()))
+    } else if let Some(path) = store.strip_prefix("sqlite:") {
+        (
+            ChildStore::Sqlite,
+            Arc::new(courier::SqliteStore::open(path).await.unwrap()),
+        )
+    } else {
+        (
+            ChildStore::Postgres,
+            Arc::new(courier::PostgresStore::connect(store).await.unwrap()),
+        )
+    };
+    let running = Endpoint::builder(queue)
+        .transport(Arc::new(broker))
+        .routes(Routes::new().send::<courier_tests::CrashDone>("done"))
+        .store(store)
+        .state(kind)
+        .concurrency(4)
+        .history(courier::HistoryOptions::new().with_bodies(true))
+        .handler(record_job)
+        .start()
+        .await
+        .unwrap();
+    while running.stats().completed < 30 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    stall::<()>("HANDLING").await;
+}
+
+/// Records the job in the store's transaction and sends `CrashDone`.
+#[courier::handler]
+async fn record_job(job: courier_tests::CrashJob, ctx: &mut courier::Context) -> Result<(), HandlerError> {
+    let id = format!("job-{}", job.n);
+    if *ctx.state::<ChildStore>()? == ChildStore::Postgres {
+        let tx = ctx.transaction::<sqlx::Postgres>()?;
+        sqlx::query("INSERT INTO orders (id) VALUES ($1)")
+            .bind(&id)
+            .execute(&mut *tx)
+            .await?;
+    } else {
+        let tx = ctx.transaction::<sqlx::Sqlite>()?;
+        sqlx::query("INSERT INTO orders (id) VALUES (?1)")
+            .bind(&id)
+            .execute(&mut *tx)
+            .await?;
+    }
+    ctx.send(&courier_tests::CrashDone { n: job.n })?;
+    Ok(())
 }
 
 async fn saga(broker: Embedded, queue: &str, store: &str) {

@@ -15,6 +15,7 @@
 mod app_data;
 mod crash;
 mod group;
+mod history_crash;
 mod refused;
 mod restart;
 
