@@ -1,11 +1,14 @@
 //! The worker processes and the faults done to them and to the servers: SIGKILL (and a
 //! new process in its place), SIGSTOP past the lock duration (then SIGCONT), Postgres
 //! connections ended by `pg_terminate_backend`, RabbitMQ connections closed by
-//! `rabbitmqctl`, and restarts of servers the run owns.
+//! `rabbitmqctl`, restarts of servers the run owns, and (`rabbitmq-cluster`) a node of the
+//! cluster stopped or paused. The workers' standard output after `READY` is kept, line by
+//! line, with the time it came ([`Workers::reports`]).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -29,6 +32,12 @@ pub enum Fault {
     RestartPostgres,
     /// The run's own RabbitMQ application stopped and started.
     RestartRabbit,
+    /// The cluster node the workers are connected to stopped (`docker stop`), then
+    /// started again.
+    StopNode,
+    /// The cluster node the workers are connected to paused (`docker pause`) for three
+    /// heartbeats, then unpaused.
+    PauseNode,
 }
 
 impl Fault {
@@ -41,6 +50,8 @@ impl Fault {
             Fault::DropRabbit => "RabbitMQ connections closed",
             Fault::RestartPostgres => "Postgres restarted",
             Fault::RestartRabbit => "RabbitMQ restarted",
+            Fault::StopNode => "RabbitMQ node stopped (docker stop)",
+            Fault::PauseNode => "RabbitMQ node paused (docker pause)",
         }
     }
 
@@ -74,6 +85,17 @@ struct Worker {
     child: Child,
 }
 
+/// A line a worker printed after `READY`: its process id, when the line came, the line.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// The worker's process id.
+    pub pid: u32,
+    /// When the driver read the line.
+    pub at: Instant,
+    /// The line.
+    pub line: String,
+}
+
 /// The worker processes of a run.
 pub struct Workers {
     exe: PathBuf,
@@ -81,6 +103,8 @@ pub struct Workers {
     running: Vec<Worker>,
     /// Workers started, in all.
     pub started: u32,
+    /// What the workers printed after `READY`, in the order it came.
+    pub reports: Arc<Mutex<Vec<Report>>>,
 }
 
 impl Workers {
@@ -91,6 +115,7 @@ impl Workers {
             args,
             running: Vec::new(),
             started: 0,
+            reports: Arc::new(Mutex::new(Vec::new())),
         }
     }
 
@@ -112,10 +137,14 @@ impl Workers {
             let ready = match stdout {
                 Some(out) => {
                     let mut lines = BufReader::new(out).lines();
-                    matches!(
+                    let ready = matches!(
                         tokio::time::timeout(Duration::from_secs(60), lines.next_line()).await,
                         Ok(Ok(Some(line))) if line == "READY"
-                    )
+                    );
+                    if let (true, Some(pid)) = (ready, child.id()) {
+                        tokio::spawn(keep_reports(pid, lines, self.reports.clone()));
+                    }
+                    ready
                 }
                 None => false,
             };
@@ -145,6 +174,11 @@ impl Workers {
     /// The process id of worker `i`.
     pub fn pid(&self, i: usize) -> Option<u32> {
         self.running.get(i).and_then(|w| w.child.id())
+    }
+
+    /// The process ids of the running workers.
+    pub fn pids(&self) -> Vec<u32> {
+        self.running.iter().filter_map(|w| w.child.id()).collect()
     }
 
     /// Kills worker `i` with SIGKILL and starts another.
@@ -182,6 +216,24 @@ impl Workers {
     }
 }
 
+/// Keeps what worker `pid` prints, line by line, until its standard output closes.
+async fn keep_reports(
+    pid: u32,
+    mut lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
+    reports: Arc<Mutex<Vec<Report>>>,
+) {
+    while let Ok(Some(line)) = lines.next_line().await {
+        let report = Report {
+            pid,
+            at: Instant::now(),
+            line,
+        };
+        if let Ok(mut reports) = reports.lock() {
+            reports.push(report);
+        }
+    }
+}
+
 async fn signal(pid: u32, which: &str) -> Result<(), Error> {
     let status = Command::new("kill")
         .args([which, &pid.to_string()])
@@ -202,6 +254,10 @@ pub struct Tally {
     pub injected: BTreeMap<Fault, u32>,
     /// For each outage: its kind and the time from the server's return to the next effect.
     pub recoveries: Vec<(Fault, Option<Duration>)>,
+    /// Lines printed under the faults (what a cluster run measured at each fault).
+    pub notes: Vec<String>,
+    /// What went wrong at a fault (a worker that did not resume): each fails the run.
+    pub failures: Vec<String>,
 }
 
 /// Injects `fault` on `workers` and `setup`. Returns when the fault is over (the process
@@ -220,5 +276,7 @@ pub async fn inject(fault: Fault, dice: &mut Dice, workers: &mut Workers, setup:
             Some(rabbit) => rabbit.restart(Duration::from_secs(2)).await,
             None => Ok(()),
         },
+        // Injected and measured by the cluster run (`cluster_run.rs`), never drawn.
+        Fault::StopNode | Fault::PauseNode => fail(format!("{} is only injected by the cluster run", fault.name())),
     }
 }

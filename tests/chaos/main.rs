@@ -17,10 +17,21 @@
 //! `--sessions` x `--per-session` ordered messages on a RabbitMQ session queue, workers
 //! killed (`--kills`) and connections dropped (`--drops`), checked for order, overlap,
 //! loss and duplicates.
+//!
+//! `--config rabbitmq-cluster` runs the same flows as `rabbitmq` on a cluster of three
+//! RabbitMQ containers of the run's own (it needs a Docker engine), with `--workers`
+//! processes given the three nodes in one URL (`cluster_run.rs`). Its faults are its own
+//! (not `--faults`/`--every`): the node the workers are connected to (as RabbitMQ lists
+//! their connections) is stopped, then started again; later the node they are on then
+//! (`--pause-leader`: the node of the queue's leader) is paused for `--node-pause`
+//! seconds (three heartbeats of `?heartbeat=5`), then unpaused. It prints how long the
+//! workers took to move to another node and to write an effect again after each, and
+//! checks the end as `rabbitmq` does.
 
 // A binary: `pub` marks what its modules share, nothing is exported.
 #![allow(clippy::print_stdout, clippy::print_stderr, unreachable_pub)]
 
+mod cluster_run;
 mod faults;
 mod report;
 mod session_run;
@@ -123,6 +134,13 @@ struct RunArgs {
     /// `rabbitmq-sessions`: times every RabbitMQ connection of the run is closed.
     #[arg(long, default_value_t = 1)]
     drops: u32,
+    /// `rabbitmq-cluster`: seconds the workers' node stays paused (3 heartbeats of 5 s).
+    #[arg(long, default_value_t = 15)]
+    node_pause: u64,
+    /// `rabbitmq-cluster`: pause the node of the queue's leader instead of the workers'
+    /// (they may be the same).
+    #[arg(long)]
+    pause_leader: bool,
     /// Leave the run's database and virtual host on the shared servers for inspection
     /// (their URLs are printed) instead of removing them. The database lasts until the
     /// next test process on this machine drops the databases of ended ones; delete the
@@ -155,7 +173,16 @@ async fn main() -> ExitCode {
 
 /// A worker: runs the endpoint until its standard input closes (or it is killed).
 async fn worker(place: Place, feed: u64, rate: u64) -> Result<(), Error> {
-    let (transport, store) = place.open().await?;
+    // On a cluster the worker says when its transport connects, and to which node.
+    let (transport, store, amqp) = if place.config == Config::RabbitmqCluster {
+        let (amqp, store) = place.open_amqp().await?;
+        let transport: Arc<dyn Transport> = amqp.clone();
+        let store: Arc<dyn courier::Store> = Arc::new(store);
+        (transport, store, Some(amqp))
+    } else {
+        let (transport, store) = place.open().await?;
+        (transport, store, None)
+    };
     let builder = if place.config == Config::RabbitmqSessions {
         sessions::endpoint(&place, transport.clone(), store).await?
     } else {
@@ -164,6 +191,7 @@ async fn worker(place: Place, feed: u64, rate: u64) -> Result<(), Error> {
     let running = builder.start().await?;
     let feeder = (feed > 0).then(|| tokio::spawn(send_flows(transport.clone(), place.queue.clone(), feed, rate)));
     println!("READY");
+    let reporter = amqp.map(|amqp| tokio::spawn(cluster_run::report_connections(amqp)));
     tokio::task::spawn_blocking(|| {
         let mut sink = Vec::new();
         let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
@@ -172,6 +200,9 @@ async fn worker(place: Place, feed: u64, rate: u64) -> Result<(), Error> {
     .map_err(|e| Error(format!("waiting for standard input: {e}")))?;
     if let Some(feeder) = feeder {
         feeder.abort();
+    }
+    if let Some(reporter) = reporter {
+        reporter.abort();
     }
     running.shutdown().await?;
     transport.close().await;
@@ -241,10 +272,10 @@ fn schedule(args: &RunArgs, setup: &Setup, dice: &mut Dice) -> Vec<Fault> {
 
 async fn run(args: RunArgs) -> Result<bool, Error> {
     let setup = Setup::make(args.config, args.own_servers).await?;
-    let outcome = if args.config == Config::RabbitmqSessions {
-        session_run::drive(&args, &setup).await
-    } else {
-        drive(&args, &setup).await
+    let outcome = match args.config {
+        Config::RabbitmqSessions => session_run::drive(&args, &setup).await,
+        Config::RabbitmqCluster => cluster_run::drive(&args, &setup).await,
+        _ => drive(&args, &setup).await,
     };
     if args.keep {
         let rabbit = setup.rabbit.as_ref().map(|r| r.url.clone());

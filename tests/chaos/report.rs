@@ -221,7 +221,7 @@ pub fn print(
     started: u32,
 ) -> bool {
     let q = &o.queue;
-    let mut failures = Vec::new();
+    let mut failures = tally.failures.clone();
     let mut need = |ok: bool, what: &str| {
         if !ok {
             failures.push(what.to_owned());
@@ -266,6 +266,9 @@ pub fn print(
             |d| format!("{:.2} s", d.as_secs_f64()),
         );
         println!("    recovery after {:<27} {took:>9}", fault.name());
+    }
+    for note in &tally.notes {
+        println!("    {note}");
     }
     println!("  outcome");
     let mut rows: Vec<(&str, String)> = vec![

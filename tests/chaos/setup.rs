@@ -1,6 +1,7 @@
-//! What a chaos run runs on: the five configurations, the servers (this machine's, or
-//! containers of the run's own, which it may restart), how a worker process opens its
-//! transport and store, and how the driver reads the outcome from the databases.
+//! What a chaos run runs on: the six configurations, the servers (this machine's, or
+//! containers of the run's own, which it may restart; for `rabbitmq-cluster` a cluster of
+//! three RabbitMQ containers), how a worker process opens its transport and store, and
+//! how the driver reads the outcome from the databases.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -11,6 +12,7 @@ use courier::{
     AmqpTransport, Embedded, EndpointBuilder, EntityCounts, EntityPath, PostgresStore, PostgresTransport, QueueOptions,
     SqliteStore, Store, Transport,
 };
+use courier_tests::cluster::Cluster;
 use courier_tests::pg::{PgServer, TestDatabase};
 use sqlx::{PgPool, SqlitePool};
 use testcontainers_modules::testcontainers::{ContainerAsync, GenericImage};
@@ -36,22 +38,34 @@ pub enum Config {
     /// RabbitMQ with a Postgres store, the endpoint on a session queue (`sessions.rs`):
     /// several processes share its partitions.
     RabbitmqSessions,
+    /// The `rabbitmq` workload on a cluster of three RabbitMQ nodes (containers of the
+    /// run's own) that loses the workers' node, stopped, then paused (`cluster_run.rs`).
+    RabbitmqCluster,
 }
 
 impl Config {
     /// Whether several worker processes may run at once.
     pub fn competing(self) -> bool {
-        matches!(self, Config::Rabbitmq | Config::Postgres | Config::RabbitmqSessions)
+        matches!(
+            self,
+            Config::Rabbitmq | Config::Postgres | Config::RabbitmqSessions | Config::RabbitmqCluster
+        )
     }
 
     /// Whether the run has a Postgres database (whose connections can be ended).
     pub fn on_postgres(self) -> bool {
-        matches!(self, Config::Rabbitmq | Config::Postgres | Config::RabbitmqSessions)
+        matches!(
+            self,
+            Config::Rabbitmq | Config::Postgres | Config::RabbitmqSessions | Config::RabbitmqCluster
+        )
     }
 
     /// Whether the transport is RabbitMQ.
     pub fn on_rabbitmq(self) -> bool {
-        matches!(self, Config::Rabbitmq | Config::RabbitmqSessions)
+        matches!(
+            self,
+            Config::Rabbitmq | Config::RabbitmqSessions | Config::RabbitmqCluster
+        )
     }
 
     /// The name on the command line (`rabbitmq-sessions`).
@@ -61,7 +75,7 @@ impl Config {
 
     fn sql(self) -> Sql {
         match self {
-            Config::Rabbitmq | Config::Postgres | Config::RabbitmqSessions => Sql::Postgres,
+            Config::Rabbitmq | Config::Postgres | Config::RabbitmqSessions | Config::RabbitmqCluster => Sql::Postgres,
             Config::Embedded | Config::Sqlite => Sql::Sqlite,
         }
     }
@@ -82,7 +96,7 @@ pub struct Place {
     /// The SQLite store's file (`sqlite`).
     #[arg(long)]
     pub store: Option<PathBuf>,
-    /// The AMQP URL (`rabbitmq`).
+    /// The AMQP URL (`rabbitmq`; for `rabbitmq-cluster` one URL naming the three nodes).
     #[arg(long)]
     pub amqp: Option<String>,
     /// The Postgres URL (`rabbitmq`, `postgres`).
@@ -131,14 +145,9 @@ impl Place {
                 let store = SqliteStore::open(self.need("store", self.store.as_deref())?).await?;
                 Ok((Arc::new(broker), Arc::new(store)))
             }
-            Config::Rabbitmq | Config::RabbitmqSessions => {
-                let store = PostgresStore::connect(self.need("postgres", self.postgres.as_deref())?).await?;
-                let transport = AmqpTransport::builder(self.need("amqp", self.amqp.as_deref())?.to_owned())
-                    .schedules(&store)
-                    .connection_name(format!("chaos-{}", std::process::id()))
-                    .open()
-                    .await?;
-                Ok((Arc::new(transport), Arc::new(store)))
+            Config::Rabbitmq | Config::RabbitmqSessions | Config::RabbitmqCluster => {
+                let (transport, store) = self.open_amqp().await?;
+                Ok((transport, Arc::new(store)))
             }
             Config::Postgres => {
                 // The driver applied the migrations before any worker started.
@@ -150,6 +159,18 @@ impl Place {
                 Ok((Arc::new(transport), Arc::new(store)))
             }
         }
+    }
+
+    /// Opens the RabbitMQ transport, named `chaos-<process id>` (as RabbitMQ lists its
+    /// connection), and the Postgres store.
+    pub async fn open_amqp(&self) -> Result<(Arc<AmqpTransport>, PostgresStore), Error> {
+        let store = PostgresStore::connect(self.need("postgres", self.postgres.as_deref())?).await?;
+        let transport = AmqpTransport::builder(self.need("amqp", self.amqp.as_deref())?.to_owned())
+            .schedules(&store)
+            .connection_name(connection_name(std::process::id()))
+            .open()
+            .await?;
+        Ok((Arc::new(transport), store))
     }
 
     /// The endpoint every worker runs.
@@ -172,6 +193,11 @@ impl Place {
             .concurrency(8)
             .shutdown_timeout(Duration::from_secs(10))
     }
+}
+
+/// The name of the RabbitMQ connection of the process `pid`.
+pub fn connection_name(pid: u32) -> String {
+    format!("chaos-{pid}")
 }
 
 /// The database the effects, sagas and timeouts are read from.
@@ -388,6 +414,8 @@ pub struct Setup {
     pub db: Db,
     /// The run's RabbitMQ (`rabbitmq`).
     pub rabbit: Option<Rabbit>,
+    /// The run's RabbitMQ cluster (`rabbitmq-cluster`).
+    pub cluster: Option<Cluster>,
     /// The Postgres server (`rabbitmq`, `postgres`): restartable when the run owns it.
     pg: Option<(PgServer, TestDatabase)>,
     /// Postgres servers not the run's own are only borrowed.
@@ -432,6 +460,7 @@ impl Setup {
                     place,
                     db: Db::Sqlite(pool),
                     rabbit: None,
+                    cluster: None,
                     pg: None,
                     pg_shared: None,
                     _dir: dir,
@@ -450,6 +479,7 @@ impl Setup {
                     place,
                     db: Db::Postgres(store.pool().clone()),
                     rabbit: None,
+                    cluster: None,
                     pg,
                     pg_shared,
                     _dir: dir,
@@ -489,6 +519,43 @@ impl Setup {
                     place,
                     db: Db::Postgres(store.pool().clone()),
                     rabbit: Some(rabbit),
+                    cluster: None,
+                    pg,
+                    pg_shared,
+                    _dir: dir,
+                }
+            }
+            Config::RabbitmqCluster => {
+                if !courier_tests::containers::engine_answers() {
+                    return fail(
+                        "the rabbitmq-cluster configuration runs a RabbitMQ cluster of three containers and no Docker \
+                         engine answers: start one (dockerd; scripts/test.sh starts one) and set DOCKER_HOST, e.g. \
+                         DOCKER_HOST=unix:///run/courier-test-docker.sock",
+                    );
+                }
+                // On DATABASE_URL's server (a database of the run's own), else or with
+                // --own-servers on a Postgres container; the Postgres is never restarted.
+                let (pg, pg_shared, database, store) = postgres_database(own_servers).await?;
+                // The fixture panics when a node cannot start or join (a port taken
+                // meanwhile, an image that cannot be built): a setup error here.
+                let cluster = tokio::spawn(Cluster::start()).await.map_err(|e| {
+                    let why = e.try_into_panic().ok().and_then(|p| {
+                        p.downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    });
+                    Error(format!(
+                        "the RabbitMQ cluster did not start: {}",
+                        why.unwrap_or_else(|| "its task ended".to_owned())
+                    ))
+                })?;
+                place.amqp = Some(cluster.url(&format!("?heartbeat={}", crate::cluster_run::HEARTBEAT)));
+                place.postgres = Some(database);
+                Setup {
+                    place,
+                    db: Db::Postgres(store.pool().clone()),
+                    rabbit: None,
+                    cluster: Some(cluster),
                     pg,
                     pg_shared,
                     _dir: dir,
@@ -529,6 +596,9 @@ impl Setup {
     pub async fn remove(self) {
         if let Some(rabbit) = &self.rabbit {
             rabbit.remove().await;
+        }
+        if let Some(cluster) = self.cluster {
+            cluster.remove().await;
         }
         if let Some(database) = self.pg_shared {
             database.drop_now().await;
