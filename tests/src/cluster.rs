@@ -210,25 +210,38 @@ impl Cluster {
 }
 
 /// Starts one node on `network` under a watched name, with a fixed host port for AMQP.
+/// The port is free when chosen, but another container may take it before this one
+/// starts ("port is already allocated"): then it starts again on another port, up to five
+/// times.
 #[allow(clippy::panic)]
 async fn start_node(image: &str, tag: &str, network: &str) -> ClusterNode {
-    let name = containers::watched_name();
-    let port = containers::free_port().unwrap_or_else(|e| panic!("no free port: {e}"));
-    let container = GenericImage::new(image, tag)
-        .with_exposed_port(5672.tcp())
-        .with_wait_for(WaitFor::message_on_stdout("Server startup complete"))
-        .with_network(network)
-        .with_hostname(&name)
-        .with_env_var("RABBITMQ_NODENAME", format!("rabbit@{name}"))
-        .with_env_var("RABBITMQ_ERLANG_COOKIE", COOKIE)
-        .with_mapped_port(port, 5672.tcp())
-        .with_label(containers::OWNER_LABEL, containers::owner())
-        .with_container_name(&name)
-        .with_startup_timeout(Duration::from_secs(180))
-        .start()
-        .await
-        .unwrap_or_else(|e| panic!("start a RabbitMQ node of the cluster: {e}"));
-    ClusterNode { container, name, port }
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let name = containers::watched_name();
+        let port = containers::free_port().unwrap_or_else(|e| panic!("no free port: {e}"));
+        let started = GenericImage::new(image, tag)
+            .with_exposed_port(5672.tcp())
+            .with_wait_for(WaitFor::message_on_stdout("Server startup complete"))
+            .with_network(network)
+            .with_hostname(&name)
+            .with_env_var("RABBITMQ_NODENAME", format!("rabbit@{name}"))
+            .with_env_var("RABBITMQ_ERLANG_COOKIE", COOKIE)
+            .with_mapped_port(port, 5672.tcp())
+            .with_label(containers::OWNER_LABEL, containers::owner())
+            .with_container_name(&name)
+            .with_startup_timeout(Duration::from_secs(180))
+            .start()
+            .await;
+        match started {
+            Ok(container) => return ClusterNode { container, name, port },
+            Err(e) if tries < 5 && e.to_string().contains("already allocated") => {
+                // The container was created but could not start: remove it, try another port.
+                let _ = docker_output(&["rm", "-f", &name]).await;
+            }
+            Err(e) => panic!("start a RabbitMQ node of the cluster: {e}"),
+        }
+    }
 }
 
 /// Runs `docker args`.
