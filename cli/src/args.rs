@@ -10,8 +10,9 @@ const EXIT_CODES: &str = "Exit codes: 0 ok; 1 the operation failed; 2 bad usage;
      message, a saga instance, or some of the messages given); 4 refused (a file in use by a running broker, a \
      database without Courier's tables, ...); 5 cannot connect; 6 not confirmed.";
 
-/// Look at and repair a Courier system: queues, dead letters, sagas, timeouts, outbox;
-/// from the command line, or in a browser with `courier serve` (the web console).
+/// Look at and repair a Courier system: queues, dead letters, sagas, timeouts, outbox,
+/// and a workflow's history; from the command line, or in a browser with `courier
+/// serve` (the web console).
 #[derive(Debug, Parser)]
 #[command(name = "courier", version, after_help = EXIT_CODES)]
 pub(crate) struct Cli {
@@ -122,6 +123,10 @@ pub(crate) enum Command {
     Timeouts(TimeoutArgs),
     /// Messages stored in the outbox and not dispatched yet.
     Outbox(OutboxArgs),
+    /// A workflow's history, as endpoints with `EndpointBuilder::history` record it: a
+    /// saga instance's timeline, or the tree of messages a message caused.
+    #[command(subcommand)]
+    History(HistoryCommand),
     /// Serve the web console: the same pages in a browser (dashboard, dead letters,
     /// sagas, timeouts, outbox), until Ctrl-C.
     Serve(ServeArgs),
@@ -262,5 +267,47 @@ pub(crate) struct OutboxArgs {
     pub(crate) dead: bool,
     /// At most this many (1000 at most).
     #[arg(long, default_value_t = 100)]
+    pub(crate) limit: u32,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum HistoryCommand {
+    /// A saga instance's timeline, oldest first: each message it handled (time, type,
+    /// id, outcome), what it changed in the state, what it sent, its timeouts; and the
+    /// failed attempts of its messages.
+    Saga {
+        /// The saga's name.
+        saga: String,
+        /// The instance's correlation value.
+        correlation: String,
+        #[command(flatten)]
+        filter: HistoryArgs,
+    },
+    /// A message's events and, as a tree, the messages it caused across endpoints (each
+    /// with its endpoints and outcomes), its timeouts, and what was sent but not handled
+    /// yet.
+    Message {
+        /// The message's id.
+        id: String,
+        #[command(flatten)]
+        filter: HistoryArgs,
+    },
+}
+
+/// Which events of a history to print.
+#[derive(Debug, Args)]
+pub(crate) struct HistoryArgs {
+    /// Only events at or after this time (RFC 3339: `2026-12-03T10:00:00Z`).
+    #[arg(long, value_name = "TIME", value_parser = crate::output::parse_time)]
+    pub(crate) since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only events at or before this time (RFC 3339).
+    #[arg(long, value_name = "TIME", value_parser = crate::output::parse_time)]
+    pub(crate) until: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only events of this outcome: handled, retried, dead_lettered or duplicate
+    /// (repeatable).
+    #[arg(long, value_name = "OUTCOME", value_parser = crate::output::parse_outcome)]
+    pub(crate) outcome: Vec<courier::HistoryKind>,
+    /// Read at most this many events (10000 at most).
+    #[arg(long, default_value_t = 1000)]
     pub(crate) limit: u32,
 }

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use courier::admin::{
-    AdminError, AmqpAdmin, BodyView, DeadLetter, EmbeddedAdmin, QueueAdmin, SagaFilter, SagaInstance, StoreAdmin,
-    TimeoutFilter, TimeoutState,
+    AdminError, AmqpAdmin, BodyView, DeadLetter, EmbeddedAdmin, HistoryAdmin, QueueAdmin, SagaFilter, SagaInstance,
+    StoreAdmin, TimeoutFilter, TimeoutState,
 };
 use serde_json::json;
 
@@ -34,6 +34,8 @@ impl From<AdminError> for Failure {
 pub(crate) struct Connections {
     pub(crate) queues: Option<Arc<dyn QueueAdmin>>,
     pub(crate) store: Option<Arc<dyn StoreAdmin>>,
+    /// The store's history (the same store).
+    pub(crate) history: Option<Arc<dyn HistoryAdmin>>,
     pub(crate) embedded: Option<EmbeddedAdmin>,
     /// RabbitMQ, when given (its connection is closed at the end).
     pub(crate) rabbitmq: Option<Arc<AmqpAdmin>>,
@@ -111,6 +113,7 @@ impl Run<'_> {
             Command::Sagas(cmd) => self.sagas(cmd).await,
             Command::Timeouts(args) => self.timeouts(args).await,
             Command::Outbox(args) => self.outbox(args).await,
+            Command::History(cmd) => self.history(cmd).await,
             // Started by main (serve.rs): it serves until Ctrl-C rather than printing.
             Command::Serve(_) => Err(Failure::Usage("`serve` is not a printing command".into())),
         }

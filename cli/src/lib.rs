@@ -1,9 +1,11 @@
 //! The library half of `courier-cli`: the web console of the `courier` command
 //! ([`console`]), so an application or a test can serve it in-process over its own
 //! `courier::admin` (an embedded broker's file can only be changed by the process that
-//! runs the broker). The command line itself is the binary `courier` (src/main.rs).
+//! runs the broker), and the diff of two saga states that `courier history saga` prints
+//! ([`diff`]). The command line itself is the binary `courier` (src/main.rs).
 
 pub mod console;
+pub mod diff;
 
 /// The causes of an error worth printing after its own message: each source's text,
 /// leaving out one that says nothing new (its text is already in the message or in an

@@ -1,15 +1,17 @@
 //! `courier`: the operations command line of Courier. Lists queues and their dead
 //! letters, resubmits or deletes dead letters, shows and completes saga instances, lists
-//! pending and overdue timeouts and the outbox; serves the same as web pages (`serve`,
-//! the library's `courier_cli::console`); against an embedded broker's file
+//! pending and overdue timeouts and the outbox, prints a workflow's history (`history`: a
+//! saga instance's timeline, a message's conversation); serves the same as web pages
+//! (`serve`, the library's `courier_cli::console`); against an embedded broker's file
 //! (`--embedded`), a Postgres database (`--postgres`: the store, and the Postgres
 //! transport's queues), a SQLite store (`--sqlite`), or RabbitMQ (`--rabbitmq`, with
 //! `--postgres` or `--sqlite` as its schedule store, and `--rabbitmq-management` for the
 //! unacknowledged counts).
 //!
 //! A thin layer over `courier::admin`: `args.rs` is the grammar, `commands.rs` runs the
-//! commands, `output.rs` prints, `serve.rs` starts the web console. Exit codes are documented in `--help` and in
-//! docs/operations.md. Install with `cargo install --path cli`.
+//! commands (`history.rs` the history's), `output.rs` prints, `serve.rs` starts the web
+//! console. Exit codes are documented in `--help` and in docs/operations.md. Install with
+//! `cargo install --path cli`.
 
 /// Writes a line to standard error, as `eprintln!` does, but a standard error that is
 /// closed (the reader went away: a pipe, a supervisor that stopped reading) is no reason
@@ -23,6 +25,7 @@ macro_rules! say {
 
 mod args;
 mod commands;
+mod history;
 mod output;
 mod serve;
 
@@ -30,7 +33,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Parser;
-use courier::admin::{AdminError, AmqpAdmin, EmbeddedAdmin, PostgresAdmin, QueueAdmin, SqliteAdmin, StoreAdmin};
+use courier::admin::{
+    AdminError, AmqpAdmin, EmbeddedAdmin, HistoryAdmin, PostgresAdmin, QueueAdmin, SqliteAdmin, StoreAdmin,
+};
 
 use crate::args::{Cli, Command};
 use crate::commands::{Connections, Failure, Run};
@@ -88,6 +93,7 @@ async fn connect(cli: &Cli) -> Result<Connections, AdminError> {
     let mut to = Connections {
         queues: None,
         store: None,
+        history: None,
         embedded: None,
         rabbitmq: None,
     };
@@ -95,6 +101,7 @@ async fn connect(cli: &Cli) -> Result<Connections, AdminError> {
         let admin = EmbeddedAdmin::open(path).await?;
         let shared = Arc::new(admin.clone());
         to.queues = Some(shared.clone() as Arc<dyn QueueAdmin>);
+        to.history = Some(shared.clone() as Arc<dyn HistoryAdmin>);
         to.store = Some(shared as Arc<dyn StoreAdmin>);
         to.embedded = Some(admin);
     }
@@ -107,12 +114,15 @@ async fn connect(cli: &Cli) -> Result<Connections, AdminError> {
         if to.queues.is_none() {
             to.queues = Some(admin.clone() as Arc<dyn QueueAdmin>);
         }
+        to.history = Some(admin.clone() as Arc<dyn HistoryAdmin>);
         to.store = Some(admin);
     }
     if let Some(path) = &cli.target.sqlite {
         let admin = SqliteAdmin::open(path).await?;
         schedules = Some(courier::ScheduleStore::from(&admin));
-        to.store = Some(Arc::new(admin));
+        let admin = Arc::new(admin);
+        to.history = Some(admin.clone() as Arc<dyn HistoryAdmin>);
+        to.store = Some(admin);
     }
     if let Some(url) = &cli.target.rabbitmq {
         let mut admin = AmqpAdmin::connect(url, schedules)

@@ -138,6 +138,24 @@ pub(crate) fn parse_age(text: &str) -> Result<chrono::Duration, String> {
         .ok_or_else(|| format!("{text:?} is too long"))
 }
 
+/// A time as the history prints it: RFC 3339 to the millisecond.
+pub(crate) fn time_ms(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// Parses an RFC 3339 time (`2026-12-03T10:00:00Z`, `2026-12-03T11:00:00+01:00`).
+pub(crate) fn parse_time(text: &str) -> Result<DateTime<Utc>, String> {
+    DateTime::parse_from_rfc3339(text.trim())
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| format!("{text:?} is not an RFC 3339 time ({e}): write 2026-12-03T10:00:00Z"))
+}
+
+/// Parses an outcome of the history (`dead-lettered` is taken for `dead_lettered`).
+pub(crate) fn parse_outcome(text: &str) -> Result<courier::HistoryKind, String> {
+    courier::HistoryKind::parse(&text.trim().to_ascii_lowercase().replace('-', "_"))
+        .ok_or_else(|| format!("{text:?} is not an outcome: write handled, retried, dead_lettered or duplicate"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,6 +170,13 @@ mod tests {
         assert_eq!(parse_age("90"), Ok(chrono::Duration::seconds(90)));
         assert!(parse_age("2w").is_err());
         assert!(parse_age("h").is_err());
+        assert_eq!(
+            parse_time("2026-12-03T11:00:00+01:00").map(time_ms),
+            Ok("2026-12-03T10:00:00.000Z".to_owned())
+        );
+        assert!(parse_time("yesterday").unwrap_err().contains("RFC 3339"));
+        assert_eq!(parse_outcome("Dead-Lettered"), Ok(courier::HistoryKind::DeadLettered));
+        assert!(parse_outcome("failed").is_err());
     }
 
     #[test]

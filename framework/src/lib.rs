@@ -388,8 +388,8 @@ pub mod prelude {
     #[cfg(feature = "sqlite")]
     pub use crate::Embedded;
     pub use crate::{
-        Batch, BatchContext, BatchOptions, Bus, Context, Endpoint, Handler, HandlerError, Message, ResultExt,
-        RetryPolicy, Routes, SendOptions, handler,
+        Batch, BatchContext, BatchOptions, Bus, Context, Endpoint, Handler, HandlerError, HistoryOptions, Message,
+        ResultExt, RetryPolicy, Routes, SendOptions, handler,
     };
     pub use crate::{
         Clock, Codec, Delivery, EntityPath, Envelope, JsonCodec, QueueOptions, ReceivedMessage, Receiver, Sender,

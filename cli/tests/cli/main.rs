@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+mod history;
 mod rabbitmq;
 
 use courier::admin::{EmbeddedAdmin, QueueAdmin};

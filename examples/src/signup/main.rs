@@ -385,6 +385,9 @@ async fn run(
         Utc::now().timestamp_millis(),
         std::process::id()
     );
+    // Every endpoint keeps a history (`courier history`, docs/history.md) with the
+    // messages' bodies, so that a user can be found from their e-mail address; the
+    // two-factor codes are never stored in it.
     let endpoint = |name: &str| {
         Endpoint::builder(name)
             .transport(transport.clone())
@@ -393,6 +396,7 @@ async fn run(
             .state(newsroom.clone())
             .state(timing)
             .shutdown_timeout(SHUTDOWN_TIMEOUT)
+            .history(HistoryOptions::new().with_bodies(true).redact(["code"]))
     };
     let endpoints = async {
         let watcher = if broadcast {

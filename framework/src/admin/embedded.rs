@@ -34,7 +34,7 @@ use crate::message::{Properties, SequenceNumber};
 pub struct EmbeddedAdmin {
     /// The broker, when this process runs it (changes need it).
     broker: Option<Embedded>,
-    pool: SqlitePool,
+    pub(super) pool: SqlitePool,
     clock: Arc<dyn Clock>,
     name: String,
 }

@@ -5,13 +5,16 @@
 //! - [`QueueAdmin`], for a broker: queues with their counts, and the dead letters of a
 //!   queue (list, show, resubmit to the queue they came from, delete);
 //! - [`StoreAdmin`], for a store: saga instances (list, show, complete by hand), pending
-//!   and overdue timeouts, and the outbox (rows not dispatched, and its dead letters).
+//!   and overdue timeouts, and the outbox (rows not dispatched, and its dead letters);
+//! - [`HistoryAdmin`], for a store that keeps a workflow's history: a saga instance's
+//!   timeline and the tree of messages a message caused (`history.rs`).
 //!
-//! Implemented for the embedded broker's file ([`EmbeddedAdmin`], both), the Postgres
-//! database ([`PostgresAdmin`], both: the store's tables and the Postgres transport's
-//! queues, `pg_queues.rs`), the SQLite store ([`SqliteAdmin`], `StoreAdmin`) and RabbitMQ
-//! (`AmqpAdmin`, `QueueAdmin`, feature `amqp`, in `crate::amqp::admin`). The `courier`
-//! command line is a thin layer over these traits; `docs/operations.md` is the runbook.
+//! Implemented for the embedded broker's file ([`EmbeddedAdmin`], all three), the Postgres
+//! database ([`PostgresAdmin`], all three: the store's tables and the Postgres transport's
+//! queues, `pg_queues.rs`), the SQLite store ([`SqliteAdmin`], `StoreAdmin` and
+//! `HistoryAdmin`) and RabbitMQ (`AmqpAdmin`, `QueueAdmin`, feature `amqp`, in
+//! `crate::amqp::admin`). The `courier` command line is a thin layer over these traits;
+//! `docs/operations.md` is the runbook.
 //!
 //! Every change is atomic per message where the broker can promise it: a resubmit moves
 //! one dead letter back to its queue in one transaction (same message id, so an inbox
@@ -46,21 +49,31 @@
 #![cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 
 mod error;
+mod history;
+mod history_read;
 pub(crate) mod model;
 
 #[cfg(feature = "sqlite")]
 mod embedded;
+#[cfg(feature = "postgres")]
+mod pg_history;
 #[cfg(feature = "postgres")]
 mod pg_queues;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(feature = "sqlite")]
+mod sqlite_history;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 pub use self::error::{AdminError, AdminResult};
+pub use self::history::{
+    HistoryAdmin, HistoryFilter, MAX_HISTORY_DEPTH, MAX_HISTORY_EVENTS, MessageHistory, MessageNode, SagaHistory,
+    StoredHistoryEvent, TimelineLink,
+};
 pub use self::model::{
     BatchOutcome, BodyView, CompletedSaga, DeadLetter, DeadLetterSummary, EntityKind, OutboxEntry, Page,
     PendingTimeout, QueueSummary, SagaFilter, SagaInstance, SagaSummary, SagaTypeSummary, TimeoutFilter, TimeoutState,

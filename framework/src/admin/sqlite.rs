@@ -283,7 +283,7 @@ pub(crate) async fn read_only_pool(path: &Path) -> AdminResult<SqlitePool> {
 /// The sagas, timeouts and outbox of a [`SqliteStore`](crate::SqliteStore)'s file.
 #[derive(Debug, Clone)]
 pub struct SqliteAdmin {
-    pool: SqlitePool,
+    pub(super) pool: SqlitePool,
     clock: Arc<dyn Clock>,
     name: String,
 }

@@ -96,7 +96,7 @@ impl AmqpBuilder {
         self
     }
 
-    /// Where scheduled messages wait until due (needed for [`Sender::schedule`], delayed
+    /// Where scheduled messages wait until due (needed for [`Sender::schedule`](crate::Sender::schedule), delayed
     /// retries and `send_at`/`send_after`); usually the endpoint's store.
     pub fn schedules(mut self, store: impl Into<ScheduleStore>) -> Self {
         self.schedules = Some(store.into());

@@ -192,6 +192,7 @@ pub struct TimeoutMark {
 
 /// `event` with every NUL character of its text written as U+FFFD, and a body holding one
 /// as hex: for Postgres, whose `text` and `jsonb` refuse NUL.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(crate) fn scrub_nul(event: &HistoryEvent) -> HistoryEvent {
     fn clean(s: &mut String) {
         if s.contains('\0') {
