@@ -238,6 +238,8 @@ mod pages {
     struct Reliability;
     #[doc = include_str!("../../docs/operations.md")]
     struct Operations;
+    #[doc = include_str!("../../docs/history.md")]
+    struct History;
     #[doc = include_str!("../../docs/postgres.md")]
     struct Postgres;
     #[doc = include_str!("../../docs/postgres-reference.md")]
