@@ -16,6 +16,7 @@ mod app_data;
 mod crash;
 mod group;
 mod history_crash;
+mod history_rows;
 mod refused;
 mod restart;
 

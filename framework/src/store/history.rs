@@ -190,10 +190,49 @@ pub struct TimeoutMark {
     pub due: DateTime<Utc>,
 }
 
-/// `event` with every NUL character of its text written as U+FFFD, and a body holding one
-/// as hex: for Postgres, whose `text` and `jsonb` refuse NUL.
+/// `event` as Postgres can hold it: every NUL character of its text written as U+FFFD and
+/// a body holding one as hex (`text` and `jsonb` refuse NUL), and its times within
+/// `timestamptz`'s range (4713 BC to 294276 AD, narrower than chrono's): an optional time
+/// outside it is left out, the attempt's end is brought within it. A time a producer
+/// stamped (the enqueued time) never fails the handling it describes.
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
-pub(crate) fn scrub_nul(event: &HistoryEvent) -> HistoryEvent {
+pub(crate) fn for_postgres(event: &HistoryEvent) -> HistoryEvent {
+    let mut e = scrub_nul(event);
+    let (first, last) = postgres_time_range();
+    let within = |t: DateTime<Utc>| (first..=last).contains(&t);
+    e.at = e.at.clamp(first, last);
+    if e.enqueued_at.is_some_and(|t| !within(t)) {
+        e.enqueued_at = None;
+        e.detail
+            .cut
+            .push("the enqueued time: left out (outside the range Postgres can hold)".to_owned());
+    }
+    if e.received_at.is_some_and(|t| !within(t)) {
+        e.received_at = None;
+        e.detail
+            .cut
+            .push("the received time: left out (outside the range Postgres can hold)".to_owned());
+    }
+    e
+}
+
+/// The first and last instants of Postgres's `timestamptz` (4713 BC and 294276 AD), a day
+/// inside each end (the last is chrono's, which ends sooner).
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+fn postgres_time_range() -> (DateTime<Utc>, DateTime<Utc>) {
+    let first = chrono::NaiveDate::from_ymd_opt(-4712, 1, 2)
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map_or(DateTime::<Utc>::MIN_UTC, |t| t.and_utc());
+    let last = chrono::NaiveDate::from_ymd_opt(294_276, 12, 30)
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map_or(DateTime::<Utc>::MAX_UTC, |t| t.and_utc());
+    (first, last)
+}
+
+/// `event` with every NUL character of its text written as U+FFFD, and a body holding one
+/// as hex.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+fn scrub_nul(event: &HistoryEvent) -> HistoryEvent {
     fn clean(s: &mut String) {
         if s.contains('\0') {
             *s = s.replace('\0', "\u{FFFD}");

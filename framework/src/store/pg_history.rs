@@ -3,20 +3,21 @@
 //! commit group's member, the Postgres transport's store) or on their own (the other
 //! events, and the janitor's purge).
 //!
-//! Postgres's `text` and `jsonb` hold no NUL character: one in a message id, an error or
-//! a body is written as U+FFFD (the body as hex), so that a producer's odd value never
-//! fails the handling it describes.
+//! Postgres's `text` and `jsonb` hold no NUL character, and its `timestamptz` a narrower
+//! range than chrono: a NUL in a message id, an error or a body is written as U+FFFD (the
+//! body as hex), and a time outside the range is left out (`history::for_postgres`), so
+//! that a producer's odd value never fails the handling it describes.
 
 use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use crate::error::Result;
 use crate::store::db_error;
-use crate::store::history::{HistoryEvent, scrub_nul};
+use crate::store::history::{HistoryEvent, for_postgres};
 
 /// Writes `event` and the saga instances it touched.
 pub(crate) async fn record(conn: &mut PgConnection, event: &HistoryEvent) -> Result<()> {
-    let event = scrub_nul(event);
+    let event = for_postgres(event);
     let detail = super::history::detail_json(&event)?;
     let id: i64 = sqlx::query_scalar(
         "INSERT INTO courier.history (endpoint, kind, at, message_id, message_type, conversation_id, causation_id, \
