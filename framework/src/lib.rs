@@ -226,6 +226,8 @@ mod pages {
     struct Testing;
     #[doc = include_str!("../../docs/rabbitmq.md")]
     struct Rabbitmq;
+    #[doc = include_str!("../../docs/rabbitmq-cluster.md")]
+    struct RabbitmqCluster;
     #[doc = include_str!("../../docs/embedded-broker.md")]
     struct EmbeddedBroker;
     #[doc = include_str!("../../docs/architecture.md")]

@@ -217,7 +217,7 @@ async fn an_endpoint_on_a_cluster_that_loses_its_node_moves_to_another_and_loses
             .unwrap(),
     );
     // The queue has a member on every node (RabbitMQ's default initial group size, which
-    // Courier does not set: docs/rabbitmq.md, "A cluster").
+    // Courier does not set: docs/rabbitmq-cluster.md).
     let members = cluster.rabbitmqctl(0, &["list_queues", "name", "members"]).await;
     let line = members
         .lines()

@@ -62,7 +62,7 @@ impl AmqpBuilder {
     /// of [`AmqpTransport::builder`](super::AmqpTransport::builder) may). The transport
     /// connects to one; when that connection is lost it connects to the next one that
     /// answers, with the same backoff, connect timeout and guarantees as a reconnect to a
-    /// single node (see docs/rabbitmq.md, "A cluster"). With several nodes, one attempt on
+    /// single node (see docs/rabbitmq-cluster.md). With several nodes, one attempt on
     /// one node takes at most 5 s, so that a node that accepts connections and never
     /// answers leaves time for the others.
     ///
