@@ -218,19 +218,7 @@ impl Transport for StallDone {
 async fn record_and_send(job: courier_tests::CrashJob, ctx: &mut courier::Context) -> Result<(), HandlerError> {
     let id = format!("job-{}", job.n);
     let store = *ctx.state::<ChildStore>()?;
-    if store == ChildStore::Postgres {
-        let tx = ctx.transaction::<sqlx::Postgres>()?;
-        sqlx::query("INSERT INTO orders (id) VALUES ($1)")
-            .bind(&id)
-            .execute(&mut *tx)
-            .await?;
-    } else {
-        let tx = ctx.transaction::<sqlx::Sqlite>()?;
-        sqlx::query("INSERT INTO orders (id) VALUES (?1)")
-            .bind(&id)
-            .execute(&mut *tx)
-            .await?;
-    }
+    courier_tests::crash::insert_order(ctx, store == ChildStore::Postgres, &id).await?;
     ctx.send(&courier_tests::CrashDone { n: job.n })?;
     if store == ChildStore::Embedded {
         stall::<()>("IN_TRANSACTION").await;
@@ -307,19 +295,8 @@ async fn history(broker: Embedded, queue: &str, store: &str) {
 #[courier::handler]
 async fn record_job(job: courier_tests::CrashJob, ctx: &mut courier::Context) -> Result<(), HandlerError> {
     let id = format!("job-{}", job.n);
-    if *ctx.state::<ChildStore>()? == ChildStore::Postgres {
-        let tx = ctx.transaction::<sqlx::Postgres>()?;
-        sqlx::query("INSERT INTO orders (id) VALUES ($1)")
-            .bind(&id)
-            .execute(&mut *tx)
-            .await?;
-    } else {
-        let tx = ctx.transaction::<sqlx::Sqlite>()?;
-        sqlx::query("INSERT INTO orders (id) VALUES (?1)")
-            .bind(&id)
-            .execute(&mut *tx)
-            .await?;
-    }
+    let postgres = *ctx.state::<ChildStore>()? == ChildStore::Postgres;
+    courier_tests::crash::insert_order(ctx, postgres, &id).await?;
     ctx.send(&courier_tests::CrashDone { n: job.n })?;
     Ok(())
 }

@@ -11,6 +11,28 @@ use courier::{Embedded, PostgresStore, SqliteStore, Store, Transport};
 use crate::pg::TestDatabase;
 use crate::stores::StoreKind;
 
+/// Inserts `id` into the application's `orders` table in the handling's transaction (on
+/// Postgres or SQLite): the effect the crash tests count.
+///
+/// # Errors
+/// The context's or the statement's error, as the handler's.
+pub async fn insert_order(ctx: &mut courier::Context, postgres: bool, id: &str) -> Result<(), courier::HandlerError> {
+    if postgres {
+        let tx = ctx.transaction::<sqlx::Postgres>()?;
+        sqlx::query("INSERT INTO orders (id) VALUES ($1)")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+    } else {
+        let tx = ctx.transaction::<sqlx::Sqlite>()?;
+        sqlx::query("INSERT INTO orders (id) VALUES (?1)")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+    }
+    Ok(())
+}
+
 /// Runs `program` with `args`, waits for the first line it prints, kills it with SIGKILL
 /// and returns the line.
 ///

@@ -13,7 +13,7 @@ use courier::{
     Bus, Clock, Context, Embedded, Endpoint, EntityPath, HandlerError, QueueOptions, Routes, SendOptions, Transport,
     VirtualClock,
 };
-use courier_tests::crash::{StoreDb, kill_after_first_line};
+use courier_tests::crash::{StoreDb, insert_order, kill_after_first_line};
 use courier_tests::{CrashDone, CrashJob, eventually};
 
 use super::Kind;
@@ -29,19 +29,7 @@ async fn record_and_send(job: CrashJob, ctx: &mut Context) -> Result<(), Handler
     ctx.state::<Calls>()?.0.fetch_add(1, Ordering::SeqCst);
     let kind = *ctx.state::<Kind>()?;
     let id = format!("job-{}", job.n);
-    if kind == Kind::Postgres {
-        let tx = ctx.transaction::<sqlx::Postgres>()?;
-        sqlx::query("INSERT INTO orders (id) VALUES ($1)")
-            .bind(&id)
-            .execute(&mut *tx)
-            .await?;
-    } else {
-        let tx = ctx.transaction::<sqlx::Sqlite>()?;
-        sqlx::query("INSERT INTO orders (id) VALUES (?1)")
-            .bind(&id)
-            .execute(&mut *tx)
-            .await?;
-    }
+    insert_order(ctx, kind == Kind::Postgres, &id).await?;
     ctx.send(&CrashDone { n: job.n })?;
     Ok(())
 }

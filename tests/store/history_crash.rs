@@ -13,7 +13,7 @@ use courier::{
     Bus, Clock, Context, Embedded, Endpoint, EntityPath, HandlerError, HistoryOptions, QueueOptions, Routes,
     SendOptions, Transport, VirtualClock,
 };
-use courier_tests::crash::{StoreDb, kill_after_first_line};
+use courier_tests::crash::{StoreDb, insert_order, kill_after_first_line};
 use courier_tests::{CrashDone, CrashJob, eventually};
 
 use super::Kind;
@@ -30,19 +30,8 @@ const JOBS: u32 = 300;
 #[courier::handler]
 async fn record_job(job: CrashJob, ctx: &mut Context) -> Result<(), HandlerError> {
     let id = format!("job-{}", job.n);
-    if *ctx.state::<Kind>()? == Kind::Postgres {
-        let tx = ctx.transaction::<sqlx::Postgres>()?;
-        sqlx::query("INSERT INTO orders (id) VALUES ($1)")
-            .bind(&id)
-            .execute(&mut *tx)
-            .await?;
-    } else {
-        let tx = ctx.transaction::<sqlx::Sqlite>()?;
-        sqlx::query("INSERT INTO orders (id) VALUES (?1)")
-            .bind(&id)
-            .execute(&mut *tx)
-            .await?;
-    }
+    let postgres = *ctx.state::<Kind>()? == Kind::Postgres;
+    insert_order(ctx, postgres, &id).await?;
     ctx.send(&CrashDone { n: job.n })?;
     Ok(())
 }
