@@ -270,6 +270,56 @@ async fn embedded_a_redelivered_message_already_handled_is_not_handed_to_a_batch
     assert_eq!(seen.handed().get(&100), Some(&1), "{:?}", seen.calls());
 }
 
+/// With a history, a batch writes one handled event per message it handled, and a
+/// duplicate event for each redelivery the inbox dropped, as one-message handling does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_a_batch_records_each_handled_message_and_each_duplicate_in_the_history() {
+    let clock = VirtualClock::starting_now();
+    let broker = embedded(&clock).await;
+    let seen = Seen::default();
+    let options = BatchOptions::new().max_messages(4).max_wait(Duration::from_millis(200));
+    let e = clicks_endpoint(Arc::new(broker.clone()), &clock, "clicks", &seen, options)
+        .store(Arc::new(broker.store()) as Arc<dyn Store>)
+        .history(courier::HistoryOptions::new())
+        .start()
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        e.bus()
+            .send_with(
+                &Click { n: 100, poison: false },
+                SendOptions::new().message_id("click-100"),
+            )
+            .await
+            .unwrap();
+    }
+    send_clicks(&e, 1..4, u32::MAX).await;
+    advancing_until(&clock, Duration::from_millis(100), "all six settled", || async {
+        let c = broker.counts(&courier::EntityPath::queue("clicks")).await.unwrap();
+        c.active == 0
+    })
+    .await;
+    e.shutdown().await.unwrap();
+    let events: Vec<(String, String)> =
+        sqlx::query_as("SELECT kind, message_id FROM courier_history ORDER BY kind, message_id")
+            .fetch_all(broker.read_pool())
+            .await
+            .unwrap();
+    let handled: Vec<&str> = events
+        .iter()
+        .filter(|(k, _)| k == "handled")
+        .map(|(_, id)| id.as_str())
+        .collect();
+    assert_eq!(handled.len(), 4, "one handled event per message: {events:?}");
+    assert_eq!(handled.iter().filter(|id| **id == "click-100").count(), 1);
+    let duplicates: Vec<&str> = events
+        .iter()
+        .filter(|(k, _)| k == "duplicate")
+        .map(|(_, id)| id.as_str())
+        .collect();
+    assert_eq!(duplicates, vec!["click-100", "click-100"], "{events:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_with_a_sqlite_store_of_its_own_commits_then_completes() {
     let clock = VirtualClock::starting_now();

@@ -412,6 +412,8 @@ async fn settle(shared: &Arc<Shared>, members: Vec<Member>, outcome: Outcome) {
                 .duplicates
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             metrics.deduplicated();
+            let message = member.delivery.message();
+            super::failures::record_history(shared, message, |r, attempt| r.duplicate(message, attempt)).await;
             complete(shared, member.delivery).await;
         } else if settled_fresh {
             shared

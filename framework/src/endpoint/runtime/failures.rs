@@ -15,7 +15,7 @@ use crate::endpoint::history::{Attempt, Recorder};
 use crate::endpoint::recoverability::{Decision, headers};
 use crate::error::Error;
 use crate::logtext::Escaped;
-use crate::message::{Properties, PropertyValue};
+use crate::message::{Properties, PropertyValue, ReceivedMessage};
 use crate::store::history::{HistoryEvent, HistoryKind};
 use crate::transport::{Delivery, Settlement};
 
@@ -77,19 +77,19 @@ fn plain_failure(shared: &Shared, description: &str, deliveries: u32) -> Propert
     p
 }
 
-/// Writes an event of the history on its own (the attempt it describes rolled back, or
-/// handled nothing), when the endpoint keeps one; a failure to write it is logged and
-/// never changes how the message is settled.
+/// Writes an event of the history of `message` on its own (the attempt it describes
+/// rolled back, or handled nothing), when the endpoint keeps one; a failure to write it
+/// is logged and never changes how the message is settled.
 pub(super) async fn record_history(
     shared: &Shared,
-    delivery: &Delivery,
+    message: &ReceivedMessage,
     event: impl FnOnce(&Recorder, Attempt) -> HistoryEvent,
 ) {
     let (Some(recorder), Some(store)) = (&shared.history, &shared.store) else {
         return;
     };
     let attempt = Attempt {
-        number: delivery.message().broker.delivery_count,
+        number: message.broker.delivery_count,
         received_at: None,
         at: shared.clock.now(),
     };
@@ -114,7 +114,7 @@ pub(super) async fn on_failure(shared: &Shared, delivery: Delivery, failure: Fai
             shared.stats.retried.fetch_add(1, Ordering::Relaxed);
             metrics.retried(false);
             tracing::warn!(error = %Escaped(&error_text), handler = failure.handler(), "handler failed; immediate retry");
-            record_history(shared, &delivery, |r, a| {
+            record_history(shared, delivery.message(), |r, a| {
                 r.failed(delivery.message(), a, HistoryKind::Retried, error_text.clone(), None)
             })
             .await;
@@ -166,7 +166,7 @@ pub(super) async fn on_failure(shared: &Shared, delivery: Delivery, failure: Fai
                     );
                 }
                 Ok(true) => {
-                    record_history(shared, &delivery, |r, a| {
+                    record_history(shared, delivery.message(), |r, a| {
                         r.failed(delivery.message(), a, HistoryKind::Retried, error_text.clone(), None)
                     })
                     .await;
@@ -181,7 +181,7 @@ pub(super) async fn on_failure(shared: &Shared, delivery: Delivery, failure: Fai
                     );
                 }
                 Ok(false) => {
-                    record_history(shared, &delivery, |r, a| {
+                    record_history(shared, delivery.message(), |r, a| {
                         r.failed(delivery.message(), a, HistoryKind::Retried, error_text.clone(), None)
                     })
                     .await;
@@ -249,16 +249,9 @@ pub(super) async fn dead_letter(
             delivery.message().broker.delivery_count,
         ));
     }
-    record_history(shared, &delivery, |r, a| {
-        r.failed(
-            delivery.message(),
-            a,
-            HistoryKind::DeadLettered,
-            description.clone(),
-            Some(reason.to_owned()),
-        )
-    })
-    .await;
+    // The history tells of the dead letter once it is one: the settlement takes the
+    // delivery, so the message is kept for it (only when the endpoint keeps a history).
+    let received = shared.history.as_ref().map(|_| delivery.message().clone());
     let settlement = Settlement::DeadLetter {
         reason: reason.to_owned(),
         description,
@@ -266,6 +259,18 @@ pub(super) async fn dead_letter(
     };
     match delivery.settle(settlement).await {
         Ok(()) => {
+            if let Some(received) = &received {
+                record_history(shared, received, |r, a| {
+                    r.failed(
+                        received,
+                        a,
+                        HistoryKind::DeadLettered,
+                        logged.clone(),
+                        Some(reason.to_owned()),
+                    )
+                })
+                .await;
+            }
             shared.stats.dead_lettered.fetch_add(1, Ordering::Relaxed);
             metrics.dead_lettered(reason);
             // The first of a reason in a while in full; a flood as a summary line every

@@ -459,8 +459,8 @@ async fn settle(shared: &Shared, delivery: &Delivery, metrics: &TypeMetrics, out
                 .map_err(|error| Failure::Undispatched { count, error })
         }
         Ok(Done::Duplicate(left)) => {
-            super::failures::record_history(shared, delivery, |r, attempt| r.duplicate(delivery.message(), attempt))
-                .await;
+            let message = delivery.message();
+            super::failures::record_history(shared, message, |r, attempt| r.duplicate(message, attempt)).await;
             tracing::info!(
                 undispatched = left.len(),
                 "message already processed (found in the inbox); completing it without handling"
