@@ -303,8 +303,8 @@ pub(crate) struct HistoryArgs {
     /// Only events at or before this time (RFC 3339).
     #[arg(long, value_name = "TIME", value_parser = crate::output::parse_time)]
     pub(crate) until: Option<chrono::DateTime<chrono::Utc>>,
-    /// Only events of this outcome: handled, retried, dead_lettered or duplicate
-    /// (repeatable).
+    /// Only events of this outcome: handled, retried, dead_lettered, duplicate,
+    /// timeout_dispatched or timeout_dead_lettered (repeatable).
     #[arg(long, value_name = "OUTCOME", value_parser = crate::output::parse_outcome)]
     pub(crate) outcome: Vec<courier::HistoryKind>,
     /// Read at most this many events (10000 at most).

@@ -94,6 +94,7 @@ impl Run<'_> {
                 facets.extend(timeout_line(change));
             }
             facets.extend(sent_line(&e.event.detail.sent));
+            facets.extend(timeout_of(e));
             facets.extend(notes(e));
             match e.link {
                 Some(TimelineLink::SameConversation) => facets.push(
@@ -199,7 +200,35 @@ fn outcome(e: &StoredHistoryEvent) -> String {
             )
         }
         HistoryKind::Duplicate => "duplicate (already handled: dropped by the inbox)".to_owned(),
+        HistoryKind::TimeoutDispatched => match &d.timeout {
+            Some(t) => format!("timeout sent (due {})", time(t.mark.due)),
+            None => "timeout sent".to_owned(),
+        },
+        HistoryKind::TimeoutDeadLettered => {
+            let reason = d.reason.as_deref().map(|r| format!(" ({})", cell(r, 100)));
+            format!(
+                "timeout dead-lettered{}: {}",
+                reason.unwrap_or_default(),
+                error.as_deref().unwrap_or("(no error recorded)")
+            )
+        }
     }
+}
+
+/// A dispatcher's event: which instance's timeout, and its key.
+fn timeout_of(e: &StoredHistoryEvent) -> Option<String> {
+    let t = e.event.detail.timeout.as_ref()?;
+    let key = t
+        .mark
+        .key
+        .as_deref()
+        .map(|k| format!(", key {}", cell(k, 60)))
+        .unwrap_or_default();
+    Some(format!(
+        "timeout of saga {} instance {}{key}",
+        cell(&t.saga_type, 100),
+        cell(&t.correlation, 100)
+    ))
 }
 
 /// A message as printed: its type and id.
@@ -211,11 +240,12 @@ fn message(message_type: Option<&str>, id: &str) -> String {
 fn headline(e: &StoredHistoryEvent) -> String {
     let ev = &e.event;
     format!(
-        "{}  {}  {}  [{}, attempt {}]",
+        "{}  {}  {}  [{}, {} {}]",
         time_ms(ev.at),
         message(ev.message_type.as_deref(), &ev.message_id),
         outcome(e),
         cell(&ev.endpoint, 100),
+        attempt_word(e),
         ev.attempt
     )
 }
@@ -326,12 +356,21 @@ fn notes(e: &StoredHistoryEvent) -> Vec<String> {
 fn tree_event(e: &StoredHistoryEvent) -> String {
     let ev = &e.event;
     format!(
-        "{}  {}: {}  [attempt {}]",
+        "{}  {}: {}  [{} {}]",
         time_ms(ev.at),
         cell(&ev.endpoint, 100),
         outcome(e),
+        attempt_word(e),
         ev.attempt
     )
+}
+
+/// What the event's number counts: a handling's attempts, or a timeout's dispatches.
+fn attempt_word(e: &StoredHistoryEvent) -> &'static str {
+    match e.event.kind {
+        HistoryKind::TimeoutDispatched | HistoryKind::TimeoutDeadLettered => "dispatch",
+        _ => "attempt",
+    }
 }
 
 /// Draws `node` and its descendants: `prefix` begins each line; `last` is whether it is

@@ -152,8 +152,10 @@ pub(crate) fn parse_time(text: &str) -> Result<DateTime<Utc>, String> {
 
 /// Parses an outcome of the history (`dead-lettered` is taken for `dead_lettered`).
 pub(crate) fn parse_outcome(text: &str) -> Result<courier::HistoryKind, String> {
-    courier::HistoryKind::parse(&text.trim().to_ascii_lowercase().replace('-', "_"))
-        .ok_or_else(|| format!("{text:?} is not an outcome: write handled, retried, dead_lettered or duplicate"))
+    courier::HistoryKind::parse(&text.trim().to_ascii_lowercase().replace('-', "_")).ok_or_else(|| {
+        let names: Vec<&str> = courier::HistoryKind::ALL.iter().map(|k| k.as_str()).collect();
+        format!("{text:?} is not an outcome: write one of {}", names.join(", "))
+    })
 }
 
 #[cfg(test)]

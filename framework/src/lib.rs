@@ -319,7 +319,9 @@ pub use endpoint::bus::{Bus, SendOptions};
 pub use endpoint::context::Context;
 pub use endpoint::handler::{BoxFuture, Declared, Handler, HandlerError, Message, ResultExt};
 pub use endpoint::history::{DEFAULT_HISTORY_MAX_BYTES, DEFAULT_HISTORY_RETENTION, HistoryOptions};
-pub use store::history::{HistoryDetail, HistoryEvent, HistoryKind, SagaChange, SentMessage, TimeoutMark};
+pub use store::history::{
+    HistoryDetail, HistoryEvent, HistoryKind, SagaChange, SentMessage, TimeoutDispatch, TimeoutMark,
+};
 
 #[doc(hidden)]
 #[path = "private.rs"]
@@ -384,7 +386,7 @@ pub use store::PostgresStore;
 pub use store::SqliteStore;
 pub use store::{
     Begin, BeginBatch, CommitGroup, Committed, DEFAULT_INBOX_RETENTION, DueTimeouts, EndpointSecret, OutboxDeadLetter,
-    OutboxMessage, Store, StoreBacklog, StoredSaga, Timeout, TimeoutClaim, UnitOfWork, UnitOfWorkScope,
+    OutboxMessage, Store, StoreBacklog, StoredSaga, TakenTimeout, Timeout, TimeoutClaim, UnitOfWork, UnitOfWorkScope,
 };
 
 /// The names most programs need: `use courier::prelude::*;`.

@@ -85,7 +85,10 @@ async fn a_message_without_an_id_is_dead_lettered_by_an_endpoint_with_an_inbox_u
     assert!(description.contains("accept_messages_without_id"), "{description}");
     // The dead letter is visible in its queue as soon as it is settled; the endpoint
     // counts it right after, so the count is awaited, not read at once.
-    courier_tests::eventually("the dead letter counted", || async { refusing.stats().dead_lettered == 1 }).await;
+    courier_tests::eventually("the dead letter counted", || async {
+        refusing.stats().dead_lettered == 1
+    })
+    .await;
     assert_eq!(effects(&store).await, (0, 0), "not handled");
     // Opted in: two copies without an id are two messages.
     for n in [2, 3] {

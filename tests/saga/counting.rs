@@ -117,4 +117,18 @@ impl courier::Store for CountingClaims {
     ) -> courier::Result<Option<courier::EndpointSecret>> {
         self.inner.endpoint_secret(endpoint, now).await
     }
+    fn keeps_history(&self) -> bool {
+        self.inner.keeps_history()
+    }
+    async fn record_history(&self, event: &courier::HistoryEvent) -> courier::Result<()> {
+        self.inner.record_history(event).await
+    }
+    async fn purge_history(
+        &self,
+        endpoint: &str,
+        before: chrono::DateTime<chrono::Utc>,
+        limit: i64,
+    ) -> courier::Result<u64> {
+        self.inner.purge_history(endpoint, before, limit).await
+    }
 }

@@ -226,6 +226,7 @@ async fn an_early_copy_of_the_dispatchers_message_is_refused(kind: StoreKind) {
                 limit: 10,
                 max_dispatches: courier::DEFAULT_MAX_TIMEOUT_DISPATCHES,
                 enqueue: kind.one_transaction(),
+                history: false,
             },
         )
         .await

@@ -76,7 +76,13 @@ async fn the_history_of_a_saga_commits_with_its_effects(kind: StoreKind) {
     eventually("its handling", || async { flows.stats().completed == 3 }).await;
     handled(&flows, &Finish { id: "h-1".into() }, 4).await;
 
-    let events = events(&env).await;
+    let all = events(&env).await;
+    // The dispatcher's event of the reminder: on a store that enqueues in its claim it is
+    // written there, before the handling; on the others right after the send, so it
+    // may come after the handling's (both at the same virtual time).
+    let (dispatched, events): (Vec<Row>, Vec<Row>) =
+        all.into_iter().partition(|e| e.kind == HistoryKind::TimeoutDispatched);
+    assert_eq!(dispatched.len(), 1, "one timeout dispatched: {dispatched:?}");
     let kinds: Vec<(HistoryKind, Option<&str>)> = events.iter().map(|e| (e.kind, e.message_type.as_deref())).collect();
     assert_eq!(
         kinds,
@@ -92,7 +98,7 @@ async fn the_history_of_a_saga_commits_with_its_effects(kind: StoreKind) {
         env.rows("inbox").await,
         "one handled event per inbox record: the event commits with the effects"
     );
-    assert_eq!(instance_rows(&env, "h-1").await, 4);
+    assert_eq!(instance_rows(&env, "h-1").await, 5, "four handlings and the dispatch");
     assert!(events.iter().all(|e| e.attempt == 1));
 
     let begun = &events[0].detail.sagas[0];
@@ -108,6 +114,20 @@ async fn the_history_of_a_saga_commits_with_its_effects(kind: StoreKind) {
     let bumped = &events[1].detail.sagas[0];
     assert_eq!(state(bumped.before.as_deref())["count"], 0);
     assert_eq!(state(bumped.after.as_deref())["count"], 1);
+
+    let sent = &dispatched[0];
+    assert_eq!(sent.id, reminder, "the event names the timeout's message");
+    assert_eq!((sent.message_type.as_deref(), sent.attempt), (Some("saga.Remind"), 1));
+    let timeout = sent.detail.timeout.as_ref().expect("the timeout it is about");
+    assert_eq!(
+        (
+            timeout.saga_type.as_str(),
+            timeout.correlation.as_str(),
+            timeout.mark.id.as_str()
+        ),
+        ("tests.Flow", "h-1", reminder.as_str())
+    );
+    assert_eq!(timeout.mark.due, begun.timeouts_requested[0].due);
 
     let fired = &events[2].detail.sagas[0];
     assert_eq!(
@@ -148,12 +168,17 @@ async fn a_failed_attempt_is_an_event_of_its_own(kind: StoreKind) {
         flows.stats().dead_lettered == 1
     })
     .await;
-    let events = events(&env).await;
+    let (dispatched, events): (Vec<Row>, Vec<Row>) = events(&env)
+        .await
+        .into_iter()
+        .partition(|e| e.kind == HistoryKind::TimeoutDispatched);
+    assert_eq!(dispatched.len(), 1, "the reminder sent once: {dispatched:?}");
     let kinds: Vec<HistoryKind> = events.iter().map(|e| e.kind).collect();
     assert_eq!(
         kinds,
         vec![HistoryKind::Handled, HistoryKind::Retried, HistoryKind::DeadLettered]
     );
+    assert_eq!(dispatched[0].id, events[1].id, "the message the attempts failed");
     let (retried, dead) = (&events[1], &events[2]);
     assert_eq!(retried.message_type.as_deref(), Some("saga.Remind"));
     assert_eq!(retried.id, dead.id, "the same message");
@@ -172,7 +197,11 @@ async fn a_failed_attempt_is_an_event_of_its_own(kind: StoreKind) {
         "rolled back: no change"
     );
     assert_eq!((retried.attempt, dead.attempt), (1, 2));
-    assert_eq!(instance_rows(&env, "h-2").await, 1, "only the handled start");
+    assert_eq!(
+        instance_rows(&env, "h-2").await,
+        2,
+        "the handled start and the dispatch: the failed attempts name no instance"
+    );
     flows.shutdown().await.unwrap();
     env.finish().await;
 }

@@ -480,6 +480,7 @@ async fn a_lost_dispatch_is_reclaimed(kind: StoreKind) {
                 max_dispatches: courier::DEFAULT_MAX_TIMEOUT_DISPATCHES,
                 // As the dispatcher of an endpoint on the store's own broker claims.
                 enqueue: kind.one_transaction(),
+                history: false,
             },
         )
         .await

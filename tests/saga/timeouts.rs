@@ -217,7 +217,12 @@ async fn a_timeout_the_broker_dead_letters_is_sent_a_bounded_number_of_times(kin
     // Postgres transport with the default 60 s).
     env.longest_lock(QueueOptions::default().max_delivery_count(1)).await;
     let policy = RetryPolicy::none().immediate(3);
-    let (flows, store) = env.start_configured(policy, 0, |b| b.max_timeout_dispatches(MAX)).await;
+    // With a history: each dispatch is an event, and so is the giving up (issue 33).
+    let (flows, store) = env
+        .start_configured(policy, 0, |b| {
+            b.max_timeout_dispatches(MAX).history(courier::HistoryOptions::new())
+        })
+        .await;
     handled(&flows, &begin("f-broker", Some(60)), 1).await;
     env.advance(61);
     eventually("the broker dead-letters the first copy", || async {
@@ -258,6 +263,23 @@ async fn a_timeout_the_broker_dead_letters_is_sent_a_bounded_number_of_times(kin
     );
     assert_eq!(flows.stats().timeouts_dead_lettered, 1);
     assert_eq!(env.rows("saga_timeout").await, 1, "kept for operators");
+    let history = env.env.kind.table("history");
+    let dispatches =
+        |kind: &str| format!("SELECT COUNT(*) FROM {history} WHERE kind = '{kind}' AND message_type = 'saga.Remind'");
+    assert_eq!(
+        env.env.count(&dispatches("timeout_dispatched")).await,
+        i64::from(MAX),
+        "each dispatch in the history"
+    );
+    assert_eq!(
+        env.env
+            .count(&format!(
+                "SELECT COUNT(*) FROM {history} WHERE kind = 'timeout_dead_lettered' AND attempt = {MAX}"
+            ))
+            .await,
+        1,
+        "the giving up, after the last dispatch"
+    );
     flows.shutdown().await.unwrap();
     env.finish().await;
 }

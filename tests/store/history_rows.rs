@@ -8,7 +8,8 @@
 
 use chrono::{DateTime, TimeZone, Utc};
 use courier::{
-    HistoryDetail, HistoryEvent, HistoryKind, PostgresStore, SagaChange, SentMessage, SqliteStore, Store, TimeoutMark,
+    HistoryDetail, HistoryEvent, HistoryKind, PostgresStore, SagaChange, SentMessage, SqliteStore, Store,
+    TimeoutDispatch, TimeoutMark,
 };
 use courier_tests::pg::TestDatabase;
 use proptest::prelude::*;
@@ -45,7 +46,7 @@ fn saga() -> impl Strategy<Value = SagaChange> {
         proptest::option::of(text()),
         proptest::option::of(text()),
         any::<bool>(),
-        proptest::collection::vec((text(), proptest::option::of(text()), time()), 0..3),
+        proptest::collection::vec(mark(), 0..3),
         proptest::collection::vec(text(), 0..3),
     )
         .prop_map(
@@ -55,19 +56,35 @@ fn saga() -> impl Strategy<Value = SagaChange> {
                 before,
                 after,
                 completed,
-                timeouts_requested: requested
-                    .into_iter()
-                    .map(|(id, key, due)| TimeoutMark {
-                        id,
-                        key,
-                        message_type: None,
-                        due,
-                    })
-                    .collect(),
+                timeouts_requested: requested,
                 timeouts_cancelled: cancelled,
                 ..SagaChange::default()
             },
         )
+}
+
+fn mark() -> impl Strategy<Value = TimeoutMark> {
+    (
+        text(),
+        proptest::option::of(text()),
+        proptest::option::of(text()),
+        time(),
+    )
+        .prop_map(|(id, key, message_type, due)| TimeoutMark {
+            id,
+            key,
+            message_type,
+            due,
+        })
+}
+
+/// A dispatcher's timeout: any saga, correlation and mark.
+fn timeout() -> impl Strategy<Value = TimeoutDispatch> {
+    (text(), text(), mark()).prop_map(|(saga_type, correlation, mark)| TimeoutDispatch {
+        saga_type,
+        correlation,
+        mark,
+    })
 }
 
 fn event() -> impl Strategy<Value = HistoryEvent> {
@@ -85,8 +102,9 @@ fn event() -> impl Strategy<Value = HistoryEvent> {
         proptest::collection::vec((text(), text(), any::<bool>(), proptest::option::of(time())), 0..3),
         proptest::collection::vec(saga(), 0..3),
         proptest::option::of(text()),
+        proptest::option::of(timeout()),
     )
-        .prop_map(|(error, reason, sent, sagas, body)| HistoryDetail {
+        .prop_map(|(error, reason, sent, sagas, body, timeout)| HistoryDetail {
             error,
             reason,
             sent: sent
@@ -100,6 +118,7 @@ fn event() -> impl Strategy<Value = HistoryEvent> {
                 })
                 .collect(),
             sagas,
+            timeout,
             body,
             cut: Vec::new(),
         });
@@ -189,6 +208,7 @@ fn any_event_is_stored_in_postgres_with_nul_and_far_times_made_storable() {
             prop_assert_eq!(attempt, i32::try_from(event.attempt).unwrap_or(i32::MAX));
             let read: HistoryDetail = serde_json::from_str(&detail).map_err(failed)?;
             prop_assert_eq!(read.sagas.len(), event.detail.sagas.len());
+            prop_assert_eq!(read.timeout.is_some(), event.detail.timeout.is_some());
             prop_assert!(!detail.contains("\\u0000"), "no NUL reached Postgres: {}", detail);
             Ok(())
         }

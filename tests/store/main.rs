@@ -17,6 +17,7 @@ mod crash;
 mod group;
 mod history_crash;
 mod history_rows;
+mod history_upgrade;
 mod refused;
 mod restart;
 

@@ -334,6 +334,7 @@ fn claim(now: chrono::DateTime<chrono::Utc>) -> TimeoutClaim {
         limit: 10,
         max_dispatches: courier::DEFAULT_MAX_TIMEOUT_DISPATCHES,
         enqueue: true,
+        history: false,
     }
 }
 

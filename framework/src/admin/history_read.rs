@@ -126,6 +126,10 @@ pub(crate) fn parse_detail(text: &str, problems: &mut Vec<String>) -> HistoryDet
                 });
             }
             "sagas" => detail.sagas = items(value, "sagas", problems, saga_change),
+            "timeout" if !value.is_null() => match serde_json::from_value(value) {
+                Ok(timeout) => detail.timeout = Some(timeout),
+                Err(_) => problems.push("its detail's timeout cannot be read: not shown".into()),
+            },
             // A member Courier does not write (a later version's): not shown.
             _ => {}
         }

@@ -305,7 +305,20 @@ impl Store for EmbeddedStore {
             .await
             .map_err(|e| db_error("cannot begin claiming timeouts", e))?;
         // Enqueued in this transaction: nothing to confirm, the rows are marked `now`.
-        let (due, dead_lettered) = sqlite_saga::claim_due(conn(&mut lease)?, endpoint, claim, claim.now).await?;
+        let crate::store::Claimed {
+            due,
+            dead_lettered,
+            taken,
+        } = sqlite_saga::claim_due(conn(&mut lease)?, endpoint, claim, claim.now).await?;
+        if claim.history {
+            for t in &taken {
+                crate::store::sqlite_history::record(
+                    conn(&mut lease)?,
+                    &crate::store::history::timeout_event(endpoint, t, claim.now),
+                )
+                .await?;
+            }
+        }
         let claimed = due.len();
         let (reply, rx) = oneshot::channel();
         lease.give_back(Some(Finish {
@@ -324,6 +337,8 @@ impl Store for EmbeddedStore {
             claimed,
             to_send: Vec::new(),
             dead_lettered,
+            recorded: claim.history,
+            taken,
         })
     }
 

@@ -15,6 +15,7 @@ use super::EndpointBuilder;
 use super::observe::SagaEffects;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Envelope, ReceivedMessage};
+use crate::store::TakenTimeout;
 use crate::store::history::{
     HistoryDetail, HistoryEvent, HistoryKind, SagaChange, SentMessage, TimeoutMark, body_text, cut_text,
 };
@@ -228,6 +229,12 @@ impl Recorder {
     /// A message the inbox knew: completed without handling.
     pub(crate) fn duplicate(&self, received: &ReceivedMessage, attempt: Attempt) -> HistoryEvent {
         self.event(received, attempt, HistoryKind::Duplicate, HistoryDetail::default())
+    }
+
+    /// A saga timeout the dispatcher sent at `at`, or marked dead-lettered after its
+    /// last dispatch (see [`timeout_event`](crate::store::history::timeout_event)).
+    pub(crate) fn timeout(&self, taken: &TakenTimeout, at: DateTime<Utc>) -> HistoryEvent {
+        crate::store::history::timeout_event(&self.endpoint, taken, at)
     }
 
     fn event(

@@ -607,9 +607,22 @@ impl Store for PgTransportStore {
             .map_err(|e| db_error("cannot begin claiming saga timeouts", e))?;
         // Enqueued in this transaction: marked sent at the claim, reclaimed only after
         // the whole reclaim wait.
-        let (due, dead_lettered) = claim_due(&mut tx, endpoint, claim, claim.now).await?;
+        let crate::store::Claimed {
+            due,
+            dead_lettered,
+            taken,
+        } = claim_due(&mut tx, endpoint, claim, claim.now).await?;
         if !due.is_empty() {
             send_in(&mut tx, &self.transport, endpoint, false, &due, claim.now).await?;
+        }
+        if claim.history {
+            for t in &taken {
+                crate::store::pg_history::record(
+                    &mut tx,
+                    &crate::store::history::timeout_event(endpoint, t, claim.now),
+                )
+                .await?;
+            }
         }
         tx.commit()
             .await
@@ -618,6 +631,8 @@ impl Store for PgTransportStore {
             claimed: due.len(),
             to_send: Vec::new(),
             dead_lettered,
+            recorded: claim.history,
+            taken,
         })
     }
 

@@ -2,8 +2,10 @@
 //! handling attempt of a message (handled, retried, dead-lettered, a duplicate the inbox
 //! dropped) with what it did: the messages it sent, and for each saga instance it touched
 //! the state before and after and the timeouts it requested, cancelled, fired or
-//! discarded. A handled event commits in the transaction of the effects it describes;
-//! the others are written on their own (their attempt rolled back).
+//! discarded; and one per saga timeout the endpoint's dispatcher sent, or dead-lettered
+//! after its last dispatch. A handled event commits in the transaction of the effects it
+//! describes; the others are written on their own (their attempt rolled back, or the
+//! dispatch is a step of its own).
 //!
 //! The events are rows of `courier.history` (Postgres) or `courier_history` (SQLite),
 //! the detail a JSON document ([`HistoryDetail`]); `courier.history_instance` indexes
@@ -12,6 +14,8 @@
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+
+use crate::store::TakenTimeout;
 
 /// What an event of the history records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -25,15 +29,23 @@ pub enum HistoryKind {
     DeadLettered,
     /// Found in the inbox (processed before): completed without handling.
     Duplicate,
+    /// A saga timeout that fell due, sent to the endpoint's queue by its dispatcher
+    /// ([`HistoryDetail::timeout`] says which; `attempt` is the how-many-th dispatch).
+    TimeoutDispatched,
+    /// A saga timeout sent its most times and never settled (the broker dead-lettered
+    /// its message each time, or lost it): marked dead-lettered, never sent again.
+    TimeoutDeadLettered,
 }
 
 impl HistoryKind {
     /// Every kind, in the order of the schema's check.
-    pub const ALL: [HistoryKind; 4] = [
+    pub const ALL: [HistoryKind; 6] = [
         HistoryKind::Handled,
         HistoryKind::Retried,
         HistoryKind::DeadLettered,
         HistoryKind::Duplicate,
+        HistoryKind::TimeoutDispatched,
+        HistoryKind::TimeoutDeadLettered,
     ];
 
     /// Its name in the store and in `--outcome`.
@@ -43,6 +55,8 @@ impl HistoryKind {
             HistoryKind::Retried => "retried",
             HistoryKind::DeadLettered => "dead_lettered",
             HistoryKind::Duplicate => "duplicate",
+            HistoryKind::TimeoutDispatched => "timeout_dispatched",
+            HistoryKind::TimeoutDeadLettered => "timeout_dead_lettered",
         }
     }
 
@@ -86,13 +100,20 @@ pub struct HistoryEvent {
 }
 
 impl HistoryEvent {
-    /// The saga instances the event touched: (saga type, correlation).
+    /// The saga instances the event touched, or whose timeout it is: (saga type,
+    /// correlation).
     pub fn instances(&self) -> Vec<(&str, &str)> {
         let mut out: Vec<(&str, &str)> = self
             .detail
             .sagas
             .iter()
             .map(|s| (s.saga_type.as_str(), s.correlation.as_str()))
+            .chain(
+                self.detail
+                    .timeout
+                    .iter()
+                    .map(|t| (t.saga_type.as_str(), t.correlation.as_str())),
+            )
             .collect();
         out.sort_unstable();
         out.dedup();
@@ -115,6 +136,10 @@ pub struct HistoryDetail {
     /// The saga instances it touched.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sagas: Vec<SagaChange>,
+    /// The saga timeout a dispatcher's event is about (`timeout_dispatched`,
+    /// `timeout_dead_lettered`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<TimeoutDispatch>,
     /// The message's body, when the endpoint keeps bodies (UTF-8 as it is; other bytes
     /// as lowercase hex, prefixed `hex:`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -190,6 +215,64 @@ pub struct TimeoutMark {
     pub due: DateTime<Utc>,
 }
 
+/// A saga timeout the endpoint's dispatcher sent or gave up on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimeoutDispatch {
+    /// The saga's name.
+    pub saga_type: String,
+    /// The instance's correlation.
+    pub correlation: String,
+    /// The timeout: its id (its message's), key, type and due time.
+    #[serde(flatten)]
+    pub mark: TimeoutMark,
+}
+
+/// The event of a saga timeout `endpoint`'s dispatcher sent at `at`, or marked
+/// dead-lettered after its last dispatch (`taken.dead_lettered`). Its body is not kept:
+/// the handled event of the timeout's message has it.
+pub(crate) fn timeout_event(endpoint: &str, taken: &TakenTimeout, at: DateTime<Utc>) -> HistoryEvent {
+    let (kind, error, reason) = if taken.dead_lettered {
+        (
+            HistoryKind::TimeoutDeadLettered,
+            Some(format!(
+                "sent {} times and never settled: its message was dead-lettered by the broker each time (its max \
+                 delivery count), or lost; it will not be sent again",
+                taken.dispatches
+            )),
+            Some(crate::recoverability::reasons::TIMEOUT_DISPATCHES_EXHAUSTED.to_owned()),
+        )
+    } else {
+        (HistoryKind::TimeoutDispatched, None, None)
+    };
+    HistoryEvent {
+        endpoint: endpoint.to_owned(),
+        kind,
+        at,
+        message_id: taken.id.clone(),
+        message_type: taken.message_type.clone(),
+        conversation_id: taken.conversation_id.clone(),
+        causation_id: taken.causation_id.clone(),
+        attempt: taken.dispatches,
+        enqueued_at: None,
+        received_at: None,
+        detail: HistoryDetail {
+            error,
+            reason,
+            timeout: Some(TimeoutDispatch {
+                saga_type: taken.saga_type.clone(),
+                correlation: taken.correlation.clone(),
+                mark: TimeoutMark {
+                    id: taken.id.clone(),
+                    key: taken.key.clone(),
+                    message_type: taken.message_type.clone(),
+                    due: taken.due,
+                },
+            }),
+            ..HistoryDetail::default()
+        },
+    }
+}
+
 /// `event` as Postgres can hold it: every NUL character of its text written as U+FFFD and
 /// a body holding one as hex (`text` and `jsonb` refuse NUL), and its times within
 /// `timestamptz`'s range (4713 BC to 294276 AD, narrower than chrono's): an optional time
@@ -233,16 +316,6 @@ fn postgres_time_range() -> (DateTime<Utc>, DateTime<Utc>) {
 /// as hex.
 #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 fn scrub_nul(event: &HistoryEvent) -> HistoryEvent {
-    fn clean(s: &mut String) {
-        if s.contains('\0') {
-            *s = s.replace('\0', "\u{FFFD}");
-        }
-    }
-    fn clean_opt(s: &mut Option<String>) {
-        if let Some(s) = s {
-            clean(s);
-        }
-    }
     let mut e = event.clone();
     clean(&mut e.endpoint);
     clean(&mut e.message_id);
@@ -272,13 +345,36 @@ fn scrub_nul(event: &HistoryEvent) -> HistoryEvent {
         saga.keys_cancelled.iter_mut().for_each(clean);
         clean_opt(&mut saga.timeout_fired);
         clean_opt(&mut saga.timeout_discarded);
-        for t in &mut saga.timeouts_requested {
-            clean(&mut t.id);
-            clean_opt(&mut t.key);
-            clean_opt(&mut t.message_type);
-        }
+        saga.timeouts_requested.iter_mut().for_each(clean_mark);
+    }
+    if let Some(t) = &mut d.timeout {
+        clean(&mut t.saga_type);
+        clean(&mut t.correlation);
+        clean_mark(&mut t.mark);
     }
     e
+}
+
+/// `s` with every NUL character written as U+FFFD.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+fn clean(s: &mut String) {
+    if s.contains('\0') {
+        *s = s.replace('\0', "\u{FFFD}");
+    }
+}
+
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+fn clean_opt(s: &mut Option<String>) {
+    if let Some(s) = s {
+        clean(s);
+    }
+}
+
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+fn clean_mark(t: &mut TimeoutMark) {
+    clean(&mut t.id);
+    clean_opt(&mut t.key);
+    clean_opt(&mut t.message_type);
 }
 
 /// A body as the history keeps it: UTF-8 without NUL as it is, anything else as

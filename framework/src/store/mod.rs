@@ -141,6 +141,12 @@ pub struct TimeoutClaim {
     /// (the embedded broker's store always does). Otherwise the messages are handed
     /// back in [`DueTimeouts::to_send`].
     pub enqueue: bool,
+    /// Whether the endpoint keeps a history
+    /// ([`EndpointBuilder::history`](crate::EndpointBuilder::history)). A store that
+    /// enqueues the claimed timeouts' messages in the claiming transaction writes their
+    /// events there too (so an event is exactly as committed as its dispatch) and says so
+    /// in [`DueTimeouts::recorded`]; otherwise the endpoint writes them after the send.
+    pub history: bool,
 }
 
 impl TimeoutClaim {
@@ -166,6 +172,75 @@ pub struct DueTimeouts {
     /// [`TimeoutClaim::max_dispatches`] times already: marked dead-lettered instead of
     /// sent.
     pub dead_lettered: Vec<String>,
+    /// Every timeout taken (sent, or marked dead-lettered), as the endpoint's history
+    /// tells of it; a store may leave it empty (the endpoint then records no event).
+    pub taken: Vec<TakenTimeout>,
+    /// The history's events of the taken timeouts were written in the claiming
+    /// transaction (see [`TimeoutClaim::history`]): the endpoint writes none.
+    pub recorded: bool,
+}
+
+/// What a claim of due timeouts took (the stores' claims share it): the messages to
+/// send, the ids of the rows marked dead-lettered instead, and every row taken.
+#[derive(Debug, Default)]
+pub(crate) struct Claimed {
+    pub(crate) due: Vec<Envelope>,
+    pub(crate) dead_lettered: Vec<String>,
+    pub(crate) taken: Vec<TakenTimeout>,
+}
+
+impl TakenTimeout {
+    /// The row of a claim: `envelope` is its stored message (for its type, conversation
+    /// and causation).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn of_row(
+        id: String,
+        saga_type: String,
+        correlation: String,
+        key: Option<String>,
+        due: DateTime<Utc>,
+        dispatches: i64,
+        dead_lettered: bool,
+        envelope: &Envelope,
+    ) -> Self {
+        Self {
+            id,
+            saga_type,
+            correlation,
+            key,
+            due,
+            dispatches: u32::try_from(dispatches.max(0)).unwrap_or(u32::MAX),
+            dead_lettered,
+            message_type: envelope.message_type.clone(),
+            conversation_id: envelope.correlation_id.clone(),
+            causation_id: envelope.causation_id.clone(),
+        }
+    }
+}
+
+/// A timeout [`Store::claim_due_timeouts`] took, as the endpoint's history tells of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TakenTimeout {
+    /// Its id (its message's id).
+    pub id: String,
+    /// The saga's name.
+    pub saga_type: String,
+    /// The instance's correlation.
+    pub correlation: String,
+    /// The key it was requested under.
+    pub key: Option<String>,
+    /// When it fell due.
+    pub due: DateTime<Utc>,
+    /// How many times it has been sent, this claim's included.
+    pub dispatches: u32,
+    /// Marked dead-lettered instead of sent (sent its most times already).
+    pub dead_lettered: bool,
+    /// Its message's type, conversation (correlation id) and causation id.
+    pub message_type: Option<String>,
+    /// The conversation it belongs to.
+    pub conversation_id: Option<String>,
+    /// The message whose handling requested it.
+    pub causation_id: Option<String>,
 }
 
 fn saga_unsupported<T>() -> Result<T> {

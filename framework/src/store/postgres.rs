@@ -16,8 +16,8 @@ use crate::store::pg_group::PgGroup;
 use crate::store::pg_outbox::{OutboxRow, ensure_not_aborted, insert_outbox, outbox_of, outbox_rows, record_batch};
 use crate::store::pg_saga::pg_unit_of_work;
 use crate::store::{
-    Begin, BeginBatch, CommitGroup, Committed, DueTimeouts, EndpointSecret, OutboxDeadLetter, OutboxMessage, Store,
-    StoredEnvelope, TimeoutClaim, db_error,
+    Begin, BeginBatch, Claimed, CommitGroup, Committed, DueTimeouts, EndpointSecret, OutboxDeadLetter, OutboxMessage,
+    Store, StoredEnvelope, TakenTimeout, TimeoutClaim, db_error,
 };
 
 /// The inbox and outbox in Postgres, in the schema `courier`, through a sqlx pool.
@@ -331,11 +331,13 @@ impl Store for PostgresStore {
             .acquire()
             .await
             .map_err(|e| db_error("cannot claim due saga timeouts", e))?;
-        let (to_send, dead_lettered) = claim_due(&mut conn, endpoint, claim, claim.marked_at).await?;
+        let c = claim_due(&mut conn, endpoint, claim, claim.marked_at).await?;
         Ok(DueTimeouts {
-            claimed: to_send.len(),
-            to_send,
-            dead_lettered,
+            claimed: c.due.len(),
+            to_send: c.due,
+            dead_lettered: c.dead_lettered,
+            taken: c.taken,
+            recorded: false,
         })
     }
 
@@ -467,14 +469,14 @@ impl Store for PostgresStore {
 
 /// Claims `endpoint`'s timeouts as `claim` says on `conn`, marking the claimed rows
 /// dispatched at `marked_at`: their messages, sealed with the endpoint's secret (made
-/// now if it has none; `endpoint/timeout_seal.rs`), and the ids of the rows marked
-/// dead-lettered instead (sent their most times).
+/// now if it has none; `endpoint/timeout_seal.rs`), the ids of the rows marked
+/// dead-lettered instead (sent their most times), and every row taken, for the history.
 pub(crate) async fn claim_due(
     conn: &mut sqlx::PgConnection,
     endpoint: &str,
     claim: TimeoutClaim,
     marked_at: DateTime<Utc>,
-) -> Result<(Vec<Envelope>, Vec<String>)> {
+) -> Result<Claimed> {
     // SKIP LOCKED: instances of the endpoint in several processes claim disjoint rows.
     // SET reads the row as it was: a row sent its most times (`$6`) keeps its claim
     // time and count and gets the dead-letter mark instead; RETURNING reads it as it
@@ -495,7 +497,8 @@ pub(crate) async fn claim_due(
            dead_lettered_at = CASE WHEN dispatches >= $6 THEN $7 ELSE dead_lettered_at END, \
            dead_letter_reason = CASE WHEN dispatches >= $6 THEN $8 ELSE dead_letter_reason END \
          WHERE id IN (SELECT id FROM due UNION ALL SELECT id FROM lost) \
-         RETURNING envelope::text, body, due_at, id, dead_lettered_at IS NOT NULL",
+         RETURNING envelope::text, body, due_at, id, dead_lettered_at IS NOT NULL, saga_type, correlation, \
+           timeout_key, dispatches::int8",
     )
     .bind(endpoint)
     .bind(marked_at)
@@ -508,26 +511,38 @@ pub(crate) async fn claim_due(
     .fetch_all(&mut *conn)
     .await
     .map_err(|e| db_error("cannot claim due saga timeouts", e))?;
-    let (mut to_send, mut dead_lettered) = (Vec::new(), Vec::new());
+    let mut claimed = Claimed::default();
     let mut seal = None;
     for r in rows {
         let get = |e| db_error("cannot read a saga timeout", e);
-        if r.try_get::<bool, _>(4).map_err(get)? {
-            dead_lettered.push(r.try_get(3).map_err(get)?);
-            continue;
-        }
         let json: String = r.try_get(0).map_err(get)?;
         let body: Vec<u8> = r.try_get(1).map_err(get)?;
         let due: DateTime<Utc> = r.try_get(2).map_err(get)?;
+        let id: String = r.try_get(3).map_err(get)?;
+        let dead: bool = r.try_get(4).map_err(get)?;
+        let mut envelope = StoredEnvelope::join(&json, body)?;
+        claimed.taken.push(TakenTimeout::of_row(
+            id.clone(),
+            r.try_get(5).map_err(get)?,
+            r.try_get(6).map_err(get)?,
+            r.try_get(7).map_err(get)?,
+            due,
+            r.try_get(8).map_err(get)?,
+            dead,
+            &envelope,
+        ));
+        if dead {
+            claimed.dead_lettered.push(id);
+            continue;
+        }
         let seal = match &mut seal {
             Some(seal) => seal,
             None => seal.insert(TimeoutSeal::new(&endpoint_secret(conn, endpoint, claim.now).await?)?),
         };
-        let mut envelope = StoredEnvelope::join(&json, body)?;
         seal.seal(endpoint, &mut envelope, due);
-        to_send.push(claim.schedule(envelope, due));
+        claimed.due.push(claim.schedule(envelope, due));
     }
-    Ok((to_send, dead_lettered))
+    Ok(claimed)
 }
 
 /// Postpones the reclaim of `endpoint`'s claimed timeout `id` until `until` (see

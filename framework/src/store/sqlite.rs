@@ -584,12 +584,13 @@ impl Store for SqliteStore {
 
     async fn claim_due_timeouts(&self, endpoint: &str, claim: TimeoutClaim) -> Result<DueTimeouts> {
         let _turn = self.writer.take().await?;
-        let (to_send, dead_lettered) =
-            sqlite_saga::claim_due(&mut *self.conn().await?, endpoint, claim, claim.marked_at).await?;
+        let c = sqlite_saga::claim_due(&mut *self.conn().await?, endpoint, claim, claim.marked_at).await?;
         Ok(DueTimeouts {
-            claimed: to_send.len(),
-            to_send,
-            dead_lettered,
+            claimed: c.due.len(),
+            to_send: c.due,
+            dead_lettered: c.dead_lettered,
+            taken: c.taken,
+            recorded: false,
         })
     }
 

@@ -8,10 +8,9 @@ use sqlx::{Row, SqliteConnection};
 use crate::endpoint::recoverability::reasons;
 use crate::endpoint::timeout_seal::TimeoutSeal;
 use crate::error::{Error, ErrorKind, Result};
-use crate::message::Envelope;
 use crate::store::sqlite::endpoint_secret;
 pub(crate) use crate::store::sqlite_history::record as record_history;
-use crate::store::{StoredEnvelope, StoredSaga, Timeout, TimeoutClaim, db_error};
+use crate::store::{Claimed, StoredEnvelope, StoredSaga, TakenTimeout, Timeout, TimeoutClaim, db_error};
 
 fn micros(t: DateTime<Utc>) -> i64 {
     t.timestamp_micros()
@@ -276,13 +275,14 @@ pub(crate) async fn take_timeout(conn: &mut SqliteConnection, id: &str) -> Resul
 /// Marks due (and long unhandled) timeouts dispatched at `mark` and returns their
 /// messages, sealed with the endpoint's secret (made now if it has none;
 /// `endpoint/timeout_seal.rs`); and, in the same statement, marks those already sent
-/// `claim.max_dispatches` times dead-lettered instead, returning their ids.
+/// `claim.max_dispatches` times dead-lettered instead, returning their ids; and every row
+/// taken, for the history.
 pub(crate) async fn claim_due(
     conn: &mut SqliteConnection,
     endpoint: &str,
     claim: TimeoutClaim,
     mark: DateTime<Utc>,
-) -> Result<(Vec<Envelope>, Vec<String>)> {
+) -> Result<Claimed> {
     // SET reads the row as it was: a row sent its most times keeps its claim time and
     // count and gets the dead-letter mark; RETURNING reads it as it is now.
     let rows = sqlx::query(
@@ -300,7 +300,8 @@ pub(crate) async fn claim_due(
                WHERE endpoint = ?1 AND dispatched_at IS NOT NULL AND dead_lettered_at IS NULL \
                  AND dispatched_at < ?3) \
            ORDER BY due_at LIMIT ?4) \
-         RETURNING envelope, body, due_at, id, dead_lettered_at IS NOT NULL",
+         RETURNING envelope, body, due_at, id, dead_lettered_at IS NOT NULL, saga_type, correlation, timeout_key, \
+           dispatches",
     )
     .bind(endpoint)
     .bind(micros(mark))
@@ -313,29 +314,41 @@ pub(crate) async fn claim_due(
     .fetch_all(&mut *conn)
     .await
     .map_err(|e| db_error("cannot claim due saga timeouts", e))?;
-    let (mut to_send, mut dead_lettered) = (Vec::new(), Vec::new());
+    let mut claimed = Claimed::default();
     let mut seal = None;
     for r in rows {
         let get = |e| db_error("cannot read a saga timeout", e);
-        if r.try_get::<i64, _>(4).map_err(get)? != 0 {
-            dead_lettered.push(r.try_get(3).map_err(get)?);
-            continue;
-        }
         let json: String = r.try_get(0).map_err(get)?;
         let body: Vec<u8> = r.try_get(1).map_err(get)?;
         let due: i64 = r.try_get(2).map_err(get)?;
         let due = DateTime::from_timestamp_micros(due).unwrap_or(claim.now);
+        let id: String = r.try_get(3).map_err(get)?;
+        let dead = r.try_get::<i64, _>(4).map_err(get)? != 0;
+        let mut envelope = StoredEnvelope::join(&json, body)?;
+        claimed.taken.push(TakenTimeout::of_row(
+            id.clone(),
+            r.try_get(5).map_err(get)?,
+            r.try_get(6).map_err(get)?,
+            r.try_get(7).map_err(get)?,
+            due,
+            r.try_get(8).map_err(get)?,
+            dead,
+            &envelope,
+        ));
+        if dead {
+            claimed.dead_lettered.push(id);
+            continue;
+        }
         let seal = match &mut seal {
             Some(seal) => seal,
             None => seal.insert(TimeoutSeal::new(
                 &endpoint_secret(&mut *conn, endpoint, claim.now).await?,
             )?),
         };
-        let mut envelope = StoredEnvelope::join(&json, body)?;
         seal.seal(endpoint, &mut envelope, due);
-        to_send.push(claim.schedule(envelope, due));
+        claimed.due.push(claim.schedule(envelope, due));
     }
-    Ok((to_send, dead_lettered))
+    Ok(claimed)
 }
 
 pub(crate) async fn next_due(conn: &mut SqliteConnection, endpoint: &str) -> Result<Option<DateTime<Utc>>> {

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Tick, Worker};
 use crate::endpoint::runtime::Shared;
 use crate::error::Error;
-use crate::store::{Store, TimeoutClaim, UnitOfWorkScope};
+use crate::store::{Store, TakenTimeout, TimeoutClaim, UnitOfWorkScope};
 
 /// How often the timeout dispatcher looks for due timeouts that no signal announced
 /// (stored by another process, or reclaimed).
@@ -89,6 +89,7 @@ impl Worker for TimeoutDispatcher {
             limit: TIMEOUT_BATCH,
             max_dispatches: self.max_dispatches,
             enqueue: shared.scope == Some(UnitOfWorkScope::All),
+            history: shared.history.is_some(),
         };
         match store.claim_due_timeouts(&shared.name, claim).await {
             Ok(due) => {
@@ -109,12 +110,17 @@ impl Worker for TimeoutDispatcher {
                         self.max_dispatches
                     );
                 }
+                let taken = due.claimed.saturating_add(due.dead_lettered.len());
+                // Sent unless the send below fails (the store enqueued them itself when it
+                // hands nothing back).
+                let mut sent_ok = true;
                 if !due.to_send.is_empty() {
                     let ids: Vec<String> = due.to_send.iter().map(|e| e.message_id.clone()).collect();
                     let sent = match shared.bus.sender(&shared.name, false).await {
                         Ok(sender) => sender.send_batch(due.to_send).await.map_err(Error::from),
                         Err(e) => Err(e),
                     };
+                    sent_ok = sent.is_ok();
                     match sent {
                         Ok(()) => {
                             if let Err(e) = store.timeouts_sent(&ids, shared.clock.now()).await {
@@ -134,7 +140,9 @@ impl Worker for TimeoutDispatcher {
                         }
                     }
                 }
-                let taken = due.claimed.saturating_add(due.dead_lettered.len());
+                if !due.recorded {
+                    record_history(shared, store, &due.taken, sent_ok, now).await;
+                }
                 if i64::try_from(taken).unwrap_or(i64::MAX) >= TIMEOUT_BATCH {
                     return Tick::Again;
                 }
@@ -175,6 +183,29 @@ impl Worker for TimeoutDispatcher {
                 () = shared.clock.sleep_until(next) => return true,
                 () = shared.timeouts.wait() => {}
             }
+        }
+    }
+}
+
+/// Tells the endpoint's history (when it keeps one) of each timeout taken, when the
+/// store did not in its claim: dispatched (when `sent`: a failed send is released and
+/// taken again later, and told then) or dead-lettered after its last dispatch, at the
+/// claim's time `at` (the send's start: before the handling of the message it sent).
+/// Best effort, as the events of failed attempts: the send is a step of its own, so a
+/// failure to write is logged and changes nothing.
+async fn record_history(
+    shared: &Shared,
+    store: &Arc<dyn Store>,
+    taken: &[TakenTimeout],
+    sent: bool,
+    at: DateTime<Utc>,
+) {
+    let Some(recorder) = &shared.history else {
+        return;
+    };
+    for t in taken.iter().filter(|t| sent || t.dead_lettered) {
+        if let Err(e) = store.record_history(&recorder.timeout(t, at)).await {
+            tracing::warn!(error = %e, timeout = %t.id, "could not record a saga timeout's dispatch in the history");
         }
     }
 }
