@@ -45,6 +45,17 @@ async fn events(env: &Env) -> Vec<Row> {
         .collect()
 }
 
+/// How many events of a handling attempt (not a dispatcher's) lack the time the attempt
+/// began.
+async fn without_received_at(env: &Env) -> i64 {
+    env.env
+        .count(&format!(
+            "SELECT COUNT(*) FROM {} WHERE received_at IS NULL AND kind NOT LIKE 'timeout_%'",
+            env.env.kind.table("history")
+        ))
+        .await
+}
+
 /// How many events of the instance the index holds.
 async fn instance_rows(env: &Env, correlation: &str) -> i64 {
     env.env
@@ -197,10 +208,47 @@ async fn a_failed_attempt_is_an_event_of_its_own(kind: StoreKind) {
         "rolled back: no change"
     );
     assert_eq!((retried.attempt, dead.attempt), (1, 2));
+    assert_eq!(without_received_at(&env).await, 0, "a failed attempt says when it began");
     assert_eq!(
         instance_rows(&env, "h-2").await,
         2,
         "the handled start and the dispatch: the failed attempts name no instance"
+    );
+    flows.shutdown().await.unwrap();
+    env.finish().await;
+}
+
+/// Regression: a failed attempt's number counts delayed retries as a handled one's
+/// (`Context::attempt`) does. The reminder fails, is retried after a delay (a new
+/// delivery, whose broker count starts again at 1), and fails again: attempts 1 and 2
+/// (before, the events said 1 and 1, the delivery count).
+async fn a_failed_attempt_after_a_delayed_retry_is_numbered_as_the_handler_sees_it(kind: StoreKind) {
+    let env = Env::new(kind).await;
+    env.probe.failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    let flows = env
+        .builder(SagaOptions::default())
+        .history(HistoryOptions::new())
+        .recoverability(RetryPolicy::none().delayed([Duration::from_secs(10)]))
+        .start()
+        .await
+        .unwrap();
+    handled(&flows, &begin("h-4", Some(60)), 1).await;
+    env.advance(61);
+    eventually("the first attempt", || async { flows.stats().retried == 1 }).await;
+    env.advance(11);
+    eventually("the delayed retry dead-lettered", || async {
+        flows.stats().dead_lettered == 1
+    })
+    .await;
+    let failed: Vec<(HistoryKind, u32)> = events(&env)
+        .await
+        .iter()
+        .filter(|e| matches!(e.kind, HistoryKind::Retried | HistoryKind::DeadLettered))
+        .map(|e| (e.kind, e.attempt))
+        .collect();
+    assert_eq!(
+        failed,
+        vec![(HistoryKind::Retried, 1), (HistoryKind::DeadLettered, 2)]
     );
     flows.shutdown().await.unwrap();
     env.finish().await;
@@ -234,6 +282,8 @@ async fn a_duplicate_is_recorded(kind: StoreKind) {
         ]
     );
     assert_eq!(env.field("h-3", "count").await, 1);
+    assert_eq!(without_received_at(&env).await, 0, "a duplicate says when it was taken up");
+    assert!(events.iter().all(|e| e.attempt == 1), "each copy a first attempt");
     flows.shutdown().await.unwrap();
     env.finish().await;
 }
@@ -280,5 +330,6 @@ async fn a_history_the_endpoint_cannot_keep_is_refused_at_start() {
 on_every_store!(
     the_history_of_a_saga_commits_with_its_effects,
     a_failed_attempt_is_an_event_of_its_own,
+    a_failed_attempt_after_a_delayed_retry_is_numbered_as_the_handler_sees_it,
     a_duplicate_is_recorded,
 );

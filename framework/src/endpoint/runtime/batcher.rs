@@ -28,7 +28,7 @@ use crate::store::OutboxMessage;
 use crate::transport::Delivery;
 
 use super::Shared;
-use super::failures::on_failure;
+use super::failures::{Tried, on_failure};
 use super::group::next_owner;
 use super::handle::{CatchUnwind, Done, commit, complete, context_of, panic_text};
 use super::outbox::dispatch_stored;
@@ -88,6 +88,17 @@ struct Member {
     delayed: u32,
     attempt: u32,
     done: oneshot::Sender<()>,
+}
+
+impl Member {
+    /// Its attempt, begun at `began` (when its batch, or its retry alone, began).
+    fn tried(&self, began: DateTime<Utc>) -> Tried {
+        Tried {
+            delayed: self.delayed,
+            number: self.attempt,
+            began,
+        }
+    }
 }
 
 /// Adds a received message to its type's batch, and returns once that batch has been
@@ -162,9 +173,10 @@ async fn run(shared: &Arc<Shared>, route: &BatchRoute, members: Vec<Member>) {
         return;
     };
     let mut ready = Vec::with_capacity(members.len());
+    let began = shared.clock.now();
     for member in members {
         if let Some(until) = member.delivery.locked_until()
-            && until <= shared.clock.now()
+            && until <= began
         {
             tracing::warn!("lock lost before the batch started; the message will be delivered again");
             continue;
@@ -174,12 +186,16 @@ async fn run(shared: &Arc<Shared>, route: &BatchRoute, members: Vec<Member>) {
             let failure = Failure::Unfinished {
                 deliveries: delivery_count,
             };
-            on_failure(shared, member.delivery, failure, member.delayed, member.attempt).await;
+            let tried = member.tried(began);
+            on_failure(shared, member.delivery, failure, tried).await;
             continue;
         }
         match route.handler.decode(member.delivery.message()) {
             Ok(decoded) => ready.push(Ready { member, decoded }),
-            Err(failure) => on_failure(shared, member.delivery, failure, member.delayed, member.attempt).await,
+            Err(failure) => {
+                let tried = member.tried(began);
+                on_failure(shared, member.delivery, failure, tried).await;
+            }
         }
     }
     if ready.is_empty() {
@@ -192,7 +208,7 @@ async fn run(shared: &Arc<Shared>, route: &BatchRoute, members: Vec<Member>) {
     // handler takes by value.
     let (mut members, decoded): (Vec<Member>, Vec<_>) = ready.into_iter().map(|r| (r.member, r.decoded)).unzip();
     match handle(shared, route, &mut members, decoded).await {
-        Ok(outcome) => settle(shared, members, outcome).await,
+        Ok(outcome) => settle(shared, members, outcome, began).await,
         Err(failure) => {
             tracing::warn!(
                 handler = route.handler.name(),
@@ -203,7 +219,10 @@ async fn run(shared: &Arc<Shared>, route: &BatchRoute, members: Vec<Member>) {
             for member in members {
                 match route.handler.decode(member.delivery.message()) {
                     Ok(decoded) => run_alone(shared, route, vec![Ready { member, decoded }]).await,
-                    Err(failure) => on_failure(shared, member.delivery, failure, member.delayed, member.attempt).await,
+                    Err(failure) => {
+                        let tried = member.tried(shared.clock.now());
+                        on_failure(shared, member.delivery, failure, tried).await;
+                    }
                 }
             }
         }
@@ -212,16 +231,18 @@ async fn run(shared: &Arc<Shared>, route: &BatchRoute, members: Vec<Member>) {
 
 /// A batch of one: its failure is the message's (retried or dead-lettered by the policy).
 async fn run_alone(shared: &Arc<Shared>, route: &BatchRoute, ready: Vec<Ready>) {
+    let began = shared.clock.now();
     let (mut members, decoded): (Vec<Member>, Vec<_>) = ready.into_iter().map(|r| (r.member, r.decoded)).unzip();
     match handle(shared, route, &mut members, decoded).await {
-        Ok(outcome) => settle(shared, members, outcome).await,
+        Ok(outcome) => settle(shared, members, outcome, began).await,
         Err(Failure::Store(e)) if e.is_lock_lost() => {
             tracing::warn!(error = %e, "lock lost before the batch's transaction committed; it rolled back and \
                 the message will be delivered again");
         }
         Err(failure) => {
             if let Some(member) = members.into_iter().next() {
-                on_failure(shared, member.delivery, failure, member.delayed, member.attempt).await;
+                let tried = member.tried(began);
+                on_failure(shared, member.delivery, failure, tried).await;
             }
         }
     }
@@ -382,7 +403,7 @@ async fn handle(
 
 /// After the batch's commit: dispatch what it sent and what duplicates left, then
 /// complete the members (unless the transaction did).
-async fn settle(shared: &Arc<Shared>, members: Vec<Member>, outcome: Outcome) {
+async fn settle(shared: &Arc<Shared>, members: Vec<Member>, outcome: Outcome, began: DateTime<Utc>) {
     let Outcome { done, duplicate, left } = outcome;
     let settled_fresh = matches!(done, Some(Done::Settled));
     let dispatched = match done {
@@ -413,7 +434,8 @@ async fn settle(shared: &Arc<Shared>, members: Vec<Member>, outcome: Outcome) {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             metrics.deduplicated();
             let message = member.delivery.message();
-            super::failures::record_history(shared, message, |r, attempt| r.duplicate(message, attempt)).await;
+            let tried = member.tried(began);
+            super::failures::record_history(shared, tried, |r, attempt| r.duplicate(message, attempt)).await;
             complete(shared, member.delivery).await;
         } else if settled_fresh {
             shared

@@ -9,13 +9,15 @@
 
 use std::sync::atomic::Ordering;
 
+use chrono::{DateTime, Utc};
+
 use super::timeout_rows;
 use crate::endpoint::Failure;
 use crate::endpoint::history::{Attempt, Recorder};
 use crate::endpoint::recoverability::{Decision, headers};
 use crate::error::Error;
 use crate::logtext::Escaped;
-use crate::message::{Properties, PropertyValue, ReceivedMessage};
+use crate::message::{Properties, PropertyValue};
 use crate::store::history::{HistoryEvent, HistoryKind};
 use crate::transport::{Delivery, Settlement};
 
@@ -77,20 +79,34 @@ fn plain_failure(shared: &Shared, description: &str, deliveries: u32) -> Propert
     p
 }
 
-/// Writes an event of the history of `message` on its own (the attempt it describes
-/// rolled back, or handled nothing), when the endpoint keeps one; a failure to write it
-/// is logged and never changes how the message is settled.
+/// The attempt a failure, a dead letter or a duplicate ends.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Tried {
+    /// The delayed retries before it.
+    pub(super) delayed: u32,
+    /// Its number, counting immediate and delayed retries (as [`Context::attempt`]
+    /// does; 1 on the first).
+    ///
+    /// [`Context::attempt`]: crate::Context::attempt
+    pub(super) number: u32,
+    /// When the endpoint began it (took the delivery up, by its clock).
+    pub(super) began: DateTime<Utc>,
+}
+
+/// Writes an event of the history on its own (the attempt `tried` it describes rolled
+/// back, or handled nothing), when the endpoint keeps one; a failure to write it is
+/// logged and never changes how the message is settled.
 pub(super) async fn record_history(
     shared: &Shared,
-    message: &ReceivedMessage,
+    tried: Tried,
     event: impl FnOnce(&Recorder, Attempt) -> HistoryEvent,
 ) {
     let (Some(recorder), Some(store)) = (&shared.history, &shared.store) else {
         return;
     };
     let attempt = Attempt {
-        number: message.broker.delivery_count,
-        received_at: None,
+        number: tried.number,
+        received_at: Some(tried.began),
         at: shared.clock.now(),
     };
     let event = event(recorder, attempt);
@@ -99,13 +115,14 @@ pub(super) async fn record_history(
     }
 }
 
-pub(super) async fn on_failure(shared: &Shared, delivery: Delivery, failure: Failure, delayed: u32, attempt: u32) {
+pub(super) async fn on_failure(shared: &Shared, delivery: Delivery, failure: Failure, tried: Tried) {
+    let (delayed, attempt) = (tried.delayed, tried.number);
     let properties = failure_properties(shared, &failure, attempt);
     let error_text = failure.chain().join(": ");
     let metrics = shared.metrics.of(delivery.message());
     metrics.failed(&failure);
     if let Some(reason) = failure.permanent_reason() {
-        dead_letter(shared, delivery, reason, error_text, properties).await;
+        dead_letter(shared, delivery, reason, error_text, properties, tried).await;
         return;
     }
     let delivery_count = delivery.message().broker.delivery_count;
@@ -114,7 +131,7 @@ pub(super) async fn on_failure(shared: &Shared, delivery: Delivery, failure: Fai
             shared.stats.retried.fetch_add(1, Ordering::Relaxed);
             metrics.retried(false);
             tracing::warn!(error = %Escaped(&error_text), handler = failure.handler(), "handler failed; immediate retry");
-            record_history(shared, delivery.message(), |r, a| {
+            record_history(shared, tried, |r, a| {
                 r.failed(delivery.message(), a, HistoryKind::Retried, error_text.clone(), None)
             })
             .await;
@@ -166,7 +183,7 @@ pub(super) async fn on_failure(shared: &Shared, delivery: Delivery, failure: Fai
                     );
                 }
                 Ok(true) => {
-                    record_history(shared, delivery.message(), |r, a| {
+                    record_history(shared, tried, |r, a| {
                         r.failed(delivery.message(), a, HistoryKind::Retried, error_text.clone(), None)
                     })
                     .await;
@@ -181,7 +198,7 @@ pub(super) async fn on_failure(shared: &Shared, delivery: Delivery, failure: Fai
                     );
                 }
                 Ok(false) => {
-                    record_history(shared, delivery.message(), |r, a| {
+                    record_history(shared, tried, |r, a| {
                         r.failed(delivery.message(), a, HistoryKind::Retried, error_text.clone(), None)
                     })
                     .await;
@@ -214,7 +231,15 @@ pub(super) async fn on_failure(shared: &Shared, delivery: Delivery, failure: Fai
             }
         }
         Decision::Exhausted => {
-            dead_letter(shared, delivery, failure.exhausted_reason(), error_text, properties).await;
+            dead_letter(
+                shared,
+                delivery,
+                failure.exhausted_reason(),
+                error_text,
+                properties,
+                tried,
+            )
+            .await;
         }
     }
 }
@@ -225,6 +250,7 @@ pub(super) async fn dead_letter(
     reason: &'static str,
     description: String,
     properties: Properties,
+    tried: Tried,
 ) {
     let metrics = shared.metrics.of(delivery.message());
     let message_id = delivery.message().envelope.message_id.clone();
@@ -260,7 +286,7 @@ pub(super) async fn dead_letter(
     match delivery.settle(settlement).await {
         Ok(()) => {
             if let Some(received) = &received {
-                record_history(shared, received, |r, a| {
+                record_history(shared, tried, |r, a| {
                     r.failed(
                         received,
                         a,

@@ -39,7 +39,7 @@ use crate::message::{LockToken, Properties};
 use crate::store::{Begin, Committed, OutboxMessage, UnitOfWork};
 use crate::transport::Delivery;
 
-use super::failures::{dead_letter, on_failure};
+use super::failures::{Tried, dead_letter, on_failure};
 use super::group::{GroupSeat, next_owner};
 use super::outbox::dispatch_stored;
 use super::renew::run_renewing;
@@ -74,12 +74,19 @@ pub(super) async fn process(
         if shared.store.is_some() && !shared.accept_messages_without_id {
             drop(seat);
             let description = missing_id_description(&shared.name, shared.bus.transport().name());
+            // Refused before its delayed-retry count is read: its deliveries number it.
+            let tried = Tried {
+                delayed: 0,
+                number: delivery.message().broker.delivery_count,
+                began: shared.clock.now(),
+            };
             dead_letter(
                 &shared,
                 delivery,
                 reasons::MISSING_MESSAGE_ID,
                 description,
                 Properties::new(),
+                tried,
             )
             .await;
             return;
@@ -184,12 +191,18 @@ pub(super) async fn handle(
     trace: TraceContext,
     seat: Option<GroupSeat>,
 ) {
+    let began = shared.clock.now();
     if let Some(until) = delivery.locked_until()
-        && until <= shared.clock.now()
+        && until <= began
     {
         tracing::warn!("lock lost before the handler started; the message will be delivered again");
         return;
     }
+    let tried = Tried {
+        delayed,
+        number: attempt,
+        began,
+    };
     let handlers = match handlers_of(shared, &delivery) {
         Ok(handlers) => handlers,
         Err(description) => {
@@ -199,6 +212,7 @@ pub(super) async fn handle(
                 reasons::UNKNOWN_MESSAGE_TYPE,
                 description,
                 Properties::new(),
+                tried,
             )
             .await;
             return;
@@ -211,7 +225,7 @@ pub(super) async fn handle(
         let failure = Failure::Unfinished {
             deliveries: delivery_count,
         };
-        on_failure(shared, delivery, failure, delayed, attempt).await;
+        on_failure(shared, delivery, failure, tried).await;
         return;
     }
     let cancel = shared.hard_stop.child_token();
@@ -230,10 +244,10 @@ pub(super) async fn handle(
     drop(ctx);
     let metrics = shared.metrics.of(delivery.message());
     metrics.processed(started.elapsed(), outcome.as_ref().err());
-    match settle(shared, &delivery, metrics, outcome).await {
+    match settle(shared, &delivery, metrics, outcome, tried).await {
         Next::Complete => complete(shared, delivery).await,
         Next::Done => {}
-        Next::Fail(failure) => on_failure(shared, delivery, failure, delayed, attempt).await,
+        Next::Fail(failure) => on_failure(shared, delivery, failure, tried).await,
     }
 }
 
@@ -435,7 +449,13 @@ enum Next {
 
 /// After the handling: dispatch what it sent (or what a duplicate's handling left) and
 /// say whether the delivery is to be completed.
-async fn settle(shared: &Shared, delivery: &Delivery, metrics: &TypeMetrics, outcome: Result<Done, Failure>) -> Next {
+async fn settle(
+    shared: &Shared,
+    delivery: &Delivery,
+    metrics: &TypeMetrics,
+    outcome: Result<Done, Failure>,
+    tried: Tried,
+) -> Next {
     let dispatched = match outcome {
         Ok(Done::Settled) => {
             shared.stats.completed.fetch_add(1, Ordering::Relaxed);
@@ -460,7 +480,7 @@ async fn settle(shared: &Shared, delivery: &Delivery, metrics: &TypeMetrics, out
         }
         Ok(Done::Duplicate(left)) => {
             let message = delivery.message();
-            super::failures::record_history(shared, message, |r, attempt| r.duplicate(message, attempt)).await;
+            super::failures::record_history(shared, tried, |r, attempt| r.duplicate(message, attempt)).await;
             tracing::info!(
                 undispatched = left.len(),
                 "message already processed (found in the inbox); completing it without handling"
