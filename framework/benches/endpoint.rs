@@ -9,6 +9,12 @@
 //! `-- --metrics`: the endpoint without a metrics recorder next to the same endpoint
 //! reporting to a Prometheus recorder (rendered every second, as a scrape would),
 //! alternating in the same run (docs/observability.md).
+//!
+//! `-- --history`: the endpoint with the broker's store (the inbox in the broker's
+//! transaction) and no history, next to the same endpoint keeping a history without
+//! bodies (the default) and with bodies, alternating in the same run; prints each ratio
+//! against the target of issue 33, 85% of the throughput without a history
+//! (docs/history.md, "Cost").
 
 #![allow(
     clippy::print_stdout,
@@ -57,7 +63,8 @@ impl Handler for Count {
 
 struct Bench {
     transport: Arc<dyn Transport>,
-    _dir: tempfile::TempDir,
+    broker: Embedded,
+    dir: tempfile::TempDir,
 }
 
 /// A fresh broker file holding `n` messages of about 1 KiB of JSON in queue `work`.
@@ -88,8 +95,9 @@ async fn prefilled(n: u64) -> Bench {
         sender.send_batch(batch).await.unwrap();
     }
     Bench {
-        transport: Arc::new(broker),
-        _dir: dir,
+        transport: Arc::new(broker.clone()),
+        broker,
+        dir,
     }
 }
 
@@ -207,7 +215,7 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
-        // `--profile endpoint|raw`: one long run of one scenario, for a profiler.
+        // `--profile endpoint|raw|store|history`: one long run of one scenario, for a profiler.
         if let Some(what) = std::env::args().skip_while(|a| a != "--profile").nth(1) {
             let rate = match what.as_str() {
                 "raw" => raw(100_000, 16, 2).await,
@@ -215,6 +223,9 @@ fn main() {
                 "p32" => endpoint_with(100_000, 16, 32).await,
                 "c32" => endpoint_with(100_000, 32, 16).await,
                 "c8" => endpoint_with(100_000, 8, 8).await,
+                // The broker's store, without and with a history (`--history`).
+                "store" => endpoint_with_store(100_000, 16, None).await,
+                "history" => endpoint_with_store(100_000, 16, Some(HistoryOptions::new())).await,
                 _ => endpoint(100_000, 16).await,
             };
             println!("{what}: {rate:.0} msg/s");
@@ -242,6 +253,10 @@ fn main() {
                 _ => endpoint_recorded(n, 16, 32, (mode == "on").then_some(&recorder), false).await,
             };
             println!("instructions {mode}: {n} messages, {rate:.0} msg/s");
+            return;
+        }
+        if std::env::args().any(|a| a == "--history") {
+            history_overhead(n, rounds).await;
             return;
         }
         if std::env::args().any(|a| a == "--metrics") {
@@ -295,4 +310,100 @@ async fn metrics_overhead(n: u64, rounds: usize) {
             (on / off - 1.0) * 100.0
         );
     }
+}
+
+/// As [`endpoint`], with the broker's store (the inbox record in the broker's transaction
+/// of the complete), keeping a history when `history` is given.
+async fn endpoint_with_store(n: u64, concurrency: usize, history: Option<HistoryOptions>) -> f64 {
+    let b = prefilled(n).await;
+    let seen = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(Notify::new());
+    let start = Instant::now();
+    let mut builder = Endpoint::builder("work")
+        .transport(b.transport.clone())
+        .store(b.broker.store())
+        .concurrency(concurrency)
+        .prefetch(concurrency * 2)
+        .handler(Count {
+            seen: seen.clone(),
+            total: n,
+            done: done.clone(),
+        });
+    let keeps_history = history.is_some();
+    if let Some(options) = history {
+        builder = builder.history(options);
+    }
+    let running = builder.start().await.unwrap();
+    done.notified().await;
+    let report = running.shutdown().await.unwrap();
+    let rate = n as f64 / start.elapsed().as_secs_f64();
+    assert_eq!(report.completed, n);
+    let events = history_events(&b).await;
+    assert_eq!(
+        events,
+        if keeps_history { n } else { 0 },
+        "one handled event per message"
+    );
+    b.transport.close().await;
+    rate
+}
+
+/// The events in the broker file's history (read after the run).
+async fn history_events(b: &Bench) -> u64 {
+    use sqlx::ConnectOptions;
+    let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(b.dir.path().join("bench.db"))
+        .read_only(true)
+        .connect()
+        .await
+        .unwrap();
+    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM courier_history")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    n as u64
+}
+
+/// The endpoint with the broker's store and no history, with a history (no bodies), and
+/// with a history keeping bodies, alternating; the ratios against the target (85%).
+async fn history_overhead(n: u64, rounds: usize) {
+    println!(
+        "endpoint with the broker's store, history off / on / on with bodies: file, durability NORMAL, ~1 KiB JSON, {n} messages, median of {rounds} (alternating)"
+    );
+    let variants = [
+        ("history off", None),
+        ("history on", Some(HistoryOptions::new())),
+        ("history on + bodies", Some(HistoryOptions::new().with_bodies(true))),
+    ];
+    for parallel in [16, 32] {
+        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+        for _ in 0..rounds {
+            for (i, (_, history)) in variants.iter().enumerate() {
+                quiesce().await;
+                rates[i].push(endpoint_with_store(n, parallel, history.clone()).await);
+            }
+        }
+        let medians: Vec<f64> = rates.iter().map(|r| median(r.clone())).collect();
+        println!(
+            "  {parallel:>2} at once: {} {:>7.0} msg/s (rounds {})",
+            variants[0].0,
+            medians[0],
+            rounds_text(&rates[0])
+        );
+        for (i, (label, _)) in variants.iter().enumerate().skip(1) {
+            let ratio = medians[i] / medians[0];
+            println!(
+                "             {label:<19} {:>7.0} msg/s (rounds {}) | {:>5.1}% of off (target >= 85%: {}) | {:+.1} us/msg",
+                medians[i],
+                rounds_text(&rates[i]),
+                ratio * 100.0,
+                if ratio >= 0.85 { "PASS" } else { "BELOW" },
+                (1.0 / medians[i] - 1.0 / medians[0]) * 1e6
+            );
+        }
+    }
+}
+
+fn rounds_text(v: &[f64]) -> String {
+    v.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(" / ")
 }

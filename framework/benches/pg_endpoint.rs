@@ -12,7 +12,11 @@
 //!   (default 8);
 //! - `--async-commit`: both sides on databases with `synchronous_commit = off`, which takes
 //!   the disk's flush latency out and leaves CPU and round trips;
-//! - `--profile N`: one long Courier run with N handlers (and `--group G`), for a profiler.
+//! - `--profile N`: one long Courier run with N handlers (and `--group G`), for a profiler;
+//! - `--history`: instead of the baseline, the endpoint without a history, with one (no
+//!   bodies, the default) and with one keeping bodies, alternating in the same run, 16 at
+//!   once alone and with `group_commit(G)`; prints each ratio against the target of
+//!   issue 33, 85% of the throughput without a history (docs/history.md, "Cost").
 //!
 //! `DATABASE_URL` names a server where the user may create databases (default
 //! `postgres://postgres@127.0.0.1:5432/postgres`); the baseline needs `psql`, `pgbench`
@@ -178,6 +182,17 @@ async fn without_store_run(n: u64, concurrency: usize) -> f64 {
 /// and a `PostgresStore` on a fresh database; timed from the start of the endpoint to the
 /// end of its graceful shutdown (every message completed, the outbox emptied).
 async fn courier_run(n: u64, concurrency: usize, group: usize, async_commit: bool) -> Run {
+    courier_run_with(n, concurrency, group, async_commit, None).await
+}
+
+/// As [`courier_run`], keeping a history when `history` is given.
+async fn courier_run_with(
+    n: u64,
+    concurrency: usize,
+    group: usize,
+    async_commit: bool,
+    history: Option<HistoryOptions>,
+) -> Run {
     let mut conn = admin_connection().await;
     let name = create_database(&mut conn, "courier_bench", async_commit).await;
     let url = with_database(&database_url(), &name);
@@ -199,17 +214,19 @@ async fn courier_run(n: u64, concurrency: usize, group: usize, async_commit: boo
         done: Notify::new(),
     });
     let start = Instant::now();
-    let running = Endpoint::builder("orders")
+    let keeps_history = history.is_some();
+    let mut builder = Endpoint::builder("orders")
         .transport(Arc::new(broker.clone()))
         .routes(Routes::new().send::<OrderPlaced>("placed"))
         .store(Arc::new(store))
         .state(progress.clone())
         .concurrency(concurrency)
         .group_commit(group)
-        .handler(place)
-        .start()
-        .await
-        .unwrap();
+        .handler(place);
+    if let Some(options) = history {
+        builder = builder.history(options);
+    }
+    let running = builder.start().await.unwrap();
     progress.done.notified().await;
     let report = running.shutdown().await.unwrap();
     let rate = n as f64 / start.elapsed().as_secs_f64();
@@ -225,6 +242,15 @@ async fn courier_run(n: u64, concurrency: usize, group: usize, async_commit: boo
         .await
         .unwrap();
     assert_eq!(left, 0, "the outbox is empty after the shutdown");
+    let events: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM courier.history")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(
+        events,
+        if keeps_history { rows } else { 0 },
+        "one event per handled message"
+    );
     let placed = broker.counts(&EntityPath::queue("placed")).await.unwrap().active;
     assert_eq!(placed, n, "every handled message sent one");
     // Closed connections flush their statistics.
@@ -391,6 +417,11 @@ fn main() {
         return;
     }
 
+    if std::env::args().any(|a| a == "--history") {
+        history_overhead(&rt, n, rounds, group, async_commit);
+        return;
+    }
+
     let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
     let mut command = String::from("cargo bench -p courier --features postgres --bench pg_endpoint");
     if !args.is_empty() {
@@ -470,5 +501,74 @@ fn main() {
             1e6 / with,
             1e6 / with - 1e6 / bare
         );
+    }
+}
+
+/// The endpoint without a history, with one (no bodies) and with one keeping bodies,
+/// alternating in each round, 16 at once alone and in groups; the ratios against the
+/// target (85%).
+fn history_overhead(rt: &tokio::runtime::Runtime, n: u64, rounds: usize, group: usize, async_commit: bool) {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    println!(
+        "cargo bench -p courier --features postgres --bench pg_endpoint -- {}",
+        args.join(" ")
+    );
+    println!(
+        "courier (embedded broker file NORMAL + PostgresStore: inbox, 1 user row, 1 x 1 KB through the outbox), history off / on / on with bodies"
+    );
+    println!("  {n} messages per run, {rounds} round(s) alternating, medians compared");
+    if async_commit {
+        println!("  synchronous_commit = off");
+    }
+    let variants = [
+        ("history off", None),
+        ("history on", Some(HistoryOptions::new())),
+        ("history on + bodies", Some(HistoryOptions::new().with_bodies(true))),
+    ];
+    let configs: Vec<(usize, usize)> = if group == 1 {
+        vec![(16, 1)]
+    } else {
+        vec![(16, 1), (16, group)]
+    };
+    // rates[config][variant][round]
+    let mut rates = vec![vec![Vec::new(); variants.len()]; configs.len()];
+    for round in 1..=rounds {
+        let mut line = format!("  round {round}:");
+        for (c, &(at_once, g)) in configs.iter().enumerate() {
+            line.push_str(&format!(" {at_once}/{g}"));
+            for (v, (_, history)) in variants.iter().enumerate() {
+                quiesce();
+                let r = rt.block_on(courier_run_with(n, at_once, g, async_commit, history.clone()));
+                line.push_str(&format!(" {:.0}", r.rate));
+                rates[c][v].push(r.rate);
+            }
+            line.push_str(" |");
+        }
+        println!("{line}");
+    }
+    println!();
+    println!("| handlers / group | history | msg/s | / history off | target >= 85% | us/msg added |");
+    println!("|---|---|---:|---:|---|---:|");
+    for (c, &(at_once, g)) in configs.iter().enumerate() {
+        let off = median(rates[c][0].clone());
+        for (v, (label, _)) in variants.iter().enumerate() {
+            let rate = median(rates[c][v].clone());
+            let grouping = if g == 1 {
+                format!("{at_once}, each message alone")
+            } else {
+                format!("{at_once}, group_commit({g})")
+            };
+            if v == 0 {
+                println!("| {grouping} | {label} | {rate:.0} | | | |");
+            } else {
+                let ratio = rate / off;
+                println!(
+                    "| {grouping} | {label} | {rate:.0} | {:.1}% | {} | {:+.0} |",
+                    ratio * 100.0,
+                    if ratio >= 0.85 { "PASS" } else { "BELOW" },
+                    (1.0 / rate - 1.0 / off) * 1e6
+                );
+            }
+        }
     }
 }

@@ -9,6 +9,12 @@
 //! * Timeout precision: `pending` timeouts stored (10 per instance), due one per
 //!   millisecond (1,000 per second); how late each is handled (handler start minus due
 //!   time), p50 / p99 / max.
+//!
+//! `-- --history`: the throughput alone, with each store, without a history, with one
+//! (no bodies, the default) and with one keeping bodies, alternating in the same run; the
+//! saga keeps a 200-byte note in its state, so each event holds a state before and after
+//! of about 250 bytes. Prints each ratio against the target of issue 33, 85% of the
+//! throughput without a history (docs/history.md, "Cost").
 
 #![allow(
     clippy::print_stdout,
@@ -33,6 +39,9 @@ use sqlx::ConnectOptions;
 #[message(name = "bench.Open")]
 struct Open {
     id: u64,
+    /// Kept in the saga's state (`--history`: a realistic state's size).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    note: String,
     /// Timeouts to request: due at these Unix milliseconds.
     due_ms: Vec<i64>,
 }
@@ -59,6 +68,8 @@ struct Tick {
 struct Bench {
     steps: u32,
     ticks: u32,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    note: String,
 }
 
 /// Lateness of handled ticks, in milliseconds.
@@ -67,6 +78,7 @@ struct Lateness(Mutex<Vec<f64>>);
 
 impl Bench {
     async fn open(&mut self, m: Open, ctx: &mut SagaContext<'_>) -> Result<(), HandlerError> {
+        self.note = m.note;
         for due in m.due_ms {
             let at = DateTime::<Utc>::from_timestamp_millis(due).unwrap();
             ctx.request_timeout_keyed_at(due.to_string(), at, &Tick { due_ms: due })?;
@@ -150,7 +162,7 @@ fn database_url() -> String {
     std::env::var("DATABASE_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
 }
 
-async fn setup(kind: Kind) -> Setup {
+async fn setup(kind: Kind, history: Option<HistoryOptions>) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let broker = Embedded::builder()
         .path(dir.path().join("broker.db"))
@@ -185,16 +197,17 @@ async fn setup(kind: Kind) -> Setup {
         .send::<Open>("bench")
         .send::<Step>("bench")
         .send::<Close>("bench");
-    let endpoint = Endpoint::builder("bench")
+    let mut builder = Endpoint::builder("bench")
         .transport(Arc::new(broker.clone()))
         .routes(routes)
         .store(store)
         .state(lateness.clone())
         .concurrency(16)
-        .saga::<Bench>()
-        .start()
-        .await
-        .unwrap();
+        .saga::<Bench>();
+    if let Some(options) = history {
+        builder = builder.history(options);
+    }
+    let endpoint = builder.start().await.unwrap();
     Setup {
         endpoint,
         lateness,
@@ -238,9 +251,24 @@ async fn wave<M: courier::Message>(s: &Setup, messages: impl Iterator<Item = M>,
 
 /// Instances per second: start, one step, completion.
 async fn throughput(kind: Kind, n: u64) -> f64 {
-    let s = setup(kind).await;
+    throughput_with(kind, n, None, "").await
+}
+
+/// As [`throughput`], keeping `note` in each instance's state and a history when
+/// `history` is given.
+async fn throughput_with(kind: Kind, n: u64, history: Option<HistoryOptions>, note: &str) -> f64 {
+    let s = setup(kind, history).await;
     let start = Instant::now();
-    wave(&s, (0..n).map(|id| Open { id, due_ms: Vec::new() }), n).await;
+    wave(
+        &s,
+        (0..n).map(|id| Open {
+            id,
+            note: note.to_owned(),
+            due_ms: Vec::new(),
+        }),
+        n,
+    )
+    .await;
     wave(&s, (0..n).map(|id| Step { id }), 2 * n).await;
     wave(&s, (0..n).map(|id| Close { id }), 3 * n).await;
     let rate = n as f64 / start.elapsed().as_secs_f64();
@@ -252,7 +280,7 @@ async fn throughput(kind: Kind, n: u64) -> f64 {
 /// Lateness (ms) of `pending` timeouts due 1,000 per second, starting `lead` after the
 /// setup began.
 async fn precision(kind: Kind, pending: u64, lead: Duration) -> (Vec<f64>, Duration) {
-    let s = setup(kind).await;
+    let s = setup(kind, None).await;
     let first_due = Utc::now().timestamp_millis() + i64::try_from(lead.as_millis()).unwrap();
     let per_instance = 10u64;
     let instances = pending / per_instance;
@@ -261,6 +289,7 @@ async fn precision(kind: Kind, pending: u64, lead: Duration) -> (Vec<f64>, Durat
         &s,
         (0..instances).map(|id| Open {
             id,
+            note: String::new(),
             due_ms: (0..per_instance)
                 .map(|k| first_due + i64::try_from(k * instances + id).unwrap())
                 .collect(),
@@ -314,6 +343,11 @@ fn main() {
         });
     }
     let precision_too = std::env::args().all(|a| a != "--skip-precision");
+    if std::env::args().any(|a| a == "--history") {
+        let rounds = if quick { 1 } else { 3 };
+        rt.block_on(history_overhead(&kinds, n, rounds));
+        return;
+    }
     rt.block_on(async {
         println!("saga throughput: {n} instances, each start + one step + completion (3 messages), 16 at once");
         for &kind in &kinds {
@@ -345,4 +379,58 @@ fn main() {
             );
         }
     });
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Lets the disk settle between measurements.
+async fn quiesce() {
+    let _ = std::process::Command::new("sync").status();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+}
+
+/// Each store without a history, with one (no bodies) and with one keeping bodies,
+/// alternating; the ratios against the target (85%).
+async fn history_overhead(kinds: &[Kind], n: u64, rounds: usize) {
+    let note = "n".repeat(200);
+    println!(
+        "saga throughput, history off / on / on with bodies: {n} instances, each start + one step + completion (3 messages), 16 at once, a state of ~250 bytes, median of {rounds} (alternating)"
+    );
+    let variants = [
+        ("history off", None),
+        ("history on", Some(HistoryOptions::new())),
+        ("history on + bodies", Some(HistoryOptions::new().with_bodies(true))),
+    ];
+    for &kind in kinds {
+        let mut rates: Vec<Vec<f64>> = vec![Vec::new(); variants.len()];
+        for _ in 0..rounds {
+            for (i, (_, history)) in variants.iter().enumerate() {
+                quiesce().await;
+                rates[i].push(throughput_with(kind, n, history.clone(), &note).await);
+            }
+        }
+        let medians: Vec<f64> = rates.iter().map(|r| median(r.clone())).collect();
+        let rounds_text = |v: &[f64]| v.iter().map(|r| format!("{r:.0}")).collect::<Vec<_>>().join(" / ");
+        println!("  {}", kind.label());
+        println!(
+            "    {:<19} {:>6.0} instances/s (rounds {})",
+            variants[0].0,
+            medians[0],
+            rounds_text(&rates[0])
+        );
+        for (i, (label, _)) in variants.iter().enumerate().skip(1) {
+            let ratio = medians[i] / medians[0];
+            println!(
+                "    {label:<19} {:>6.0} instances/s (rounds {}) | {:>5.1}% of off (target >= 85%: {}) | {:+.1} us/message",
+                medians[i],
+                rounds_text(&rates[i]),
+                ratio * 100.0,
+                if ratio >= 0.85 { "PASS" } else { "BELOW" },
+                (1.0 / medians[i] - 1.0 / medians[0]) * 1e6 / 3.0
+            );
+        }
+    }
 }

@@ -15,44 +15,51 @@ use crate::error::Result;
 use crate::store::db_error;
 use crate::store::history::{HistoryEvent, for_postgres};
 
-/// Writes `event` and the saga instances it touched.
+/// The event's row: its parameters are `$1` to `$11`.
+const EVENT_ROW: &str = "INSERT INTO courier.history (endpoint, kind, at, message_id, message_type, conversation_id, \
+     causation_id, attempt, enqueued_at, received_at, detail) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb)";
+
+/// The event's row and its instance rows, whose types are `$12` and correlations `$13`.
+const EVENT_WITH_INSTANCES: &str = "WITH event AS (INSERT INTO courier.history (endpoint, kind, at, message_id, \
+     message_type, conversation_id, causation_id, attempt, enqueued_at, received_at, detail) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb) RETURNING id) \
+     INSERT INTO courier.history_instance (history_id, saga_type, correlation) \
+     SELECT event.id, i.t, i.c FROM event, unnest($12::text[], $13::text[]) AS i (t, c)";
+
+/// Writes `event` and the saga instances it touched, in one statement (one round trip):
+/// the event's row alone, or with its instance rows (types `$12`, correlations `$13`)
+/// inserted from its id in the same statement.
 pub(crate) async fn record(conn: &mut PgConnection, event: &HistoryEvent) -> Result<()> {
     let event = for_postgres(event);
     let detail = super::history::detail_json(&event)?;
-    let id: i64 = sqlx::query_scalar(
-        "INSERT INTO courier.history (endpoint, kind, at, message_id, message_type, conversation_id, causation_id, \
-         attempt, enqueued_at, received_at, detail) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb) \
-         RETURNING id",
-    )
-    .bind(&event.endpoint)
-    .bind(event.kind.as_str())
-    .bind(event.at)
-    .bind(&event.message_id)
-    .bind(&event.message_type)
-    .bind(&event.conversation_id)
-    .bind(&event.causation_id)
-    .bind(i32::try_from(event.attempt).unwrap_or(i32::MAX))
-    .bind(event.enqueued_at)
-    .bind(event.received_at)
-    .bind(detail)
-    .fetch_one(&mut *conn)
-    .await
-    .map_err(|e| db_error("cannot record the history of a message", e))?;
     let instances = event.instances();
+    let sql = if instances.is_empty() {
+        EVENT_ROW
+    } else {
+        EVENT_WITH_INSTANCES
+    };
+    let mut query = sqlx::query(sql)
+        .bind(&event.endpoint)
+        .bind(event.kind.as_str())
+        .bind(event.at)
+        .bind(&event.message_id)
+        .bind(&event.message_type)
+        .bind(&event.conversation_id)
+        .bind(&event.causation_id)
+        .bind(i32::try_from(event.attempt).unwrap_or(i32::MAX))
+        .bind(event.enqueued_at)
+        .bind(event.received_at)
+        .bind(detail);
     if !instances.is_empty() {
         let types: Vec<&str> = instances.iter().map(|(t, _)| *t).collect();
         let correlations: Vec<&str> = instances.iter().map(|(_, c)| *c).collect();
-        sqlx::query(
-            "INSERT INTO courier.history_instance (history_id, saga_type, correlation) \
-             SELECT $1, t, c FROM unnest($2::text[], $3::text[]) AS i (t, c)",
-        )
-        .bind(id)
-        .bind(types)
-        .bind(correlations)
+        query = query.bind(types).bind(correlations);
+    }
+    query
         .execute(&mut *conn)
         .await
-        .map_err(|e| db_error("cannot record the history of a saga instance", e))?;
-    }
+        .map_err(|e| db_error("cannot record the history of a message", e))?;
     Ok(())
 }
 

@@ -13,36 +13,56 @@ fn micros(t: DateTime<Utc>) -> i64 {
     t.timestamp_micros()
 }
 
-/// Writes `event` and the saga instances it touched.
+/// The event's statement: its parameters are `?1` to `?11`.
+const INSERT_EVENT: &str = "INSERT INTO courier_history (endpoint, kind, at, message_id, message_type, \
+     conversation_id, causation_id, attempt, enqueued_at, received_at, detail) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+
+/// The statements of an event that touched `instances` saga instances: the event's, then
+/// one for its instance rows, whose (type, correlation) are `?12`, `?13`, then `?14`,
+/// `?15`, and so on, and whose event is the row just inserted (`last_insert_rowid()`,
+/// which an insert into `courier_history_instance`, a table WITHOUT ROWID, leaves as it
+/// is). Run as one query: one trip to the connection's thread, where two statements took
+/// two.
+fn insert_with_instances(instances: usize) -> String {
+    let rows: Vec<String> = (0..instances)
+        .map(|i| format!("(last_insert_rowid(), ?{}, ?{})", 12 + 2 * i, 13 + 2 * i))
+        .collect();
+    format!(
+        "{INSERT_EVENT}; INSERT INTO courier_history_instance (history_id, saga_type, correlation) VALUES {}",
+        rows.join(", ")
+    )
+}
+
+/// Writes `event` and the saga instances it touched, in one query (one trip to the
+/// connection's thread).
 pub(crate) async fn record(conn: &mut SqliteConnection, event: &HistoryEvent) -> Result<()> {
     let detail = super::history::detail_json(event)?;
-    let id: i64 = sqlx::query_scalar(
-        "INSERT INTO courier_history (endpoint, kind, at, message_id, message_type, conversation_id, causation_id, \
-         attempt, enqueued_at, received_at, detail) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) RETURNING id",
-    )
-    .bind(&event.endpoint)
-    .bind(event.kind.as_str())
-    .bind(micros(event.at))
-    .bind(&event.message_id)
-    .bind(&event.message_type)
-    .bind(&event.conversation_id)
-    .bind(&event.causation_id)
-    .bind(i64::from(event.attempt))
-    .bind(event.enqueued_at.map(micros))
-    .bind(event.received_at.map(micros))
-    .bind(detail)
-    .fetch_one(&mut *conn)
-    .await
-    .map_err(|e| db_error("cannot record the history of a message", e))?;
-    for (saga_type, correlation) in event.instances() {
-        sqlx::query("INSERT INTO courier_history_instance (history_id, saga_type, correlation) VALUES (?1, ?2, ?3)")
-            .bind(id)
-            .bind(saga_type)
-            .bind(correlation)
-            .execute(&mut *conn)
-            .await
-            .map_err(|e| db_error("cannot record the history of a saga instance", e))?;
+    let instances = event.instances();
+    let sql = if instances.is_empty() {
+        std::borrow::Cow::Borrowed(INSERT_EVENT)
+    } else {
+        std::borrow::Cow::Owned(insert_with_instances(instances.len()))
+    };
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(&event.endpoint)
+        .bind(event.kind.as_str())
+        .bind(micros(event.at))
+        .bind(&event.message_id)
+        .bind(&event.message_type)
+        .bind(&event.conversation_id)
+        .bind(&event.causation_id)
+        .bind(i64::from(event.attempt))
+        .bind(event.enqueued_at.map(micros))
+        .bind(event.received_at.map(micros))
+        .bind(detail);
+    for (saga_type, correlation) in instances {
+        query = query.bind(saga_type).bind(correlation);
     }
+    query
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot record the history of a message", e))?;
     Ok(())
 }
 
