@@ -1,5 +1,5 @@
 //! `courier serve`: the web console ([`courier_cli::console`]) over the broker and store
-//! the command line connected to, until Ctrl-C.
+//! the command line connected to (the store's workflow history too), until Ctrl-C.
 //!
 //! An embedded broker's file is served as an [`EmbeddedFile`]: the broker the command
 //! opened (to release the locks a previous process left, as every command does) is
@@ -24,6 +24,7 @@ pub(crate) async fn serve(args: &ServeArgs, to: &Connections, embedded: Option<&
     let mut file = None;
     let mut queues = to.queues.clone();
     let mut store = to.store.clone();
+    let mut history = to.history.clone();
     if let (Some(path), Some(opened)) = (embedded, &to.embedded) {
         // The file is the store too unless --postgres or --sqlite named another.
         let store_too = store
@@ -40,6 +41,7 @@ pub(crate) async fn serve(args: &ServeArgs, to: &Connections, embedded: Option<&
         queues = Some(served.clone());
         if store_too {
             store = Some(served.clone());
+            history = Some(served.clone());
         }
         let probe = served.clone();
         console = console.read_only_when(move || probe.read_only_reason());
@@ -50,6 +52,9 @@ pub(crate) async fn serve(args: &ServeArgs, to: &Connections, embedded: Option<&
     }
     if let Some(store) = store {
         console = console.store(store);
+    }
+    if let Some(history) = history {
+        console = console.history(history);
     }
     if let Some(token) = &args.token {
         console = console.token(token.clone());

@@ -1,5 +1,6 @@
 //! An embedded broker's file as `courier serve` shows it: without holding the file, so
-//! the application can start while the console serves.
+//! the application can start while the console serves. Its queues, its store and its
+//! workflow history are read alike.
 //!
 //! The embedded broker takes a lock file (`<file>.lock`) for as long as it runs: a second
 //! broker on the file, the application's, fails to open ("its lock file is held"). So
@@ -22,9 +23,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use courier::SequenceNumber;
 use courier::admin::{
-    AdminError, AdminResult, BatchOutcome, CompletedSaga, DeadLetter, DeadLetterSummary, EmbeddedAdmin, OutboxEntry,
-    Page, PendingTimeout, QueueAdmin, QueueSummary, SagaFilter, SagaInstance, SagaSummary, SagaTypeSummary, StoreAdmin,
-    TimeoutFilter,
+    AdminError, AdminResult, BatchOutcome, CompletedSaga, DeadLetter, DeadLetterSummary, EmbeddedAdmin, HistoryAdmin,
+    HistoryFilter, MessageHistory, OutboxEntry, Page, PendingTimeout, QueueAdmin, QueueSummary, SagaFilter,
+    SagaHistory, SagaInstance, SagaSummary, SagaTypeSummary, StoreAdmin, TimeoutFilter,
 };
 
 /// What a change on a file the application holds is told (and what the banner says).
@@ -238,5 +239,30 @@ impl StoreAdmin for EmbeddedFile {
 
     async fn outbox_dead_letters(&self, limit: u32) -> AdminResult<Vec<OutboxEntry>> {
         self.reads.outbox_dead_letters(limit).await
+    }
+}
+
+/// The history is only read: through the read-only connections, as the other pages.
+#[async_trait]
+impl HistoryAdmin for EmbeddedFile {
+    fn describe(&self) -> String {
+        HistoryAdmin::describe(&self.reads)
+    }
+
+    async fn saga_history(
+        &self,
+        saga_type: &str,
+        correlation: &str,
+        filter: &HistoryFilter,
+    ) -> AdminResult<SagaHistory> {
+        self.reads.saga_history(saga_type, correlation, filter).await
+    }
+
+    async fn message_history(&self, message_id: &str, filter: &HistoryFilter) -> AdminResult<MessageHistory> {
+        self.reads.message_history(message_id, filter).await
+    }
+
+    async fn find(&self, text: &str, filter: &HistoryFilter) -> AdminResult<courier::admin::FoundHistory> {
+        self.reads.find(text, filter).await
     }
 }

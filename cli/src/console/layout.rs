@@ -59,6 +59,31 @@ table.headers{width:100%;table-layout:fixed}table.headers th:first-child{width:3
 td.spark{padding:.2em .7em}
 svg.spark{display:block}
 .readonly{padding:.6em 1.5em;background:#fff8c5;border-bottom:1px solid #d4a72c;color:#1f2328}
+.nowrap{white-space:nowrap}
+a.msg,a.instance{text-decoration:none}a.msg:hover,a.instance:hover{text-decoration:underline}
+span.k-handled{color:#1a7f37}span.k-retried{color:#bc4c00}span.k-dead{color:#cf222e}span.k-other{color:#57606a}
+.kind{display:inline-block;padding:0 .55em;border-radius:1em;font-size:.85em;font-weight:600;white-space:nowrap}
+span.kind{color:#fff;background:#6e7781}span.kind.k-handled{background:#1a7f37}span.kind.k-retried{background:#bc4c00}span.kind.k-dead{background:#cf222e}
+tr.head.k-dead td{background:#fff5f5}tr.head.k-retried td{background:#fff8f0}
+tbody.event tr.head td{border-bottom:0}tr.did td{padding-top:0}
+div.err{color:#82071e;overflow-wrap:anywhere;margin-top:.2em}
+table.diff{margin:.2em 0;border:0;background:transparent}table.diff td{padding:.1em .6em .1em 0;border:0;overflow-wrap:anywhere}
+td.path{color:#57606a}
+del{background:#ffebe9;color:#82071e;text-decoration:line-through;text-decoration-color:#cf222e99;padding:0 .2em;border-radius:3px}
+ins{background:#dafbe1;color:#116329;text-decoration:none;padding:0 .2em;border-radius:3px}
+span.sign{font-weight:600}span.sign.del{color:#cf222e}span.sign.ins{color:#1a7f37}
+code.added{background:#dafbe1;color:#116329;padding:0 .2em;border-radius:3px;overflow-wrap:anywhere}
+.guess{color:#9a6700;font-style:italic}
+ul.timeouts,ul.sent{margin:.2em 0;padding-left:1.2em}
+.diagram{overflow-x:auto;background:#fff;border:1px solid #d0d7de;border-radius:6px;padding:.5em;margin:.3em 0 1em}
+svg.sequence{display:block}svg.sequence text,svg.axis text{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif}
+svg.sequence text.label{paint-order:stroke;stroke:#fff;stroke-width:4px;stroke-linejoin:round}
+svg.sequence text.time{font-family:ui-monospace,monospace;font-size:11px}
+svg.axis{display:block;max-width:100%;height:auto;background:#fff;border:1px solid #d0d7de;border-radius:6px;margin:.3em 0 1em}
+svg.axis text{font-size:11px;fill:#57606a}
+fieldset.outcomes{border:0;padding:0;margin:0;display:flex;gap:.6em;align-items:center;flex-wrap:wrap;font-size:.88em;color:#656d76}
+fieldset.outcomes legend{float:left;margin-right:.4em;padding:0}
+.filters label.check{flex-direction:row;align-items:center;color:#1f2328;gap:.2em}
 "#;
 
 /// A page: the navigation, an optional logout button, an optional banner saying why the

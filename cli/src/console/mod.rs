@@ -1,15 +1,30 @@
 //! The web console: `courier serve`, server-rendered pages over `courier::admin`.
 //!
-//! A dashboard of queues, topics and subscriptions with their counts and a sparkline of
-//! each one's dead-letter count over the last hour; a dead-letter page per queue (a paged
-//! list, one message in full, resubmit and delete one, selected or all); saga pages (types,
-//! instances filtered by correlation, age and pending timeout, one instance's state,
-//! complete by hand with a reason); pending and overdue timeouts; the outbox. Plain HTML
-//! forms, no script: the pages work in any browser and under a content security policy
-//! that allows no script at all.
+//! The pages:
 //!
-//! The console is built over the traits [`QueueAdmin`] and [`StoreAdmin`], so every
-//! broker and store that implements them works without a change here.
+//! * `/`: the dashboard of queues, topics and subscriptions with their counts and a
+//!   sparkline of each one's dead-letter count over the last hour, and a line about the
+//!   store;
+//! * `/dlq?queue=`: a queue's dead letters (a paged list; resubmit and delete one,
+//!   selected or all); `/dlq/message?queue=&seq=`: one in full, with a link to its
+//!   message's history when the console has one;
+//! * `/sagas`, `/sagas/list?saga=`, `/sagas/instance?saga=&correlation=`: saga types,
+//!   instances filtered by correlation, age and pending timeout, one instance's state
+//!   (with a link to its history; complete it by hand with a reason);
+//! * `/timeouts`: pending and overdue timeouts; `/outbox`: the outbox and its dead letters;
+//! * `/history/saga?saga=&correlation=`: a saga instance's timeline (issue 33,
+//!   docs/history.md): a time axis of its events and timeouts, each event with its
+//!   outcome, its state's diff, its timeouts and the messages it sent;
+//! * `/history/message?id=`: a message's events and the conversation it caused, drawn as
+//!   a sequence diagram across the endpoints;
+//! * `/login`, `/logout` when a token is required.
+//!
+//! Plain HTML forms and inline SVG, no script: the pages work in any browser and under a
+//! content security policy that allows no script at all.
+//!
+//! The console is built over the traits [`QueueAdmin`], [`StoreAdmin`] and
+//! [`HistoryAdmin`], so every broker and store that implements them works without a
+//! change here; a part not given shows a page saying what to pass.
 //!
 //! Security (see `security.rs`): without a token it answers only requests from loopback
 //! addressed to a loopback name, and [`Console::serve`] refuses to listen on another
@@ -29,7 +44,10 @@
 //! `session.rs` (the login sessions), `embedded.rs` (a broker file served without its
 //! lock), `history.rs` (the sampled dead-letter counts and their sparkline), `layout.rs`
 //! (the page frame, style, formats, error pages), `queues.rs` (dashboard and dead
-//! letters), `store.rs` (sagas, timeouts, outbox).
+//! letters), `store.rs` (sagas, timeouts, outbox); the workflow history's pages:
+//! `events.rs` (what they share: filters, links, outcomes), `timeline.rs` (a saga's
+//! timeline), `svg.rs` (its time axis), `conversation.rs` (a message's page) and
+//! `sequence.rs` (its sequence diagram).
 //!
 //! # Examples
 //!
@@ -50,19 +68,25 @@
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
 //! Console::new()
 //!     .queues(admin.clone())
-//!     .store(admin)
+//!     .store(admin.clone())
+//!     .history(admin)
 //!     .serve(listener, async { tokio::signal::ctrl_c().await.ok(); })
 //!     .await?;
 //! # Ok(()) }
 //! ```
 
+mod conversation;
 mod embedded;
+mod events;
 mod history;
 mod layout;
 mod queues;
 mod security;
+mod sequence;
 mod session;
 mod store;
+mod svg;
+mod timeline;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -72,7 +96,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::{get, post};
 use courier::Clock;
-use courier::admin::{QueueAdmin, StoreAdmin};
+use courier::admin::{HistoryAdmin, QueueAdmin, StoreAdmin};
 
 pub use self::embedded::EmbeddedFile;
 use self::history::History;
@@ -119,6 +143,7 @@ pub enum ConsoleError {
 pub struct Console {
     queues: Option<Arc<dyn QueueAdmin>>,
     store: Option<Arc<dyn StoreAdmin>>,
+    workflow_history: Option<Arc<dyn HistoryAdmin>>,
     token: Option<String>,
     sample_every: Duration,
     clock: Arc<dyn Clock>,
@@ -133,6 +158,7 @@ impl std::fmt::Debug for Console {
         f.debug_struct("Console")
             .field("queues", &self.queues.as_ref().map(|q| q.describe()))
             .field("store", &self.store.as_ref().map(|s| s.describe()))
+            .field("history", &self.workflow_history.as_ref().map(|h| h.describe()))
             .field("token", &self.token.as_ref().map(|_| "***"))
             .field("sample_every", &self.sample_every)
             .field("clock", &self.clock)
@@ -154,6 +180,7 @@ impl Console {
         Self {
             queues: None,
             store: None,
+            workflow_history: None,
             token: None,
             sample_every: DEFAULT_SAMPLE_EVERY,
             clock: Arc::new(courier::SystemClock),
@@ -162,13 +189,14 @@ impl Console {
     }
 
     /// An embedded broker's file, served without holding it ([`EmbeddedFile`]): its
-    /// queues and its store, and a banner on every page while an application runs it
-    /// (the console is read-only then).
+    /// queues, its store and its history, and a banner on every page while an
+    /// application runs it (the console is read-only then).
     #[must_use]
     pub fn embedded_file(self, file: Arc<EmbeddedFile>) -> Self {
         let probe = file.clone();
         self.queues(file.clone())
-            .store(file)
+            .store(file.clone())
+            .history(file)
             .read_only_when(move || probe.read_only_reason())
     }
 
@@ -199,6 +227,16 @@ impl Console {
     #[must_use]
     pub fn store(mut self, admin: Arc<dyn StoreAdmin>) -> Self {
         self.store = Some(admin);
+        self
+    }
+
+    /// The store whose workflow history it shows (docs/history.md): a saga instance's
+    /// timeline, a message's page with its conversation as a sequence diagram, and a link
+    /// from each dead letter to its message's history. Usually the same store as
+    /// [`store`](Self::store)'s (an `EmbeddedAdmin`, `SqliteAdmin` or `PostgresAdmin`).
+    #[must_use]
+    pub fn history(mut self, admin: Arc<dyn HistoryAdmin>) -> Self {
+        self.workflow_history = Some(admin);
         self
     }
 
@@ -260,6 +298,7 @@ impl Console {
         let state = Arc::new(State {
             queues: self.queues,
             store: self.store,
+            workflow_history: self.workflow_history,
             access: self
                 .token
                 .map(|t| security::Access::new(t, session::Sessions::new(self.clock.clone()))),
@@ -279,6 +318,8 @@ impl Console {
             .route("/sagas/complete", post(store::complete))
             .route("/timeouts", get(store::timeouts))
             .route("/outbox", get(store::outbox))
+            .route("/history/saga", get(timeline::saga_history))
+            .route("/history/message", get(conversation::message_history))
             .route("/login", get(security::login_page).post(security::login))
             .route("/logout", post(security::logout))
             .fallback(layout::not_found)
@@ -309,6 +350,8 @@ impl Console {
 pub(crate) struct State {
     pub(crate) queues: Option<Arc<dyn QueueAdmin>>,
     pub(crate) store: Option<Arc<dyn StoreAdmin>>,
+    /// The workflow history (issue 33), when given.
+    pub(crate) workflow_history: Option<Arc<dyn HistoryAdmin>>,
     /// The access token and the sessions, when a token is required.
     pub(crate) access: Option<security::Access>,
     /// The process's CSRF token: in every form when there is no token, and in the forms of

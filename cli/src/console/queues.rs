@@ -324,6 +324,7 @@ pub(crate) async fn dead_letter(
             button.primary type="submit" name="one" value=(d.sequence_number) formaction="/dlq/resubmit" { "Resubmit to " (d.queue) }
             button.danger type="submit" name="one" value=(d.sequence_number) formaction="/dlq/delete" { "Delete…" }
         }
+        @if state.workflow_history.is_some() { (super::conversation::dead_letter_link(&d.message_id)) }
         (fields(&d, now))
         @if let Some(e) = &d.error { h2 { "Failure" } pre #error { (e) } }
         @if let Some(chain) = &d.error_chain { h2 { "Error chain" } pre #error-chain { (chain) } }

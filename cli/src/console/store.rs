@@ -152,6 +152,7 @@ pub(crate) async fn saga(axum::extract::State(state): Shared, viewer: Viewer, Q(
             dt { "Created" } dd { (time(s.summary.created_at)) " (" (when(s.summary.created_at, now)) ")" }
             dt { "Updated" } dd { (time(s.summary.updated_at)) " (" (when(s.summary.updated_at, now)) ")" }
         }
+        (super::timeline::link_from_instance(&state, &q.saga, &q.correlation))
         h2 { "State" }
         pre #state { (serde_json::to_string_pretty(&s.state).unwrap_or_default()) }
         h2 { "Pending timeouts" }

@@ -20,13 +20,18 @@
 //! loopback, passwords), `sessions.rs` (one session per login, logout, expiry, the login
 //! form), `read_only.rs` (an embedded file served without its lock: the application
 //! starts, the pages say read-only), `transports.rs` (the same pages over the Postgres transport and
-//! over RabbitMQ with a SQLite store, driven over plain HTTP).
+//! over RabbitMQ with a SQLite store, driven over plain HTTP), `history.rs` (a saga's
+//! timeline and a message's conversation, over what real endpoints recorded: a saga that
+//! timed out, an order dead-lettered and resubmitted), `history_pages.rs` (a conversation
+//! of 100 messages legible, hostile text, no history given).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, missing_docs)]
 
 mod browser;
 mod dead_letters;
 mod fixture;
+mod history;
+mod history_pages;
 mod http;
 mod long_data;
 mod pages;
