@@ -292,6 +292,16 @@ pub(crate) enum HistoryCommand {
         #[command(flatten)]
         filter: HistoryArgs,
     },
+    /// The events, newest first, that hold a text (an e-mail address, an order number,
+    /// an id) in a kept body, a saga state, an error or an id, and the saga instances
+    /// they name, each with the command that prints its timeline. Reads every event the
+    /// filters let through: narrow a large history with --since.
+    Find {
+        /// The text to find (as it is written in the message or the state).
+        text: String,
+        #[command(flatten)]
+        filter: HistoryArgs,
+    },
 }
 
 /// Which events of a history to print.

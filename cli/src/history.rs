@@ -5,7 +5,8 @@
 //! JSON with `--json`.
 
 use courier::admin::{
-    AdminError, HistoryAdmin, HistoryFilter, MessageHistory, MessageNode, SagaHistory, StoredHistoryEvent, TimelineLink,
+    AdminError, FoundHistory, HistoryAdmin, HistoryFilter, MessageHistory, MessageNode, SagaHistory,
+    StoredHistoryEvent, TimelineLink,
 };
 use courier::{HistoryKind, SagaChange, SentMessage};
 use courier_cli::diff::{StateDiff, compact, diff_states};
@@ -47,6 +48,16 @@ impl Run<'_> {
                 .message_history(id, &filter_of(filter))
                 .await
                 .map(|h| self.print_message(&h, filter)),
+            HistoryCommand::Find { text, filter } => match admin.find(text, &filter_of(filter)).await {
+                Ok(found) if found.events.is_empty() => Err(AdminError::NotFound {
+                    what: format!("an event holding {}", cell(text, 200)),
+                }),
+                Ok(found) => {
+                    self.print_found(&found, filter);
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            },
         };
         match result {
             Ok(()) => Ok(Exit::Ok),
@@ -56,6 +67,10 @@ impl Run<'_> {
                         "; `courier sagas types` lists the saga names, `courier sagas list NAME` the instances"
                     }
                     HistoryCommand::Message { .. } => "",
+                    HistoryCommand::Find { .. } => {
+                        "; a field the endpoint redacts (HistoryOptions::redact) is never stored, and a body only \
+                         with HistoryOptions::with_bodies(true): search by what the states or ids hold"
+                    }
                 };
                 say!("{NO_HISTORY}{names}");
                 Err(Failure::Admin(e))
@@ -118,6 +133,48 @@ impl Run<'_> {
                 "more events: the first {} are listed; the later ones with --since {} (or a higher --limit)",
                 h.events.len(),
                 last.event.at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+            ));
+        }
+    }
+
+    fn print_found(&mut self, h: &FoundHistory, args: &HistoryArgs) {
+        if self.json {
+            self.out.json(h);
+            return;
+        }
+        let out = &mut self.out;
+        out.line(format!(
+            "{} found in {} event(s), newest first{}",
+            cell(&h.text, 200),
+            h.events.len(),
+            filtered(args)
+        ));
+        for e in &h.events {
+            out.line(format!("  {}", headline(e)));
+        }
+        if h.more
+            && let Some(last) = h.events.last()
+        {
+            out.line(format!(
+                "more events hold it: the newest {} are listed; older ones with --until {} (or a higher --limit)",
+                h.events.len(),
+                last.event.at.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+            ));
+        }
+        if h.instances.is_empty() {
+            out.line("no saga instance is named by these events: `courier history message ID` shows a message's tree");
+            return;
+        }
+        out.line("saga instances they name, the most recently touched first:");
+        for i in &h.instances {
+            out.line(format!(
+                "  {} {}: {} event(s), the last at {}; its timeline: courier history saga {} {}",
+                cell(&i.saga_type, 100),
+                cell(&i.correlation, 100),
+                i.events,
+                time_ms(i.last_at),
+                shell_word(&i.saga_type),
+                shell_word(&i.correlation)
             ));
         }
     }
@@ -229,6 +286,18 @@ fn timeout_of(e: &StoredHistoryEvent) -> Option<String> {
         cell(&t.saga_type, 100),
         cell(&t.correlation, 100)
     ))
+}
+
+/// `text` as one word of a shell command: as it is when it holds only letters, digits
+/// and `._@:+-/`, else in single quotes (each quote in it written `'\''`), with any
+/// control character shown escaped.
+fn shell_word(text: &str) -> String {
+    let plain = !text.is_empty() && text.chars().all(|c| c.is_ascii_alphanumeric() || "._@:+-/".contains(c));
+    if plain {
+        text.to_owned()
+    } else {
+        format!("'{}'", cell(text, 200).replace('\'', "'\\''"))
+    }
 }
 
 /// A message as printed: its type and id.

@@ -208,7 +208,11 @@ async fn a_failed_attempt_is_an_event_of_its_own(kind: StoreKind) {
         "rolled back: no change"
     );
     assert_eq!((retried.attempt, dead.attempt), (1, 2));
-    assert_eq!(without_received_at(&env).await, 0, "a failed attempt says when it began");
+    assert_eq!(
+        without_received_at(&env).await,
+        0,
+        "a failed attempt says when it began"
+    );
     assert_eq!(
         instance_rows(&env, "h-2").await,
         2,
@@ -246,10 +250,7 @@ async fn a_failed_attempt_after_a_delayed_retry_is_numbered_as_the_handler_sees_
         .filter(|e| matches!(e.kind, HistoryKind::Retried | HistoryKind::DeadLettered))
         .map(|e| (e.kind, e.attempt))
         .collect();
-    assert_eq!(
-        failed,
-        vec![(HistoryKind::Retried, 1), (HistoryKind::DeadLettered, 2)]
-    );
+    assert_eq!(failed, vec![(HistoryKind::Retried, 1), (HistoryKind::DeadLettered, 2)]);
     flows.shutdown().await.unwrap();
     env.finish().await;
 }
@@ -282,7 +283,11 @@ async fn a_duplicate_is_recorded(kind: StoreKind) {
         ]
     );
     assert_eq!(env.field("h-3", "count").await, 1);
-    assert_eq!(without_received_at(&env).await, 0, "a duplicate says when it was taken up");
+    assert_eq!(
+        without_received_at(&env).await,
+        0,
+        "a duplicate says when it was taken up"
+    );
     assert!(events.iter().all(|e| e.attempt == 1), "each copy a first attempt");
     flows.shutdown().await.unwrap();
     env.finish().await;

@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 mod history;
+mod history_find;
 mod rabbitmq;
 
 use courier::admin::{EmbeddedAdmin, QueueAdmin};

@@ -209,6 +209,36 @@ impl MessageNode {
     }
 }
 
+/// The events whose kept text holds a searched text
+/// ([`HistoryAdmin::find`]), and the saga instances they name.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[non_exhaustive]
+pub struct FoundHistory {
+    /// The text searched for.
+    pub text: String,
+    /// The events found that pass the filter, newest first.
+    pub events: Vec<StoredHistoryEvent>,
+    /// The saga instances those events name, the most recently touched first.
+    pub instances: Vec<FoundInstance>,
+    /// Whether more events hold the text than the limit: the newest `limit` are listed;
+    /// read older ones with [`HistoryFilter::until`] the last one's time.
+    pub more: bool,
+}
+
+/// A saga instance named by events that hold a searched text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
+pub struct FoundInstance {
+    /// The saga's name.
+    pub saga_type: String,
+    /// The instance's correlation.
+    pub correlation: String,
+    /// How many of the events found name it.
+    pub events: usize,
+    /// The time of the newest of them.
+    pub last_at: DateTime<Utc>,
+}
+
 /// A store's history of workflows: what the endpoints that keep one
 /// ([`EndpointBuilder::history`](crate::EndpointBuilder::history)) recorded.
 #[async_trait]
@@ -243,4 +273,17 @@ pub trait HistoryAdmin: Send + Sync {
     /// message nor of one it caused; [`AdminError::Failed`](super::AdminError::Failed) if
     /// the store cannot be read.
     async fn message_history(&self, message_id: &str, filter: &HistoryFilter) -> AdminResult<MessageHistory>;
+
+    /// The events, newest first, whose message id, conversation id or causation id is
+    /// `text`, or whose detail holds it: a kept body, a saga state before or after, an
+    /// error, a sent message's id, an instance's correlation (an e-mail address, an order
+    /// number). The detail is searched as the store keeps it, so a redacted field is not
+    /// found (docs/history.md, "Finding a workflow"). Every event that passes the
+    /// filter's times and outcomes is read: narrow a large history with
+    /// [`HistoryFilter::since`].
+    ///
+    /// # Errors
+    /// [`AdminError::Invalid`](super::AdminError::Invalid) for an empty text;
+    /// [`AdminError::Failed`](super::AdminError::Failed) if the store cannot be read.
+    async fn find(&self, text: &str, filter: &HistoryFilter) -> AdminResult<FoundHistory>;
 }

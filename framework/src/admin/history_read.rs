@@ -11,7 +11,8 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use super::history::{
-    HistoryFilter, MAX_HISTORY_DEPTH, MessageHistory, MessageNode, SagaHistory, StoredHistoryEvent, TimelineLink,
+    FoundHistory, FoundInstance, HistoryFilter, MAX_HISTORY_DEPTH, MessageHistory, MessageNode, SagaHistory,
+    StoredHistoryEvent, TimelineLink,
 };
 use super::{AdminError, AdminResult};
 use crate::store::history::{HistoryDetail, HistoryEvent, HistoryKind, SagaChange, SentMessage};
@@ -236,6 +237,92 @@ pub(crate) trait HistoryRows: Send + Sync {
 
     /// The events whose causation id is one of `ids`.
     async fn caused_by(&self, ids: &[String], limit: usize) -> AdminResult<Vec<RawRow>>;
+
+    /// The events that pass `filter`, newest first, whose message, conversation or
+    /// causation id is `needles.text`, or whose detail's text holds one of `needles`'
+    /// forms.
+    async fn containing(&self, needles: &Needles, filter: &HistoryFilter, limit: usize) -> AdminResult<Vec<RawRow>>;
+}
+
+/// A searched text in the forms the detail's JSON may hold it: as it is (a number, an
+/// address without quote or backslash), escaped once (a string member's value), and
+/// escaped twice (inside a body kept as a JSON string).
+#[derive(Debug, Clone)]
+pub(crate) struct Needles {
+    pub(crate) text: String,
+    pub(crate) escaped: String,
+    pub(crate) twice: String,
+}
+
+impl Needles {
+    pub(crate) fn of(text: &str) -> AdminResult<Self> {
+        if text.is_empty() {
+            return Err(AdminError::Invalid {
+                what: "search text".into(),
+                reason: "it is empty: give the text to find (an e-mail address, an order number, a message id)".into(),
+            });
+        }
+        let escape = |t: &str| {
+            let quoted = serde_json::to_string(t).unwrap_or_default();
+            quoted
+                .strip_prefix('"')
+                .and_then(|q| q.strip_suffix('"'))
+                .unwrap_or(&quoted)
+                .to_owned()
+        };
+        let escaped = escape(text);
+        let twice = escape(&escaped);
+        Ok(Self {
+            text: text.to_owned(),
+            escaped,
+            twice,
+        })
+    }
+}
+
+/// The events holding `text` and the instances they name ([`HistoryAdmin::find`](super::HistoryAdmin::find)).
+pub(crate) async fn find<R: HistoryRows + ?Sized>(
+    rows: &R,
+    text: &str,
+    filter: &HistoryFilter,
+) -> AdminResult<FoundHistory> {
+    let needles = Needles::of(text)?;
+    let limit = filter.bound();
+    let mut events: Vec<StoredHistoryEvent> = rows
+        .containing(&needles, filter, limit + 1)
+        .await?
+        .into_iter()
+        .map(RawRow::into_event)
+        .collect();
+    let more = events.len() > limit;
+    events.truncate(limit);
+    let mut instances: Vec<FoundInstance> = Vec::new();
+    for e in &events {
+        for (saga_type, correlation) in e.event.instances() {
+            match instances
+                .iter_mut()
+                .find(|i| i.saga_type == saga_type && i.correlation == correlation)
+            {
+                Some(found) => {
+                    found.events += 1;
+                    found.last_at = found.last_at.max(e.event.at);
+                }
+                None => instances.push(FoundInstance {
+                    saga_type: saga_type.to_owned(),
+                    correlation: correlation.to_owned(),
+                    events: 1,
+                    last_at: e.event.at,
+                }),
+            }
+        }
+    }
+    instances.sort_by(|a, b| b.last_at.cmp(&a.last_at));
+    Ok(FoundHistory {
+        text: text.to_owned(),
+        events,
+        instances,
+        more,
+    })
 }
 
 /// A limit as SQL takes it.

@@ -71,8 +71,8 @@ use chrono::{DateTime, Utc};
 
 pub use self::error::{AdminError, AdminResult};
 pub use self::history::{
-    HistoryAdmin, HistoryFilter, MAX_HISTORY_DEPTH, MAX_HISTORY_EVENTS, MessageHistory, MessageNode, SagaHistory,
-    StoredHistoryEvent, TimelineLink,
+    FoundHistory, FoundInstance, HistoryAdmin, HistoryFilter, MAX_HISTORY_DEPTH, MAX_HISTORY_EVENTS, MessageHistory,
+    MessageNode, SagaHistory, StoredHistoryEvent, TimelineLink,
 };
 pub use self::model::{
     BatchOutcome, BodyView, CompletedSaga, DeadLetter, DeadLetterSummary, EntityKind, OutboxEntry, Page,

@@ -12,8 +12,10 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 use sqlx::postgres::PgRow;
 
-use super::history::{HistoryAdmin, HistoryFilter, MessageHistory, SagaHistory};
-use super::history_read::{HistoryRows, INSTANCE_MESSAGES, RawRow, message_history, saga_history, sql_limit};
+use super::history::{FoundHistory, HistoryAdmin, HistoryFilter, MessageHistory, SagaHistory};
+use super::history_read::{
+    HistoryRows, INSTANCE_MESSAGES, Needles, RawRow, find, message_history, saga_history, sql_limit,
+};
 use super::{AdminError, AdminResult, PostgresAdmin};
 
 /// The columns of an event, in [`raw`]'s order.
@@ -167,6 +169,26 @@ impl HistoryRows for PgRows<'_> {
             .map_err(|e| AdminError::db("cannot read the messages a message caused", e))?;
         raws(&rows)
     }
+
+    async fn containing(&self, needles: &Needles, filter: &HistoryFilter, limit: usize) -> AdminResult<Vec<RawRow>> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM courier.history h WHERE {FILTER} AND (h.message_id = $4 OR h.conversation_id = $4 \
+             OR h.causation_id = $4 OR strpos(h.detail::text, $4) > 0 OR strpos(h.detail::text, $5) > 0 \
+             OR strpos(h.detail::text, $6) > 0) ORDER BY h.at DESC, h.id DESC LIMIT $7"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(filter.since)
+            .bind(filter.until)
+            .bind(filter.kinds())
+            .bind(&needles.text)
+            .bind(&needles.escaped)
+            .bind(&needles.twice)
+            .bind(sql_limit(limit))
+            .fetch_all(self.0)
+            .await
+            .map_err(|e| AdminError::db("cannot search the history", e))?;
+        raws(&rows)
+    }
 }
 
 #[async_trait]
@@ -186,5 +208,9 @@ impl HistoryAdmin for PostgresAdmin {
 
     async fn message_history(&self, message_id: &str, filter: &HistoryFilter) -> AdminResult<MessageHistory> {
         message_history(&PgRows(&self.pool), message_id, filter).await
+    }
+
+    async fn find(&self, text: &str, filter: &HistoryFilter) -> AdminResult<FoundHistory> {
+        find(&PgRows(&self.pool), text, filter).await
     }
 }

@@ -11,9 +11,9 @@ use async_trait::async_trait;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqlitePool};
 
-use super::history::{HistoryAdmin, HistoryFilter, MessageHistory, SagaHistory};
+use super::history::{FoundHistory, HistoryAdmin, HistoryFilter, MessageHistory, SagaHistory};
 use super::history_read::{
-    HistoryRows, INSTANCE_MESSAGES, RawRow, message_history, saga_history, sql_limit, time_of_micros,
+    HistoryRows, INSTANCE_MESSAGES, Needles, RawRow, find, message_history, saga_history, sql_limit, time_of_micros,
 };
 use super::model::shown_bytes;
 use super::sqlite::micros;
@@ -208,6 +208,26 @@ impl HistoryRows for SqliteRows<'_> {
             .map_err(|e| AdminError::db("cannot read the messages a message caused", e))?;
         raws(&rows)
     }
+
+    async fn containing(&self, needles: &Needles, filter: &HistoryFilter, limit: usize) -> AdminResult<Vec<RawRow>> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM courier_history h WHERE {FILTER} AND (h.message_id = ?4 OR h.conversation_id = ?4 \
+             OR h.causation_id = ?4 OR instr(h.detail, ?4) > 0 OR instr(h.detail, ?5) > 0 \
+             OR instr(h.detail, ?6) > 0) ORDER BY h.at DESC, h.id DESC LIMIT ?7"
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(filter.since.map(micros))
+            .bind(filter.until.map(micros))
+            .bind(filter.kinds().map(|k| json_list(&k)))
+            .bind(&needles.text)
+            .bind(&needles.escaped)
+            .bind(&needles.twice)
+            .bind(sql_limit(limit))
+            .fetch_all(self.0)
+            .await
+            .map_err(|e| AdminError::db("cannot search the history", e))?;
+        raws(&rows)
+    }
 }
 
 #[async_trait]
@@ -228,6 +248,10 @@ impl HistoryAdmin for SqliteAdmin {
     async fn message_history(&self, message_id: &str, filter: &HistoryFilter) -> AdminResult<MessageHistory> {
         message_history(&SqliteRows(&self.pool), message_id, filter).await
     }
+
+    async fn find(&self, text: &str, filter: &HistoryFilter) -> AdminResult<FoundHistory> {
+        find(&SqliteRows(&self.pool), text, filter).await
+    }
 }
 
 #[async_trait]
@@ -247,5 +271,9 @@ impl HistoryAdmin for EmbeddedAdmin {
 
     async fn message_history(&self, message_id: &str, filter: &HistoryFilter) -> AdminResult<MessageHistory> {
         message_history(&SqliteRows(&self.pool), message_id, filter).await
+    }
+
+    async fn find(&self, text: &str, filter: &HistoryFilter) -> AdminResult<FoundHistory> {
+        find(&SqliteRows(&self.pool), text, filter).await
     }
 }
