@@ -138,7 +138,7 @@ pub(crate) enum Command {
     after_help = "Security: without a token the console listens only on loopback and answers only \
      requests addressed to a loopback name; any other address needs --token (or COURIER_CONSOLE_TOKEN), which \
      every request must present (the login form sets a cookie; scripts send `Authorization: Bearer TOKEN`). \
-     Every change is a POST with a CSRF token. See docs/operations.md, \"Web console\"."
+     Every change is a POST with a CSRF token. See docs/console.md."
 )]
 pub(crate) struct ServeArgs {
     /// The address to listen on (IP:PORT). Anything but loopback needs a token.

@@ -356,11 +356,17 @@ fn state_lines(change: &SagaChange) -> Vec<String> {
 
 fn timeout_line(change: &SagaChange) -> Option<String> {
     let mut parts = Vec::new();
+    // A request under a key cancels any pending timeout of that key first: said with the
+    // request, not as a cancellation of its own.
+    let replaced = |key: &str| change.keys_cancelled.iter().any(|k| k == key);
     for t in &change.timeouts_requested {
         let key = t
             .key
             .as_deref()
-            .map(|k| format!(" key {}", cell(k, 60)))
+            .map(|k| {
+                let note = if replaced(k) { ", replacing any pending one" } else { "" };
+                format!(" key {}{note}", cell(k, 60))
+            })
             .unwrap_or_default();
         parts.push(format!(
             "requested {} due {}{key}",
@@ -371,7 +377,8 @@ fn timeout_line(change: &SagaChange) -> Option<String> {
     for id in &change.timeouts_cancelled {
         parts.push(format!("cancelled {}", cell(id, 100)));
     }
-    for key in &change.keys_cancelled {
+    let requested = |key: &str| change.timeouts_requested.iter().any(|t| t.key.as_deref() == Some(key));
+    for key in change.keys_cancelled.iter().filter(|k| !requested(k)) {
         parts.push(format!("cancelled key {}", cell(key, 60)));
     }
     if let Some(id) = &change.timeout_fired {

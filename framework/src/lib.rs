@@ -193,7 +193,8 @@
 //! | `docs/testing.md` | `TestEndpoint`, your own tables in tests, `test_servers` |
 //! | `docs/stores.md` | the inbox and the outbox: what happens once, group commit |
 //! | `docs/embedded-broker.md`, `docs/rabbitmq.md`, `docs/postgres.md` | the three transports |
-//! | `docs/operations.md`, `docs/observability.md` | the runbook, the `courier` command, metrics and traces |
+//! | `docs/operations.md`, `docs/console.md`, `docs/history.md` | the runbook, the `courier` command, the web console, a workflow's history |
+//! | `docs/observability.md` | metrics and traces |
 //! | `docs/semantics.md` | the broker contract, rules S1-S7 |
 //!
 //! # Features
@@ -240,6 +241,8 @@ mod pages {
     struct Reliability;
     #[doc = include_str!("../../docs/operations.md")]
     struct Operations;
+    #[doc = include_str!("../../docs/console.md")]
+    struct Console;
     #[doc = include_str!("../../docs/history.md")]
     struct History;
     #[doc = include_str!("../../docs/postgres.md")]

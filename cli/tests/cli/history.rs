@@ -651,3 +651,42 @@ mod endpoint {
         assert!(ran.stdout.contains("shop: handled"), "{}", ran.stdout);
     }
 }
+
+/// A timeout requested under a key replaces any pending one of the key: the timeline says
+/// so with the request, and lists a key cancelled on its own (a `cancel_timeout`) as a
+/// cancellation (before, a keyed request printed "cancelled key" beside it).
+#[tokio::test]
+async fn a_keyed_request_says_it_replaces_and_a_cancellation_stays_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut started = event("shop", HistoryKind::Handled, 0, "m-1", "shop.CheckoutStarted");
+    let mut c = change("cart-2", None, r#"{"cart":"cart-2"}"#);
+    c.timeouts_requested.push(TimeoutMark {
+        id: "t-2".into(),
+        key: Some("expiry".into()),
+        message_type: Some("shop.CheckoutExpired".into()),
+        due: at(900),
+    });
+    c.keys_cancelled.push("expiry".into());
+    started.detail.sagas.push(c);
+    let mut paid = event("shop", HistoryKind::Handled, 10, "m-2", "shop.PaymentReceived");
+    let mut c = change("cart-2", Some(r#"{"cart":"cart-2"}"#), r#"{"cart":"cart-2"}"#);
+    c.keys_cancelled.push("expiry".into());
+    paid.detail.sagas.push(c);
+    let (_store, f) = sqlite_with(&dir, &[started, paid]).await;
+    let ran = courier(
+        &["--sqlite", f.as_str(), "history", "saga", "shop.Checkout", "cart-2"],
+        "",
+    );
+    assert_eq!(ran.code, 0, "{}", ran.stderr);
+    let lines: Vec<&str> = ran.stdout.lines().filter(|l| l.contains("timeouts:")).collect();
+    assert_eq!(
+        lines,
+        [
+            "    timeouts: requested shop.CheckoutExpired t-2 due 2026-12-03T10:15:00Z key expiry, replacing any \
+             pending one",
+            "    timeouts: cancelled key expiry"
+        ],
+        "{}",
+        ran.stdout
+    );
+}
