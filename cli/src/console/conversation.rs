@@ -15,7 +15,7 @@ use super::events::{HistoryQuery, family, history_admin, history_error, message_
 use super::layout::{PageError, PageResult, Q, Viewer, Width, clip, page, time};
 use super::queues::encode;
 use super::sequence::diagram;
-use super::timeline::{instance_links, sent, state_diff, timeouts};
+use super::timeline::{dispatched, instance_links, sent, state_diff, timeouts};
 
 /// How far up the causation ids the page looks for the conversation's first message.
 const MAX_UP: usize = 32;
@@ -117,7 +117,7 @@ fn event_table(events: &[StoredHistoryEvent]) -> Markup {
                             td.err.outcome { (outcome(e)) }
                             td.n { (e.event.attempt) }
                             td.wrap {
-                                (instance_links(e))
+                                @if e.event.detail.timeout.is_some() { (dispatched(e)) } @else { (instance_links(e)) }
                                 @for c in &e.event.detail.sagas { (state_diff(c)) (timeouts(c)) }
                                 (sent(&e.event.detail.sent))
                                 @if let Some(t) = e.event.enqueued_at { div.muted.small { "enqueued " (time(t)) } }

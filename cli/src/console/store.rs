@@ -139,7 +139,14 @@ pub(crate) struct InstanceQuery {
 /// completion form.
 pub(crate) async fn saga(axum::extract::State(state): Shared, viewer: Viewer, Q(q): Q<InstanceQuery>) -> PageResult {
     let admin = store(&state)?;
-    let s = admin.saga(&q.saga, &q.correlation).await?;
+    let s = match admin.saga(&q.saga, &q.correlation).await {
+        Ok(s) => s,
+        // A completed instance has no state any more, but its history stays.
+        Err(courier::admin::AdminError::NotFound { .. }) if state.workflow_history.is_some() => {
+            return Ok(super::timeline::no_instance(&state, &viewer, &q.saga, &q.correlation));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let now = admin.now();
     let body = html! {
         p.small.crumbs { a href="/sagas" { "Sagas" } " › " a href=(saga_link(&q.saga)) { (q.saga) } " › " (q.correlation) }

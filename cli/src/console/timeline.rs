@@ -70,6 +70,25 @@ pub(crate) fn link_from_instance(state: &State, saga: &str, correlation: &str) -
     }
 }
 
+/// The page of an instance the store does not hold (completed, or never started), with
+/// the link to its history (404).
+pub(crate) fn no_instance(state: &State, viewer: &Viewer, saga: &str, correlation: &str) -> axum::response::Response {
+    let body = html! {
+        p.small.crumbs { a href="/sagas" { "Sagas" } " › " a href=(format!("/sagas/list?saga={}", encode(saga))) { (saga) } " › " (correlation) }
+        h1 { (saga) " " (correlation) }
+        p.flash.bad #no-instance {
+            "The store holds no instance " (correlation) " of saga " (saga) " now: it completed (by its handlers or by "
+            "hand), or never started. Its history stays for the endpoints' retention."
+        }
+        p #history-link { a href=(timeline_link(saga, correlation)) { "History of this instance" } }
+    };
+    (
+        axum::http::StatusCode::NOT_FOUND,
+        page(state, viewer, &format!("{saga} {correlation}"), &body),
+    )
+        .into_response()
+}
+
 fn timeline(h: &SagaHistory, query: &HistoryQuery) -> Markup {
     let marks = axis_marks(h);
     let more = h.events.last().filter(|_| h.more).map(|last| {
@@ -151,7 +170,12 @@ fn what_it_did(h: &SagaHistory, e: &StoredHistoryEvent) -> Markup {
         .iter()
         .find(|s| s.saga_type == h.saga_type && s.correlation == h.correlation);
     let rolled_back = e.link == Some(TimelineLink::SameMessage) && e.event.kind != HistoryKind::Duplicate;
-    let nothing = change.is_none() && d.sent.is_empty() && d.cut.is_empty() && e.problems.is_empty() && !rolled_back;
+    let nothing = change.is_none()
+        && d.timeout.is_none()
+        && d.sent.is_empty()
+        && d.cut.is_empty()
+        && e.problems.is_empty()
+        && !rolled_back;
     if nothing {
         return html! {};
     }
@@ -160,6 +184,7 @@ fn what_it_did(h: &SagaHistory, e: &StoredHistoryEvent) -> Markup {
             (state_diff(c))
             (timeouts(c))
         }
+        (dispatched(e))
         (sent(&d.sent))
         @if rolled_back { p.muted.small { "Rolled back: nothing of this attempt changed the state or was sent." } }
         @for c in &d.cut { p.muted.small { "Cut: " (c) } }
@@ -234,6 +259,21 @@ pub(crate) fn timeouts(c: &SagaChange) -> Markup {
                 @if let Some(id) = &c.timeout_discarded {
                     li.discarded { "this message was timeout " span.mono { (clip(id, Width::Id)) } ": discarded (cancelled, or its saga had completed)" }
                 }
+            }
+        }
+    }
+}
+
+/// The saga timeout a dispatcher's event is about (sent, or given up on).
+pub(crate) fn dispatched(e: &StoredHistoryEvent) -> Markup {
+    html! {
+        @if let Some(t) = &e.event.detail.timeout {
+            p.small.dispatch {
+                "timeout " (message_ref(t.mark.message_type.as_deref(), &t.mark.id)) " of "
+                a.instance href=(timeline_link(&t.saga_type, &t.correlation)) { "saga " (clip(&t.saga_type, Width::M)) " " (clip(&t.correlation, Width::M)) }
+                ", due " (time(t.mark.due))
+                @if let Some(k) = &t.mark.key { " (key " (clip(k, Width::S)) ")" }
+                @if e.event.attempt > 1 { "; dispatch " (e.event.attempt) }
             }
         }
     }

@@ -324,13 +324,22 @@ async fn a_saga_that_timed_out_has_its_timeline_and_its_conversation() {
     b.wait_for_url("/history/saga").await;
     assert_eq!(b.text("h1").await, "History of store.Checkout cart-1044");
 
-    // The instance that timed out (completed: it has no page of its own any more).
+    // The instance that timed out: completed, its page says so and links to its history.
     b.client
         .goto(&format!(
-            "{base}/history/saga?saga=store.Checkout&correlation=cart-1043"
+            "{base}/sagas/instance?saga=store.Checkout&correlation=cart-1043"
         ))
         .await
         .unwrap();
+    assert!(b.text("#no-instance").await.contains("completed"));
+    b.client
+        .find(Locator::Css("#history-link a"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    b.wait_for_url("correlation=cart-1043").await;
     let mut kinds: Vec<String> = attrs(&b, "#timeline tbody.event", "data-kind").await;
     // The dispatcher's steps of the timeout, when the endpoints record them, are left
     // aside here (shown by their names, on the axis's timeout lane).

@@ -1,6 +1,7 @@
 //! `courier --embedded FILE serve` does not hold the file (issue 31, point 11): the
 //! application can start while the console serves; the console is read-only while it
-//! runs, saying so on every page, and changes the file again once it stopped.
+//! runs, saying so on every page, and changes the file again once it stopped. It reads
+//! the file's workflow history too.
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -104,6 +105,13 @@ async fn the_application_starts_while_courier_serve_serves_its_file() {
         .and_then(|s| s.split('"').next())
         .expect("a Resubmit button")
         .to_owned();
+    // The file's history is read too (without the lock): the dead letter links to its
+    // message's history, which says what to check when there is none.
+    let one = http("GET", &format!("{base}/dlq/message?queue=orders&seq={seq}"), &[], None).await;
+    assert!(one.body.contains("id=\"history-link\""), "{}", one.body);
+    let history = http("GET", &format!("{base}/history/message?id=nope"), &[], None).await;
+    assert_eq!(history.status, 404, "{}", history.body);
+    assert!(history.body.contains("EndpointBuilder::history"), "{}", history.body);
     let resubmit = format!("csrf={}&queue=orders&one={seq}", csrf_of(&dlq.body));
     let refused = http("POST", &format!("{base}/dlq/resubmit"), &[], Some(&resubmit)).await;
     assert_eq!(refused.status, 409, "{}", refused.body);
