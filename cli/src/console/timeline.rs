@@ -244,17 +244,21 @@ fn change_row(ch: &Change) -> Markup {
 }
 
 /// The timeouts an event requested, cancelled, fired or discarded.
+/// A request under a key cancels any pending timeout of that key first: that is said with
+/// the request, not as a cancellation of its own (as `courier history saga` says it).
 pub(crate) fn timeouts(c: &SagaChange) -> Markup {
+    let replaced = |key: &str| c.keys_cancelled.iter().any(|k| k == key);
+    let requested = |key: &str| c.timeouts_requested.iter().any(|t| t.key.as_deref() == Some(key));
     html! {
         @if !c.timeouts_requested.is_empty() || !c.timeouts_cancelled.is_empty() || !c.keys_cancelled.is_empty()
             || c.timeout_fired.is_some() || c.timeout_discarded.is_some() {
             ul.timeouts.small {
                 @for t in &c.timeouts_requested {
                     li.requested { "requested timeout " (message_ref(t.message_type.as_deref(), &t.id)) " due " (time(t.due))
-                        @if let Some(k) = &t.key { " (key " (clip(k, Width::S)) ")" } }
+                        @if let Some(k) = &t.key { " (key " (clip(k, Width::S)) @if replaced(k) { ", replacing any pending one" } ")" } }
                 }
                 @for id in &c.timeouts_cancelled { li.cancelled { "cancelled timeout " span.mono { (clip(id, Width::Id)) } } }
-                @for k in &c.keys_cancelled { li.cancelled { "cancelled the timeout of key " (clip(k, Width::S)) } }
+                @for k in c.keys_cancelled.iter().filter(|k| !requested(k)) { li.cancelled { "cancelled the timeout of key " (clip(k, Width::S)) } }
                 @if let Some(id) = &c.timeout_fired { li.fired { "this message was timeout " span.mono { (clip(id, Width::Id)) } ": fired" } }
                 @if let Some(id) = &c.timeout_discarded {
                     li.discarded { "this message was timeout " span.mono { (clip(id, Width::Id)) } ": discarded (cancelled, or its saga had completed)" }

@@ -367,12 +367,17 @@ async fn a_saga_that_timed_out_has_its_timeline_and_its_conversation() {
         "≈ same conversation (a guess)",
         "same message",
         "requested timeout store.CheckoutExpired",
+        "replacing any pending one",
         "sent store.ReserveStock",
         "this message was timeout",
         "completed",
     ] {
         assert!(rows.contains(want), "{want} in {rows}");
     }
+    assert!(
+        !rows.contains("cancelled the timeout of key"),
+        "said with the request: {rows}"
+    );
     // The diff of the answer: removed and added values, each in its element.
     let dels = texts(&b, "#timeline del").await;
     let inss = texts(&b, "#timeline ins").await;
