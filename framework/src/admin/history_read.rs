@@ -316,7 +316,7 @@ pub(crate) async fn find<R: HistoryRows + ?Sized>(
             }
         }
     }
-    instances.sort_by(|a, b| b.last_at.cmp(&a.last_at));
+    instances.sort_by_key(|i| std::cmp::Reverse(i.last_at));
     Ok(FoundHistory {
         text: text.to_owned(),
         events,
