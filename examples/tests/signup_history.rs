@@ -2,7 +2,8 @@
 //! run of the sign-up example: a user who never confirmed is found from her e-mail
 //! address, her sign-up's timeline tells how it ended (registered, the confirmation mail
 //! sent, the timeout sent and fired, completed, the removal published), and the
-//! two-factor codes the example redacts are in no event.
+//! two-factor codes the example redacts are in no event. On the embedded default, and
+//! (feature `servers`) on RabbitMQ with the history in Postgres.
 
 #![cfg(unix)]
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stdout)] // a test program
@@ -27,14 +28,54 @@ async fn a_user_whose_confirmation_expired_is_found_from_her_email_address() {
         .expect("the example runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
+    let admin = EmbeddedAdmin::open_read_only(dir.path().join("signup.db"))
+        .await
+        .unwrap();
+    walkthrough(&admin, &stdout).await;
+}
+
+/// The same on RabbitMQ, the sagas, inbox and history in Postgres (a database and a
+/// virtual host of the test's own); time 250 times faster, as tests/signup_postgres.rs
+/// runs it.
+#[cfg(feature = "servers")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_rabbitmq_and_postgres_the_history_tells_the_same() {
+    let db = courier::test_servers::postgres_database().await.unwrap();
+    let vhost = courier::test_servers::rabbitmq_vhost().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(SIGNUP)
+        .current_dir(dir.path())
+        .args([
+            "--rabbitmq",
+            vhost.url(),
+            "--postgres",
+            &db.url(),
+            "--scale",
+            "250",
+            "--fresh",
+        ])
+        .env_remove("DATABASE_URL")
+        .env_remove("AMQP_URL")
+        .env_remove("COURIER_TRANSPORT")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("the example runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let admin = courier::admin::PostgresAdmin::connect(&db.url()).await.unwrap();
+    walkthrough(&admin, &stdout).await;
+}
+
+/// The walkthrough's three steps on a finished run's history; `stdout` is what it printed.
+async fn walkthrough(admin: &dyn HistoryAdmin, stdout: &str) {
     assert!(
         stdout.contains("erin   never confirmed -> removed after 1 h"),
         "{stdout}"
     );
-    let admin = EmbeddedAdmin::open_read_only(dir.path().join("signup.db"))
-        .await
-        .unwrap();
-
     // 1. From what she typed to her sign-up.
     let found = admin.find("erin@example.com", &HistoryFilter::default()).await.unwrap();
     let signups: Vec<&str> = found
