@@ -14,7 +14,8 @@
 //! (no bodies, the default) and with one keeping bodies, alternating in the same run; the
 //! saga keeps a 200-byte note in its state, so each event holds a state before and after
 //! of about 250 bytes. Prints each ratio against the target of issue 33, 85% of the
-//! throughput without a history (docs/history.md, "Cost").
+//! throughput without a history (docs/history.md, "Cost"); `--rounds N` (3 by default),
+//! `--instances N`; `--variant off|on|bodies`: one variant alone, for a profiler.
 
 #![allow(
     clippy::print_stdout,
@@ -344,7 +345,26 @@ fn main() {
     }
     let precision_too = std::env::args().all(|a| a != "--skip-precision");
     if std::env::args().any(|a| a == "--history") {
-        let rounds = if quick { 1 } else { 3 };
+        let rounds = std::env::args()
+            .skip_while(|a| a != "--rounds")
+            .nth(1)
+            .map_or(if quick { 1 } else { 3 }, |v| v.parse().unwrap());
+        let n = std::env::args()
+            .skip_while(|a| a != "--instances")
+            .nth(1)
+            .map_or(n, |v| v.parse().unwrap());
+        if let Some(variant) = std::env::args().skip_while(|a| a != "--variant").nth(1) {
+            let history = match variant.as_str() {
+                "off" => None,
+                "on" => Some(HistoryOptions::new()),
+                _ => Some(HistoryOptions::new().with_bodies(true)),
+            };
+            for &kind in &kinds {
+                let rate = rt.block_on(throughput_with(kind, n, history.clone(), &"n".repeat(200)));
+                println!("{} history {variant}: {rate:.0} instances/s", kind.label());
+            }
+            return;
+        }
         rt.block_on(history_overhead(&kinds, n, rounds));
         return;
     }
