@@ -251,6 +251,8 @@ mod pages {
     struct PostgresReference;
     #[doc = include_str!("../../docs/measurements.md")]
     struct Measurements;
+    #[doc = include_str!("../../docs/measurements-postgres.md")]
+    struct MeasurementsPostgres;
     #[doc = include_str!("../../docs/containers.md")]
     struct Containers;
 }
