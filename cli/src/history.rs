@@ -269,6 +269,11 @@ fn outcome(e: &StoredHistoryEvent) -> String {
                 error.as_deref().unwrap_or("(no error recorded)")
             )
         }
+        // A kind of a later version: its name, and its error if it has one.
+        other => match error {
+            Some(error) => format!("{}: {error}", other.as_str()),
+            None => other.as_str().to_owned(),
+        },
     }
 }
 

@@ -17,9 +17,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::store::TakenTimeout;
 
-/// What an event of the history records.
+/// What an event of the history records. More kinds may come (the stores' checks name
+/// each): match with a catch-all arm, or on [`as_str`](Self::as_str).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum HistoryKind {
     /// Handled: its effects committed with this event.
     Handled,
