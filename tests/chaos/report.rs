@@ -110,11 +110,14 @@ pub struct Outcome {
     transport_detail: Vec<String>,
     /// The timeouts left, as `due .. dispatched ..` lines (at most five).
     timeouts_detail: Vec<String>,
+    /// The messages left in the queue (at most five).
+    queue_detail: Vec<String>,
 }
 
 /// Reads the outcome of `n` flows (the workers are stopped).
 pub async fn check(n: u64, setup: &Setup) -> Result<Outcome, Error> {
     let db = &setup.db;
+    let queue = setup.queue_left().await?;
     let mut rows: HashMap<(String, String), i64> = HashMap::new();
     let mut early = 0;
     let mut written = 0;
@@ -171,7 +174,8 @@ pub async fn check(n: u64, setup: &Setup) -> Result<Outcome, Error> {
         lost,
         duplicated,
         unexpected,
-        queue: setup.queue_counts().await?,
+        queue: queue.0,
+        queue_detail: queue.1,
         sagas_left: db
             .count(&format!("SELECT COUNT(*) FROM {saga} WHERE saga_type = 'chaos.Flow'"))
             .await?,
@@ -306,6 +310,9 @@ pub fn print(
     }
     for line in &o.transport_detail {
         println!("      message left: {line}");
+    }
+    for line in &o.queue_detail {
+        println!("      in the queue: {line}");
     }
     if failures.is_empty() {
         println!("  PASS");

@@ -586,10 +586,48 @@ impl Setup {
     /// The queue's counts, through a transport opened for the purpose (the workers are
     /// stopped: the embedded file has one process at a time).
     pub async fn queue_counts(&self) -> Result<EntityCounts, Error> {
+        Ok(self.queue_left().await?.0)
+    }
+
+    /// The queue's counts, and the messages left in it (at most five, read without
+    /// locking them) as `id (type), state, deliveries, enqueued at, scheduled for, the
+    /// courier headers` lines: what a failed run shows of what stayed.
+    pub async fn queue_left(&self) -> Result<(EntityCounts, Vec<String>), Error> {
         let (transport, _) = self.place.open().await?;
-        let counts = transport.counts(&EntityPath::queue(self.place.queue.clone())).await;
+        let path = EntityPath::queue(self.place.queue.clone());
+        let counts = transport.counts(&path).await;
+        let left = if counts.as_ref().is_ok_and(|c| c.active + c.scheduled + c.deferred > 0) {
+            transport
+                .peek(&path, courier::SequenceNumber::default(), 5)
+                .await
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         transport.close().await;
-        Ok(counts?)
+        let lines = left
+            .iter()
+            .map(|m| {
+                let headers: Vec<String> = m
+                    .envelope
+                    .properties
+                    .iter()
+                    .filter(|(k, _)| k.starts_with("courier."))
+                    .map(|(k, v)| format!("{k}={v:?}"))
+                    .collect();
+                format!(
+                    "{} ({}), {:?}, {} deliveries, enqueued {}, scheduled {:?}, {}",
+                    m.envelope.message_id,
+                    m.envelope.message_type.as_deref().unwrap_or("no type"),
+                    m.broker.state,
+                    m.broker.delivery_count,
+                    m.broker.enqueued_time,
+                    m.envelope.scheduled_enqueue_time,
+                    headers.join(" ")
+                )
+            })
+            .collect();
+        Ok((counts?, lines))
     }
 
     /// Removes what the run made on shared servers (its database, its virtual host).
