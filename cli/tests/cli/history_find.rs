@@ -179,6 +179,26 @@ fn any_text_written_anywhere_is_found_on_postgres() {
             .await
             .unwrap();
         assert!(none.events.is_empty());
+        // A text with NUL (an id or an error stored with U+FFFD, a body or a state with
+        // it escaped) is found, wherever written, by what the producer wrote.
+        for (n, place) in [Place::Body, Place::State, Place::Error, Place::MessageId]
+            .into_iter()
+            .enumerate()
+        {
+            let text = format!("nul\0here-{n}@example.com");
+            let correlation = format!("u-nul-{n}");
+            let n = 10_000 + i64::try_from(n).unwrap();
+            store
+                .record_history(&event_holding(&text, place, n, &correlation))
+                .await
+                .unwrap();
+            let found = admin.find(&text, &HistoryFilter::default()).await.unwrap();
+            assert!(
+                found.instances.iter().any(|i| i.correlation == correlation),
+                "{place:?}: {:?}",
+                found.events
+            );
+        }
         drop(db);
     });
 }

@@ -171,6 +171,8 @@ impl HistoryRows for PgRows<'_> {
     }
 
     async fn containing(&self, needles: &Needles, filter: &HistoryFilter, limit: usize) -> AdminResult<Vec<RawRow>> {
+        // Searched as stored: Postgres's text holds no NUL, the writer wrote U+FFFD.
+        let needles = &needles.as_postgres_stores();
         let sql = format!(
             "SELECT {COLUMNS} FROM courier.history h WHERE {FILTER} AND (h.message_id = $4 OR h.conversation_id = $4 \
              OR h.causation_id = $4 OR strpos(h.detail::text, $4) > 0 OR strpos(h.detail::text, $5) > 0 \

@@ -290,16 +290,15 @@ impl Store for PostgresStore {
         true
     }
 
+    /// One statement (the event and its instance rows, `pg_history::record`), atomic on
+    /// its own: no transaction around it, one round trip.
     async fn record_history(&self, event: &crate::store::history::HistoryEvent) -> Result<()> {
-        let mut tx = self
+        let mut conn = self
             .pool
-            .begin()
+            .acquire()
             .await
-            .map_err(|e| db_error("cannot begin recording the history of a message", e))?;
-        crate::store::pg_history::record(&mut tx, event).await?;
-        tx.commit()
-            .await
-            .map_err(|e| db_error("cannot record the history of a message", e))
+            .map_err(|e| db_error("cannot get a connection to record the history of a message", e))?;
+        crate::store::pg_history::record(&mut conn, event).await
     }
 
     async fn purge_history(&self, endpoint: &str, before: DateTime<Utc>, limit: i64) -> Result<u64> {
