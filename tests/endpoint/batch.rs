@@ -320,6 +320,53 @@ async fn embedded_a_batch_records_each_handled_message_and_each_duplicate_in_the
     assert_eq!(duplicates, vec!["click-100", "click-100"], "{events:?}");
 }
 
+/// A batch's events are written with its COMMIT in as few queries as SQLite's bound on
+/// parameters allows: a batch of 3,000 (33,000 parameters) takes two queries, and every
+/// event is written, in the batch's order, with the batch. (Numbered parameters,
+/// `?12`, in the later statements of one query are bound from the wrong place by sqlx:
+/// the batch failed with "NOT NULL constraint failed" while the writer used them.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_a_batch_past_sqlites_parameter_bound_records_every_event() {
+    const N: u32 = 3_000;
+    let clock = VirtualClock::starting_now();
+    let broker = embedded(&clock).await;
+    broker.create_queue("clicks", &QueueOptions::default()).await.unwrap();
+    let sender = broker.sender("clicks", courier::SenderOptions::default()).await.unwrap();
+    let clicks: Vec<courier::Envelope> = (0..N)
+        .map(|n| courier::Message::to_envelope(&Click { n, poison: false }).unwrap())
+        .collect();
+    sender.send_batch(clicks).await.unwrap();
+    let seen = Seen::default();
+    let options = BatchOptions::new().max_messages(N as usize).max_wait(Duration::from_millis(200));
+    let e = clicks_endpoint(Arc::new(broker.clone()), &clock, "clicks", &seen, options)
+        .store(Arc::new(broker.store()) as Arc<dyn Store>)
+        .history(courier::HistoryOptions::new())
+        .start()
+        .await
+        .unwrap();
+    eventually("the batch settled", || async {
+        broker.counts(&courier::EntityPath::queue("clicks")).await.unwrap().active == 0
+    })
+    .await;
+    e.shutdown().await.unwrap();
+    assert_eq!(seen.calls().len(), 1, "one batch of {N}, handed over full");
+    let handled: Vec<(String,)> =
+        sqlx::query_as("SELECT message_id FROM courier_history WHERE kind = 'handled' ORDER BY id")
+            .fetch_all(broker.read_pool())
+            .await
+            .unwrap();
+    let rows = sqlite_rows(&broker).await;
+    assert_eq!(handled.len(), N as usize, "an event per message");
+    let id_of: HashMap<i64, String> = rows.into_iter().map(|(id, n)| (n, id)).collect();
+    let in_batch: Vec<String> = seen.calls()[0].iter().map(|n| id_of[&i64::from(*n)].clone()).collect();
+    let events: Vec<String> = handled.into_iter().map(|(id,)| id).collect();
+    // The batch's lead's event (it tells what the batch sent) is written by the commit,
+    // after the others'.
+    let mut expected = in_batch[1..].to_vec();
+    expected.push(in_batch[0].clone());
+    assert!(events == expected, "each message's event once, in the batch's order, the lead's last");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_with_a_sqlite_store_of_its_own_commits_then_completes() {
     let clock = VirtualClock::starting_now();

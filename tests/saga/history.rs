@@ -293,6 +293,81 @@ async fn a_duplicate_is_recorded(kind: StoreKind) {
     env.finish().await;
 }
 
+/// Handlings that share a commit group on Postgres write their events at the group's
+/// commit, in one statement: each commits with its effects (one handled event per inbox
+/// record), and each instance row names the event of its own instance (the ids the
+/// statement took from the sequence); members rolled back by a conflict leave none.
+async fn grouped_handlings_write_their_events_at_the_group_commit(kind: StoreKind) {
+    use courier::{Message as _, SenderOptions, Transport as _};
+    let env = Env::new(kind).await;
+    let flows = env
+        .builder(SagaOptions::default())
+        .concurrency(8)
+        .group_commit(4)
+        .recoverability(RetryPolicy::default().immediate(100).delayed([]))
+        .history(HistoryOptions::new())
+        .start()
+        .await
+        .unwrap();
+    for id in ["hg-1", "hg-2", "hg-3", "hg-4"] {
+        flows.bus().send(&begin(id, None)).await.unwrap();
+    }
+    eventually("four instances", || async { flows.stats().completed == 4 }).await;
+    let round = ["hg-1", "hg-2", "hg-2", "hg-1", "hg-3", "hg-4", "hg-4", "hg-3"];
+    let envelopes = (0..10)
+        .flat_map(|_| round.map(|id| Bump { id: id.into() }.to_envelope().unwrap()))
+        .collect();
+    let sender = env
+        .env
+        .fx
+        .transport
+        .sender("flows", SenderOptions::default())
+        .await
+        .unwrap();
+    sender.send_batch(envelopes).await.unwrap();
+    eventually("80 bumps", || async { flows.stats().completed == 84 }).await;
+    flows.shutdown().await.unwrap();
+
+    let handled: Vec<Row> = events(&env)
+        .await
+        .into_iter()
+        .filter(|e| e.kind == HistoryKind::Handled)
+        .collect();
+    assert_eq!(handled.len(), 84, "one handled event per handling");
+    assert_eq!(
+        i64::try_from(handled.len()).unwrap(),
+        env.rows("inbox").await,
+        "one handled event per inbox record"
+    );
+    for id in ["hg-1", "hg-2", "hg-3", "hg-4"] {
+        let own = handled
+            .iter()
+            .filter(|e| e.detail.sagas.iter().any(|s| s.correlation == id))
+            .count();
+        assert_eq!(own, 21, "{id}: its start and twenty bumps");
+        assert_eq!(instance_rows(&env, id).await, 21, "{id}: an instance row per event");
+    }
+    let misplaced = env
+        .env
+        .count(
+            "SELECT COUNT(*) FROM courier.history_instance i JOIN courier.history h ON h.id = i.history_id \
+             WHERE h.detail -> 'sagas' -> 0 ->> 'correlation' <> i.correlation",
+        )
+        .await;
+    assert_eq!(misplaced, 0, "each instance row names its own event");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_handlings_write_their_events_at_the_group_commit_on_postgres() {
+    grouped_handlings_write_their_events_at_the_group_commit(StoreKind::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_handlings_write_their_events_at_the_group_commit_on_the_postgres_transport() {
+    grouped_handlings_write_their_events_at_the_group_commit(StoreKind::PgTransport).await;
+}
+
 #[courier::handler]
 async fn count_bump(_bump: Bump, _ctx: &mut courier::Context) -> Result<(), courier::HandlerError> {
     Ok(())

@@ -110,6 +110,7 @@ impl Embedded {
             sends: Vec::new(),
             put_back: Some((entity, moved.done.clone())),
             max_message_size: self.shared.max_message_size,
+            history: Vec::new(),
             reply,
         }));
         rx.await

@@ -120,9 +120,11 @@ struct EmbeddedWork {
     /// Messages to enqueue at commit (when the lock is ours).
     staged: Vec<(String, bool, Envelope)>,
     max_message_size: usize,
+    /// History events, written with the `COMMIT` (one trip to the file's thread, not two).
+    history: Vec<crate::store::sqlite_history::Rendered>,
 }
 
-crate::store::sqlite_saga::sqlite_unit_of_work!(EmbeddedWork, {
+crate::store::sqlite_saga::sqlite_unit_of_work!(EmbeddedWork, own_history, {
     fn transaction(&mut self) -> Option<&mut (dyn std::any::Any + Send)> {
         self.lease.conn().map(|c| c as &mut (dyn std::any::Any + Send))
     }
@@ -139,12 +141,19 @@ crate::store::sqlite_saga::sqlite_unit_of_work!(EmbeddedWork, {
         insert_outbox(conn(&mut self.lease)?, &self.endpoint, &self.source_id, messages, now).await
     }
 
+    /// Kept for the commit, which writes it with the `COMMIT`.
+    async fn record_history(&mut self, event: &crate::store::history::HistoryEvent) -> Result<()> {
+        self.history.push(crate::store::sqlite_history::Rendered::new(event)?);
+        Ok(())
+    }
+
     async fn commit(self: Box<Self>) -> Result<Committed> {
         let EmbeddedWork {
             lease,
             locks,
             staged,
             max_message_size,
+            history,
             ..
         } = *self;
         let settled = !locks.is_empty();
@@ -161,6 +170,7 @@ crate::store::sqlite_saga::sqlite_unit_of_work!(EmbeddedWork, {
             sends,
             put_back: None,
             max_message_size,
+            history,
             reply,
         }));
         rx.await.map_err(|_| Error::new(ErrorKind::Closed))??;
@@ -221,6 +231,7 @@ impl Store for EmbeddedStore {
                 source_id: message_id.to_owned(),
                 staged: Vec::new(),
                 max_message_size: self.broker.shared.max_message_size,
+                history: Vec::new(),
             })));
         }
         let left = left_over(conn(&mut lease)?, endpoint, message_id).await?;
@@ -267,6 +278,7 @@ impl Store for EmbeddedStore {
             source_id: first,
             staged: Vec::new(),
             max_message_size: self.broker.shared.max_message_size,
+            history: Vec::new(),
         };
         Ok(BeginBatch {
             work: Some(Box::new(work)),
@@ -310,15 +322,19 @@ impl Store for EmbeddedStore {
             dead_lettered,
             taken,
         } = sqlite_saga::claim_due(conn(&mut lease)?, endpoint, claim, claim.now).await?;
-        if claim.history {
-            for t in &taken {
-                crate::store::sqlite_history::record(
-                    conn(&mut lease)?,
-                    &crate::store::history::timeout_event(endpoint, t, claim.now),
-                )
-                .await?;
-            }
-        }
+        // Written with the COMMIT.
+        let history = if claim.history {
+            taken
+                .iter()
+                .map(|t| {
+                    crate::store::sqlite_history::Rendered::new(&crate::store::history::timeout_event(
+                        endpoint, t, claim.now,
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?
+        } else {
+            Vec::new()
+        };
         let claimed = due.len();
         let (reply, rx) = oneshot::channel();
         lease.give_back(Some(Finish {
@@ -330,6 +346,7 @@ impl Store for EmbeddedStore {
             },
             put_back: None,
             max_message_size: self.broker.shared.max_message_size,
+            history,
             reply,
         }));
         rx.await.map_err(|_| Error::new(ErrorKind::Closed))??;

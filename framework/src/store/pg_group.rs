@@ -40,6 +40,7 @@ use crate::logtext::Escaped;
 use crate::message::{Envelope, LockToken};
 use crate::store::pg_outbox::{ABORTED_BY_HANDLER, OutboxRow, ensure_not_aborted, insert_outbox, outbox_of};
 use crate::store::pg_saga::pg_unit_of_work;
+use crate::store::pg_history::Prepared;
 use crate::store::{Begin, CommitGroup, Committed, OutboxMessage, db_error};
 
 const SAVEPOINT: &str = "SAVEPOINT courier_member";
@@ -81,7 +82,8 @@ enum Seat {
     /// Done: these messages go into the outbox at the group's commit; `true` when the
     /// member also sent its messages and completed its received message in the
     /// transaction (the Postgres transport's store).
-    Finished(Vec<OutboxRow>, bool),
+    /// Its history events are written at the group's commit.
+    Finished(Vec<OutboxRow>, bool, Vec<Prepared>),
     /// Failed or left: its inbox record, if this group made it, is deleted at the commit.
     Failed,
     /// Finished, but left the transaction aborted: rolled back; its commit fails.
@@ -248,8 +250,8 @@ impl PgGroup {
             for (i, seat) in members.seats.iter().enumerate() {
                 let share = match (seat, &mut outcome) {
                     (Seat::Poisoned, _) => Err(poisoned_kind()),
-                    (Seat::Finished(_, true), Ok(_)) => Ok(Committed::Settled),
-                    (Seat::Finished(_, false), Ok(stored)) => Ok(Committed::Stored(
+                    (Seat::Finished(_, true, _), Ok(_)) => Ok(Committed::Settled),
+                    (Seat::Finished(_, false, _), Ok(stored)) => Ok(Committed::Stored(
                         stored.get_mut(i).and_then(Option::take).unwrap_or_default(),
                     )),
                     (Seat::Finished(..), Err(kind)) => Err(kind.clone()),
@@ -276,18 +278,20 @@ impl PgGroup {
             raw(&mut tx, ROLLBACK).await.map_err(|e| e.kind().clone())?;
         }
         loop {
-            let (forget, rows, owners) = {
+            let (forget, rows, owners, history) = {
                 let m = self.members();
                 let mut forget = Vec::new();
                 let mut rows = Vec::new();
                 let mut owners = Vec::new();
+                let mut history = Vec::new();
                 for (i, seat) in m.seats.iter().enumerate() {
                     match seat {
-                        Seat::Finished(out, _) => {
+                        Seat::Finished(out, _, events) => {
                             for row in out {
                                 rows.push(row.clone());
                                 owners.push(i);
                             }
+                            history.extend(events.iter().cloned());
                         }
                         Seat::Duplicate => {}
                         _ if fresh.get(i).copied().unwrap_or(false) => {
@@ -296,7 +300,7 @@ impl PgGroup {
                         _ => {}
                     }
                 }
-                (forget, rows, owners)
+                (forget, rows, owners, history)
             };
             // The newest member finished by completing its message on the connection (the
             // transport's own store): that statement, sent last, found the transaction
@@ -304,9 +308,9 @@ impl PgGroup {
             let owner_settled = {
                 let m = self.members();
                 m.owner
-                    .is_some_and(|o| matches!(m.seats.get(o), Some(Seat::Finished(_, true))))
+                    .is_some_and(|o| matches!(m.seats.get(o), Some(Seat::Finished(_, true, _))))
             };
-            let check = forget.is_empty() && rows.is_empty() && !owner_settled;
+            let check = forget.is_empty() && rows.is_empty() && history.is_empty() && !owner_settled;
             let step = async {
                 if !forget.is_empty() {
                     sqlx::query("DELETE FROM courier.inbox WHERE endpoint = $1 AND message_id = ANY($2)")
@@ -319,6 +323,8 @@ impl PgGroup {
                 let stored_at = *self.stored_at.lock().unwrap_or_else(PoisonError::into_inner);
                 // Without rows nothing is inserted, and the time is not used.
                 let stored = insert_outbox(&mut tx, &self.endpoint, rows, stored_at.unwrap_or_else(Utc::now)).await?;
+                // The finished members' handled events, in one statement.
+                crate::store::pg_history::record_many(&mut tx, &history).await?;
                 if check {
                     // No statement above would have found an aborted transaction.
                     ensure_not_aborted(&mut tx).await?;
@@ -395,6 +401,7 @@ impl CommitGroup for PgGroup {
             outgoing: Vec::new(),
             lock,
             staged: Vec::new(),
+            history: Vec::new(),
             finished: false,
         })))
     }
@@ -415,6 +422,8 @@ struct PgMember {
     /// completed in the transaction, with `staged` sent into their queues.
     lock: Option<Box<dyn Settlement>>,
     staged: Vec<(String, bool, Envelope)>,
+    /// Its handled event, written with the others' at the group's commit.
+    history: Vec<Prepared>,
     finished: bool,
 }
 
@@ -437,7 +446,7 @@ impl Drop for PgMember {
     }
 }
 
-pg_unit_of_work!(PgMember, {
+pg_unit_of_work!(PgMember, own_history, {
     fn transaction(&mut self) -> Option<&mut (dyn std::any::Any + Send)> {
         self.pg_conn().ok().map(|c| c as &mut (dyn std::any::Any + Send))
     }
@@ -464,6 +473,12 @@ pg_unit_of_work!(PgMember, {
         Ok(Vec::new())
     }
 
+    /// Kept for the group's commit, which writes every member's in one statement.
+    async fn record_history(&mut self, event: &crate::store::history::HistoryEvent) -> Result<()> {
+        self.history.push(Prepared::new(event)?);
+        Ok(())
+    }
+
     async fn commit(mut self: Box<Self>) -> Result<Committed> {
         let settled = match self.lock.take() {
             Some(settlement) => {
@@ -481,7 +496,10 @@ pg_unit_of_work!(PgMember, {
         self.finished = true;
         let mut done = self.group.done.subscribe();
         self.group
-            .resolve(self.member, Seat::Finished(std::mem::take(&mut self.outgoing), settled));
+            .resolve(
+                self.member,
+                Seat::Finished(std::mem::take(&mut self.outgoing), settled, std::mem::take(&mut self.history)),
+            );
         self.guard = None;
         done.wait_for(|d| *d).await.map_err(|_| group_gone())?;
         let share = self

@@ -63,6 +63,82 @@ pub(crate) async fn record(conn: &mut PgConnection, event: &HistoryEvent) -> Res
     Ok(())
 }
 
+/// Several events and their instance rows in one statement: each event's id is taken from
+/// the table's sequence first (`nextval`, in a CTE read twice, so computed once), then
+/// the rows and the instance rows are inserted from those ids. Parameters: one array per
+/// column (`$1` to `$11`), then the instance rows' event (its 1-based position, `$12`),
+/// type (`$13`) and correlation (`$14`).
+const EVENTS: &str = "WITH event AS (SELECT nextval('courier.history_id_seq') AS id, u.* \
+     FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], $7::text[], \
+     $8::int[], $9::timestamptz[], $10::timestamptz[], $11::text[]) WITH ORDINALITY \
+     AS u (endpoint, kind, at, message_id, message_type, conversation_id, causation_id, attempt, enqueued_at, \
+     received_at, detail, n)), \
+     stored AS (INSERT INTO courier.history (id, endpoint, kind, at, message_id, message_type, conversation_id, \
+     causation_id, attempt, enqueued_at, received_at, detail) \
+     SELECT id, endpoint, kind, at, message_id, message_type, conversation_id, causation_id, attempt, enqueued_at, \
+     received_at, detail::jsonb FROM event) \
+     INSERT INTO courier.history_instance (history_id, saga_type, correlation) \
+     SELECT event.id, i.t, i.c FROM event JOIN unnest($12::bigint[], $13::text[], $14::text[]) AS i (n, t, c) \
+     ON i.n = event.n";
+
+/// An event made storable in Postgres ([`for_postgres`]) and its detail rendered: the
+/// steps that can fail before the statement, done when the event is recorded.
+#[derive(Debug, Clone)]
+pub(crate) struct Prepared {
+    event: HistoryEvent,
+    detail: String,
+}
+
+impl Prepared {
+    pub(crate) fn new(event: &HistoryEvent) -> Result<Self> {
+        let event = for_postgres(event);
+        let detail = super::history::detail_json(&event)?;
+        Ok(Self { event, detail })
+    }
+}
+
+/// Writes `events` and the saga instances each touched in one statement (one round trip
+/// for a commit group's members, where each event took one); nothing when there are none.
+pub(crate) async fn record_many(conn: &mut PgConnection, events: &[Prepared]) -> Result<()> {
+    if events.is_empty() {
+        return Ok(());
+    }
+    let column = |f: fn(&HistoryEvent) -> Option<String>| events.iter().map(|p| f(&p.event)).collect::<Vec<_>>();
+    let times = |f: fn(&HistoryEvent) -> Option<DateTime<Utc>>| events.iter().map(|p| f(&p.event)).collect::<Vec<_>>();
+    let (mut owners, mut types, mut correlations) = (Vec::new(), Vec::new(), Vec::new());
+    for (n, p) in (1i64..).zip(events) {
+        for (t, c) in p.event.instances() {
+            owners.push(n);
+            types.push(t.to_owned());
+            correlations.push(c.to_owned());
+        }
+    }
+    sqlx::query(EVENTS)
+        .bind(column(|e| Some(e.endpoint.clone())))
+        .bind(column(|e| Some(e.kind.as_str().to_owned())))
+        .bind(times(|e| Some(e.at)))
+        .bind(column(|e| Some(e.message_id.clone())))
+        .bind(column(|e| e.message_type.clone()))
+        .bind(column(|e| e.conversation_id.clone()))
+        .bind(column(|e| e.causation_id.clone()))
+        .bind(
+            events
+                .iter()
+                .map(|p| i32::try_from(p.event.attempt).unwrap_or(i32::MAX))
+                .collect::<Vec<_>>(),
+        )
+        .bind(times(|e| e.enqueued_at))
+        .bind(times(|e| e.received_at))
+        .bind(events.iter().map(|p| p.detail.as_str()).collect::<Vec<_>>())
+        .bind(owners)
+        .bind(types)
+        .bind(correlations)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot record the history of the messages", e))?;
+    Ok(())
+}
+
 /// Deletes up to `limit` of `endpoint`'s events older than `before`, oldest first (their
 /// instance rows go with them); how many.
 pub(crate) async fn purge(conn: &mut PgConnection, endpoint: &str, before: DateTime<Utc>, limit: i64) -> Result<u64> {

@@ -6,8 +6,11 @@
 /// functions of module `$saga` (`load`, `save`, `complete`, `add_timeouts`,
 /// `cancel_timeouts`, `take_timeout`, `cancel_timeout_keys`) on `self.$conn()?`, the transaction's connection.
 /// One `#[async_trait]` impl, so that the given methods are rewritten with the others.
+///
+/// With `own_history` before the methods, the type writes its history events itself (its
+/// methods hold `record_history`); otherwise they are written at once on the connection.
 macro_rules! unit_of_work_with_sagas {
-    ($ty:ty, $($saga:ident)::+, $conn:ident, { $($methods:tt)* }) => {
+    (@impl $ty:ty, $($saga:ident)::+, $conn:ident, { $($methods:tt)* }) => {
         #[async_trait::async_trait]
         impl $crate::store::UnitOfWork for $ty {
         $($methods)*
@@ -112,13 +115,21 @@ macro_rules! unit_of_work_with_sagas {
             $($saga)::+::completed_at(self.$conn()?, saga_type, correlation, now).await
         }
 
-        async fn record_history(
-            &mut self,
-            event: &$crate::store::history::HistoryEvent,
-        ) -> $crate::error::Result<()> {
-            $($saga)::+::record_history(self.$conn()?, event).await
         }
-        }
+    };
+    ($ty:ty, $($saga:ident)::+, $conn:ident, own_history, { $($methods:tt)* }) => {
+        $crate::store::unit_of_work_with_sagas!(@impl $ty, $($saga)::+, $conn, { $($methods)* });
+    };
+    ($ty:ty, $($saga:ident)::+, $conn:ident, { $($methods:tt)* }) => {
+        $crate::store::unit_of_work_with_sagas!(@impl $ty, $($saga)::+, $conn, {
+            $($methods)*
+            async fn record_history(
+                &mut self,
+                event: &$crate::store::history::HistoryEvent,
+            ) -> $crate::error::Result<()> {
+                $($saga)::+::record_history(self.$conn()?, event).await
+            }
+        });
     };
 }
 pub(crate) use unit_of_work_with_sagas;

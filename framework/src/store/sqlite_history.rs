@@ -13,57 +13,125 @@ fn micros(t: DateTime<Utc>) -> i64 {
     t.timestamp_micros()
 }
 
-/// The event's statement: its parameters are `?1` to `?11`.
-const INSERT_EVENT: &str = "INSERT INTO courier_history (endpoint, kind, at, message_id, message_type, \
-     conversation_id, causation_id, attempt, enqueued_at, received_at, detail) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)";
+/// The columns of an event's row, bound in this order.
+const EVENT_COLUMNS: &str = "endpoint, kind, at, message_id, message_type, conversation_id, causation_id, \
+     attempt, enqueued_at, received_at, detail";
 
-/// The statements of an event that touched `instances` saga instances: the event's, then
-/// one for its instance rows, whose (type, correlation) are `?12`, `?13`, then `?14`,
-/// `?15`, and so on, and whose event is the row just inserted (`last_insert_rowid()`,
-/// which an insert into `courier_history_instance`, a table WITHOUT ROWID, leaves as it
-/// is). Run as one query: one trip to the connection's thread, where two statements took
-/// two.
-fn insert_with_instances(instances: usize) -> String {
-    let rows: Vec<String> = (0..instances)
-        .map(|i| format!("(last_insert_rowid(), ?{}, ?{})", 12 + 2 * i, 13 + 2 * i))
-        .collect();
-    format!(
-        "{INSERT_EVENT}; INSERT INTO courier_history_instance (history_id, saga_type, correlation) VALUES {}",
-        rows.join(", ")
-    )
+/// The parameters of an event's row, and two per saga instance it touched.
+const EVENT_PARAMETERS: usize = 11;
+
+/// The most parameters one query binds: SQLite's default bound on a statement's
+/// (`SQLITE_MAX_VARIABLE_NUMBER`, 32,766 since 3.32), which a query of several statements
+/// stays under too; it also keeps the query's text far below SQLite's 1 MB bound.
+const MAX_PARAMETERS: usize = 30_000;
+
+/// Appends to `sql` the statements of one event: the event's row, then its instance rows,
+/// whose event is the row just inserted (`last_insert_rowid()`, which an insert into
+/// `courier_history_instance`, a table WITHOUT ROWID, leaves as it is). Anonymous `?`
+/// placeholders: sqlx binds them in order across the query's statements, where a
+/// numbered `?N` in a later statement would be bound from the wrong place.
+fn push_statements(sql: &mut String, instances: usize) {
+    use std::fmt::Write as _;
+    let _ = write!(
+        sql,
+        "INSERT INTO courier_history ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);"
+    );
+    if instances > 0 {
+        let rows = vec!["(last_insert_rowid(), ?, ?)"; instances];
+        let _ = write!(
+            sql,
+            " INSERT INTO courier_history_instance (history_id, saga_type, correlation) VALUES {};",
+            rows.join(", ")
+        );
+    }
+}
+
+/// An event ready to be written: its detail rendered (the one step that can fail before
+/// the statement) and the saga instances it touched.
+pub(crate) struct Rendered {
+    event: HistoryEvent,
+    detail: String,
+    instances: Vec<(String, String)>,
+}
+
+impl Rendered {
+    /// Renders `event`'s detail; an error when it cannot be (nothing is written then).
+    pub(crate) fn new(event: &HistoryEvent) -> Result<Self> {
+        Ok(Self {
+            detail: super::history::detail_json(event)?,
+            instances: event
+                .instances()
+                .into_iter()
+                .map(|(t, c)| (t.to_owned(), c.to_owned()))
+                .collect(),
+            event: event.clone(),
+        })
+    }
 }
 
 /// Writes `event` and the saga instances it touched, in one query (one trip to the
 /// connection's thread).
 pub(crate) async fn record(conn: &mut SqliteConnection, event: &HistoryEvent) -> Result<()> {
-    let detail = super::history::detail_json(event)?;
-    let instances = event.instances();
-    let sql = if instances.is_empty() {
-        std::borrow::Cow::Borrowed(INSERT_EVENT)
-    } else {
-        std::borrow::Cow::Owned(insert_with_instances(instances.len()))
-    };
-    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(&event.endpoint)
-        .bind(event.kind.as_str())
-        .bind(micros(event.at))
-        .bind(&event.message_id)
-        .bind(&event.message_type)
-        .bind(&event.conversation_id)
-        .bind(&event.causation_id)
-        .bind(i64::from(event.attempt))
-        .bind(event.enqueued_at.map(micros))
-        .bind(event.received_at.map(micros))
-        .bind(detail);
-    for (saga_type, correlation) in instances {
-        query = query.bind(saga_type).bind(correlation);
-    }
-    query
-        .execute(&mut *conn)
+    record_then(conn, &[Rendered::new(event)?], None)
         .await
-        .map_err(|e| db_error("cannot record the history of a message", e))?;
-    Ok(())
+        .map_err(|e| db_error("cannot record the history of a message", e))
+}
+
+/// Writes `events` (with the saga instances each touched) and then runs `then` (a
+/// transaction's `COMMIT`), in as few queries as SQLite's bound on parameters allows:
+/// one trip to the connection's thread for a handling, whose event took a trip of its
+/// own before. A failing statement stops its query: `then` does not run.
+pub(crate) async fn record_then(
+    conn: &mut SqliteConnection,
+    events: &[Rendered],
+    then: Option<&str>,
+) -> std::result::Result<(), sqlx::Error> {
+    let mut rest = events.iter().peekable();
+    loop {
+        let mut sql = String::new();
+        let mut chunk = Vec::new();
+        let mut bound = 0;
+        while let Some(r) = rest.peek() {
+            let needs = EVENT_PARAMETERS + 2 * r.instances.len();
+            if !chunk.is_empty() && bound + needs > MAX_PARAMETERS {
+                break;
+            }
+            push_statements(&mut sql, r.instances.len());
+            bound += needs;
+            chunk.extend(rest.next());
+        }
+        let last = rest.peek().is_none();
+        if last && let Some(then) = then {
+            sql.push(' ');
+            sql.push_str(then);
+        }
+        if sql.is_empty() {
+            return Ok(());
+        }
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for r in chunk {
+            let event = &r.event;
+            query = query
+                .bind(&event.endpoint)
+                .bind(event.kind.as_str())
+                .bind(micros(event.at))
+                .bind(&event.message_id)
+                .bind(&event.message_type)
+                .bind(&event.conversation_id)
+                .bind(&event.causation_id)
+                .bind(i64::from(event.attempt))
+                .bind(event.enqueued_at.map(micros))
+                .bind(event.received_at.map(micros))
+                .bind(&r.detail);
+            for (saga_type, correlation) in &r.instances {
+                query = query.bind(saga_type).bind(correlation);
+            }
+        }
+        query.execute(&mut *conn).await?;
+        if last {
+            return Ok(());
+        }
+    }
 }
 
 /// Deletes up to `limit` of `endpoint`'s events older than `before`, oldest first, with

@@ -496,8 +496,12 @@ pub(crate) async fn completed_at(
 }
 
 /// `impl UnitOfWork for $ty { $methods + the saga methods on SQLite }`, for a type with
-/// `fn sqlite_conn(&mut self) -> Result<&mut Connection>`.
+/// `fn sqlite_conn(&mut self) -> Result<&mut Connection>` (`own_history`: see
+/// [`unit_of_work_with_sagas!`](crate::store::unit_of_work_with_sagas)).
 macro_rules! sqlite_unit_of_work {
+    ($ty:ty, own_history, { $($methods:tt)* }) => {
+        $crate::store::unit_of_work_with_sagas!($ty, crate::store::sqlite_saga, sqlite_conn, own_history, { $($methods)* });
+    };
     ($ty:ty, { $($methods:tt)* }) => {
         $crate::store::unit_of_work_with_sagas!($ty, crate::store::sqlite_saga, sqlite_conn, { $($methods)* });
     };

@@ -300,5 +300,8 @@ pub(crate) struct Finish {
     pub(crate) put_back: Option<(i64, Vec<SequenceNumber>)>,
     /// The broker's largest message (the sender's checks apply).
     pub(crate) max_message_size: usize,
+    /// History events of the transaction (a handling's, a timeout claim's), written with
+    /// its `COMMIT` in one query.
+    pub(crate) history: Vec<crate::store::sqlite_history::Rendered>,
     pub(crate) reply: Reply<()>,
 }

@@ -92,6 +92,7 @@ impl Engine {
             sends,
             put_back,
             max_message_size,
+            history,
             reply,
         } = f;
         let result: Sql<Result<()>> = async {
@@ -162,7 +163,7 @@ impl Engine {
             }
             self.serve_waiters(now, &mut outcomes).await?;
             self.flush_sequences().await?;
-            sqlx::query("COMMIT").execute(self.conn.get()?).await?;
+            crate::store::sqlite_history::record_then(self.conn.get()?, &history, Some("COMMIT")).await?;
             Ok(Ok(()))
         }
         .await;
