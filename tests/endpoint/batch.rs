@@ -331,13 +331,18 @@ async fn embedded_a_batch_past_sqlites_parameter_bound_records_every_event() {
     let clock = VirtualClock::starting_now();
     let broker = embedded(&clock).await;
     broker.create_queue("clicks", &QueueOptions::default()).await.unwrap();
-    let sender = broker.sender("clicks", courier::SenderOptions::default()).await.unwrap();
+    let sender = broker
+        .sender("clicks", courier::SenderOptions::default())
+        .await
+        .unwrap();
     let clicks: Vec<courier::Envelope> = (0..N)
         .map(|n| courier::Message::to_envelope(&Click { n, poison: false }).unwrap())
         .collect();
     sender.send_batch(clicks).await.unwrap();
     let seen = Seen::default();
-    let options = BatchOptions::new().max_messages(N as usize).max_wait(Duration::from_millis(200));
+    let options = BatchOptions::new()
+        .max_messages(N as usize)
+        .max_wait(Duration::from_millis(200));
     let e = clicks_endpoint(Arc::new(broker.clone()), &clock, "clicks", &seen, options)
         .store(Arc::new(broker.store()) as Arc<dyn Store>)
         .history(courier::HistoryOptions::new())
@@ -345,7 +350,12 @@ async fn embedded_a_batch_past_sqlites_parameter_bound_records_every_event() {
         .await
         .unwrap();
     eventually("the batch settled", || async {
-        broker.counts(&courier::EntityPath::queue("clicks")).await.unwrap().active == 0
+        broker
+            .counts(&courier::EntityPath::queue("clicks"))
+            .await
+            .unwrap()
+            .active
+            == 0
     })
     .await;
     e.shutdown().await.unwrap();
@@ -364,7 +374,61 @@ async fn embedded_a_batch_past_sqlites_parameter_bound_records_every_event() {
     // after the others'.
     let mut expected = in_batch[1..].to_vec();
     expected.push(in_batch[0].clone());
-    assert!(events == expected, "each message's event once, in the batch's order, the lead's last");
+    assert!(
+        events == expected,
+        "each message's event once, in the batch's order, the lead's last"
+    );
+}
+
+/// A batch's transaction on the embedded broker's store completes its members with one
+/// statement, fenced by every lock: when one member's lock expired, the commit fails
+/// with `LockLost` and nothing of the batch stays (no completion, no inbox record).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn embedded_a_batch_whose_one_lock_expired_commits_nothing() {
+    let clock = VirtualClock::starting_now();
+    let broker = embedded(&clock).await;
+    let queue = courier::EntityPath::queue("clicks");
+    broker
+        .create_queue(
+            "clicks",
+            &QueueOptions::default().lock_duration(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    let sender = broker
+        .sender("clicks", courier::SenderOptions::default())
+        .await
+        .unwrap();
+    for n in 0..3 {
+        sender
+            .send(courier::Message::to_envelope(&Click { n, poison: false }).unwrap())
+            .await
+            .unwrap();
+    }
+    let receiver = broker.receiver(&queue).await.unwrap();
+    let first = receiver.receive(1, Duration::from_secs(1)).await.unwrap();
+    clock.advance(Duration::from_secs(20));
+    let rest = receiver.receive(2, Duration::from_secs(1)).await.unwrap();
+    assert_eq!((first.len(), rest.len()), (1, 2));
+    // The first lock (30 s) has expired; the two others have 15 s left.
+    clock.advance(Duration::from_secs(15));
+    let members: Vec<(String, Option<courier::LockToken>)> = first
+        .iter()
+        .chain(&rest)
+        .map(|d| (d.message().envelope.message_id.clone(), d.message().broker.lock_token))
+        .collect();
+    let store = broker.store();
+    let begun = store.begin_batch("clicks", members, clock.now()).await.unwrap();
+    let work = begun.work.expect("three fresh members");
+    let e = work.commit().await.unwrap_err();
+    assert!(matches!(e.kind(), ErrorKind::LockLost), "{e}");
+    let counts = broker.counts(&queue).await.unwrap();
+    assert_eq!(counts.active, 3, "no member completed");
+    let inbox: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM courier_inbox")
+        .fetch_one(broker.read_pool())
+        .await
+        .unwrap();
+    assert_eq!(inbox, 0, "the inbox records rolled back with the batch");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -298,7 +298,7 @@ async fn a_duplicate_is_recorded(kind: StoreKind) {
 /// record), and each instance row names the event of its own instance (the ids the
 /// statement took from the sequence); members rolled back by a conflict leave none.
 async fn grouped_handlings_write_their_events_at_the_group_commit(kind: StoreKind) {
-    use courier::{Message as _, SenderOptions, Transport as _};
+    use courier::{Message as _, SenderOptions};
     let env = Env::new(kind).await;
     let flows = env
         .builder(SagaOptions::default())

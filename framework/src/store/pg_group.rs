@@ -38,9 +38,9 @@ use tokio::sync::{Mutex, OnceCell, OwnedMutexGuard, watch};
 use crate::error::{Error, ErrorKind, Result};
 use crate::logtext::Escaped;
 use crate::message::{Envelope, LockToken};
+use crate::store::pg_history::Prepared;
 use crate::store::pg_outbox::{ABORTED_BY_HANDLER, OutboxRow, ensure_not_aborted, insert_outbox, outbox_of};
 use crate::store::pg_saga::pg_unit_of_work;
-use crate::store::pg_history::Prepared;
 use crate::store::{Begin, CommitGroup, Committed, OutboxMessage, db_error};
 
 const SAVEPOINT: &str = "SAVEPOINT courier_member";
@@ -495,11 +495,14 @@ pg_unit_of_work!(PgMember, own_history, {
         };
         self.finished = true;
         let mut done = self.group.done.subscribe();
-        self.group
-            .resolve(
-                self.member,
-                Seat::Finished(std::mem::take(&mut self.outgoing), settled, std::mem::take(&mut self.history)),
-            );
+        self.group.resolve(
+            self.member,
+            Seat::Finished(
+                std::mem::take(&mut self.outgoing),
+                settled,
+                std::mem::take(&mut self.history),
+            ),
+        );
         self.guard = None;
         done.wait_for(|d| *d).await.map_err(|_| group_gone())?;
         let share = self

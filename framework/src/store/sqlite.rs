@@ -199,16 +199,34 @@ pub(crate) async fn record_inbox(
 
 /// Records the ids of a batch's members in the inbox on `conn`; per member, in order:
 /// `None` when it was recorded now, or the undispatched outbox messages of its earlier
-/// handling (`Store::begin_batch`).
+/// handling (`Store::begin_batch`). One statement for up to 1,000 members (a trip to the
+/// connection's thread each, where each member took one); their ids are distinct.
 pub(crate) async fn record_batch(
     conn: &mut SqliteConnection,
     endpoint: &str,
     ids: &[String],
     now: DateTime<Utc>,
 ) -> Result<Vec<Option<Vec<OutboxMessage>>>> {
+    let mut recorded = std::collections::HashSet::with_capacity(ids.len());
+    for chunk in ids.chunks(1_000) {
+        let values = vec!["(?, ?, ?)"; chunk.len()].join(", ");
+        let mut query = sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(format!(
+            "INSERT INTO courier_inbox (endpoint, message_id, processed_at) VALUES {values} \
+             ON CONFLICT DO NOTHING RETURNING message_id"
+        )));
+        for id in chunk {
+            query = query.bind(endpoint).bind(id).bind(micros(now));
+        }
+        recorded.extend(
+            query
+                .fetch_all(&mut *conn)
+                .await
+                .map_err(|e| db_error("cannot record the batch's messages in the inbox", e))?,
+        );
+    }
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
-        if record_inbox(&mut *conn, endpoint, id, now).await? {
+        if recorded.contains(id) {
             out.push(None);
         } else {
             out.push(Some(left_over(&mut *conn, endpoint, id).await?));

@@ -96,17 +96,37 @@ impl Engine {
             reply,
         } = f;
         let result: Sql<Result<()>> = async {
-            for (_, id, dc) in complete {
-                let done = sqlx::query(
-                    "DELETE FROM courier_message WHERE id = ?1 AND delivery_count = ?2 AND state IN (2, 4) \
-                     AND locked_until > ?3",
-                )
-                .bind(id)
-                .bind(dc)
-                .bind(now)
-                .execute(self.conn.get()?)
-                .await?;
-                if done.rows_affected() != 1 {
+            // Each lock is the message's row at its delivery count, still locked: one
+            // statement for up to 500 (a batch's), all found or the lock is lost (and
+            // the transaction rolled back).
+            for chunk in complete.chunks(500) {
+                let done = if let [(_, id, dc)] = chunk {
+                    sqlx::query(
+                        "DELETE FROM courier_message WHERE id = ?1 AND delivery_count = ?2 AND state IN (2, 4) \
+                         AND locked_until > ?3",
+                    )
+                    .bind(id)
+                    .bind(dc)
+                    .bind(now)
+                    .execute(self.conn.get()?)
+                    .await?
+                } else {
+                    let ids = vec!["?"; chunk.len()].join(", ");
+                    let pairs = vec!["(id = ? AND delivery_count = ?)"; chunk.len()].join(" OR ");
+                    let mut query = sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "DELETE FROM courier_message WHERE state IN (2, 4) AND locked_until > ? \
+                         AND id IN ({ids}) AND ({pairs})"
+                    )))
+                    .bind(now);
+                    for (_, id, _) in chunk {
+                        query = query.bind(id);
+                    }
+                    for (_, id, dc) in chunk {
+                        query = query.bind(id).bind(dc);
+                    }
+                    query.execute(self.conn.get()?).await?
+                };
+                if done.rows_affected() != chunk.len() as u64 {
                     return Ok(Err(lock_lost()));
                 }
             }
