@@ -268,14 +268,22 @@ pub(super) fn endpoint_row() -> impl Strategy<Value = (Row, u32)> {
 }
 
 impl Env {
-    /// Rows of the case the endpoint may still take: active and unlocked, or scheduled and
-    /// due within a minute.
+    /// Rows of the case the endpoint may still take or is still settling: active and
+    /// unlocked, active and locked by a live holder, or scheduled and due within a minute.
     async fn pending(&self, case: &Case) -> i64 {
         let now = self.clock.now();
+        // Locked by a live holder (the endpoint's own transport: the case's entities are
+        // its alone) counts: a handling that ended (`running` is 0) may not have settled
+        // yet. Before, a failed attempt's abandon still in flight ended the wait, and the
+        // row was found active and unlocked a moment later (seen once in CI, under load).
         sqlx::query_scalar(
-            "SELECT count(*) FROM courier.message WHERE entity_id = ANY($1) \
-             AND ((state = 0 AND (locked_until IS NULL OR locked_until <= $2)) \
-               OR (state = 1 AND scheduled_at <= $3))",
+            "SELECT count(*) FROM courier.message m WHERE m.entity_id = ANY($1) \
+             AND ((m.state = 0 AND (m.locked_until IS NULL OR m.locked_until <= $2 \
+                    OR (m.holder IS NOT NULL AND EXISTS (SELECT 1 FROM pg_locks l \
+                        WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
+                        AND l.classid::bigint = m.holder >> 32 \
+                        AND l.objid::bigint = m.holder & 2147483647)))) \
+               OR (m.state = 1 AND m.scheduled_at <= $3))",
         )
         .bind(&case.ids)
         .bind(now)
