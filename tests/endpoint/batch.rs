@@ -28,12 +28,12 @@ pub struct Click {
 
 /// What the handler saw: the size of each call, and each message's number per call.
 #[derive(Clone, Default)]
-struct Seen {
+pub(crate) struct Seen {
     calls: Arc<Mutex<Vec<Vec<u32>>>>,
 }
 
 impl Seen {
-    fn calls(&self) -> Vec<Vec<u32>> {
+    pub(crate) fn calls(&self) -> Vec<Vec<u32>> {
         self.calls.lock().unwrap().clone()
     }
     /// How often each number was in a call that succeeded is checked in the database;
@@ -50,7 +50,7 @@ impl Seen {
 /// Records the batch, then writes its rows with one statement in the store's
 /// transaction (SQLite or Postgres, whichever the endpoint has; none without a store).
 #[courier::handler]
-async fn record_clicks(batch: Batch<Click>, ctx: &mut BatchContext) -> Result<(), HandlerError> {
+pub(crate) async fn record_clicks(batch: Batch<Click>, ctx: &mut BatchContext) -> Result<(), HandlerError> {
     let seen = ctx.state::<Seen>()?.clone();
     let table = ctx.state::<PgTable>().ok().map(|t| t.0.clone());
     let numbers: Vec<u32> = batch.messages().iter().map(|c| c.n).collect();
@@ -90,7 +90,7 @@ async fn record_clicks(batch: Batch<Click>, ctx: &mut BatchContext) -> Result<()
 #[derive(Clone)]
 struct PgTable(String);
 
-fn clicks_endpoint(
+pub(crate) fn clicks_endpoint(
     transport: Arc<dyn Transport>,
     clock: &VirtualClock,
     name: &str,
@@ -109,12 +109,16 @@ fn clicks_endpoint(
         .batch_handler(record_clicks, options)
 }
 
-async fn embedded(clock: &VirtualClock) -> Embedded {
+pub(crate) async fn embedded(clock: &VirtualClock) -> Embedded {
     let shared: Arc<dyn Clock> = Arc::new(clock.clone());
     Embedded::builder().in_memory().clock(shared).open().await.unwrap()
 }
 
-async fn send_clicks(endpoint: &courier::RunningEndpoint, numbers: impl IntoIterator<Item = u32>, poison: u32) {
+pub(crate) async fn send_clicks(
+    endpoint: &courier::RunningEndpoint,
+    numbers: impl IntoIterator<Item = u32>,
+    poison: u32,
+) {
     for n in numbers {
         endpoint.bus().send(&Click { n, poison: n == poison }).await.unwrap();
     }
@@ -122,7 +126,7 @@ async fn send_clicks(endpoint: &courier::RunningEndpoint, numbers: impl IntoIter
 
 /// Waits until `done`, moving the virtual clock on by `step` meanwhile (batches that are
 /// not full wait for it).
-async fn advancing_until<F, Fut>(clock: &VirtualClock, step: Duration, what: &str, mut done: F)
+pub(crate) async fn advancing_until<F, Fut>(clock: &VirtualClock, step: Duration, what: &str, mut done: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
@@ -134,7 +138,7 @@ where
     .await;
 }
 
-async fn sqlite_rows(broker: &Embedded) -> Vec<(String, i64)> {
+pub(crate) async fn sqlite_rows(broker: &Embedded) -> Vec<(String, i64)> {
     sqlx::query_as("SELECT message_id, n FROM batch_clicks ORDER BY n")
         .fetch_all(broker.read_pool())
         .await
@@ -272,165 +276,6 @@ async fn embedded_a_redelivered_message_already_handled_is_not_handed_to_a_batch
 
 /// With a history, a batch writes one handled event per message it handled, and a
 /// duplicate event for each redelivery the inbox dropped, as one-message handling does.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn embedded_a_batch_records_each_handled_message_and_each_duplicate_in_the_history() {
-    let clock = VirtualClock::starting_now();
-    let broker = embedded(&clock).await;
-    let seen = Seen::default();
-    let options = BatchOptions::new().max_messages(4).max_wait(Duration::from_millis(200));
-    let e = clicks_endpoint(Arc::new(broker.clone()), &clock, "clicks", &seen, options)
-        .store(Arc::new(broker.store()) as Arc<dyn Store>)
-        .history(courier::HistoryOptions::new())
-        .start()
-        .await
-        .unwrap();
-    for _ in 0..3 {
-        e.bus()
-            .send_with(
-                &Click { n: 100, poison: false },
-                SendOptions::new().message_id("click-100"),
-            )
-            .await
-            .unwrap();
-    }
-    send_clicks(&e, 1..4, u32::MAX).await;
-    advancing_until(&clock, Duration::from_millis(100), "all six settled", || async {
-        let c = broker.counts(&courier::EntityPath::queue("clicks")).await.unwrap();
-        c.active == 0
-    })
-    .await;
-    e.shutdown().await.unwrap();
-    let events: Vec<(String, String)> =
-        sqlx::query_as("SELECT kind, message_id FROM courier_history ORDER BY kind, message_id")
-            .fetch_all(broker.read_pool())
-            .await
-            .unwrap();
-    let handled: Vec<&str> = events
-        .iter()
-        .filter(|(k, _)| k == "handled")
-        .map(|(_, id)| id.as_str())
-        .collect();
-    assert_eq!(handled.len(), 4, "one handled event per message: {events:?}");
-    assert_eq!(handled.iter().filter(|id| **id == "click-100").count(), 1);
-    let duplicates: Vec<&str> = events
-        .iter()
-        .filter(|(k, _)| k == "duplicate")
-        .map(|(_, id)| id.as_str())
-        .collect();
-    assert_eq!(duplicates, vec!["click-100", "click-100"], "{events:?}");
-}
-
-/// A batch's events are written with its COMMIT in as few queries as SQLite's bound on
-/// parameters allows: a batch of 3,000 (33,000 parameters) takes two queries, and every
-/// event is written, in the batch's order, with the batch. (Numbered parameters,
-/// `?12`, in the later statements of one query are bound from the wrong place by sqlx:
-/// the batch failed with "NOT NULL constraint failed" while the writer used them.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn embedded_a_batch_past_sqlites_parameter_bound_records_every_event() {
-    const N: u32 = 3_000;
-    let clock = VirtualClock::starting_now();
-    let broker = embedded(&clock).await;
-    broker.create_queue("clicks", &QueueOptions::default()).await.unwrap();
-    let sender = broker
-        .sender("clicks", courier::SenderOptions::default())
-        .await
-        .unwrap();
-    let clicks: Vec<courier::Envelope> = (0..N)
-        .map(|n| courier::Message::to_envelope(&Click { n, poison: false }).unwrap())
-        .collect();
-    sender.send_batch(clicks).await.unwrap();
-    let seen = Seen::default();
-    let options = BatchOptions::new()
-        .max_messages(N as usize)
-        .max_wait(Duration::from_millis(200));
-    let e = clicks_endpoint(Arc::new(broker.clone()), &clock, "clicks", &seen, options)
-        .store(Arc::new(broker.store()) as Arc<dyn Store>)
-        .history(courier::HistoryOptions::new())
-        .start()
-        .await
-        .unwrap();
-    eventually("the batch settled", || async {
-        broker
-            .counts(&courier::EntityPath::queue("clicks"))
-            .await
-            .unwrap()
-            .active
-            == 0
-    })
-    .await;
-    e.shutdown().await.unwrap();
-    assert_eq!(seen.calls().len(), 1, "one batch of {N}, handed over full");
-    let handled: Vec<(String,)> =
-        sqlx::query_as("SELECT message_id FROM courier_history WHERE kind = 'handled' ORDER BY id")
-            .fetch_all(broker.read_pool())
-            .await
-            .unwrap();
-    let rows = sqlite_rows(&broker).await;
-    assert_eq!(handled.len(), N as usize, "an event per message");
-    let id_of: HashMap<i64, String> = rows.into_iter().map(|(id, n)| (n, id)).collect();
-    let in_batch: Vec<String> = seen.calls()[0].iter().map(|n| id_of[&i64::from(*n)].clone()).collect();
-    let events: Vec<String> = handled.into_iter().map(|(id,)| id).collect();
-    // The batch's lead's event (it tells what the batch sent) is written by the commit,
-    // after the others'.
-    let mut expected = in_batch[1..].to_vec();
-    expected.push(in_batch[0].clone());
-    assert!(
-        events == expected,
-        "each message's event once, in the batch's order, the lead's last"
-    );
-}
-
-/// A batch's transaction on the embedded broker's store completes its members with one
-/// statement, fenced by every lock: when one member's lock expired, the commit fails
-/// with `LockLost` and nothing of the batch stays (no completion, no inbox record).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn embedded_a_batch_whose_one_lock_expired_commits_nothing() {
-    let clock = VirtualClock::starting_now();
-    let broker = embedded(&clock).await;
-    let queue = courier::EntityPath::queue("clicks");
-    broker
-        .create_queue(
-            "clicks",
-            &QueueOptions::default().lock_duration(Duration::from_secs(30)),
-        )
-        .await
-        .unwrap();
-    let sender = broker
-        .sender("clicks", courier::SenderOptions::default())
-        .await
-        .unwrap();
-    for n in 0..3 {
-        sender
-            .send(courier::Message::to_envelope(&Click { n, poison: false }).unwrap())
-            .await
-            .unwrap();
-    }
-    let receiver = broker.receiver(&queue).await.unwrap();
-    let first = receiver.receive(1, Duration::from_secs(1)).await.unwrap();
-    clock.advance(Duration::from_secs(20));
-    let rest = receiver.receive(2, Duration::from_secs(1)).await.unwrap();
-    assert_eq!((first.len(), rest.len()), (1, 2));
-    // The first lock (30 s) has expired; the two others have 15 s left.
-    clock.advance(Duration::from_secs(15));
-    let members: Vec<(String, Option<courier::LockToken>)> = first
-        .iter()
-        .chain(&rest)
-        .map(|d| (d.message().envelope.message_id.clone(), d.message().broker.lock_token))
-        .collect();
-    let store = broker.store();
-    let begun = store.begin_batch("clicks", members, clock.now()).await.unwrap();
-    let work = begun.work.expect("three fresh members");
-    let e = work.commit().await.unwrap_err();
-    assert!(matches!(e.kind(), ErrorKind::LockLost), "{e}");
-    let counts = broker.counts(&queue).await.unwrap();
-    assert_eq!(counts.active, 3, "no member completed");
-    let inbox: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM courier_inbox")
-        .fetch_one(broker.read_pool())
-        .await
-        .unwrap();
-    assert_eq!(inbox, 0, "the inbox records rolled back with the batch");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn embedded_with_a_sqlite_store_of_its_own_commits_then_completes() {
     let clock = VirtualClock::starting_now();

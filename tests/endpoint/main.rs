@@ -11,6 +11,7 @@
 )]
 
 mod batch;
+mod batch_store;
 mod content_types;
 mod corpus;
 mod crash;
