@@ -358,6 +358,43 @@ async fn alone_a_swallowed_failure_is_retried_not_lost(kind: StoreKind) {
     env.env.finish().await;
 }
 
+/// With a history, the handled event's statement is the check that the handler did not
+/// leave its transaction aborted (the `SELECT 1` before the COMMIT is saved): a handler
+/// that swallowed a failed statement and sent nothing is retried, not completed without
+/// its effects, and its history says why.
+async fn with_a_history_a_swallowed_failure_is_retried_not_lost(kind: StoreKind) {
+    let env = Env::new(kind, &[("1", Act::SwallowFirst)], true).await;
+    env.send(&["1"]).await;
+    let running = env
+        .endpoint(1)
+        .history(courier::HistoryOptions::new())
+        .start()
+        .await
+        .unwrap();
+    drained(&env, &running, 1).await;
+    running.shutdown().await.unwrap();
+    assert_eq!(env.script.calls("1"), 2, "retried");
+    let rows = env.rows().await;
+    assert_eq!(rows.get("1").map(Vec::len), Some(1), "committed once: {rows:?}");
+    let events: Vec<(String, i32, Option<String>)> = sqlx::query_as(
+        "SELECT kind, attempt, detail->>'error' FROM courier.history WHERE message_id = 'm-1' ORDER BY id",
+    )
+    .fetch_all(env.env.pg())
+    .await
+    .unwrap();
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!((events[0].0.as_str(), events[0].1), ("retried", 1), "{events:?}");
+    assert!(
+        events[0]
+            .2
+            .as_deref()
+            .is_some_and(|e| e.contains("its error was not returned")),
+        "the retried event says what the handler did: {events:?}"
+    );
+    assert_eq!((events[1].0.as_str(), events[1].1), ("handled", 2), "{events:?}");
+    env.env.finish().await;
+}
+
 /// A message the endpoint cannot handle (unknown type) leaves its group before the
 /// store: it is dead-lettered, and the inbox record the group made for it is deleted,
 /// so a corrected copy with the same id would be handled.
@@ -549,6 +586,7 @@ on_both_stores!(
     a_swallowed_failure_without_outgoing_messages_is_found,
     every_swallowed_failure_is_found,
     alone_a_swallowed_failure_is_retried_not_lost,
+    with_a_history_a_swallowed_failure_is_retried_not_lost,
     a_member_that_leaves_keeps_no_inbox_record,
     a_duplicate_in_a_group_is_not_handled_again,
     two_grouping_instances_share_the_work_once,

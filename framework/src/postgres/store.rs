@@ -353,9 +353,17 @@ async fn complete_many_in(conn: &mut PgConnection, locks: &[Lock], now: DateTime
     Ok(())
 }
 
-pg_unit_of_work!(TxWork, {
+pg_unit_of_work!(TxWork, own_history, {
     fn transaction(&mut self) -> Option<&mut (dyn std::any::Any + Send)> {
         Some(&mut *self.tx)
+    }
+
+    /// Written at once; the statement runs after the handler's, so it is the check that
+    /// the handler did not leave the transaction aborted (the commit's `SELECT 1` saved).
+    async fn record_history(&mut self, event: &crate::store::history::HistoryEvent) -> Result<()> {
+        crate::store::pg_history::record_after_handler(&mut self.tx, event).await?;
+        self.checked = true;
+        Ok(())
     }
 
     async fn store_outgoing(
@@ -377,7 +385,7 @@ pg_unit_of_work!(TxWork, {
             })
             .collect();
         let stored = insert_outbox(&mut self.tx, &self.endpoint, rows, now).await?;
-        self.checked = !stored.is_empty();
+        self.checked |= !stored.is_empty();
         Ok(stored)
     }
 

@@ -27,6 +27,15 @@ const EVENT_WITH_INSTANCES: &str = "WITH event AS (INSERT INTO courier.history (
      INSERT INTO courier.history_instance (history_id, saga_type, correlation) \
      SELECT event.id, i.t, i.c FROM event, unnest($12::text[], $13::text[]) AS i (t, c)";
 
+/// Writes a handled event in the handling's transaction, after the handler's statements:
+/// Postgres' refusal of a statement in an aborted transaction means the handler left it
+/// so (the handling is told, as `ensure_not_aborted` would tell it, which this replaces).
+pub(crate) async fn record_after_handler(conn: &mut PgConnection, event: &HistoryEvent) -> Result<()> {
+    record(conn, event)
+        .await
+        .map_err(crate::store::pg_group::poisoned_if_aborted)
+}
+
 /// Writes `event` and the saga instances it touched, in one statement (one round trip):
 /// the event's row alone, or with its instance rows (types `$12`, correlations `$13`)
 /// inserted from its id in the same statement.

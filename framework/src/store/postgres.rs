@@ -56,8 +56,8 @@ struct PgWork {
     tx: Transaction<'static, Postgres>,
     endpoint: String,
     source_id: String,
-    /// Whether a statement of Courier's ran since the handler's (the outbox insert): it
-    /// would have failed if the transaction were aborted.
+    /// Whether a statement of Courier's ran since the handler's (the history event's or
+    /// the outbox insert): it would have failed if the transaction were aborted.
     checked: bool,
 }
 
@@ -67,9 +67,17 @@ impl PgWork {
     }
 }
 
-pg_unit_of_work!(PgWork, {
+pg_unit_of_work!(PgWork, own_history, {
     fn transaction(&mut self) -> Option<&mut (dyn std::any::Any + Send)> {
         Some(&mut *self.tx)
+    }
+
+    /// Written at once; the statement runs after the handler's, so it is the check that
+    /// the handler did not leave the transaction aborted (the commit's `SELECT 1` saved).
+    async fn record_history(&mut self, event: &crate::store::history::HistoryEvent) -> Result<()> {
+        crate::store::pg_history::record_after_handler(&mut self.tx, event).await?;
+        self.checked = true;
+        Ok(())
     }
 
     async fn store_outgoing(
@@ -87,7 +95,7 @@ pg_unit_of_work!(PgWork, {
             })
             .collect();
         let stored = insert_outbox(&mut self.tx, &self.endpoint, rows, now).await?;
-        self.checked = !stored.is_empty();
+        self.checked |= !stored.is_empty();
         Ok(stored)
     }
 
