@@ -599,6 +599,86 @@ async fn sqlite_writers_take_turns() {
     assert_eq!(recorded, 32);
 }
 
+/// A `SqliteStore` unit of work dropped before its commit (a failed handler, a stopped
+/// task) is rolled back before its connection goes back to the pool and before the next
+/// writer's turn: with no busy timeout at all, the next transactions (on any connection
+/// of the pool) begin at once, none meets the dropped one, and none of its inbox record,
+/// outbox message or history event is kept. The store ends its transactions with its own
+/// `ROLLBACK` and `COMMIT` (the history event rides in the query of the `COMMIT`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_dropped_unit_of_work_is_rolled_back_before_the_next_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(dir.path().join("s.db"))
+        .create_if_missing(true)
+        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+        .busy_timeout(Duration::ZERO);
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(4)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let store = SqliteStore::from_pool(pool);
+    store.migrate().await.unwrap();
+    let now = chrono::Utc::now();
+    let event = |id: &str| courier::HistoryEvent {
+        endpoint: "e".to_owned(),
+        kind: courier::HistoryKind::Handled,
+        at: now,
+        message_id: id.to_owned(),
+        message_type: Some("e.Job".to_owned()),
+        conversation_id: None,
+        causation_id: None,
+        attempt: 1,
+        enqueued_at: None,
+        received_at: None,
+        detail: courier::HistoryDetail::default(),
+    };
+    let outgoing = |id: &str| {
+        vec![(
+            "done".to_owned(),
+            false,
+            courier::Envelope::new("{}").with_message_id(format!("out-{id}")),
+        )]
+    };
+    let writers: Vec<_> = (0..16)
+        .map(|i| {
+            let (store, id) = (store.clone(), format!("m{i}"));
+            let (event, outgoing) = (event(&id), outgoing(&id));
+            tokio::spawn(async move {
+                // The first attempt writes everything, then is dropped.
+                match store.begin("e", &id, None, now).await.unwrap() {
+                    courier::Begin::Fresh(mut work) => {
+                        work.store_outgoing(outgoing.clone(), now).await.unwrap();
+                        work.record_history(&event).await.unwrap();
+                        drop(work);
+                    }
+                    courier::Begin::Duplicate(_) => panic!("a fresh id"),
+                }
+                // The second finds no trace of it, and commits.
+                match store.begin("e", &id, None, now).await.unwrap() {
+                    courier::Begin::Fresh(mut work) => {
+                        work.store_outgoing(outgoing, now).await.unwrap();
+                        work.record_history(&event).await.unwrap();
+                        work.commit().await.unwrap();
+                    }
+                    courier::Begin::Duplicate(_) => panic!("the dropped attempt left its inbox record"),
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.await.unwrap();
+    }
+    for (table, expected) in [("courier_inbox", 16), ("courier_outbox", 16), ("courier_history", 16)] {
+        let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
+            .fetch_one(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(n, expected, "{table}: the committed attempts' rows only");
+    }
+}
+
 /// The retention cleanup deletes old inbox records in short bounded statements, only the
 /// given endpoint's.
 #[tokio::test]

@@ -124,7 +124,7 @@ struct EmbeddedWork {
     history: Vec<crate::store::sqlite_history::Rendered>,
 }
 
-crate::store::sqlite_saga::sqlite_unit_of_work!(EmbeddedWork, own_history, {
+crate::store::sqlite_saga::sqlite_unit_of_work!(EmbeddedWork, {
     fn transaction(&mut self) -> Option<&mut (dyn std::any::Any + Send)> {
         self.lease.conn().map(|c| c as &mut (dyn std::any::Any + Send))
     }

@@ -353,7 +353,7 @@ async fn complete_many_in(conn: &mut PgConnection, locks: &[Lock], now: DateTime
     Ok(())
 }
 
-pg_unit_of_work!(TxWork, own_history, {
+pg_unit_of_work!(TxWork, {
     fn transaction(&mut self) -> Option<&mut (dyn std::any::Any + Send)> {
         Some(&mut *self.tx)
     }

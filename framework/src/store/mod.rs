@@ -36,6 +36,8 @@ pub(crate) mod sqlite;
 pub(crate) mod sqlite_history;
 #[cfg(feature = "sqlite")]
 pub(crate) mod sqlite_saga;
+#[cfg(feature = "sqlite")]
+pub(crate) mod sqlite_tx;
 
 mod errors;
 mod secret;

@@ -446,7 +446,7 @@ impl Drop for PgMember {
     }
 }
 
-pg_unit_of_work!(PgMember, own_history, {
+pg_unit_of_work!(PgMember, {
     fn transaction(&mut self) -> Option<&mut (dyn std::any::Any + Send)> {
         self.pg_conn().ok().map(|c| c as &mut (dyn std::any::Any + Send))
     }

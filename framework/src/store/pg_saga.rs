@@ -5,7 +5,6 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
 
 use crate::error::{Error, ErrorKind, Result};
-pub(crate) use crate::store::pg_history::record as record_history;
 use crate::store::{StoredEnvelope, StoredSaga, Timeout, db_error};
 
 pub(crate) async fn load(conn: &mut PgConnection, saga_type: &str, correlation: &str) -> Result<Option<StoredSaga>> {
@@ -319,12 +318,9 @@ fn conflict(saga_type: &str, correlation: &str) -> Error {
 }
 
 /// `impl UnitOfWork for $ty { $methods + the saga methods on Postgres }`, for a type with
-/// `fn pg_conn(&mut self) -> Result<&mut Connection>` (`own_history`: see
+/// `fn pg_conn(&mut self) -> Result<&mut Connection>` (and `record_history`: see
 /// [`unit_of_work_with_sagas!`](crate::store::unit_of_work_with_sagas)).
 macro_rules! pg_unit_of_work {
-    ($ty:ty, own_history, { $($methods:tt)* }) => {
-        $crate::store::unit_of_work_with_sagas!($ty, crate::store::pg_saga, pg_conn, own_history, { $($methods)* });
-    };
     ($ty:ty, { $($methods:tt)* }) => {
         $crate::store::unit_of_work_with_sagas!($ty, crate::store::pg_saga, pg_conn, { $($methods)* });
     };

@@ -67,7 +67,7 @@ impl PgWork {
     }
 }
 
-pg_unit_of_work!(PgWork, own_history, {
+pg_unit_of_work!(PgWork, {
     fn transaction(&mut self) -> Option<&mut (dyn std::any::Any + Send)> {
         Some(&mut *self.tx)
     }

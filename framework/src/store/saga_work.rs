@@ -1,5 +1,4 @@
-//! The units of work of the SQLite and Postgres stores share their saga and history
-//! methods: [`unit_of_work_with_sagas!`] writes them once, calling the statements of a
+//! The units of work of the SQLite and Postgres stores share their saga methods: [`unit_of_work_with_sagas!`] writes them once, calling the statements of a
 //! module (`sqlite_saga` or `pg_saga`) on the transaction's connection.
 
 /// `impl UnitOfWork for $ty { $methods + the saga methods }`: the saga methods call the
@@ -7,8 +6,9 @@
 /// `cancel_timeouts`, `take_timeout`, `cancel_timeout_keys`) on `self.$conn()?`, the transaction's connection.
 /// One `#[async_trait]` impl, so that the given methods are rewritten with the others.
 ///
-/// With `own_history` before the methods, the type writes its history events itself (its
-/// methods hold `record_history`); otherwise they are written at once on the connection.
+/// The type's methods hold `record_history`: each store writes its events where they cost
+/// least (with the `COMMIT`, with the group's commit, or as the statement that checks the
+/// handler left the transaction usable).
 macro_rules! unit_of_work_with_sagas {
     (@impl $ty:ty, $($saga:ident)::+, $conn:ident, { $($methods:tt)* }) => {
         #[async_trait::async_trait]
@@ -117,19 +117,8 @@ macro_rules! unit_of_work_with_sagas {
 
         }
     };
-    ($ty:ty, $($saga:ident)::+, $conn:ident, own_history, { $($methods:tt)* }) => {
-        $crate::store::unit_of_work_with_sagas!(@impl $ty, $($saga)::+, $conn, { $($methods)* });
-    };
     ($ty:ty, $($saga:ident)::+, $conn:ident, { $($methods:tt)* }) => {
-        $crate::store::unit_of_work_with_sagas!(@impl $ty, $($saga)::+, $conn, {
-            $($methods)*
-            async fn record_history(
-                &mut self,
-                event: &$crate::store::history::HistoryEvent,
-            ) -> $crate::error::Result<()> {
-                $($saga)::+::record_history(self.$conn()?, event).await
-            }
-        });
+        $crate::store::unit_of_work_with_sagas!(@impl $ty, $($saga)::+, $conn, { $($methods)* });
     };
 }
 pub(crate) use unit_of_work_with_sagas;

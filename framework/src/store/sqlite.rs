@@ -8,11 +8,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Row, Sqlite, SqliteConnection, SqlitePool, Transaction};
+use sqlx::{Row, Sqlite, SqliteConnection, SqlitePool};
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::Envelope;
 use crate::message::LockToken;
+use crate::store::sqlite_tx::WriteTx;
 use crate::store::{
     Begin, BeginBatch, Committed, DueTimeouts, EndpointSecret, OutboxDeadLetter, OutboxMessage, Store, StoreBacklog,
     StoredEnvelope, TimeoutClaim, db_error, sqlite_saga,
@@ -135,17 +136,17 @@ impl SqliteStore {
 }
 
 struct SqliteWork {
-    tx: Transaction<'static, Sqlite>,
+    /// The transaction, holding this process's write turn until it ends.
+    tx: WriteTx,
     endpoint: String,
     source_id: String,
-    /// This process's write turn, given back once the transaction ended (declared after
-    /// `tx`, so dropped after it: a dropped transaction rolls back first).
-    _turn: tokio::sync::OwnedMutexGuard<()>,
+    /// History events, written with the `COMMIT` (one trip to the connection's thread).
+    history: Vec<crate::store::sqlite_history::Rendered>,
 }
 
 crate::store::sqlite_saga::sqlite_unit_of_work!(SqliteWork, {
     fn transaction(&mut self) -> Option<&mut (dyn std::any::Any + Send)> {
-        Some(&mut *self.tx)
+        self.tx.as_any()
     }
 
     async fn store_outgoing(
@@ -153,23 +154,35 @@ crate::store::sqlite_saga::sqlite_unit_of_work!(SqliteWork, {
         messages: Vec<(String, bool, Envelope)>,
         now: DateTime<Utc>,
     ) -> Result<Vec<OutboxMessage>> {
-        insert_outbox(&mut self.tx, &self.endpoint, &self.source_id, messages, now).await
+        insert_outbox(self.tx.conn()?, &self.endpoint, &self.source_id, messages, now).await
+    }
+
+    /// Kept for the commit, which writes it with the `COMMIT`.
+    async fn record_history(&mut self, event: &crate::store::history::HistoryEvent) -> Result<()> {
+        self.history.push(crate::store::sqlite_history::Rendered::new(event)?);
+        Ok(())
     }
 
     async fn commit(self: Box<Self>) -> Result<Committed> {
-        let SqliteWork { tx, _turn: turn, .. } = *self;
-        tx.commit()
-            .await
-            .map_err(|e| db_error("cannot commit the handler's transaction", e))?;
-        drop(turn);
+        let SqliteWork { tx, history, .. } = *self;
+        tx.commit_with(&history, "cannot commit the handler's transaction")
+            .await?;
         Ok(Committed::Pending)
     }
 });
 
 impl SqliteWork {
-    #[allow(clippy::unnecessary_wraps)]
+    fn new(tx: WriteTx, endpoint: &str, source_id: String) -> Self {
+        Self {
+            tx,
+            endpoint: endpoint.to_owned(),
+            source_id,
+            history: Vec::new(),
+        }
+    }
+
     fn sqlite_conn(&mut self) -> Result<&mut SqliteConnection> {
-        Ok(&mut self.tx)
+        self.tx.conn()
     }
 }
 
@@ -527,22 +540,16 @@ impl Store for SqliteStore {
         now: DateTime<Utc>,
     ) -> Result<Begin> {
         let turn = self.writer.take().await?;
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(|e| db_error("cannot begin the handler's transaction", e))?;
-        if record_inbox(&mut tx, endpoint, message_id, now).await? {
-            return Ok(Begin::Fresh(Box::new(SqliteWork {
+        let mut tx = WriteTx::begin(&self.pool, turn, "cannot begin the handler's transaction").await?;
+        if record_inbox(tx.conn()?, endpoint, message_id, now).await? {
+            return Ok(Begin::Fresh(Box::new(SqliteWork::new(
                 tx,
-                endpoint: endpoint.to_owned(),
-                source_id: message_id.to_owned(),
-                _turn: turn,
-            })));
+                endpoint,
+                message_id.to_owned(),
+            ))));
         }
-        let left = left_over(&mut tx, endpoint, message_id).await?;
-        drop(tx);
-        drop(turn);
+        let left = left_over(tx.conn()?, endpoint, message_id).await?;
+        tx.roll_back().await;
         Ok(Begin::Duplicate(left))
     }
 
@@ -557,27 +564,16 @@ impl Store for SqliteStore {
         }
         let ids: Vec<String> = members.into_iter().map(|(id, _)| id).collect();
         let turn = self.writer.take().await?;
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(|e| db_error("cannot begin the batch's transaction", e))?;
-        let duplicates = record_batch(&mut tx, endpoint, &ids, now).await?;
+        let mut tx = WriteTx::begin(&self.pool, turn, "cannot begin the batch's transaction").await?;
+        let duplicates = record_batch(tx.conn()?, endpoint, &ids, now).await?;
         let first_fresh = BeginBatch::first_fresh(&ids, &duplicates);
         let Some(id) = first_fresh else {
             // Every member was processed before: roll back, then give the turn back.
-            drop(tx);
-            drop(turn);
+            tx.roll_back().await;
             return Ok(BeginBatch { work: None, duplicates });
         };
-        let work = SqliteWork {
-            tx,
-            endpoint: endpoint.to_owned(),
-            source_id: id,
-            _turn: turn,
-        };
         Ok(BeginBatch {
-            work: Some(Box::new(work)),
+            work: Some(Box::new(SqliteWork::new(tx, endpoint, id))),
             duplicates,
         })
     }
@@ -658,17 +654,15 @@ impl Store for SqliteStore {
         true
     }
 
+    /// An event of its own (a failed attempt's, a duplicate's, a timeout's): its row and
+    /// its instance rows in one transaction, whose `COMMIT` rides with them.
     async fn record_history(&self, event: &crate::store::history::HistoryEvent) -> Result<()> {
-        let _turn = self.writer.take().await?;
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
+        let rendered = [crate::store::sqlite_history::Rendered::new(event)?];
+        let turn = self.writer.take().await?;
+        WriteTx::begin(&self.pool, turn, "cannot begin recording the history of a message")
+            .await?
+            .commit_with(&rendered, "cannot record the history of a message")
             .await
-            .map_err(|e| db_error("cannot begin recording the history of a message", e))?;
-        crate::store::sqlite_history::record(&mut tx, event).await?;
-        tx.commit()
-            .await
-            .map_err(|e| db_error("cannot record the history of a message", e))
     }
 
     async fn purge_history(&self, endpoint: &str, before: DateTime<Utc>, limit: i64) -> Result<u64> {

@@ -9,7 +9,6 @@ use crate::endpoint::recoverability::reasons;
 use crate::endpoint::timeout_seal::TimeoutSeal;
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::sqlite::endpoint_secret;
-pub(crate) use crate::store::sqlite_history::record as record_history;
 use crate::store::{Claimed, StoredEnvelope, StoredSaga, TakenTimeout, Timeout, TimeoutClaim, db_error};
 
 fn micros(t: DateTime<Utc>) -> i64 {
@@ -496,12 +495,9 @@ pub(crate) async fn completed_at(
 }
 
 /// `impl UnitOfWork for $ty { $methods + the saga methods on SQLite }`, for a type with
-/// `fn sqlite_conn(&mut self) -> Result<&mut Connection>` (`own_history`: see
+/// `fn sqlite_conn(&mut self) -> Result<&mut Connection>` (and `record_history`: see
 /// [`unit_of_work_with_sagas!`](crate::store::unit_of_work_with_sagas)).
 macro_rules! sqlite_unit_of_work {
-    ($ty:ty, own_history, { $($methods:tt)* }) => {
-        $crate::store::unit_of_work_with_sagas!($ty, crate::store::sqlite_saga, sqlite_conn, own_history, { $($methods)* });
-    };
     ($ty:ty, { $($methods:tt)* }) => {
         $crate::store::unit_of_work_with_sagas!($ty, crate::store::sqlite_saga, sqlite_conn, { $($methods)* });
     };
