@@ -395,6 +395,40 @@ async fn with_a_history_a_swallowed_failure_is_retried_not_lost(kind: StoreKind)
     env.env.finish().await;
 }
 
+/// With a history, a group's handled events are written in the statement of the group's
+/// outgoing messages (and a handling alone's with its own): each event commits with the
+/// messages it says were sent.
+async fn with_a_history_events_commit_with_what_they_sent(kind: StoreKind) {
+    let env = Env::new(kind, &[], false).await;
+    let all = ["1", "2", "3", "4", "5"];
+    env.send(&all).await;
+    let running = env
+        .endpoint(4)
+        .history(courier::HistoryOptions::new())
+        .start()
+        .await
+        .unwrap();
+    drained(&env, &running, 5).await;
+    running.shutdown().await.unwrap();
+    eventually("every message sent", || async { env.accepted().await.len() == 5 }).await;
+    let sent: Vec<(String, Option<String>)> = sqlx::query_as(
+        "SELECT message_id, detail -> 'sent' -> 0 ->> 'message_id' FROM courier.history \
+         WHERE kind = 'handled' ORDER BY message_id",
+    )
+    .fetch_all(env.env.pg())
+    .await
+    .unwrap();
+    assert_eq!(
+        sent.iter().map(|(m, _)| m.clone()).collect::<BTreeSet<_>>(),
+        ids(&all),
+        "one handled event per message: {sent:?}"
+    );
+    let mut named: Vec<String> = sent.into_iter().filter_map(|(_, s)| s).collect();
+    named.sort();
+    assert_eq!(named, env.accepted().await, "each event names the message it sent");
+    env.env.finish().await;
+}
+
 /// A message the endpoint cannot handle (unknown type) leaves its group before the
 /// store: it is dead-lettered, and the inbox record the group made for it is deleted,
 /// so a corrected copy with the same id would be handled.
@@ -587,6 +621,7 @@ on_both_stores!(
     every_swallowed_failure_is_found,
     alone_a_swallowed_failure_is_retried_not_lost,
     with_a_history_a_swallowed_failure_is_retried_not_lost,
+    with_a_history_events_commit_with_what_they_sent,
     a_member_that_leaves_keeps_no_inbox_record,
     a_duplicate_in_a_group_is_not_handled_again,
     two_grouping_instances_share_the_work_once,

@@ -39,7 +39,9 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::logtext::Escaped;
 use crate::message::{Envelope, LockToken};
 use crate::store::pg_history::Prepared;
-use crate::store::pg_outbox::{ABORTED_BY_HANDLER, OutboxRow, ensure_not_aborted, insert_outbox, outbox_of};
+use crate::store::pg_outbox::{
+    ABORTED_BY_HANDLER, OutboxRow, ensure_not_aborted, insert_outbox_with_history, outbox_of,
+};
 use crate::store::pg_saga::pg_unit_of_work;
 use crate::store::{Begin, CommitGroup, Committed, OutboxMessage, db_error};
 
@@ -322,9 +324,16 @@ impl PgGroup {
                 }
                 let stored_at = *self.stored_at.lock().unwrap_or_else(PoisonError::into_inner);
                 // Without rows nothing is inserted, and the time is not used.
-                let stored = insert_outbox(&mut tx, &self.endpoint, rows, stored_at.unwrap_or_else(Utc::now)).await?;
-                // The finished members' handled events, in one statement.
-                crate::store::pg_history::record_many(&mut tx, &history).await?;
+                // The finished members' handled events, in the statement of their outgoing
+                // messages.
+                let stored = insert_outbox_with_history(
+                    &mut tx,
+                    &self.endpoint,
+                    rows,
+                    stored_at.unwrap_or_else(Utc::now),
+                    &history,
+                )
+                .await?;
                 if check {
                     // No statement above would have found an aborted transaction.
                     ensure_not_aborted(&mut tx).await?;

@@ -72,23 +72,53 @@ pub(crate) async fn record(conn: &mut PgConnection, event: &HistoryEvent) -> Res
     Ok(())
 }
 
-/// Several events and their instance rows in one statement: each event's id is taken from
-/// the table's sequence first (`nextval`, in a CTE read twice, so computed once), then
-/// the rows and the instance rows are inserted from those ids. Parameters: one array per
-/// column (`$1` to `$11`), then the instance rows' event (its 1-based position, `$12`),
-/// type (`$13`) and correlation (`$14`).
-const EVENTS: &str = "WITH event AS (SELECT nextval('courier.history_id_seq') AS id, u.* \
-     FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::text[], $5::text[], $6::text[], $7::text[], \
-     $8::int[], $9::timestamptz[], $10::timestamptz[], $11::text[]) WITH ORDINALITY \
-     AS u (endpoint, kind, at, message_id, message_type, conversation_id, causation_id, attempt, enqueued_at, \
-     received_at, detail, n)), \
-     stored AS (INSERT INTO courier.history (id, endpoint, kind, at, message_id, message_type, conversation_id, \
-     causation_id, attempt, enqueued_at, received_at, detail) \
-     SELECT id, endpoint, kind, at, message_id, message_type, conversation_id, causation_id, attempt, enqueued_at, \
-     received_at, detail::jsonb FROM event) \
-     INSERT INTO courier.history_instance (history_id, saga_type, correlation) \
-     SELECT event.id, i.t, i.c FROM event JOIN unnest($12::bigint[], $13::text[], $14::text[]) AS i (n, t, c) \
-     ON i.n = event.n";
+/// The common table expressions that insert several events and their instance rows, the
+/// parameters numbered from `first`: each event's id is taken from the table's sequence
+/// first (`nextval`, in a CTE read twice, so computed once), then the rows and the
+/// instance rows are inserted from those ids. Parameters: one array per column (`first`
+/// to `first + 10`), then the instance rows' event (its 1-based position), type and
+/// correlation. A statement (`WITH ... <statement>`) follows them.
+fn events_ctes(first: usize) -> String {
+    let p = |k: usize| first + k;
+    format!(
+        "WITH event AS (SELECT nextval('courier.history_id_seq') AS id, u.* \
+         FROM unnest(${}::text[], ${}::text[], ${}::timestamptz[], ${}::text[], ${}::text[], ${}::text[], \
+         ${}::text[], ${}::int[], ${}::timestamptz[], ${}::timestamptz[], ${}::text[]) WITH ORDINALITY \
+         AS u (endpoint, kind, at, message_id, message_type, conversation_id, causation_id, attempt, enqueued_at, \
+         received_at, detail, n)), \
+         stored AS (INSERT INTO courier.history (id, endpoint, kind, at, message_id, message_type, conversation_id, \
+         causation_id, attempt, enqueued_at, received_at, detail) \
+         SELECT id, endpoint, kind, at, message_id, message_type, conversation_id, causation_id, attempt, \
+         enqueued_at, received_at, detail::jsonb FROM event), \
+         instance AS (INSERT INTO courier.history_instance (history_id, saga_type, correlation) \
+         SELECT event.id, i.t, i.c FROM event JOIN unnest(${}::bigint[], ${}::text[], ${}::text[]) AS i (n, t, c) \
+         ON i.n = event.n) ",
+        p(0),
+        p(1),
+        p(2),
+        p(3),
+        p(4),
+        p(5),
+        p(6),
+        p(7),
+        p(8),
+        p(9),
+        p(10),
+        p(11),
+        p(12),
+        p(13)
+    )
+}
+
+/// Several events alone: [`events_ctes`] from `$1`.
+static EVENTS: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| format!("{} SELECT count(*) FROM event", events_ctes(1)));
+
+/// The events of `WITH ... <statement>` ([`events_ctes`]) whose parameters start at `first`,
+/// followed by the statement's own parameters (`$1` to `first - 1`).
+pub(crate) fn with_events(first: usize, statement: &str) -> String {
+    format!("{}{statement}", events_ctes(first))
+}
 
 /// An event made storable in Postgres ([`for_postgres`]) and its detail rendered: the
 /// steps that can fail before the statement, done when the event is recorded.
@@ -112,6 +142,31 @@ pub(crate) async fn record_many(conn: &mut PgConnection, events: &[Prepared]) ->
     if events.is_empty() {
         return Ok(());
     }
+    bind_events(sqlx::query(EVENTS.as_str()), events)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot record the history of the messages", e))?;
+    Ok(())
+}
+
+/// `query` with the parameters of [`events_ctes`] for `events` bound next, if there are
+/// any (none: `query` as it is, for its statement without the events).
+pub(crate) fn bind_events_if_any<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    events: &'q [Prepared],
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    if events.is_empty() {
+        query
+    } else {
+        bind_events(query, events)
+    }
+}
+
+/// `query` with the parameters of [`events_ctes`] for `events` bound next.
+pub(crate) fn bind_events<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    events: &'q [Prepared],
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
     let column = |f: fn(&HistoryEvent) -> Option<String>| events.iter().map(|p| f(&p.event)).collect::<Vec<_>>();
     let times = |f: fn(&HistoryEvent) -> Option<DateTime<Utc>>| events.iter().map(|p| f(&p.event)).collect::<Vec<_>>();
     let (mut owners, mut types, mut correlations) = (Vec::new(), Vec::new(), Vec::new());
@@ -122,7 +177,7 @@ pub(crate) async fn record_many(conn: &mut PgConnection, events: &[Prepared]) ->
             correlations.push(c.to_owned());
         }
     }
-    sqlx::query(EVENTS)
+    query
         .bind(column(|e| Some(e.endpoint.clone())))
         .bind(column(|e| Some(e.kind.as_str().to_owned())))
         .bind(times(|e| Some(e.at)))
@@ -142,10 +197,6 @@ pub(crate) async fn record_many(conn: &mut PgConnection, events: &[Prepared]) ->
         .bind(owners)
         .bind(types)
         .bind(correlations)
-        .execute(&mut *conn)
-        .await
-        .map_err(|e| db_error("cannot record the history of the messages", e))?;
-    Ok(())
 }
 
 /// Deletes up to `limit` of `endpoint`'s events older than `before`, oldest first (their

@@ -37,6 +37,17 @@ pub(crate) struct OutboxRow {
     pub(crate) envelope: Envelope,
 }
 
+/// The outbox insert, its parameters `$1` to `$7`.
+const INSERT_OUTBOX: &str = "INSERT INTO courier.outbox (endpoint, source_id, destination, is_topic, envelope, body, \
+     created_at) \
+     SELECT $1, s, d, t, e::jsonb, b, $7 \
+     FROM unnest($2::text[], $3::text[], $4::bool[], $5::text[], $6::bytea[]) WITH ORDINALITY AS r(s, d, t, e, b, ord) \
+     ORDER BY ord RETURNING id";
+
+/// The outbox insert after the history events' inserts (their parameters from `$8`).
+static INSERT_OUTBOX_WITH_EVENTS: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| crate::store::pg_history::with_events(8, INSERT_OUTBOX));
+
 /// Stores outgoing messages in one statement; returns them with their outbox ids, in
 /// order.
 pub(crate) async fn insert_outbox(
@@ -45,7 +56,21 @@ pub(crate) async fn insert_outbox(
     rows: Vec<OutboxRow>,
     now: DateTime<Utc>,
 ) -> Result<Vec<OutboxMessage>> {
+    insert_outbox_with_history(conn, endpoint, rows, now, &[]).await
+}
+
+/// Stores outgoing messages and handled events (with the saga instances each touched) in
+/// one statement, one round trip where each took one; returns the messages with their
+/// outbox ids, in order. Either may be empty (none: no statement).
+pub(crate) async fn insert_outbox_with_history(
+    conn: &mut PgConnection,
+    endpoint: &str,
+    rows: Vec<OutboxRow>,
+    now: DateTime<Utc>,
+    events: &[crate::store::pg_history::Prepared],
+) -> Result<Vec<OutboxMessage>> {
     if rows.is_empty() {
+        crate::store::pg_history::record_many(conn, events).await?;
         return Ok(Vec::new());
     }
     let n = rows.len();
@@ -68,22 +93,28 @@ pub(crate) async fn insert_outbox(
     }
     // The ids come from the sequence in the order of `ord`, so sorted they pair with the
     // rows in the order given.
-    let mut ids: Vec<i64> = sqlx::query_scalar(
-        "INSERT INTO courier.outbox (endpoint, source_id, destination, is_topic, envelope, body, created_at) \
-         SELECT $1, s, d, t, e::jsonb, b, $7 \
-         FROM unnest($2::text[], $3::text[], $4::bool[], $5::text[], $6::bytea[]) WITH ORDINALITY AS r(s, d, t, e, b, ord) \
-         ORDER BY ord RETURNING id",
-    )
-    .bind(endpoint)
-    .bind(&sources)
-    .bind(&destinations)
-    .bind(&topics)
-    .bind(&envelopes)
-    .bind(&bodies)
-    .bind(now)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(|e| db_error("cannot store outgoing messages", e))?;
+    let sql = if events.is_empty() {
+        INSERT_OUTBOX
+    } else {
+        INSERT_OUTBOX_WITH_EVENTS.as_str()
+    };
+    let query = sqlx::query(sql)
+        .bind(endpoint)
+        .bind(&sources)
+        .bind(&destinations)
+        .bind(&topics)
+        .bind(&envelopes)
+        .bind(&bodies)
+        .bind(now);
+    let found = crate::store::pg_history::bind_events_if_any(query, events)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(|e| db_error("cannot store outgoing messages", e))?;
+    let mut ids = found
+        .iter()
+        .map(|r| r.try_get::<i64, _>(0))
+        .collect::<std::result::Result<Vec<i64>, _>>()
+        .map_err(|e| db_error("cannot read the outbox ids", e))?;
     ids.sort_unstable();
     if ids.len() != kept.len() {
         return Err(Error::new(ErrorKind::Corrupt {

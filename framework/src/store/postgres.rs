@@ -13,7 +13,9 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::message::Envelope;
 use crate::message::LockToken;
 use crate::store::pg_group::PgGroup;
-use crate::store::pg_outbox::{OutboxRow, ensure_not_aborted, insert_outbox, outbox_of, outbox_rows, record_batch};
+use crate::store::pg_outbox::{
+    OutboxRow, ensure_not_aborted, insert_outbox_with_history, outbox_of, outbox_rows, record_batch,
+};
 use crate::store::pg_saga::pg_unit_of_work;
 use crate::store::{
     Begin, BeginBatch, Claimed, CommitGroup, Committed, DueTimeouts, EndpointSecret, OutboxDeadLetter, OutboxMessage,
@@ -56,14 +58,30 @@ struct PgWork {
     tx: Transaction<'static, Postgres>,
     endpoint: String,
     source_id: String,
-    /// Whether a statement of Courier's ran since the handler's (the history event's or
+    /// Whether a statement of Courier's ran since the handler's (the history events' or
     /// the outbox insert): it would have failed if the transaction were aborted.
     checked: bool,
+    /// Handled events, written with the outgoing messages (one statement), or before the
+    /// COMMIT in place of its check when there are none.
+    history: Vec<crate::store::pg_history::Prepared>,
 }
 
 impl PgWork {
     fn pg_conn(&mut self) -> Result<&mut PgConnection> {
         Ok(&mut self.tx)
+    }
+
+    /// Writes the events still kept, if any; they are then the check.
+    async fn write_history(&mut self) -> Result<()> {
+        if self.history.is_empty() {
+            return Ok(());
+        }
+        let events = std::mem::take(&mut self.history);
+        crate::store::pg_history::record_many(&mut self.tx, &events)
+            .await
+            .map_err(crate::store::pg_group::poisoned_if_aborted)?;
+        self.checked = true;
+        Ok(())
     }
 }
 
@@ -72,11 +90,9 @@ pg_unit_of_work!(PgWork, {
         Some(&mut *self.tx)
     }
 
-    /// Written at once; the statement runs after the handler's, so it is the check that
-    /// the handler did not leave the transaction aborted (the commit's `SELECT 1` saved).
+    /// Kept, and written with the outgoing messages (`store_outgoing`, which follows).
     async fn record_history(&mut self, event: &crate::store::history::HistoryEvent) -> Result<()> {
-        crate::store::pg_history::record_after_handler(&mut self.tx, event).await?;
-        self.checked = true;
+        self.history.push(crate::store::pg_history::Prepared::new(event)?);
         Ok(())
     }
 
@@ -85,6 +101,10 @@ pg_unit_of_work!(PgWork, {
         messages: Vec<(String, bool, Envelope)>,
         now: DateTime<Utc>,
     ) -> Result<Vec<OutboxMessage>> {
+        if messages.is_empty() {
+            self.write_history().await?;
+            return Ok(Vec::new());
+        }
         let rows = messages
             .into_iter()
             .map(|(destination, is_topic, envelope)| OutboxRow {
@@ -94,12 +114,16 @@ pg_unit_of_work!(PgWork, {
                 envelope,
             })
             .collect();
-        let stored = insert_outbox(&mut self.tx, &self.endpoint, rows, now).await?;
+        let events = std::mem::take(&mut self.history);
+        let stored = insert_outbox_with_history(&mut self.tx, &self.endpoint, rows, now, &events)
+            .await
+            .map_err(crate::store::pg_group::poisoned_if_aborted)?;
         self.checked |= !stored.is_empty();
         Ok(stored)
     }
 
     async fn commit(mut self: Box<Self>) -> Result<Committed> {
+        self.write_history().await?;
         if !self.checked {
             ensure_not_aborted(&mut self.tx).await?;
         }
@@ -208,6 +232,7 @@ impl Store for PostgresStore {
                 endpoint: endpoint.to_owned(),
                 source_id: message_id.to_owned(),
                 checked: false,
+                history: Vec::new(),
             })));
         }
         let left = outbox_of(&mut *tx, endpoint, message_id).await?;
@@ -242,6 +267,7 @@ impl Store for PostgresStore {
                 endpoint: endpoint.to_owned(),
                 source_id: id,
                 checked: false,
+                history: Vec::new(),
             }) as Box<dyn crate::store::UnitOfWork>
         });
         Ok(BeginBatch { work, duplicates })
