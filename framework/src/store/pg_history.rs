@@ -36,12 +36,16 @@ pub(crate) async fn record_after_handler(conn: &mut PgConnection, event: &Histor
         .map_err(crate::store::pg_group::poisoned_if_aborted)
 }
 
-/// Writes `event` and the saga instances it touched, in one statement (one round trip):
-/// the event's row alone, or with its instance rows (types `$12`, correlations `$13`)
-/// inserted from its id in the same statement.
+/// Writes `event` and the saga instances it touched, in one statement (one round trip).
 pub(crate) async fn record(conn: &mut PgConnection, event: &HistoryEvent) -> Result<()> {
-    let event = for_postgres(event);
-    let detail = super::history::detail_json(&event)?;
+    record_one(conn, &Prepared::new(event)?).await
+}
+
+/// Writes a prepared event: its row alone, or with its instance rows (types `$12`,
+/// correlations `$13`) inserted from its id in the same statement. A simpler statement
+/// than [`record_many`]'s (no sequence call, no arrays), for the common case of one.
+async fn record_one(conn: &mut PgConnection, prepared: &Prepared) -> Result<()> {
+    let event = &prepared.event;
     let instances = event.instances();
     let sql = if instances.is_empty() {
         EVENT_ROW
@@ -59,7 +63,7 @@ pub(crate) async fn record(conn: &mut PgConnection, event: &HistoryEvent) -> Res
         .bind(i32::try_from(event.attempt).unwrap_or(i32::MAX))
         .bind(event.enqueued_at)
         .bind(event.received_at)
-        .bind(detail);
+        .bind(prepared.detail.as_str());
     if !instances.is_empty() {
         let types: Vec<&str> = instances.iter().map(|(t, _)| *t).collect();
         let correlations: Vec<&str> = instances.iter().map(|(_, c)| *c).collect();
@@ -139,8 +143,10 @@ impl Prepared {
 /// Writes `events` and the saga instances each touched in one statement (one round trip
 /// for a commit group's members, where each event took one); nothing when there are none.
 pub(crate) async fn record_many(conn: &mut PgConnection, events: &[Prepared]) -> Result<()> {
-    if events.is_empty() {
-        return Ok(());
+    match events {
+        [] => return Ok(()),
+        [one] => return record_one(conn, one).await,
+        _ => {}
     }
     bind_events(sqlx::query(EVENTS.as_str()), events)
         .execute(&mut *conn)
