@@ -253,6 +253,8 @@ mod pages {
     struct Measurements;
     #[doc = include_str!("../../docs/measurements-postgres.md")]
     struct MeasurementsPostgres;
+    #[doc = include_str!("../../docs/measurements-postgres-send.md")]
+    struct MeasurementsPostgresSend;
     #[doc = include_str!("../../docs/containers.md")]
     struct Containers;
 }

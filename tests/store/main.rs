@@ -679,6 +679,45 @@ async fn sqlite_a_dropped_unit_of_work_is_rolled_back_before_the_next_writer() {
     }
 }
 
+/// What `Context::transaction` says of a `SqliteStore`'s transaction: sqlx's `begin()` on
+/// it is refused (the transaction is SQLite's, begun by a statement), a `SAVEPOINT`
+/// written by hand works, and the refusal leaves the transaction usable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_a_nested_begin_is_refused_and_a_savepoint_works() {
+    use sqlx::Connection as _;
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(dir.path().join("s.db")).await.unwrap();
+    store.migrate().await.unwrap();
+    sqlx::query("CREATE TABLE notes (id TEXT NOT NULL)")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let now = chrono::Utc::now();
+    let courier::Begin::Fresh(mut work) = store.begin("e", "m-1", None, now).await.unwrap() else {
+        panic!("a fresh id");
+    };
+    let conn = work
+        .transaction()
+        .and_then(|t| t.downcast_mut::<sqlx::SqliteConnection>())
+        .unwrap();
+    assert!(conn.begin().await.is_err(), "a nested begin is refused");
+    for sql in [
+        "INSERT INTO notes VALUES ('kept')",
+        "SAVEPOINT part",
+        "INSERT INTO notes VALUES ('undone')",
+        "ROLLBACK TO part",
+        "RELEASE part",
+    ] {
+        sqlx::query(sql).execute(&mut *conn).await.unwrap();
+    }
+    work.commit().await.unwrap();
+    let notes: Vec<String> = sqlx::query_scalar("SELECT id FROM notes")
+        .fetch_all(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(notes, vec!["kept".to_owned()]);
+}
+
 /// The retention cleanup deletes old inbox records in short bounded statements, only the
 /// given endpoint's.
 #[tokio::test]

@@ -277,7 +277,10 @@ impl Context {
     /// (`sqlx::Sqlite` or `sqlx::Postgres`): they commit together with the inbox record of
     /// this message and the messages the handler sends, or not at all. The transaction is
     /// the endpoint's: do not commit or roll it back (a handler fails by returning an
-    /// error, which rolls everything back).
+    /// error, which rolls everything back). On SQLite it is a transaction begun with
+    /// `BEGIN IMMEDIATE` by a statement, not by sqlx: sqlx's `begin()` on it is refused
+    /// (a transaction is open); for a part that may fail on its own, write `SAVEPOINT`
+    /// and `ROLLBACK TO` yourself. On Postgres, `begin()` on it makes a savepoint.
     ///
     /// ```no_run
     /// # use courier::{Context, HandlerError};
