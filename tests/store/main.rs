@@ -13,6 +13,7 @@
 )]
 
 mod app_data;
+mod batch_ids;
 mod crash;
 mod group;
 mod history_crash;

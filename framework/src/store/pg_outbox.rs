@@ -186,9 +186,12 @@ pub(crate) async fn record_batch(
     .fetch_all(&mut *conn)
     .await
     .map_err(|e| db_error("cannot record the batch's messages in the inbox", e))?;
+    // An id given twice was inserted once: its first member is fresh, a later one a
+    // duplicate (taken out of `recorded` by the first).
+    let mut recorded: std::collections::HashSet<String> = recorded.into_iter().collect();
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
-        if recorded.iter().any(|r| r == id) {
+        if recorded.remove(id) {
             out.push(None);
         } else {
             out.push(Some(outbox_of(&mut *conn, endpoint, id).await?));

@@ -237,9 +237,11 @@ pub(crate) async fn record_batch(
                 .map_err(|e| db_error("cannot record the batch's messages in the inbox", e))?,
         );
     }
+    // An id given twice was inserted once: its first member is fresh, a later one a
+    // duplicate (taken out of `recorded` by the first).
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
-        if recorded.contains(id) {
+        if recorded.remove(id) {
             out.push(None);
         } else {
             out.push(Some(left_over(&mut *conn, endpoint, id).await?));
