@@ -2,7 +2,6 @@
 
 use std::path::Path;
 use std::str::FromStr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -10,7 +9,7 @@ use chrono::{DateTime, Utc};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Row, Sqlite, SqliteConnection, SqlitePool};
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::Result;
 use crate::message::Envelope;
 use crate::message::LockToken;
 use crate::store::sqlite_tx::WriteTx;
@@ -36,37 +35,12 @@ fn micros(t: DateTime<Utc>) -> i64 {
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: SqlitePool,
-    writer: WriterTurn,
+    writer: crate::store::sqlite_tx::WriterTurn,
     /// Held by a RabbitMQ transport's round of publishing the scheduled messages kept
     /// here, and by a cancel: a cancel never deletes the row of a message being published
     /// (it would report success for a message that is delivered).
     #[cfg(feature = "amqp")]
-    schedule_round: Arc<tokio::sync::Mutex<()>>,
-}
-
-/// How long a writer waits for its turn in this process, as long as SQLite's busy
-/// timeout: a turn that does not come means a transaction is stuck.
-const WRITER_WAIT: Duration = Duration::from_secs(10);
-
-/// The turn of one writer of the store in this process (see [`SqliteStore`]): a fair
-/// (first come, first served) lock, held until the transaction ends.
-#[derive(Debug, Clone, Default)]
-struct WriterTurn(Arc<tokio::sync::Mutex<()>>);
-
-impl WriterTurn {
-    async fn take(&self) -> Result<tokio::sync::OwnedMutexGuard<()>> {
-        tokio::time::timeout(WRITER_WAIT, self.0.clone().lock_owned())
-            .await
-            .map_err(|_| {
-                Error::new(ErrorKind::Storage {
-                    detail: format!(
-                        "the SQLite store's write lock was not free within {} s: a transaction is stuck",
-                        WRITER_WAIT.as_secs()
-                    ),
-                    transient: true,
-                })
-            })
-    }
+    schedule_round: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 impl SqliteStore {
@@ -108,7 +82,7 @@ impl SqliteStore {
     /// Waits for this process's turn to write (see [`SqliteStore`]); the turn lasts as
     /// long as the guard.
     #[cfg(feature = "amqp")]
-    pub(crate) async fn write_turn(&self) -> Result<tokio::sync::OwnedMutexGuard<()>> {
+    pub(crate) async fn write_turn(&self) -> Result<crate::store::sqlite_tx::Turn> {
         self.writer.take().await
     }
 
@@ -123,9 +97,9 @@ impl SqliteStore {
     pub fn from_pool(pool: SqlitePool) -> Self {
         Self {
             pool,
-            writer: WriterTurn::default(),
+            writer: crate::store::sqlite_tx::WriterTurn::default(),
             #[cfg(feature = "amqp")]
-            schedule_round: Arc::default(),
+            schedule_round: std::sync::Arc::default(),
         }
     }
 
