@@ -559,6 +559,24 @@ async fn sqlite_tables_carry_the_prefix() {
     assert!(names.contains(&"courier_inbox".to_owned()) && names.contains(&"courier_outbox".to_owned()));
 }
 
+/// A migrated `SqliteStore` in `dir` over a pool of `connections` whose busy timeout is
+/// zero: a writer that met another's transaction would fail at once.
+async fn store_without_busy_timeout(dir: &std::path::Path, connections: u32) -> SqliteStore {
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(dir.join("s.db"))
+        .create_if_missing(true)
+        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+        .busy_timeout(Duration::ZERO);
+    let pool = sqlx::sqlite::SqlitePoolOptions::new()
+        .max_connections(connections)
+        .connect_with(options)
+        .await
+        .unwrap();
+    let store = SqliteStore::from_pool(pool);
+    store.migrate().await.unwrap();
+    store
+}
+
 /// The SQLite store's own writers take turns in the process before they ask SQLite for
 /// its write lock: concurrent transactions wait for their turn, even with no busy timeout
 /// at all. Before, each polled for the lock with SQLite's busy sleeps (up to 100 ms each,
@@ -566,18 +584,7 @@ async fn sqlite_tables_carry_the_prefix() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_writers_take_turns() {
     let dir = tempfile::tempdir().unwrap();
-    let options = sqlx::sqlite::SqliteConnectOptions::new()
-        .filename(dir.path().join("s.db"))
-        .create_if_missing(true)
-        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
-        .busy_timeout(Duration::ZERO);
-    let pool = sqlx::sqlite::SqlitePoolOptions::new()
-        .max_connections(8)
-        .connect_with(options)
-        .await
-        .unwrap();
-    let store = SqliteStore::from_pool(pool);
-    store.migrate().await.unwrap();
+    let store = store_without_busy_timeout(dir.path(), 8).await;
     let now = chrono::Utc::now();
     let writers: Vec<_> = (0..32)
         .map(|i| {
@@ -601,26 +608,15 @@ async fn sqlite_writers_take_turns() {
 }
 
 /// A `SqliteStore` unit of work dropped before its commit (a failed handler, a stopped
-/// task) is rolled back before its connection goes back to the pool and before the next
-/// writer's turn: with no busy timeout at all, the next transactions (on any connection
-/// of the pool) begin at once, none meets the dropped one, and none of its inbox record,
-/// outbox message or history event is kept. The store ends its transactions with its own
-/// `ROLLBACK` and `COMMIT` (the history event rides in the query of the `COMMIT`).
+/// task) is rolled back before the next writer's turn (and the writer connection the
+/// turn holds): with no busy timeout at all, the next transactions begin at once, none
+/// meets the dropped one, and none of its inbox record, outbox message or history event
+/// is kept. The store ends its transactions with its own `ROLLBACK` and `COMMIT` (the
+/// history event rides in the query of the `COMMIT`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_a_dropped_unit_of_work_is_rolled_back_before_the_next_writer() {
     let dir = tempfile::tempdir().unwrap();
-    let options = sqlx::sqlite::SqliteConnectOptions::new()
-        .filename(dir.path().join("s.db"))
-        .create_if_missing(true)
-        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
-        .busy_timeout(Duration::ZERO);
-    let pool = sqlx::sqlite::SqlitePoolOptions::new()
-        .max_connections(4)
-        .connect_with(options)
-        .await
-        .unwrap();
-    let store = SqliteStore::from_pool(pool);
-    store.migrate().await.unwrap();
+    let store = store_without_busy_timeout(dir.path(), 4).await;
     let now = chrono::Utc::now();
     let event = |id: &str| courier::HistoryEvent {
         endpoint: "e".to_owned(),
