@@ -21,6 +21,7 @@ mod history_rows;
 mod history_upgrade;
 mod refused;
 mod restart;
+mod sqlite_writer;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};

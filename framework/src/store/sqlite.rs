@@ -12,7 +12,7 @@ use sqlx::{Row, Sqlite, SqliteConnection, SqlitePool};
 use crate::error::Result;
 use crate::message::Envelope;
 use crate::message::LockToken;
-use crate::store::sqlite_tx::WriteTx;
+use crate::store::sqlite_tx::{WriteTx, writer_conn};
 use crate::store::{
     Begin, BeginBatch, Committed, DueTimeouts, EndpointSecret, OutboxDeadLetter, OutboxMessage, Store, StoreBacklog,
     StoredEnvelope, TimeoutClaim, db_error, sqlite_saga,
@@ -555,8 +555,8 @@ impl Store for SqliteStore {
     }
 
     async fn mark_dispatched(&self, ids: &[i64]) -> Result<()> {
-        let _turn = self.writer.take().await?;
-        delete_outbox(&mut *self.conn().await?, ids).await
+        let mut turn = self.writer.take().await?;
+        delete_outbox(writer_conn(&mut turn, &self.pool).await?, ids).await
     }
 
     async fn undispatched(&self, endpoint: &str, older_than: DateTime<Utc>, limit: i64) -> Result<Vec<OutboxMessage>> {
@@ -568,13 +568,19 @@ impl Store for SqliteStore {
     }
 
     async fn purge_inbox(&self, endpoint: &str, before: DateTime<Utc>, limit: i64) -> Result<u64> {
-        let _turn = self.writer.take().await?;
-        delete_inbox(&mut *self.conn().await?, endpoint, before, limit).await
+        let mut turn = self.writer.take().await?;
+        delete_inbox(writer_conn(&mut turn, &self.pool).await?, endpoint, before, limit).await
     }
 
     async fn claim_due_timeouts(&self, endpoint: &str, claim: TimeoutClaim) -> Result<DueTimeouts> {
-        let _turn = self.writer.take().await?;
-        let c = sqlite_saga::claim_due(&mut *self.conn().await?, endpoint, claim, claim.marked_at).await?;
+        let mut turn = self.writer.take().await?;
+        let c = sqlite_saga::claim_due(
+            writer_conn(&mut turn, &self.pool).await?,
+            endpoint,
+            claim,
+            claim.marked_at,
+        )
+        .await?;
         Ok(DueTimeouts {
             claimed: c.due.len(),
             to_send: c.due,
@@ -589,36 +595,36 @@ impl Store for SqliteStore {
     }
 
     async fn timeouts_sent(&self, ids: &[String], at: DateTime<Utc>) -> Result<()> {
-        let _turn = self.writer.take().await?;
-        sqlite_saga::confirm_sent(&mut *self.conn().await?, ids, at).await
+        let mut turn = self.writer.take().await?;
+        sqlite_saga::confirm_sent(writer_conn(&mut turn, &self.pool).await?, ids, at).await
     }
 
     async fn unclaim_timeouts(&self, ids: &[String]) -> Result<()> {
-        let _turn = self.writer.take().await?;
-        sqlite_saga::unclaim(&mut *self.conn().await?, ids).await
+        let mut turn = self.writer.take().await?;
+        sqlite_saga::unclaim(writer_conn(&mut turn, &self.pool).await?, ids).await
     }
 
     async fn dead_letter_timeout(&self, endpoint: &str, id: &str, reason: &str, now: DateTime<Utc>) -> Result<bool> {
-        let _turn = self.writer.take().await?;
-        sqlite_saga::dead_letter(&mut *self.conn().await?, endpoint, id, reason, now).await
+        let mut turn = self.writer.take().await?;
+        sqlite_saga::dead_letter(writer_conn(&mut turn, &self.pool).await?, endpoint, id, reason, now).await
     }
 
     async fn postpone_timeout_reclaim(&self, endpoint: &str, id: &str, until: DateTime<Utc>) -> Result<()> {
-        let _turn = self.writer.take().await?;
-        sqlite_saga::postpone_reclaim(&mut *self.conn().await?, endpoint, id, until).await
+        let mut turn = self.writer.take().await?;
+        sqlite_saga::postpone_reclaim(writer_conn(&mut turn, &self.pool).await?, endpoint, id, until).await
     }
 
     async fn dead_letter_outbox(&self, id: i64, reason: &str, description: &str, now: DateTime<Utc>) -> Result<bool> {
-        let _turn = self.writer.take().await?;
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(|e| db_error("cannot begin moving an outbox message to the dead letters", e))?;
-        let moved = dead_letter_outbox_row(&mut tx, id, reason, description, now).await?;
-        tx.commit()
-            .await
-            .map_err(|e| db_error("cannot move an outbox message to the dead letters", e))?;
+        let turn = self.writer.take().await?;
+        let mut tx = WriteTx::begin(
+            &self.pool,
+            turn,
+            "cannot begin moving an outbox message to the dead letters",
+        )
+        .await?;
+        let moved = dead_letter_outbox_row(tx.conn()?, id, reason, description, now).await?;
+        tx.commit_with(&[], "cannot move an outbox message to the dead letters")
+            .await?;
         Ok(moved)
     }
 
@@ -642,19 +648,17 @@ impl Store for SqliteStore {
     }
 
     async fn purge_history(&self, endpoint: &str, before: DateTime<Utc>, limit: i64) -> Result<u64> {
-        let _turn = self.writer.take().await?;
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(|e| db_error("cannot begin purging the history", e))?;
-        let purged = crate::store::sqlite_history::purge(&mut tx, endpoint, before, limit).await?;
-        tx.commit().await.map_err(|e| db_error("cannot purge the history", e))?;
+        let turn = self.writer.take().await?;
+        let mut tx = WriteTx::begin(&self.pool, turn, "cannot begin purging the history").await?;
+        let purged = crate::store::sqlite_history::purge(tx.conn()?, endpoint, before, limit).await?;
+        tx.commit_with(&[], "cannot purge the history").await?;
         Ok(purged)
     }
 
     async fn endpoint_secret(&self, endpoint: &str, now: DateTime<Utc>) -> Result<Option<EndpointSecret>> {
-        let _turn = self.writer.take().await?;
-        endpoint_secret(&mut *self.conn().await?, endpoint, now).await.map(Some)
+        let mut turn = self.writer.take().await?;
+        endpoint_secret(writer_conn(&mut turn, &self.pool).await?, endpoint, now)
+            .await
+            .map(Some)
     }
 }

@@ -9,8 +9,10 @@
 //! another in its place) and kept. SQLite drops a connection's page cache whenever
 //! another connection changed the file since its last transaction; with the writers
 //! taking turns on the pool's connections, each transaction read again every page it
-//! touched. One writer connection keeps its pages. A connection that failed to begin or
-//! to roll back is closed, and the next turn takes a new one.
+//! touched. One writer connection keeps its pages: the handler transactions and every
+//! other write of the store in its turn ([`writer_conn`]: the outbox's and the inbox's
+//! clean-ups, the timeout claims, the history's). A connection that failed to begin or to
+//! roll back is closed, and the next turn takes a new one.
 //!
 //! Dropped before it ended (a handler failed, or its task was stopped), the transaction
 //! is rolled back on a task of its own, which gives the write turn (and its connection)
@@ -56,6 +58,21 @@ impl WriterTurn {
                 })
             })
     }
+}
+
+/// The connection of `turn` (taken out of `pool` if it has none), for the statements a
+/// writer runs in autocommit during its turn (each its own transaction).
+pub(crate) async fn writer_conn<'t>(turn: &'t mut Turn, pool: &SqlitePool) -> Result<&'t mut SqliteConnection> {
+    let slot: &'t mut Option<SqliteConnection> = turn;
+    if slot.is_none() {
+        let conn = pool
+            .acquire()
+            .await
+            .map_err(|e| db_error("cannot get a connection to the SQLite store", e))?
+            .detach();
+        *slot = Some(conn);
+    }
+    slot.as_mut().ok_or_else(|| Error::new(ErrorKind::Closed))
 }
 
 pub(crate) struct WriteTx {
