@@ -119,16 +119,31 @@ impl ConfirmChannel {
             Ok(Ok(confirm)) => Ok(Started {
                 confirm,
                 channel,
+                slot: self.channel.clone(),
                 deadline,
                 bound,
             }),
             Ok(Err(e)) => Err(publish_error(target, &e)),
             Err(_) => {
-                close_later(channel);
+                give_up(&self.channel, channel).await;
                 Err(unanswered(target, bound))
             }
         }
     }
+}
+
+/// Closes `channel`, which did not answer in time, after taking it out of `slot` (if it
+/// is still the one there): the next publish opens another at once. Left in the slot, it
+/// still looked open until its close was sent, and a publish that took it then failed
+/// with the channel closed under it (`invalid channel state: Closed`).
+async fn give_up(slot: &Mutex<Option<Channel>>, channel: Channel) {
+    {
+        let mut held = slot.lock().await;
+        if held.as_ref().is_some_and(|c| c.id() == channel.id()) {
+            *held = None;
+        }
+    }
+    close_later(channel);
 }
 
 /// A publish handed to lapin, its confirm awaited by [`finish`] until the deadline set
@@ -136,6 +151,8 @@ impl ConfirmChannel {
 pub(crate) struct Started {
     confirm: PublisherConfirm,
     channel: Channel,
+    /// Where the channel is kept, to take it out if its confirm does not come in time.
+    slot: Arc<Mutex<Option<Channel>>>,
     deadline: Instant,
     bound: Duration,
 }
@@ -145,11 +162,12 @@ pub(crate) async fn finish(target: &Target, started: Started) -> Result<()> {
     let Started {
         confirm,
         channel,
+        slot,
         deadline,
         bound,
     } = started;
     let Ok(confirmed) = tokio::time::timeout_at(deadline, confirm).await else {
-        close_later(channel);
+        give_up(&slot, channel).await;
         return Err(unanswered(target, bound));
     };
     match confirmed {
