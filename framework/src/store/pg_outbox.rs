@@ -106,10 +106,15 @@ pub(crate) async fn insert_outbox_with_history(
         .bind(&envelopes)
         .bind(&bodies)
         .bind(now);
+    let what = if events.is_empty() {
+        "cannot store outgoing messages"
+    } else {
+        "cannot store outgoing messages and the history of their handling"
+    };
     let found = crate::store::pg_history::bind_events_if_any(query, events)
         .fetch_all(&mut *conn)
         .await
-        .map_err(|e| db_error("cannot store outgoing messages", e))?;
+        .map_err(|e| db_error(what, e))?;
     let mut ids = found
         .iter()
         .map(|r| r.try_get::<i64, _>(0))

@@ -101,10 +101,6 @@ pg_unit_of_work!(PgWork, {
         messages: Vec<(String, bool, Envelope)>,
         now: DateTime<Utc>,
     ) -> Result<Vec<OutboxMessage>> {
-        if messages.is_empty() {
-            self.write_history().await?;
-            return Ok(Vec::new());
-        }
         let rows = messages
             .into_iter()
             .map(|(destination, is_topic, envelope)| OutboxRow {
@@ -118,7 +114,8 @@ pg_unit_of_work!(PgWork, {
         let stored = insert_outbox_with_history(&mut self.tx, &self.endpoint, rows, now, &events)
             .await
             .map_err(crate::store::pg_group::poisoned_if_aborted)?;
-        self.checked |= !stored.is_empty();
+        // A statement ran after the handler's if there was anything to write.
+        self.checked |= !stored.is_empty() || !events.is_empty();
         Ok(stored)
     }
 

@@ -1,5 +1,6 @@
-//! The units of work of the SQLite and Postgres stores share their saga methods: [`unit_of_work_with_sagas!`] writes them once, calling the statements of a
-//! module (`sqlite_saga` or `pg_saga`) on the transaction's connection.
+//! The units of work of the SQLite and Postgres stores share their saga methods:
+//! [`unit_of_work_with_sagas!`] writes them once, calling the statements of a module
+//! (`sqlite_saga` or `pg_saga`) on the transaction's connection.
 
 /// `impl UnitOfWork for $ty { $methods + the saga methods }`: the saga methods call the
 /// functions of module `$saga` (`load`, `save`, `complete`, `add_timeouts`,
@@ -10,7 +11,7 @@
 /// least (with the `COMMIT`, with the group's commit, or as the statement that checks the
 /// handler left the transaction usable).
 macro_rules! unit_of_work_with_sagas {
-    (@impl $ty:ty, $($saga:ident)::+, $conn:ident, { $($methods:tt)* }) => {
+    ($ty:ty, $($saga:ident)::+, $conn:ident, { $($methods:tt)* }) => {
         #[async_trait::async_trait]
         impl $crate::store::UnitOfWork for $ty {
         $($methods)*
@@ -116,9 +117,6 @@ macro_rules! unit_of_work_with_sagas {
         }
 
         }
-    };
-    ($ty:ty, $($saga:ident)::+, $conn:ident, { $($methods:tt)* }) => {
-        $crate::store::unit_of_work_with_sagas!(@impl $ty, $($saga)::+, $conn, { $($methods)* });
     };
 }
 pub(crate) use unit_of_work_with_sagas;

@@ -85,16 +85,14 @@ impl WriteTx {
     /// turn has none), holding the turn until it ends (`what`: the error's words when it
     /// cannot be begun).
     pub(crate) async fn begin(pool: &SqlitePool, mut turn: Turn, what: &'static str) -> Result<Self> {
-        let mut conn = match turn.take() {
-            Some(conn) => conn,
-            None => pool.acquire().await.map_err(|e| db_error(what, e))?.detach(),
-        };
-        // On failure the connection is dropped (closed): the next turn takes a new one.
-        sqlx::query("BEGIN IMMEDIATE")
-            .execute(&mut conn)
-            .await
-            .map_err(|e| db_error(what, e))?;
-        *turn = Some(conn);
+        let begun = sqlx::query("BEGIN IMMEDIATE")
+            .execute(writer_conn(&mut turn, pool).await?)
+            .await;
+        if let Err(e) = begun {
+            // The connection is closed: the next turn takes a new one.
+            *turn = None;
+            return Err(db_error(what, e));
+        }
         Ok(Self { turn: Some(turn) })
     }
 
