@@ -209,6 +209,12 @@ fn median(mut v: Vec<f64>) -> f64 {
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let (n, rounds) = if quick { (5_000, 1) } else { (20_000, 3) };
+    // `--rounds N`: more rounds, for a median that holds against the machine's spread.
+    let rounds: usize = std::env::args()
+        .skip_while(|a| a != "--rounds")
+        .nth(1)
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(rounds);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -357,7 +363,7 @@ async fn history_events(b: &Bench) -> u64 {
         .connect()
         .await
         .unwrap();
-    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM courier_history")
+    let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM courier_history_all")
         .fetch_one(&mut conn)
         .await
         .unwrap();

@@ -43,7 +43,7 @@ async fn embedded_a_batch_records_each_handled_message_and_each_duplicate_in_the
     .await;
     e.shutdown().await.unwrap();
     let events: Vec<(String, String)> =
-        sqlx::query_as("SELECT kind, message_id FROM courier_history ORDER BY kind, message_id")
+        sqlx::query_as("SELECT kind, message_id FROM courier_history_all ORDER BY kind, message_id")
             .fetch_all(broker.read_pool())
             .await
             .unwrap();
@@ -103,7 +103,7 @@ async fn embedded_a_batch_past_sqlites_parameter_bound_records_every_event() {
     e.shutdown().await.unwrap();
     assert_eq!(seen.calls().len(), 1, "one batch of {N}, handed over full");
     let handled: Vec<(String,)> =
-        sqlx::query_as("SELECT message_id FROM courier_history WHERE kind = 'handled' ORDER BY id")
+        sqlx::query_as("SELECT message_id FROM courier_history_all WHERE kind = 'handled' ORDER BY id")
             .fetch_all(broker.read_pool())
             .await
             .unwrap();

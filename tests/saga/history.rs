@@ -35,7 +35,7 @@ async fn events(env: &Env) -> Vec<Row> {
          'detail', detail)::text FROM courier.history ORDER BY id"
     } else {
         "SELECT json_object('kind', kind, 'type', message_type, 'id', message_id, 'attempt', attempt, \
-         'detail', json(detail)) FROM courier_history ORDER BY id"
+         'detail', json(detail)) FROM courier_history_all ORDER BY id"
     };
     env.env
         .texts(sql)

@@ -117,6 +117,15 @@ impl StoreDb {
         }
     }
 
+    /// Where the history's events are read: on SQLite the indexed table and the recent
+    /// events not moved there yet, as one view.
+    pub fn history_table(&self) -> &'static str {
+        match self {
+            Self::Sqlite(_) => "courier_history_all",
+            Self::Postgres(..) => "courier.history",
+        }
+    }
+
     /// Runs a statement.
     ///
     /// # Panics

@@ -56,6 +56,9 @@ impl StoreKind {
     pub fn table(self, name: &str) -> String {
         if self.postgres() {
             format!("courier.{name}")
+        } else if matches!(name, "history" | "history_instance") {
+            // The indexed table and the recent rows not moved there yet, as one.
+            format!("courier_{name}_all")
         } else {
             format!("courier_{name}")
         }

@@ -47,7 +47,7 @@ async fn ids(db: &StoreDb, sql: &str) -> BTreeSet<String> {
 }
 
 async fn handled_events(db: &StoreDb) -> (BTreeSet<String>, i64) {
-    let table = db.table("history");
+    let table = db.history_table();
     let set = ids(db, &format!("SELECT message_id FROM {table} WHERE kind = 'handled'")).await;
     let all = db
         .count(&format!("SELECT COUNT(*) FROM {table} WHERE kind = 'handled'"))
@@ -145,7 +145,7 @@ async fn killed_among_commits(kind: Kind) {
     let duplicates = store_db
         .count(&format!(
             "SELECT COUNT(*) FROM {} WHERE kind = 'duplicate'",
-            store_db.table("history")
+            store_db.history_table()
         ))
         .await;
     assert_eq!(

@@ -87,7 +87,7 @@ fn timeout() -> impl Strategy<Value = TimeoutDispatch> {
     })
 }
 
-fn event() -> impl Strategy<Value = HistoryEvent> {
+pub(crate) fn event() -> impl Strategy<Value = HistoryEvent> {
     let kind = proptest::sample::select(HistoryKind::ALL.to_vec());
     let ids = (
         text(),
@@ -149,7 +149,7 @@ fn event() -> impl Strategy<Value = HistoryEvent> {
 
 /// The last row's message id, attempt and detail.
 async fn last_sqlite(pool: &sqlx::SqlitePool) -> (String, i64, String) {
-    sqlx::query_as("SELECT message_id, attempt, detail FROM courier_history ORDER BY id DESC LIMIT 1")
+    sqlx::query_as("SELECT message_id, attempt, detail FROM courier_history_all ORDER BY id DESC LIMIT 1")
         .fetch_one(pool)
         .await
         .unwrap()

@@ -17,6 +17,7 @@ mod batch_ids;
 mod crash;
 mod group;
 mod history_crash;
+mod history_recent;
 mod history_rows;
 mod history_upgrade;
 mod refused;
@@ -668,7 +669,11 @@ async fn sqlite_a_dropped_unit_of_work_is_rolled_back_before_the_next_writer() {
     for w in writers {
         w.await.unwrap();
     }
-    for (table, expected) in [("courier_inbox", 16), ("courier_outbox", 16), ("courier_history", 16)] {
+    for (table, expected) in [
+        ("courier_inbox", 16),
+        ("courier_outbox", 16),
+        ("courier_history_all", 16),
+    ] {
         let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT COUNT(*) FROM {table}")))
             .fetch_one(store.pool())
             .await

@@ -1,4 +1,6 @@
-//! The history's queries in SQLite (`courier_history`, `courier_history_instance`):
+//! The history's queries in SQLite (`courier_history_all`, the indexed `courier_history`
+//! and the recent events not moved there yet as one, and `courier_history_instance_all`,
+//! their saga instances likewise; see `store::sqlite_history`):
 //! [`HistoryAdmin`] for the SQLite store ([`SqliteAdmin`]) and the embedded broker's file
 //! ([`EmbeddedAdmin`]), whose tables are the same. Times are microseconds since the epoch;
 //! lists of ids go to SQLite as one JSON array (`json_each`).
@@ -105,8 +107,8 @@ impl HistoryRows for SqliteRows<'_> {
         correlation: &str,
     ) -> AdminResult<Vec<(String, String, Option<String>)>> {
         let rows = sqlx::query(
-            "SELECT DISTINCT h.message_id, h.endpoint, h.conversation_id FROM courier_history_instance i \
-             JOIN courier_history h ON h.id = i.history_id WHERE i.saga_type = ?1 AND i.correlation = ?2 LIMIT ?3",
+            "SELECT DISTINCT h.message_id, h.endpoint, h.conversation_id FROM courier_history_instance_all i \
+             JOIN courier_history_all h ON h.id = i.history_id WHERE i.saga_type = ?1 AND i.correlation = ?2 LIMIT ?3",
         )
         .bind(saga_type)
         .bind(correlation)
@@ -135,7 +137,7 @@ impl HistoryRows for SqliteRows<'_> {
         limit: usize,
     ) -> AdminResult<Vec<RawRow>> {
         let sql = format!(
-            "SELECT {COLUMNS} FROM courier_history_instance i JOIN courier_history h ON h.id = i.history_id \
+            "SELECT {COLUMNS} FROM courier_history_instance_all i JOIN courier_history_all h ON h.id = i.history_id \
              WHERE i.saga_type = ?4 AND i.correlation = ?5 AND {FILTER} ORDER BY h.at, h.id LIMIT ?6"
         );
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -161,10 +163,10 @@ impl HistoryRows for SqliteRows<'_> {
         limit: usize,
     ) -> AdminResult<Vec<RawRow>> {
         let sql = format!(
-            "SELECT {COLUMNS} FROM courier_history h WHERE h.id IN \
-             (SELECT id FROM courier_history WHERE message_id IN (SELECT value FROM json_each(?4)) \
-              UNION SELECT id FROM courier_history c WHERE c.conversation_id IN (SELECT value FROM json_each(?5)) \
-              AND c.kind <> 'handled' AND NOT EXISTS (SELECT 1 FROM courier_history o \
+            "SELECT {COLUMNS} FROM courier_history_all h WHERE h.id IN \
+             (SELECT id FROM courier_history_all WHERE message_id IN (SELECT value FROM json_each(?4)) \
+              UNION SELECT id FROM courier_history_all c WHERE c.conversation_id IN (SELECT value FROM json_each(?5)) \
+              AND c.kind <> 'handled' AND NOT EXISTS (SELECT 1 FROM courier_history_all o \
               WHERE o.message_id = c.message_id AND o.endpoint = c.endpoint AND o.kind = 'handled')) \
              AND h.endpoint IN (SELECT value FROM json_each(?6)) AND {FILTER} \
              ORDER BY h.at, h.id LIMIT ?7"
@@ -185,7 +187,7 @@ impl HistoryRows for SqliteRows<'_> {
 
     async fn of_message(&self, id: &str, limit: usize) -> AdminResult<Vec<RawRow>> {
         let sql =
-            format!("SELECT {COLUMNS} FROM courier_history h WHERE h.message_id = ?1 ORDER BY h.at, h.id LIMIT ?2");
+            format!("SELECT {COLUMNS} FROM courier_history_all h WHERE h.message_id = ?1 ORDER BY h.at, h.id LIMIT ?2");
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(id)
             .bind(sql_limit(limit))
@@ -197,7 +199,7 @@ impl HistoryRows for SqliteRows<'_> {
 
     async fn caused_by(&self, ids: &[String], limit: usize) -> AdminResult<Vec<RawRow>> {
         let sql = format!(
-            "SELECT {COLUMNS} FROM courier_history h WHERE h.causation_id IN (SELECT value FROM json_each(?1)) \
+            "SELECT {COLUMNS} FROM courier_history_all h WHERE h.causation_id IN (SELECT value FROM json_each(?1)) \
              ORDER BY h.at, h.id LIMIT ?2"
         );
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -211,7 +213,7 @@ impl HistoryRows for SqliteRows<'_> {
 
     async fn containing(&self, needles: &Needles, filter: &HistoryFilter, limit: usize) -> AdminResult<Vec<RawRow>> {
         let sql = format!(
-            "SELECT {COLUMNS} FROM courier_history h WHERE {FILTER} AND (h.message_id = ?4 OR h.conversation_id = ?4 \
+            "SELECT {COLUMNS} FROM courier_history_all h WHERE {FILTER} AND (h.message_id = ?4 OR h.conversation_id = ?4 \
              OR h.causation_id = ?4 OR instr(h.detail, ?4) > 0 OR instr(h.detail, ?5) > 0 \
              OR instr(h.detail, ?6) > 0) ORDER BY h.at DESC, h.id DESC LIMIT ?7"
         );

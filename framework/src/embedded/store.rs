@@ -405,10 +405,14 @@ impl Store for EmbeddedStore {
 
     async fn record_history(&self, event: &crate::store::history::HistoryEvent) -> Result<()> {
         let mut lease = self.lease().await?;
-        in_transaction(&mut lease, "recording the history of a message", async |c| {
+        let due = in_transaction(&mut lease, "recording the history of a message", async |c| {
             crate::store::sqlite_history::record(c, event).await
         })
-        .await
+        .await?;
+        if due {
+            crate::store::sqlite_history::move_recent(conn(&mut lease)?).await;
+        }
+        Ok(())
     }
 
     async fn purge_history(&self, endpoint: &str, before: DateTime<Utc>, limit: i64) -> Result<u64> {

@@ -1,6 +1,15 @@
-//! The history's SQLite statements (`courier_history`, `courier_history_instance`), on a
-//! connection: the SQLite store and the embedded broker's store run them in a handling's
-//! transaction (a handled event) or on their own (the others, and the janitor's purge).
+//! The history's SQLite statements (`courier_history`, `courier_history_recent`,
+//! `courier_history_instance`), on a connection: the SQLite store and the embedded broker's
+//! store run them in a handling's transaction (a handled event) or on their own (the
+//! others, the move of the recent events, and the janitor's purge).
+//!
+//! An event goes to `courier_history_recent`, which has no index but its row id, and the
+//! saga instances it names to `courier_history_instance_recent`, so that a handling's
+//! commit writes a page or two more instead of one per index (migration
+//! `20261206000001_history_recent`). Every [`MOVE_EVERY`] ids, the writer that crossed the
+//! mark moves the recent rows into `courier_history` and `courier_history_instance` (ids
+//! kept), in a transaction of its own after its commit ([`move_recent`]). Readers read
+//! `courier_history_all` and `courier_history_instance_all`, both tables of each as one.
 
 use chrono::{DateTime, Utc};
 use sqlx::SqliteConnection;
@@ -25,22 +34,47 @@ const EVENT_PARAMETERS: usize = 11;
 /// stays under too; it also keeps the query's text far below SQLite's 1 MB bound.
 const MAX_PARAMETERS: usize = 30_000;
 
-/// Appends to `sql` the statements of one event: the event's row, then its instance rows,
-/// whose event is the row just inserted (`last_insert_rowid()`, which an insert into
-/// `courier_history_instance`, a table WITHOUT ROWID, leaves as it is). Anonymous `?`
-/// placeholders: sqlx binds them in order across the query's statements, where a
-/// numbered `?N` in a later statement would be bound from the wrong place.
+/// An event's id: one more than the largest of either table, so that the two tables share
+/// one sequence and a moved row keeps its id. Each is the largest row id of its table,
+/// which SQLite finds at the end of the table's tree without reading the rest.
+const NEXT_ID: &str = "1 + max(coalesce((SELECT max(id) FROM courier_history), 0), \
+     coalesce((SELECT max(id) FROM courier_history_recent), 0))";
+
+/// How many ids apart the moves of the recent events are: a handling writes its event to
+/// an unindexed table, and the indexes of `courier_history` take a few hundred rows at
+/// once, in a few pages, instead of a page each per handling.
+pub(crate) const MOVE_EVERY: i64 = 512;
+
+/// The statements that move the recent events into `courier_history`, their ids kept, in
+/// a transaction of their own.
+const MOVE: &str = "BEGIN IMMEDIATE; \
+     INSERT INTO courier_history (id, endpoint, kind, at, message_id, message_type, conversation_id, \
+       causation_id, attempt, enqueued_at, received_at, detail) \
+     SELECT id, endpoint, kind, at, message_id, message_type, conversation_id, causation_id, attempt, \
+       enqueued_at, received_at, detail FROM courier_history_recent ORDER BY id; \
+     INSERT INTO courier_history_instance (history_id, saga_type, correlation) \
+     SELECT history_id, saga_type, correlation FROM courier_history_instance_recent; \
+     DELETE FROM courier_history_instance_recent; \
+     DELETE FROM courier_history_recent; \
+     COMMIT;";
+
+/// Appends to `sql` the statements of one event: the event's row in
+/// `courier_history_recent`, then its instance rows in `courier_history_instance_recent`,
+/// whose event is the row just inserted (`last_insert_rowid()`, which an insert into a
+/// table WITHOUT ROWID leaves as it is). Anonymous `?` placeholders: sqlx binds them in
+/// order across the query's statements, where a numbered `?N` in a later statement would
+/// be bound from the wrong place.
 fn push_statements(sql: &mut String, instances: usize) {
     use std::fmt::Write as _;
     let _ = write!(
         sql,
-        "INSERT INTO courier_history ({EVENT_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);"
+        "INSERT INTO courier_history_recent (id, {EVENT_COLUMNS}) VALUES ({NEXT_ID}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);"
     );
     if instances > 0 {
         let rows = vec!["(last_insert_rowid(), ?, ?)"; instances];
         let _ = write!(
             sql,
-            " INSERT INTO courier_history_instance (history_id, saga_type, correlation) VALUES {};",
+            " INSERT INTO courier_history_instance_recent (history_id, saga_type, correlation) VALUES {};",
             rows.join(", ")
         );
     }
@@ -70,22 +104,49 @@ impl Rendered {
 }
 
 /// Writes `event` and the saga instances it touched, in one query (one trip to the
-/// connection's thread).
-pub(crate) async fn record(conn: &mut SqliteConnection, event: &HistoryEvent) -> Result<()> {
+/// connection's thread); whether the recent events are due to move (the caller runs
+/// [`move_recent`] once its transaction committed).
+pub(crate) async fn record(conn: &mut SqliteConnection, event: &HistoryEvent) -> Result<bool> {
     record_then(conn, &[Rendered::new(event)?], None)
         .await
         .map_err(|e| db_error("cannot record the history of a message", e))
 }
 
+/// Whether the ids of `events` events written last, the last of them `last_id`, crossed a
+/// multiple of [`MOVE_EVERY`]: the ids of one query are consecutive (its transaction is the
+/// file's only writer), so each multiple is crossed by exactly one writer.
+fn crossed(last_id: i64, events: usize) -> bool {
+    events > 0 && last_id.rem_euclid(MOVE_EVERY) < i64::try_from(events).unwrap_or(i64::MAX)
+}
+
+/// Moves the recent events into `courier_history`, in a transaction of its own on `conn`
+/// (which must be in none). A failure is logged and rolled back: the events stay readable
+/// in `courier_history_recent`, and the next writer to cross a mark tries again.
+pub(crate) async fn move_recent(conn: &mut SqliteConnection) {
+    if let Err(e) = sqlx::raw_sql(MOVE).execute(&mut *conn).await {
+        if let Err(rollback) = sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await {
+            tracing::debug!(error = %rollback, "no transaction to roll back after a failed move of the history");
+        }
+        tracing::warn!(
+            error = %e,
+            "cannot move the history's recent events into courier_history; they stay readable where they are \
+             and the move is tried again after {MOVE_EVERY} more events (check the file's free space and health)"
+        );
+    }
+}
+
 /// Writes `events` (with the saga instances each touched) and then runs `then` (a
 /// transaction's `COMMIT`), in as few queries as SQLite's bound on parameters allows:
 /// one trip to the connection's thread for a handling, whose event took a trip of its
-/// own before. A failing statement stops its query: `then` does not run.
+/// own before. A failing statement stops its query: `then` does not run. Returns whether
+/// the events crossed a mark of [`MOVE_EVERY`]: the caller then runs [`move_recent`] once
+/// `then` committed.
 pub(crate) async fn record_then(
     conn: &mut SqliteConnection,
     events: &[Rendered],
     then: Option<&str>,
-) -> std::result::Result<(), sqlx::Error> {
+) -> std::result::Result<bool, sqlx::Error> {
+    let mut due = false;
     let mut rest = events.iter().peekable();
     loop {
         let mut sql = String::new();
@@ -106,8 +167,9 @@ pub(crate) async fn record_then(
             sql.push_str(then);
         }
         if sql.is_empty() {
-            return Ok(());
+            return Ok(due);
         }
+        let written = chunk.len();
         let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
         for r in chunk {
             let event = &r.event;
@@ -127,21 +189,43 @@ pub(crate) async fn record_then(
                 query = query.bind(saga_type).bind(correlation);
             }
         }
-        query.execute(&mut *conn).await?;
+        let done = query.execute(&mut *conn).await?;
+        due |= crossed(done.last_insert_rowid(), written);
         if last {
-            return Ok(());
+            return Ok(due);
         }
     }
 }
 
-/// Deletes up to `limit` of `endpoint`'s events older than `before`, oldest first, with
-/// their instance rows; how many events.
+/// Deletes up to `limit` of `endpoint`'s events older than `before` from each table,
+/// oldest first, with their instance rows; how many events. The recent table holds a few
+/// hundred rows unless its moves failed, when this keeps it bounded too.
 pub(crate) async fn purge(
     conn: &mut SqliteConnection,
     endpoint: &str,
     before: DateTime<Utc>,
     limit: i64,
 ) -> Result<u64> {
+    sqlx::query(
+        "DELETE FROM courier_history_instance_recent WHERE history_id IN \
+         (SELECT id FROM courier_history_recent WHERE endpoint = ?1 AND at < ?2 ORDER BY at LIMIT ?3)",
+    )
+    .bind(endpoint)
+    .bind(micros(before))
+    .bind(limit)
+    .execute(&mut *conn)
+    .await
+    .map_err(|e| db_error("cannot purge the history", e))?;
+    let recent = sqlx::query(
+        "DELETE FROM courier_history_recent WHERE id IN \
+         (SELECT id FROM courier_history_recent WHERE endpoint = ?1 AND at < ?2 ORDER BY at LIMIT ?3)",
+    )
+    .bind(endpoint)
+    .bind(micros(before))
+    .bind(limit)
+    .execute(&mut *conn)
+    .await
+    .map_err(|e| db_error("cannot purge the history", e))?;
     sqlx::query(
         "DELETE FROM courier_history_instance WHERE history_id IN \
          (SELECT id FROM courier_history WHERE endpoint = ?1 AND at < ?2 ORDER BY at LIMIT ?3)",
@@ -162,5 +246,5 @@ pub(crate) async fn purge(
     .execute(&mut *conn)
     .await
     .map_err(|e| db_error("cannot purge the history", e))?;
-    Ok(done.rows_affected())
+    Ok(done.rows_affected() + recent.rows_affected())
 }

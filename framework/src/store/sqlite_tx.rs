@@ -28,7 +28,7 @@ use tokio::sync::OwnedMutexGuard;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::store::db_error;
-use crate::store::sqlite_history::{Rendered, record_then};
+use crate::store::sqlite_history::{Rendered, move_recent, record_then};
 
 /// How long a writer waits for its turn in this process, as long as SQLite's busy
 /// timeout: a turn that does not come means a transaction is stuck.
@@ -116,7 +116,11 @@ impl WriteTx {
     /// allows; rolled back if either fails.
     pub(crate) async fn commit_with(mut self, history: &[Rendered], what: &'static str) -> Result<()> {
         match record_then(self.conn()?, history, Some("COMMIT")).await {
-            Ok(()) => {
+            Ok(due) => {
+                if due {
+                    // Still the writer's turn, out of the committed transaction.
+                    move_recent(self.conn()?).await;
+                }
                 // Ended: the turn goes back with its connection.
                 self.turn = None;
                 Ok(())

@@ -95,7 +95,7 @@ impl Engine {
             history,
             reply,
         } = f;
-        let result: Sql<Result<()>> = async {
+        let result: Sql<Result<bool>> = async {
             // Each lock is the message's row at its delivery count, still locked: one
             // statement for up to 500 (a batch's), all found or the lock is lost (and
             // the transaction rolled back).
@@ -183,14 +183,18 @@ impl Engine {
             }
             self.serve_waiters(now, &mut outcomes).await?;
             self.flush_sequences().await?;
-            crate::store::sqlite_history::record_then(self.conn.get()?, &history, Some("COMMIT")).await?;
-            Ok(Ok(()))
+            let due = crate::store::sqlite_history::record_then(self.conn.get()?, &history, Some("COMMIT")).await?;
+            Ok(Ok(due))
         }
         .await;
         match result {
-            Ok(Ok(())) => {
+            Ok(Ok(due)) => {
                 self.deliver(outcomes);
                 let _ = reply.send(Ok(()));
+                if due && let Ok(c) = self.conn.get() {
+                    // After the handling's answer: its commit does not wait for the move.
+                    crate::store::sqlite_history::move_recent(c).await;
+                }
             }
             Ok(Err(e)) => {
                 self.rollback_lease().await;
