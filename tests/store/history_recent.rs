@@ -136,7 +136,13 @@ async fn check_file(pool: &sqlx::SqlitePool, written: &[HistoryEvent]) -> Result
     Ok(())
 }
 
-fn run(open: fn(&Path) -> std::pin::Pin<Box<dyn Future<Output = (Box<dyn Store>, Box<dyn std::any::Any>)>>>) {
+/// A store on a new file, and what must live as long as it (the embedded broker).
+type Opened = (Box<dyn Store>, Box<dyn std::any::Any>);
+
+/// Opens a store on the file.
+type Open = fn(&Path) -> std::pin::Pin<Box<dyn Future<Output = Opened>>>;
+
+fn run(open: Open) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     courier_tests::run_property(
         &rt,
