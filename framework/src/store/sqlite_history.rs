@@ -197,6 +197,19 @@ pub(crate) async fn record_then(
     }
 }
 
+/// The purge's statements, in order: for each event table, its instance rows, then its
+/// events; each on parameters `?1` (endpoint), `?2` (before) and `?3` (limit).
+const PURGE: [&str; 4] = [
+    "DELETE FROM courier_history_instance_recent WHERE history_id IN \
+     (SELECT id FROM courier_history_recent WHERE endpoint = ?1 AND at < ?2 ORDER BY at LIMIT ?3)",
+    "DELETE FROM courier_history_recent WHERE id IN \
+     (SELECT id FROM courier_history_recent WHERE endpoint = ?1 AND at < ?2 ORDER BY at LIMIT ?3)",
+    "DELETE FROM courier_history_instance WHERE history_id IN \
+     (SELECT id FROM courier_history WHERE endpoint = ?1 AND at < ?2 ORDER BY at LIMIT ?3)",
+    "DELETE FROM courier_history WHERE id IN \
+     (SELECT id FROM courier_history WHERE endpoint = ?1 AND at < ?2 ORDER BY at LIMIT ?3)",
+];
+
 /// Deletes up to `limit` of `endpoint`'s events older than `before` from each table,
 /// oldest first, with their instance rows; how many events. The recent table holds a few
 /// hundred rows unless its moves failed, when this keeps it bounded too.
@@ -206,45 +219,19 @@ pub(crate) async fn purge(
     before: DateTime<Utc>,
     limit: i64,
 ) -> Result<u64> {
-    sqlx::query(
-        "DELETE FROM courier_history_instance_recent WHERE history_id IN \
-         (SELECT id FROM courier_history_recent WHERE endpoint = ?1 AND at < ?2 ORDER BY at LIMIT ?3)",
-    )
-    .bind(endpoint)
-    .bind(micros(before))
-    .bind(limit)
-    .execute(&mut *conn)
-    .await
-    .map_err(|e| db_error("cannot purge the history", e))?;
-    let recent = sqlx::query(
-        "DELETE FROM courier_history_recent WHERE id IN \
-         (SELECT id FROM courier_history_recent WHERE endpoint = ?1 AND at < ?2 ORDER BY at LIMIT ?3)",
-    )
-    .bind(endpoint)
-    .bind(micros(before))
-    .bind(limit)
-    .execute(&mut *conn)
-    .await
-    .map_err(|e| db_error("cannot purge the history", e))?;
-    sqlx::query(
-        "DELETE FROM courier_history_instance WHERE history_id IN \
-         (SELECT id FROM courier_history WHERE endpoint = ?1 AND at < ?2 ORDER BY at LIMIT ?3)",
-    )
-    .bind(endpoint)
-    .bind(micros(before))
-    .bind(limit)
-    .execute(&mut *conn)
-    .await
-    .map_err(|e| db_error("cannot purge the history", e))?;
-    let done = sqlx::query(
-        "DELETE FROM courier_history WHERE id IN \
-         (SELECT id FROM courier_history WHERE endpoint = ?1 AND at < ?2 ORDER BY at LIMIT ?3)",
-    )
-    .bind(endpoint)
-    .bind(micros(before))
-    .bind(limit)
-    .execute(&mut *conn)
-    .await
-    .map_err(|e| db_error("cannot purge the history", e))?;
-    Ok(done.rows_affected() + recent.rows_affected())
+    let mut events = 0;
+    for (i, sql) in PURGE.into_iter().enumerate() {
+        let done = sqlx::query(sql)
+            .bind(endpoint)
+            .bind(micros(before))
+            .bind(limit)
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| db_error("cannot purge the history", e))?;
+        // The second and the fourth delete events; the others, their instance rows.
+        if i % 2 == 1 {
+            events += done.rows_affected();
+        }
+    }
+    Ok(events)
 }
