@@ -41,6 +41,7 @@ mod workflow;
 
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
@@ -189,7 +190,15 @@ async fn worker(place: Place, feed: u64, rate: u64) -> Result<(), Error> {
         place.endpoint(transport.clone(), store)
     };
     let running = builder.start().await?;
-    let feeder = (feed > 0).then(|| tokio::spawn(send_flows(transport.clone(), place.queue.clone(), feed, rate)));
+    let feeder = (feed > 0).then(|| {
+        tokio::spawn(send_flows(
+            transport.clone(),
+            place.queue.clone(),
+            feed,
+            rate,
+            Arc::default(),
+        ))
+    });
     println!("READY");
     let reporter = amqp.map(|amqp| tokio::spawn(cluster_run::report_connections(amqp)));
     tokio::task::spawn_blocking(|| {
@@ -229,14 +238,34 @@ async fn drain(transport: &dyn Transport, queue: &str) {
     }
 }
 
-/// Sends flows `0..n` at `rate` a second, each with its fixed message id, again after a
-/// transient failure (a copy that did arrive is dropped by the inbox). A fed worker that
-/// is killed and started again feeds from the start: the copies are dropped the same way.
-async fn send_flows(transport: Arc<dyn Transport>, queue: String, n: u64, rate: u64) -> Result<u64, Error> {
+/// How far a feeder got, read while it runs, and whether it should go on past its `n`
+/// flows (`more`, cleared by the driver once every fault of its plan was injected, so
+/// that a slow fault cannot outlast the work).
+#[derive(Default)]
+pub struct Feed {
+    /// The flows sent so far (each flow `0..sent` was sent).
+    pub sent: AtomicU64,
+    /// Go on sending past `n` flows while this holds.
+    pub more: AtomicBool,
+}
+
+/// Sends flows `0..n` (and on while `feed.more` holds) at `rate` a second, each with its
+/// fixed message id, again after a transient failure (a copy that did arrive is dropped
+/// by the inbox). A fed worker that is killed and started again feeds from the start:
+/// the copies are dropped the same way. Returns the sends that failed and were made
+/// again.
+async fn send_flows(
+    transport: Arc<dyn Transport>,
+    queue: String,
+    n: u64,
+    rate: u64,
+    feed: Arc<Feed>,
+) -> Result<u64, Error> {
     let bus = Bus::new(transport, workflow::routes(&queue));
     let started = Instant::now();
     let mut failures = 0;
-    for i in 0..n {
+    let mut i = 0;
+    while i < n || feed.more.load(Ordering::SeqCst) {
         let (key, cancel) = workflow::key(i);
         loop {
             let once = SendOptions::new().message_id(format!("open-{key}"));
@@ -258,7 +287,9 @@ async fn send_flows(transport: Arc<dyn Transport>, queue: String, n: u64, rate: 
                 Err(e) => return fail(format!("sending flow {key} failed for good: {e}")),
             }
         }
-        let due = started + Duration::from_secs_f64((i + 1) as f64 / rate.max(1) as f64);
+        i += 1;
+        feed.sent.store(i, Ordering::SeqCst);
+        let due = started + Duration::from_secs_f64(i as f64 / rate.max(1) as f64);
         tokio::time::sleep_until(due.into()).await;
     }
     Ok(failures)
@@ -334,6 +365,7 @@ async fn drive(args: &RunArgs, setup: &Setup) -> Result<bool, Error> {
             setup.place.queue.clone(),
             args.messages,
             args.rate,
+            Arc::default(),
         )))
     } else {
         None

@@ -147,8 +147,8 @@ fn rabbitmq_sessions_under_faults() {
 /// A RabbitMQ cluster of three containers (issue 36): two workers on the `rabbitmq`
 /// workload, the workers' node stopped then started, the node they moved to paused for
 /// three heartbeats; every effect once, nothing stuck (docs/reliability.md). The flows are
-/// fed over 40 s, so that the pause falls inside the run once the stopped node is back
-/// (about 16 s after its stop). It needs a
+/// fed over 40 s at least, and on until both faults were injected (a stopped node took
+/// from 16 s to 34 s to be back), so the pause always falls inside the run. It needs a
 /// Docker engine, as `tests/cluster` does (the test command, scripts/test.sh, starts one).
 #[test]
 fn a_rabbitmq_cluster_that_loses_a_node_under_faults() {
