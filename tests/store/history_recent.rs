@@ -22,25 +22,45 @@ use super::history_rows::event;
 /// `courier::store`'s mark: every this many ids, the recent rows move.
 const MOVE_EVERY: i64 = 512;
 
-fn failed(e: impl std::fmt::Display) -> TestCaseError {
+pub(super) fn failed(e: impl std::fmt::Display) -> TestCaseError {
     TestCaseError::fail(e.to_string())
 }
 
-/// Some events, most of them naming no saga instance (a plain handler's event), long
-/// enough to cross one or two marks.
-fn events() -> impl Strategy<Value = Vec<HistoryEvent>> {
-    (300_usize..1_200).prop_flat_map(|n| {
-        proptest::collection::vec(
-            (event(), proptest::bool::weighted(0.8)).prop_map(|(mut e, plain)| {
-                if plain {
-                    e.detail.sagas.clear();
-                    e.detail.timeout = None;
-                }
-                e
-            }),
-            n..=n,
-        )
+/// An event, most often (four in five) naming no saga instance, as a plain handler's.
+pub(super) fn mostly_plain_event() -> impl Strategy<Value = HistoryEvent> {
+    (event(), proptest::bool::weighted(0.8)).prop_map(|(mut e, plain)| {
+        if plain {
+            e.detail.sagas.clear();
+            e.detail.timeout = None;
+        }
+        e
     })
+}
+
+/// Some events, long enough to cross one or two marks.
+fn events() -> impl Strategy<Value = Vec<HistoryEvent>> {
+    (300_usize..1_200).prop_flat_map(|n| proptest::collection::vec(mostly_plain_event(), n..=n))
+}
+
+/// Records the `i`th event: one in three on its own (as a failed attempt's event is
+/// written), the others in a handling's transaction, written with its `COMMIT`.
+pub(super) async fn write(store: &dyn Store, i: usize, event: &HistoryEvent) -> Result<(), TestCaseError> {
+    if i.is_multiple_of(3) {
+        return store.record_history(event).await.map_err(failed);
+    }
+    let now = chrono::Utc::now();
+    match store
+        .begin("orders", &format!("m{i}"), None, now)
+        .await
+        .map_err(failed)?
+    {
+        courier::Begin::Fresh(mut work) => {
+            work.record_history(event).await.map_err(failed)?;
+            work.commit().await.map_err(failed)?;
+            Ok(())
+        }
+        courier::Begin::Duplicate(_) => Err(failed("a fresh id was taken for a duplicate")),
+    }
 }
 
 async fn read_only(file: &Path) -> sqlx::SqlitePool {
@@ -137,10 +157,10 @@ async fn check_file(pool: &sqlx::SqlitePool, written: &[HistoryEvent]) -> Result
 }
 
 /// A store on a new file, and what must live as long as it (the embedded broker).
-type Opened = (Box<dyn Store>, Box<dyn std::any::Any>);
+pub(super) type Opened = (Box<dyn Store>, Box<dyn std::any::Any>);
 
 /// Opens a store on the file.
-type Open = fn(&Path) -> std::pin::Pin<Box<dyn Future<Output = Opened>>>;
+pub(super) type Open = fn(&Path) -> std::pin::Pin<Box<dyn Future<Output = Opened>>>;
 
 fn run(open: Open) {
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -153,24 +173,7 @@ fn run(open: Open) {
             let file = dir.path().join("history.db");
             let (store, keep) = open(&file).await;
             for (i, event) in written.iter().enumerate() {
-                if i % 3 == 0 {
-                    // On its own, as a failed attempt's event is written.
-                    store.record_history(event).await.map_err(failed)?;
-                    continue;
-                }
-                // In a handling's transaction, written with its COMMIT.
-                let now = chrono::Utc::now();
-                match store
-                    .begin("orders", &format!("m{i}"), None, now)
-                    .await
-                    .map_err(failed)?
-                {
-                    courier::Begin::Fresh(mut work) => {
-                        work.record_history(event).await.map_err(failed)?;
-                        work.commit().await.map_err(failed)?;
-                    }
-                    courier::Begin::Duplicate(_) => return Err(failed("a fresh id was taken for a duplicate")),
-                }
+                write(store.as_ref(), i, event).await?;
             }
             let pool = read_only(&file).await;
             let checked = check_file(&pool, &written).await;
@@ -182,31 +185,37 @@ fn run(open: Open) {
     );
 }
 
+/// A migrated `SqliteStore` on the file.
+pub(super) fn sqlite_store(file: &Path) -> std::pin::Pin<Box<dyn Future<Output = Opened>>> {
+    let file = file.to_owned();
+    Box::pin(async move {
+        let store = SqliteStore::open(&file).await.unwrap();
+        store.migrate().await.unwrap();
+        (
+            Box::new(store) as Box<dyn Store>,
+            Box::new(()) as Box<dyn std::any::Any>,
+        )
+    })
+}
+
+/// The store of an embedded broker on the file, and the broker.
+pub(super) fn embedded_store(file: &Path) -> std::pin::Pin<Box<dyn Future<Output = Opened>>> {
+    let file = file.to_owned();
+    Box::pin(async move {
+        let broker = Embedded::open(&file).await.unwrap();
+        (
+            Box::new(broker.store()) as Box<dyn Store>,
+            Box::new(broker) as Box<dyn std::any::Any>,
+        )
+    })
+}
+
 #[test]
 fn sqlite_store_moves_recent_events_and_reads_them_all() {
-    run(|file| {
-        let file = file.to_owned();
-        Box::pin(async move {
-            let store = SqliteStore::open(&file).await.unwrap();
-            store.migrate().await.unwrap();
-            (
-                Box::new(store) as Box<dyn Store>,
-                Box::new(()) as Box<dyn std::any::Any>,
-            )
-        })
-    });
+    run(sqlite_store);
 }
 
 #[test]
 fn embedded_store_moves_recent_events_and_reads_them_all() {
-    run(|file| {
-        let file = file.to_owned();
-        Box::pin(async move {
-            let broker = Embedded::open(&file).await.unwrap();
-            (
-                Box::new(broker.store()) as Box<dyn Store>,
-                Box::new(broker) as Box<dyn std::any::Any>,
-            )
-        })
-    });
+    run(embedded_store);
 }

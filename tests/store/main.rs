@@ -17,6 +17,7 @@ mod batch_ids;
 mod crash;
 mod group;
 mod history_crash;
+mod history_outsiders;
 mod history_recent;
 mod history_rows;
 mod history_upgrade;

@@ -34,11 +34,36 @@ const EVENT_PARAMETERS: usize = 11;
 /// stays under too; it also keeps the query's text far below SQLite's 1 MB bound.
 const MAX_PARAMETERS: usize = 30_000;
 
-/// An event's id: one more than the largest of either table, so that the two tables share
-/// one sequence and a moved row keeps its id. Each is the largest row id of its table,
-/// which SQLite finds at the end of the table's tree without reading the rest.
-const NEXT_ID: &str = "1 + max(coalesce((SELECT max(id) FROM courier_history), 0), \
-     coalesce((SELECT max(id) FROM courier_history_recent), 0))";
+/// An event's id: one more than the largest below 2^62 of either table, so that the two
+/// tables share one sequence and a moved row keeps its id. Each is the largest row id of
+/// its table below the bound, which SQLite finds by one seek from the end of the table's
+/// tree. Ids from 2^62 up (only another writer's: Courier's own sequence would take
+/// centuries to get there) are left out, so a row with the largest id SQLite allows
+/// cannot make the sum overflow (SQLite turns it into a real number, which no id column
+/// takes: every handling would fail). Should the sequence reach 2^62 anyway, the id is
+/// NULL, and SQLite gives the row one itself: one more than the recent table's largest,
+/// or, when that is the largest SQLite allows, an unused one at random. A row that
+/// collides with one of `courier_history` is given a new id when it is moved.
+const NEXT_ID: &str = "nullif(1 + max( \
+     coalesce((SELECT max(id) FROM courier_history WHERE id < 4611686018427387904), 0), \
+     coalesce((SELECT max(id) FROM courier_history_recent WHERE id < 4611686018427387904), 0)), \
+     4611686018427387904)";
+
+/// The recent events whose id another writer gave a row of `courier_history` meanwhile
+/// (an insert without an id there takes one more than that table's largest, which the
+/// recent table may hold already).
+const TAKEN: &str = "SELECT r.id FROM courier_history_recent r \
+     WHERE EXISTS (SELECT 1 FROM courier_history h WHERE h.id = r.id) ORDER BY r.id";
+
+/// A random id neither event table holds (for a recent event whose id was taken, once
+/// the sequence passed 2^62), or no row when the one drawn is held.
+const RANDOM_FREE_ID: &str = "SELECT candidate FROM (SELECT random() & 9223372036854775807 AS candidate) \
+     WHERE NOT EXISTS (SELECT 1 FROM courier_history WHERE id = candidate) \
+     AND NOT EXISTS (SELECT 1 FROM courier_history_recent WHERE id = candidate)";
+
+/// How many random ids [`free_id`] draws before it gives up (each is held with a chance
+/// of the tables' rows in 2^63).
+const RANDOM_DRAWS: usize = 64;
 
 /// How many ids apart the moves of the recent events are: a handling writes its event to
 /// an unindexed table, and the indexes of `courier_history` take a few hundred rows at
@@ -46,8 +71,12 @@ const NEXT_ID: &str = "1 + max(coalesce((SELECT max(id) FROM courier_history), 0
 pub(crate) const MOVE_EVERY: i64 = 512;
 
 /// The statements that move the recent events into `courier_history`, their ids kept, in
-/// a transaction of their own.
-const MOVE: &str = "BEGIN IMMEDIATE; \
+/// the transaction [`move_recent`] began: first the recent instance rows whose event is in
+/// neither recent table are deleted (only another writer leaves such a row, which no read
+/// shows, as every read joins an instance row to its event), then both tables' rows are
+/// copied and deleted.
+const MOVE: &str = "DELETE FROM courier_history_instance_recent WHERE NOT EXISTS \
+       (SELECT 1 FROM courier_history_recent r WHERE r.id = history_id); \
      INSERT INTO courier_history (id, endpoint, kind, at, message_id, message_type, conversation_id, \
        causation_id, attempt, enqueued_at, received_at, detail) \
      SELECT id, endpoint, kind, at, message_id, message_type, conversation_id, causation_id, attempt, \
@@ -120,19 +149,70 @@ fn crossed(last_id: i64, events: usize) -> bool {
 }
 
 /// Moves the recent events into `courier_history`, in a transaction of its own on `conn`
-/// (which must be in none). A failure is logged and rolled back: the events stay readable
-/// in `courier_history_recent`, and the next writer to cross a mark tries again.
+/// (which must be in none). A recent event whose id another writer gave a row of
+/// `courier_history` meanwhile is first given a free id (its instance rows follow), so
+/// that no value another writer may insert stops the moves. A failure is logged and
+/// rolled back: the events stay readable in `courier_history_recent`, and the next writer
+/// to cross a mark tries again.
 pub(crate) async fn move_recent(conn: &mut SqliteConnection) {
-    if let Err(e) = sqlx::raw_sql(MOVE).execute(&mut *conn).await {
-        if let Err(rollback) = sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await {
-            tracing::debug!(error = %rollback, "no transaction to roll back after a failed move of the history");
+    match try_move(conn).await {
+        Ok(0) => {}
+        Ok(renumbered) => tracing::info!(
+            renumbered,
+            "recent history events had ids that rows inserted into courier_history by another writer took; \
+             they were given new ids when moved (Courier writes courier_history itself: insert nothing there)"
+        ),
+        Err(e) => {
+            if let Err(rollback) = sqlx::raw_sql("ROLLBACK").execute(&mut *conn).await {
+                tracing::debug!(error = %rollback, "no transaction to roll back after a failed move of the history");
+            }
+            tracing::warn!(
+                error = %e,
+                "cannot move the history's recent events into courier_history; they stay readable where they are \
+                 and the move is tried again after {MOVE_EVERY} more events (check the file's free space and health)"
+            );
         }
-        tracing::warn!(
-            error = %e,
-            "cannot move the history's recent events into courier_history; they stay readable where they are \
-             and the move is tried again after {MOVE_EVERY} more events (check the file's free space and health)"
-        );
     }
+}
+
+/// [`move_recent`]'s transaction; how many recent events were given new ids.
+async fn try_move(conn: &mut SqliteConnection) -> std::result::Result<usize, sqlx::Error> {
+    sqlx::raw_sql("BEGIN IMMEDIATE").execute(&mut *conn).await?;
+    let taken: Vec<i64> = sqlx::query_scalar(TAKEN).fetch_all(&mut *conn).await?;
+    for &old in &taken {
+        let new = free_id(conn).await?;
+        sqlx::query("UPDATE courier_history_instance_recent SET history_id = ?1 WHERE history_id = ?2")
+            .bind(new)
+            .bind(old)
+            .execute(&mut *conn)
+            .await?;
+        sqlx::query("UPDATE courier_history_recent SET id = ?1 WHERE id = ?2")
+            .bind(new)
+            .bind(old)
+            .execute(&mut *conn)
+            .await?;
+    }
+    sqlx::raw_sql(MOVE).execute(&mut *conn).await?;
+    Ok(taken.len())
+}
+
+/// An id neither event table holds: the next of the sequence ([`NEXT_ID`]), or past 2^62
+/// one drawn at random; an error when [`RANDOM_DRAWS`] draws were all held.
+async fn free_id(conn: &mut SqliteConnection) -> std::result::Result<i64, sqlx::Error> {
+    let next: Option<i64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!("SELECT {NEXT_ID}")))
+        .fetch_one(&mut *conn)
+        .await?;
+    if let Some(id) = next {
+        return Ok(id);
+    }
+    for _ in 0..RANDOM_DRAWS {
+        if let Some(id) = sqlx::query_scalar(RANDOM_FREE_ID).fetch_optional(&mut *conn).await? {
+            return Ok(id);
+        }
+    }
+    Err(sqlx::Error::Protocol(format!(
+        "no free history id found in {RANDOM_DRAWS} random draws"
+    )))
 }
 
 /// Writes `events` (with the saga instances each touched) and then runs `then` (a
