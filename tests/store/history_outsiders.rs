@@ -13,11 +13,12 @@
 use std::collections::BTreeMap;
 
 use courier::HistoryEvent;
-use courier::admin::{HistoryAdmin, HistoryFilter, SqliteAdmin};
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 
-use super::history_recent::{Open, embedded_store, failed, mostly_plain_event, sqlite_store, write};
+use super::history_recent::{
+    Open, admin_reads_first_and_last, embedded_store, failed, mostly_plain_event, sqlite_store, write,
+};
 
 /// `courier::store`'s mark: every this many ids, the recent rows move.
 const MOVE_EVERY: usize = 512;
@@ -210,19 +211,7 @@ async fn check(pool: &sqlx::SqlitePool, written: &[HistoryEvent], outsiders_in: 
         i64::try_from(outsiders_in).map_err(failed)?,
         "every event row the other writer got in is kept"
     );
-    let admin = SqliteAdmin::new(pool.clone());
-    for event in [written.first(), written.last()].into_iter().flatten() {
-        let read = admin
-            .message_history(&event.message_id, &HistoryFilter::default())
-            .await
-            .map_err(failed)?;
-        prop_assert!(
-            read.root.events.iter().any(|e| e.event.detail == event.detail),
-            "the admin reads the event of {:?}",
-            event.message_id
-        );
-    }
-    Ok(())
+    admin_reads_first_and_last(pool, written).await
 }
 
 fn run(open: Open) {

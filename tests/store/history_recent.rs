@@ -141,6 +141,14 @@ async fn check_file(pool: &sqlx::SqlitePool, written: &[HistoryEvent]) -> Result
     prop_assert_eq!(instances, expected, "each event's saga instances, once");
     // The admin's reads see both tables: the first event (moved when a mark was crossed)
     // and the last (still recent unless it named an instance).
+    admin_reads_first_and_last(pool, written).await
+}
+
+/// `SqliteAdmin` reads the first and the last of `written` by their message ids.
+pub(super) async fn admin_reads_first_and_last(
+    pool: &sqlx::SqlitePool,
+    written: &[HistoryEvent],
+) -> Result<(), TestCaseError> {
     let admin = SqliteAdmin::new(pool.clone());
     for event in [written.first(), written.last()].into_iter().flatten() {
         let read = admin
