@@ -86,8 +86,10 @@ SQL
 echo "filled in $(( $(date +%s) - start )) s; history + indexes: $(psql "$url" -Atc "SELECT pg_size_pretty(pg_total_relation_size('$schema.history'))"), history_instance + indexes: $(psql "$url" -Atc "SELECT pg_size_pretty(pg_total_relation_size('$schema.history_instance'))")"
 
 # The janitor's statement (pg_history.rs `purge`), as a prepared statement would run it.
-purge_sql="DELETE FROM $schema.history WHERE id IN
-  (SELECT id FROM $schema.history WHERE endpoint = \$1 AND at < \$2 ORDER BY at LIMIT \$3)"
+purge_sql="WITH gone AS (DELETE FROM $schema.history WHERE id IN
+  (SELECT id FROM $schema.history WHERE endpoint = \$1 AND at < \$2 ORDER BY at LIMIT \$3) RETURNING id),
+  instances AS (DELETE FROM $schema.history_instance WHERE history_id IN (SELECT id FROM gone))
+  SELECT count(*) FROM gone"
 echo "one batch's plan (rolled back):"
 psql "$url" -q <<SQL | sed 's/^/  /'
 BEGIN;
@@ -126,9 +128,11 @@ DECLARE n bigint; b int := 0; t0 timestamptz;
 BEGIN
   LOOP
     t0 := clock_timestamp();
-    DELETE FROM $schema.history WHERE id IN
-      (SELECT id FROM $schema.history WHERE endpoint = 'orders' AND at < cutoff ORDER BY at LIMIT 1000);
-    GET DIAGNOSTICS n = ROW_COUNT;
+    WITH gone AS (DELETE FROM $schema.history WHERE id IN
+      (SELECT id FROM $schema.history WHERE endpoint = 'orders' AND at < cutoff ORDER BY at LIMIT 1000)
+      RETURNING id),
+    instances AS (DELETE FROM $schema.history_instance WHERE history_id IN (SELECT id FROM gone))
+    SELECT count(*) INTO n FROM gone;
     b := b + 1;
     INSERT INTO $schema.purge_log VALUES (b, t0, extract(epoch FROM clock_timestamp() - t0) * 1000, n);
     COMMIT;

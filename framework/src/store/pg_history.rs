@@ -205,18 +205,21 @@ pub(crate) fn bind_events<'q>(
         .bind(correlations)
 }
 
-/// Deletes up to `limit` of `endpoint`'s events older than `before`, oldest first (their
-/// instance rows go with them); how many.
+/// Deletes up to `limit` of `endpoint`'s events older than `before`, oldest first, and
+/// their instance rows (which hold no foreign key: migration
+/// `20261207000001_history_instance_no_fk`), in one statement; how many events.
 pub(crate) async fn purge(conn: &mut PgConnection, endpoint: &str, before: DateTime<Utc>, limit: i64) -> Result<u64> {
-    let done = sqlx::query(
-        "DELETE FROM courier.history WHERE id IN \
-         (SELECT id FROM courier.history WHERE endpoint = $1 AND at < $2 ORDER BY at LIMIT $3)",
+    let events: i64 = sqlx::query_scalar(
+        "WITH gone AS (DELETE FROM courier.history WHERE id IN \
+           (SELECT id FROM courier.history WHERE endpoint = $1 AND at < $2 ORDER BY at LIMIT $3) RETURNING id), \
+         instances AS (DELETE FROM courier.history_instance WHERE history_id IN (SELECT id FROM gone)) \
+         SELECT count(*) FROM gone",
     )
     .bind(endpoint)
     .bind(before)
     .bind(limit)
-    .execute(&mut *conn)
+    .fetch_one(&mut *conn)
     .await
     .map_err(|e| db_error("cannot purge the history", e))?;
-    Ok(done.rows_affected())
+    Ok(u64::try_from(events).unwrap_or(0))
 }
