@@ -96,6 +96,17 @@ fn every_account_closed_in_order(recorded: &Finals, deposits: u32, name: impl Fn
     }
 }
 
+/// Waits until the two endpoints counted `n` messages completed between them. An
+/// endpoint counts a message after its commit returns, and the last deposit's `Closed`,
+/// committed with it, can be recorded by the other endpoint before that: reading the
+/// counts as soon as every account closed saw one short under load.
+async fn all_counted(a: &RunningEndpoint, b: &RunningEndpoint, n: u32) {
+    eventually("every deposit counted", || async {
+        a.stats().completed + b.stats().completed >= u64::from(n)
+    })
+    .await;
+}
+
 fn routes(queue: &str, finals: &str) -> Routes {
     Routes::new().send::<Deposit>(queue).send::<Closed>(finals)
 }
@@ -167,6 +178,7 @@ async fn a_saga_on_a_session_queue_has_no_conflicts_across_two_processes() {
     })
     .await;
     every_account_closed_in_order(&recorded, DEPOSITS, |i| format!("account-{i}"));
+    all_counted(&a, &b, ACCOUNTS * DEPOSITS).await;
     let (sa, sb) = (a.stats(), b.stats());
     assert_eq!(sa.saga_conflicts + sb.saga_conflicts, 0, "no conflict: {sa:?} {sb:?}");
     assert_eq!(sa.retried + sb.retried, 0, "{sa:?} {sb:?}");
@@ -240,6 +252,7 @@ async fn rabbitmq_a_saga_on_a_session_queue_has_no_conflicts_across_two_processe
     })
     .await;
     every_account_closed_in_order(&recorded, DEPOSITS, |i| format!("account-{i:02}"));
+    all_counted(&a, &b, ACCOUNTS * DEPOSITS).await;
     let (sa, sb) = (a.stats(), b.stats());
     assert_eq!(sa.saga_conflicts + sb.saga_conflicts, 0, "no conflict: {sa:?} {sb:?}");
     assert_eq!(
