@@ -21,6 +21,7 @@ mod history_outsiders;
 mod history_recent;
 mod history_rows;
 mod history_upgrade;
+mod history_with_sends;
 mod refused;
 mod restart;
 mod sqlite_writer;

@@ -114,6 +114,66 @@ fn events_ctes(first: usize) -> String {
     )
 }
 
+/// The common table expressions that insert ONE event and its instance rows, the
+/// parameters numbered from `first`: the event's columns (`first` to `first + 10`) as
+/// values, its instance rows' types and correlations as two arrays. A simpler plan than
+/// [`events_ctes`]'s (no sequence call, no arrays of columns, no join) for a handling's
+/// one event, the common case. A statement follows them.
+fn one_event_ctes(first: usize) -> String {
+    let p = |k: usize| first + k;
+    format!(
+        "WITH stored AS (INSERT INTO courier.history (endpoint, kind, at, message_id, message_type, \
+         conversation_id, causation_id, attempt, enqueued_at, received_at, detail) \
+         VALUES (${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}::jsonb) RETURNING id), \
+         instance AS (INSERT INTO courier.history_instance (history_id, saga_type, correlation) \
+         SELECT stored.id, i.t, i.c FROM stored, unnest(${}::text[], ${}::text[]) AS i (t, c)) ",
+        p(0),
+        p(1),
+        p(2),
+        p(3),
+        p(4),
+        p(5),
+        p(6),
+        p(7),
+        p(8),
+        p(9),
+        p(10),
+        p(11),
+        p(12)
+    )
+}
+
+/// The one event of `WITH ... <statement>` ([`one_event_ctes`]) whose parameters start at
+/// `first`, after the statement's own (`$1` to `first - 1`).
+pub(crate) fn with_one_event(first: usize, statement: &str) -> String {
+    format!("{}{statement}", one_event_ctes(first))
+}
+
+/// `query` with the parameters of [`one_event_ctes`] for `prepared` bound next.
+pub(crate) fn bind_one_event<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    prepared: &'q Prepared,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let event = &prepared.event;
+    let instances = event.instances();
+    let types: Vec<&'q str> = instances.iter().map(|(t, _)| *t).collect();
+    let correlations: Vec<&'q str> = instances.iter().map(|(_, c)| *c).collect();
+    query
+        .bind(&event.endpoint)
+        .bind(event.kind.as_str())
+        .bind(event.at)
+        .bind(&event.message_id)
+        .bind(&event.message_type)
+        .bind(&event.conversation_id)
+        .bind(&event.causation_id)
+        .bind(i32::try_from(event.attempt).unwrap_or(i32::MAX))
+        .bind(event.enqueued_at)
+        .bind(event.received_at)
+        .bind(prepared.detail.as_str())
+        .bind(types)
+        .bind(correlations)
+}
+
 /// Several events alone: [`events_ctes`] from `$1`.
 static EVENTS: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| format!("{} SELECT count(*) FROM event", events_ctes(1)));
@@ -155,16 +215,17 @@ pub(crate) async fn record_many(conn: &mut PgConnection, events: &[Prepared]) ->
     Ok(())
 }
 
-/// `query` with the parameters of [`events_ctes`] for `events` bound next, if there are
-/// any (none: `query` as it is, for its statement without the events).
+/// `query` with the parameters of the events' common table expressions bound next: none
+/// (`query` as it is, for its statement without the events), [`one_event_ctes`]'s for
+/// one, [`events_ctes`]'s for more.
 pub(crate) fn bind_events_if_any<'q>(
     query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
     events: &'q [Prepared],
 ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-    if events.is_empty() {
-        query
-    } else {
-        bind_events(query, events)
+    match events {
+        [] => query,
+        [one] => bind_one_event(query, one),
+        _ => bind_events(query, events),
     }
 }
 

@@ -48,6 +48,10 @@ const INSERT_OUTBOX: &str = "INSERT INTO courier.outbox (endpoint, source_id, de
 static INSERT_OUTBOX_WITH_EVENTS: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| crate::store::pg_history::with_events(8, INSERT_OUTBOX));
 
+/// The outbox insert after one history event's insert (its parameters from `$8`).
+static INSERT_OUTBOX_WITH_ONE_EVENT: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| crate::store::pg_history::with_one_event(8, INSERT_OUTBOX));
+
 /// Stores outgoing messages in one statement; returns them with their outbox ids, in
 /// order.
 pub(crate) async fn insert_outbox(
@@ -93,10 +97,10 @@ pub(crate) async fn insert_outbox_with_history(
     }
     // The ids come from the sequence in the order of `ord`, so sorted they pair with the
     // rows in the order given.
-    let sql = if events.is_empty() {
-        INSERT_OUTBOX
-    } else {
-        INSERT_OUTBOX_WITH_EVENTS.as_str()
+    let sql = match events {
+        [] => INSERT_OUTBOX,
+        [_] => INSERT_OUTBOX_WITH_ONE_EVENT.as_str(),
+        _ => INSERT_OUTBOX_WITH_EVENTS.as_str(),
     };
     let query = sqlx::query(sql)
         .bind(endpoint)

@@ -1,0 +1,95 @@
+//! A handling's events ride with the messages it sends on `PostgresStore` (issue 33,
+//! docs/history.md "Cost"): one event in a statement of its own shape (its columns as
+//! values), several (a commit group's, or a handling's events) in the form with arrays.
+//! Over any one to three events (any field, any saga instances) recorded in a unit of
+//! work that then sends one or two messages and commits: every event is stored once, in
+//! order, each with exactly its saga instance rows, and the messages are in the outbox.
+//! A handling that sends nothing writes its events before the `COMMIT` instead
+//! (`history_rows.rs`).
+
+use courier::{Envelope, HistoryEvent, PostgresStore, Store};
+use courier_tests::pg::TestDatabase;
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+
+use super::history_rows::event;
+
+fn failed(e: impl std::fmt::Display) -> TestCaseError {
+    TestCaseError::fail(e.to_string())
+}
+
+/// Writes `events` and `sends` messages in one unit of work for message `id`, committed.
+async fn handle(store: &PostgresStore, id: &str, events: &[HistoryEvent], sends: usize) -> Result<(), TestCaseError> {
+    let now = chrono::Utc::now();
+    let courier::Begin::Fresh(mut work) = store.begin("orders", id, None, now).await.map_err(failed)? else {
+        return Err(failed("a fresh id was taken for a duplicate"));
+    };
+    for event in events {
+        work.record_history(event).await.map_err(failed)?;
+    }
+    let messages = (0..sends)
+        .map(|k| {
+            let envelope = Envelope::new("{}").with_message_id(format!("{id}-out-{k}"));
+            ("shipping".to_owned(), false, envelope)
+        })
+        .collect();
+    work.store_outgoing(messages, now).await.map_err(failed)?;
+    work.commit().await.map_err(failed)?;
+    Ok(())
+}
+
+#[test]
+fn any_handled_events_ride_with_the_sent_messages_with_their_instances() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (db, pool) = rt.block_on(async {
+        let db = TestDatabase::create().await;
+        let pool = db.pool().await;
+        PostgresStore::from_pool(pool.clone()).migrate().await.unwrap();
+        (db, pool)
+    });
+    let store = PostgresStore::from_pool(pool.clone());
+    let cases = (proptest::collection::vec(event(), 1..=3), 1_usize..=2);
+    courier_tests::run_property(&rt, courier_tests::fuzz_cases(48), &cases, |n, (events, sends)| {
+        let (store, pool) = (store.clone(), pool.clone());
+        async move {
+            let before: i64 = sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM courier.history")
+                .fetch_one(&pool)
+                .await
+                .map_err(failed)?;
+            let id = format!("m{n}");
+            handle(&store, &id, &events, sends).await?;
+            let stored: Vec<(i64, i32, i64)> = sqlx::query_as(
+                "SELECT h.id, h.attempt, (SELECT count(*) FROM courier.history_instance i WHERE i.history_id = h.id) \
+                 FROM courier.history h WHERE h.id > $1 ORDER BY h.id",
+            )
+            .bind(before)
+            .fetch_all(&pool)
+            .await
+            .map_err(failed)?;
+            prop_assert_eq!(stored.len(), events.len(), "every event once");
+            for ((_, attempt, instances), event) in stored.iter().zip(&events) {
+                prop_assert_eq!(*attempt, i32::try_from(event.attempt).unwrap_or(i32::MAX), "in order");
+                prop_assert_eq!(
+                    usize::try_from(*instances).map_err(failed)?,
+                    event.instances().len(),
+                    "each event with exactly its saga instances"
+                );
+            }
+            let sent: i64 = sqlx::query_scalar("SELECT count(*) FROM courier.outbox WHERE source_id = $1")
+                .bind(&id)
+                .fetch_one(&pool)
+                .await
+                .map_err(failed)?;
+            prop_assert_eq!(
+                usize::try_from(sent).map_err(failed)?,
+                sends,
+                "the messages in the outbox"
+            );
+            Ok(())
+        }
+    });
+    rt.block_on(async {
+        pool.close().await;
+        db.drop_now().await;
+    });
+}
