@@ -83,11 +83,10 @@ async fn record_one(conn: &mut PgConnection, prepared: &Prepared) -> Result<()> 
 /// to `first + 10`), then the instance rows' event (its 1-based position), type and
 /// correlation. A statement (`WITH ... <statement>`) follows them.
 fn events_ctes(first: usize) -> String {
-    let p = |k: usize| first + k;
-    format!(
+    numbered(
         "WITH event AS (SELECT nextval('courier.history_id_seq') AS id, u.* \
-         FROM unnest(${}::text[], ${}::text[], ${}::timestamptz[], ${}::text[], ${}::text[], ${}::text[], \
-         ${}::text[], ${}::int[], ${}::timestamptz[], ${}::timestamptz[], ${}::text[]) WITH ORDINALITY \
+         FROM unnest($_::text[], $_::text[], $_::timestamptz[], $_::text[], $_::text[], $_::text[], \
+         $_::text[], $_::int[], $_::timestamptz[], $_::timestamptz[], $_::text[]) WITH ORDINALITY \
          AS u (endpoint, kind, at, message_id, message_type, conversation_id, causation_id, attempt, enqueued_at, \
          received_at, detail, n)), \
          stored AS (INSERT INTO courier.history (id, endpoint, kind, at, message_id, message_type, conversation_id, \
@@ -95,23 +94,26 @@ fn events_ctes(first: usize) -> String {
          SELECT id, endpoint, kind, at, message_id, message_type, conversation_id, causation_id, attempt, \
          enqueued_at, received_at, detail::jsonb FROM event), \
          instance AS (INSERT INTO courier.history_instance (history_id, saga_type, correlation) \
-         SELECT event.id, i.t, i.c FROM event JOIN unnest(${}::bigint[], ${}::text[], ${}::text[]) AS i (n, t, c) \
+         SELECT event.id, i.t, i.c FROM event JOIN unnest($_::bigint[], $_::text[], $_::text[]) AS i (n, t, c) \
          ON i.n = event.n) ",
-        p(0),
-        p(1),
-        p(2),
-        p(3),
-        p(4),
-        p(5),
-        p(6),
-        p(7),
-        p(8),
-        p(9),
-        p(10),
-        p(11),
-        p(12),
-        p(13)
+        first,
     )
+}
+
+/// `template` with each `$_` numbered in order, from `$first` on.
+fn numbered(template: &str, first: usize) -> String {
+    let mut sql = String::with_capacity(template.len() + 32);
+    let mut rest = template;
+    let mut n = first;
+    while let Some(at) = rest.find("$_") {
+        sql.push_str(&rest[..at]);
+        sql.push('$');
+        sql.push_str(&n.to_string());
+        n += 1;
+        rest = &rest[at + 2..];
+    }
+    sql.push_str(rest);
+    sql
 }
 
 /// The common table expressions that insert ONE event and its instance rows, the
@@ -120,26 +122,13 @@ fn events_ctes(first: usize) -> String {
 /// [`events_ctes`]'s (no sequence call, no arrays of columns, no join) for a handling's
 /// one event, the common case. A statement follows them.
 fn one_event_ctes(first: usize) -> String {
-    let p = |k: usize| first + k;
-    format!(
+    numbered(
         "WITH stored AS (INSERT INTO courier.history (endpoint, kind, at, message_id, message_type, \
          conversation_id, causation_id, attempt, enqueued_at, received_at, detail) \
-         VALUES (${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}, ${}::jsonb) RETURNING id), \
+         VALUES ($_, $_, $_, $_, $_, $_, $_, $_, $_, $_, $_::jsonb) RETURNING id), \
          instance AS (INSERT INTO courier.history_instance (history_id, saga_type, correlation) \
-         SELECT stored.id, i.t, i.c FROM stored, unnest(${}::text[], ${}::text[]) AS i (t, c)) ",
-        p(0),
-        p(1),
-        p(2),
-        p(3),
-        p(4),
-        p(5),
-        p(6),
-        p(7),
-        p(8),
-        p(9),
-        p(10),
-        p(11),
-        p(12)
+         SELECT stored.id, i.t, i.c FROM stored, unnest($_::text[], $_::text[]) AS i (t, c)) ",
+        first,
     )
 }
 
@@ -283,4 +272,27 @@ pub(crate) async fn purge(conn: &mut PgConnection, endpoint: &str, before: DateT
     .await
     .map_err(|e| db_error("cannot purge the history", e))?;
     Ok(u64::try_from(events).unwrap_or(0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{events_ctes, numbered, one_event_ctes};
+
+    #[test]
+    fn placeholders_are_numbered_in_order_from_the_first() {
+        assert_eq!(numbered("($_, $_::text[], x) $_", 3), "($3, $4::text[], x) $5");
+        assert_eq!(numbered("no placeholder", 1), "no placeholder");
+        // The events' parameters follow the statement's own: the outbox insert's 7.
+        let many = events_ctes(8);
+        assert!(!many.contains("$_"));
+        assert!(many.contains("unnest($8::text[], $9::text[], $10::timestamptz[]"));
+        assert!(many.contains("unnest($19::bigint[], $20::text[], $21::text[])"));
+        assert!(!many.contains("$22"));
+        let one = one_event_ctes(8);
+        assert!(!one.contains("$_"));
+        assert!(one.contains("VALUES ($8, $9, $10,"));
+        assert!(one.contains("$18::jsonb"));
+        assert!(one.contains("unnest($19::text[], $20::text[])"));
+        assert!(!one.contains("$21"));
+    }
 }
