@@ -52,18 +52,7 @@ async fn record_one(conn: &mut PgConnection, prepared: &Prepared) -> Result<()> 
     } else {
         EVENT_WITH_INSTANCES
     };
-    let mut query = sqlx::query(sql)
-        .bind(&event.endpoint)
-        .bind(event.kind.as_str())
-        .bind(event.at)
-        .bind(&event.message_id)
-        .bind(&event.message_type)
-        .bind(&event.conversation_id)
-        .bind(&event.causation_id)
-        .bind(i32::try_from(event.attempt).unwrap_or(i32::MAX))
-        .bind(event.enqueued_at)
-        .bind(event.received_at)
-        .bind(prepared.detail.as_str());
+    let mut query = bind_columns(sqlx::query(sql), prepared);
     if !instances.is_empty() {
         let types: Vec<&str> = instances.iter().map(|(t, _)| *t).collect();
         let correlations: Vec<&str> = instances.iter().map(|(_, c)| *c).collect();
@@ -147,6 +136,15 @@ pub(crate) fn bind_one_event<'q>(
     let instances = event.instances();
     let types: Vec<&'q str> = instances.iter().map(|(t, _)| *t).collect();
     let correlations: Vec<&'q str> = instances.iter().map(|(_, c)| *c).collect();
+    bind_columns(query, prepared).bind(types).bind(correlations)
+}
+
+/// `query` with the event's eleven columns bound next, in the order of the tables'.
+fn bind_columns<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    prepared: &'q Prepared,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let event = &prepared.event;
     query
         .bind(&event.endpoint)
         .bind(event.kind.as_str())
@@ -159,8 +157,6 @@ pub(crate) fn bind_one_event<'q>(
         .bind(event.enqueued_at)
         .bind(event.received_at)
         .bind(prepared.detail.as_str())
-        .bind(types)
-        .bind(correlations)
 }
 
 /// Several events alone: [`events_ctes`] from `$1`.
