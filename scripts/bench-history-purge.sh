@@ -86,10 +86,8 @@ SQL
 echo "filled in $(( $(date +%s) - start )) s; history + indexes: $(psql "$url" -Atc "SELECT pg_size_pretty(pg_total_relation_size('$schema.history'))"), history_instance + indexes: $(psql "$url" -Atc "SELECT pg_size_pretty(pg_total_relation_size('$schema.history_instance'))")"
 
 # The janitor's statement (pg_history.rs `purge`), as a prepared statement would run it.
-purge_sql="WITH gone AS (DELETE FROM $schema.history WHERE id IN
-  (SELECT id FROM $schema.history WHERE endpoint = \$1 AND at < \$2 ORDER BY at LIMIT \$3) RETURNING id),
-  instances AS (DELETE FROM $schema.history_instance WHERE history_id IN (SELECT id FROM gone))
-  SELECT count(*) FROM gone"
+purge_sql="DELETE FROM $schema.history WHERE id IN
+  (SELECT id FROM $schema.history WHERE endpoint = \$1 AND at < \$2 ORDER BY at LIMIT \$3)"
 echo "one batch's plan (rolled back):"
 psql "$url" -q <<SQL | sed 's/^/  /'
 BEGIN;
@@ -128,11 +126,9 @@ DECLARE n bigint; b int := 0; t0 timestamptz;
 BEGIN
   LOOP
     t0 := clock_timestamp();
-    WITH gone AS (DELETE FROM $schema.history WHERE id IN
-      (SELECT id FROM $schema.history WHERE endpoint = 'orders' AND at < cutoff ORDER BY at LIMIT 1000)
-      RETURNING id),
-    instances AS (DELETE FROM $schema.history_instance WHERE history_id IN (SELECT id FROM gone))
-    SELECT count(*) INTO n FROM gone;
+    DELETE FROM $schema.history WHERE id IN
+      (SELECT id FROM $schema.history WHERE endpoint = 'orders' AND at < cutoff ORDER BY at LIMIT 1000);
+    GET DIAGNOSTICS n = ROW_COUNT;
     b := b + 1;
     INSERT INTO $schema.purge_log VALUES (b, t0, extract(epoch FROM clock_timestamp() - t0) * 1000, n);
     COMMIT;

@@ -3,7 +3,8 @@
 //! values), several (a commit group's, or a handling's events) in the form with arrays.
 //! Over any one to three events (any field, any saga instances) recorded in a unit of
 //! work that then sends one or two messages and commits: every event is stored once, in
-//! order, each with exactly its saga instance rows, and the messages are in the outbox.
+//! order, each with exactly its saga instance rows, and the messages are in the outbox;
+//! a plain delete of the events takes their instance rows with them.
 //! A handling that sends nothing writes its events before the `COMMIT` instead
 //! (`history_rows.rs`).
 
@@ -85,6 +86,19 @@ fn any_handled_events_ride_with_the_sent_messages_with_their_instances() {
                 sends,
                 "the messages in the outbox"
             );
+            // An operator's own delete of the events (a deletion request) takes their
+            // instance rows too (the trigger that replaced the foreign key's cascade).
+            sqlx::query("DELETE FROM courier.history WHERE id > $1")
+                .bind(before)
+                .execute(&pool)
+                .await
+                .map_err(failed)?;
+            let left: i64 = sqlx::query_scalar("SELECT count(*) FROM courier.history_instance WHERE history_id > $1")
+                .bind(before)
+                .fetch_one(&pool)
+                .await
+                .map_err(failed)?;
+            prop_assert_eq!(left, 0, "no instance row outlives its event");
             Ok(())
         }
     });

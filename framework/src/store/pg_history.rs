@@ -20,12 +20,9 @@ const EVENT_ROW: &str = "INSERT INTO courier.history (endpoint, kind, at, messag
      causation_id, attempt, enqueued_at, received_at, detail) \
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb)";
 
-/// The event's row and its instance rows, whose types are `$12` and correlations `$13`.
-const EVENT_WITH_INSTANCES: &str = "WITH event AS (INSERT INTO courier.history (endpoint, kind, at, message_id, \
-     message_type, conversation_id, causation_id, attempt, enqueued_at, received_at, detail) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb) RETURNING id) \
-     INSERT INTO courier.history_instance (history_id, saga_type, correlation) \
-     SELECT event.id, i.t, i.c FROM event, unnest($12::text[], $13::text[]) AS i (t, c)";
+/// The event's row and its instance rows, whose types are `$12` and correlations `$13`:
+/// [`one_event_ctes`] from `$1`.
+static EVENT_WITH_INSTANCES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| with_one_event(1, "SELECT 1"));
 
 /// Writes a handled event in the handling's transaction, after the handler's statements:
 /// Postgres' refusal of a statement in an aborted transaction means the handler left it
@@ -45,19 +42,11 @@ pub(crate) async fn record(conn: &mut PgConnection, event: &HistoryEvent) -> Res
 /// correlations `$13`) inserted from its id in the same statement. A simpler statement
 /// than [`record_many`]'s (no sequence call, no arrays), for the common case of one.
 async fn record_one(conn: &mut PgConnection, prepared: &Prepared) -> Result<()> {
-    let event = &prepared.event;
-    let instances = event.instances();
-    let sql = if instances.is_empty() {
-        EVENT_ROW
+    let query = if prepared.event.instances().is_empty() {
+        bind_columns(sqlx::query(EVENT_ROW), prepared)
     } else {
-        EVENT_WITH_INSTANCES
+        bind_one_event(sqlx::query(EVENT_WITH_INSTANCES.as_str()), prepared)
     };
-    let mut query = bind_columns(sqlx::query(sql), prepared);
-    if !instances.is_empty() {
-        let types: Vec<&str> = instances.iter().map(|(t, _)| *t).collect();
-        let correlations: Vec<&str> = instances.iter().map(|(_, c)| *c).collect();
-        query = query.bind(types).bind(correlations);
-    }
     query
         .execute(&mut *conn)
         .await
@@ -251,23 +240,21 @@ pub(crate) fn bind_events<'q>(
         .bind(correlations)
 }
 
-/// Deletes up to `limit` of `endpoint`'s events older than `before`, oldest first, and
-/// their instance rows (which hold no foreign key: migration
-/// `20261207000001_history_instance_no_fk`), in one statement; how many events.
+/// Deletes up to `limit` of `endpoint`'s events older than `before`, oldest first; how
+/// many. Their instance rows go with them, by the trigger of migration
+/// `20261207000002_history_instance_delete_trigger`, as with any delete of events.
 pub(crate) async fn purge(conn: &mut PgConnection, endpoint: &str, before: DateTime<Utc>, limit: i64) -> Result<u64> {
-    let events: i64 = sqlx::query_scalar(
-        "WITH gone AS (DELETE FROM courier.history WHERE id IN \
-           (SELECT id FROM courier.history WHERE endpoint = $1 AND at < $2 ORDER BY at LIMIT $3) RETURNING id), \
-         instances AS (DELETE FROM courier.history_instance WHERE history_id IN (SELECT id FROM gone)) \
-         SELECT count(*) FROM gone",
+    let done = sqlx::query(
+        "DELETE FROM courier.history WHERE id IN \
+         (SELECT id FROM courier.history WHERE endpoint = $1 AND at < $2 ORDER BY at LIMIT $3)",
     )
     .bind(endpoint)
     .bind(before)
     .bind(limit)
-    .fetch_one(&mut *conn)
+    .execute(&mut *conn)
     .await
     .map_err(|e| db_error("cannot purge the history", e))?;
-    Ok(u64::try_from(events).unwrap_or(0))
+    Ok(done.rows_affected())
 }
 
 #[cfg(test)]
