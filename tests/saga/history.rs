@@ -350,7 +350,7 @@ async fn grouped_handlings_write_their_events_at_the_group_commit(kind: StoreKin
     let misplaced = env
         .env
         .count(
-            "SELECT COUNT(*) FROM courier.history_instance i JOIN courier.history h ON h.id = i.history_id \
+            "SELECT COUNT(*) FROM courier.history_instance_all i JOIN courier.history h ON h.id = i.history_id \
              WHERE h.detail -> 'sagas' -> 0 ->> 'correlation' <> i.correlation",
         )
         .await;

@@ -54,7 +54,10 @@ impl StoreKind {
     /// The name of one of Courier's tables in this store (`inbox` → `courier.inbox` or
     /// `courier_inbox`).
     pub fn table(self, name: &str) -> String {
-        if self.postgres() {
+        if self.postgres() && name == "history_instance" {
+            // The first instances (kept in the events' rows) and the others, as one.
+            "courier.history_instance_all".to_owned()
+        } else if self.postgres() {
             format!("courier.{name}")
         } else if matches!(name, "history" | "history_instance") {
             // The indexed table and the recent rows not moved there yet, as one.

@@ -4,9 +4,13 @@
 //! `timeout_dead_lettered`) and still refuses an outcome none of Courier's. On SQLite the
 //! migration builds the table anew (a CHECK cannot change in place) and sets the index's
 //! rows aside, as dropping the old table would otherwise empty the index by its cascade.
+//! And a Postgres history from before an event's first saga instance moved into its row
+//! (migration `20261208000001_history_first_instance`) reads as one timeline with the
+//! events written after it.
 
 use std::path::Path;
 
+use courier::admin::{HistoryAdmin, HistoryFilter, PostgresAdmin};
 use courier::{PostgresStore, SqliteStore, Store};
 use courier_tests::pg::TestDatabase;
 use sqlx::migrate::Migrator;
@@ -162,6 +166,107 @@ async fn a_postgres_history_keeps_its_events_through_the_upgrade() {
     .execute(&pool)
     .await;
     assert!(bogus.is_err(), "an outcome none of Courier's is still refused");
+    pool.close().await;
+    db.drop_now().await;
+}
+
+/// The last migration before the one that keeps an event's first saga instance in its row.
+const BEFORE_FIRST_INSTANCE: i64 = 20261207000002;
+
+/// An event of a Postgres history written before migration
+/// `20261208000001_history_first_instance` (its instance in `courier.history_instance`)
+/// and one written after (its first instance in its row, its second in the table) read as
+/// one timeline of the instance; a plain delete of both leaves no instance behind.
+#[tokio::test]
+async fn a_postgres_history_keeps_its_timelines_through_the_first_instance_upgrade() {
+    let db = TestDatabase::create().await;
+    let pool = db.pool().await;
+    sqlx::query("CREATE SCHEMA IF NOT EXISTS courier")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations/postgres");
+    let mut before = Migrator::new(path).await.unwrap();
+    before.migrations = before
+        .migrations
+        .iter()
+        .filter(|m| m.version <= BEFORE_FIRST_INSTANCE)
+        .cloned()
+        .collect::<Vec<_>>()
+        .into();
+    before.dangerous_set_table_name("courier.migrations");
+    before.run(&pool).await.unwrap();
+    let at = chrono::Utc::now() - chrono::Duration::minutes(5);
+    sqlx::query(
+        "WITH e AS (INSERT INTO courier.history (endpoint, kind, at, message_id, attempt, detail) \
+         VALUES ('flows', 'handled', $1, 'old-1', 1, '{}') RETURNING id) \
+         INSERT INTO courier.history_instance (history_id, saga_type, correlation) SELECT id, 'tests.Flow', 'c-1' FROM e",
+    )
+    .bind(at)
+    .execute(&pool)
+    .await
+    .unwrap();
+    let store = PostgresStore::from_pool(pool.clone());
+    store.migrate().await.unwrap();
+    let change = |saga_type: &str| courier::SagaChange {
+        saga_type: saga_type.to_owned(),
+        correlation: "c-1".to_owned(),
+        after: Some("{}".to_owned()),
+        ..Default::default()
+    };
+    let event = courier::HistoryEvent {
+        endpoint: "flows".to_owned(),
+        kind: courier::HistoryKind::Handled,
+        at: chrono::Utc::now(),
+        message_id: "new-1".to_owned(),
+        message_type: None,
+        conversation_id: None,
+        causation_id: None,
+        attempt: 1,
+        enqueued_at: None,
+        received_at: None,
+        detail: courier::HistoryDetail {
+            sagas: vec![change("tests.Flow"), change("tests.Other")],
+            ..Default::default()
+        },
+    };
+    let courier::Begin::Fresh(mut work) = store.begin("flows", "new-1", None, chrono::Utc::now()).await.unwrap() else {
+        panic!("a fresh message id was taken for a duplicate");
+    };
+    work.record_history(&event).await.unwrap();
+    work.commit().await.unwrap();
+    let admin = PostgresAdmin::new(pool.clone());
+    for saga_type in ["tests.Flow", "tests.Other"] {
+        let timeline = admin
+            .saga_history(saga_type, "c-1", &HistoryFilter::default())
+            .await
+            .unwrap();
+        let ids: Vec<&str> = timeline.events.iter().map(|e| e.event.message_id.as_str()).collect();
+        let expected: &[&str] = if saga_type == "tests.Flow" {
+            &["old-1", "new-1"]
+        } else {
+            &["new-1"]
+        };
+        assert_eq!(ids, expected, "{saga_type}: the events before and after the upgrade");
+    }
+    let (inline, in_table): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM courier.history WHERE saga_type IS NOT NULL), \
+         (SELECT count(*) FROM courier.history_instance)",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        (inline, in_table),
+        (1, 2),
+        "the new event's first instance in its row, the old one's and the second in the table"
+    );
+    sqlx::query("DELETE FROM courier.history").execute(&pool).await.unwrap();
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM courier.history_instance_all")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "a plain delete takes every instance");
     pool.close().await;
     db.drop_now().await;
 }

@@ -1,4 +1,4 @@
-//! The history's queries in Postgres (`courier.history`, `courier.history_instance`):
+//! The history's queries in Postgres (`courier.history`, and its saga instances through `courier.history_instance_all`):
 //! [`HistoryAdmin`] for [`PostgresAdmin`], over the tables the Postgres store and the
 //! Postgres transport's store write. Lists of ids go as `text[]`; the detail is read as
 //! the text of its `jsonb`.
@@ -79,7 +79,7 @@ impl HistoryRows for PgRows<'_> {
         correlation: &str,
     ) -> AdminResult<Vec<(String, String, Option<String>)>> {
         sqlx::query_as(
-            "SELECT DISTINCT h.message_id, h.endpoint, h.conversation_id FROM courier.history_instance i \
+            "SELECT DISTINCT h.message_id, h.endpoint, h.conversation_id FROM courier.history_instance_all i \
              JOIN courier.history h ON h.id = i.history_id WHERE i.saga_type = $1 AND i.correlation = $2 LIMIT $3",
         )
         .bind(saga_type)
@@ -98,7 +98,7 @@ impl HistoryRows for PgRows<'_> {
         limit: usize,
     ) -> AdminResult<Vec<RawRow>> {
         let sql = format!(
-            "SELECT {COLUMNS} FROM courier.history_instance i JOIN courier.history h ON h.id = i.history_id \
+            "SELECT {COLUMNS} FROM courier.history_instance_all i JOIN courier.history h ON h.id = i.history_id \
              WHERE i.saga_type = $4 AND i.correlation = $5 AND {FILTER} ORDER BY h.at, h.id LIMIT $6"
         );
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))

@@ -15,14 +15,28 @@ use crate::error::Result;
 use crate::store::db_error;
 use crate::store::history::{HistoryEvent, for_postgres};
 
-/// The event's row: its parameters are `$1` to `$11`.
-const EVENT_ROW: &str = "INSERT INTO courier.history (endpoint, kind, at, message_id, message_type, conversation_id, \
-     causation_id, attempt, enqueued_at, received_at, detail) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11::jsonb)";
+/// The columns of an event's row, in the order its statements bind them: the first saga
+/// instance it touched last (`saga_type`, `correlation`; migration
+/// `20261208000001_history_first_instance`), the others go to `courier.history_instance`.
+const EVENT_COLUMNS: &str = "endpoint, kind, at, message_id, message_type, conversation_id, causation_id, attempt, \
+     enqueued_at, received_at, detail, saga_type, correlation";
 
-/// The event's row and its instance rows, whose types are `$12` and correlations `$13`:
-/// [`one_event_ctes`] from `$1`.
-static EVENT_WITH_INSTANCES: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| with_one_event(1, "SELECT 1"));
+/// The event's row with at most one instance, its parameters `$1` to `$13`: one insert
+/// into one table, the common case.
+static EVENT_ROW: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    numbered(
+        &format!("INSERT INTO courier.history ({EVENT_COLUMNS}) {}", event_values()),
+        1,
+    )
+});
+
+/// An event alone: the statements of [`WithEvents`] before `SELECT 1`.
+static ALONE: std::sync::LazyLock<WithEvents> = std::sync::LazyLock::new(|| WithEvents::new(1, "SELECT 1"));
+
+/// `VALUES` of one event's row, its thirteen placeholders not yet numbered.
+fn event_values() -> &'static str {
+    "VALUES ($_, $_, $_, $_, $_, $_, $_, $_, $_, $_, $_::jsonb, $_, $_)"
+}
 
 /// Writes a handled event in the handling's transaction, after the handler's statements:
 /// Postgres' refusal of a statement in an aborted transaction means the handler left it
@@ -38,14 +52,14 @@ pub(crate) async fn record(conn: &mut PgConnection, event: &HistoryEvent) -> Res
     record_one(conn, &Prepared::new(event)?).await
 }
 
-/// Writes a prepared event: its row alone, or with its instance rows (types `$12`,
-/// correlations `$13`) inserted from its id in the same statement. A simpler statement
-/// than [`record_many`]'s (no sequence call, no arrays), for the common case of one.
+/// Writes a prepared event: its row alone (with its first instance), or with its other
+/// instance rows inserted from its id in the same statement. A simpler statement than
+/// [`record_many`]'s (no sequence call, no arrays), for the common case of one.
 async fn record_one(conn: &mut PgConnection, prepared: &Prepared) -> Result<()> {
-    let query = if prepared.event.instances().is_empty() {
-        bind_columns(sqlx::query(EVENT_ROW), prepared)
+    let query = if prepared.more_instances() {
+        bind_one_event(sqlx::query(ALONE.one_more.as_str()), prepared)
     } else {
-        bind_one_event(sqlx::query(EVENT_WITH_INSTANCES.as_str()), prepared)
+        bind_columns(sqlx::query(EVENT_ROW.as_str()), prepared)
     };
     query
         .execute(&mut *conn)
@@ -56,24 +70,25 @@ async fn record_one(conn: &mut PgConnection, prepared: &Prepared) -> Result<()> 
 
 /// The common table expressions that insert several events and their instance rows, the
 /// parameters numbered from `first`: each event's id is taken from the table's sequence
-/// first (`nextval`, in a CTE read twice, so computed once), then the rows and the
-/// instance rows are inserted from those ids. Parameters: one array per column (`first`
-/// to `first + 10`), then the instance rows' event (its 1-based position), type and
-/// correlation. A statement (`WITH ... <statement>`) follows them.
+/// first (`nextval`, in a CTE read twice, so computed once), then the rows (with their
+/// first instances) and the other instance rows are inserted from those ids. Parameters:
+/// one array per column (`first` to `first + 12`), then the other instance rows' event
+/// (its 1-based position), type and correlation. A statement (`WITH ... <statement>`)
+/// follows them.
 fn events_ctes(first: usize) -> String {
     numbered(
-        "WITH event AS (SELECT nextval('courier.history_id_seq') AS id, u.* \
-         FROM unnest($_::text[], $_::text[], $_::timestamptz[], $_::text[], $_::text[], $_::text[], \
-         $_::text[], $_::int[], $_::timestamptz[], $_::timestamptz[], $_::text[]) WITH ORDINALITY \
-         AS u (endpoint, kind, at, message_id, message_type, conversation_id, causation_id, attempt, enqueued_at, \
-         received_at, detail, n)), \
-         stored AS (INSERT INTO courier.history (id, endpoint, kind, at, message_id, message_type, conversation_id, \
-         causation_id, attempt, enqueued_at, received_at, detail) \
-         SELECT id, endpoint, kind, at, message_id, message_type, conversation_id, causation_id, attempt, \
-         enqueued_at, received_at, detail::jsonb FROM event), \
-         instance AS (INSERT INTO courier.history_instance (history_id, saga_type, correlation) \
-         SELECT event.id, i.t, i.c FROM event JOIN unnest($_::bigint[], $_::text[], $_::text[]) AS i (n, t, c) \
-         ON i.n = event.n) ",
+        &format!(
+            "WITH event AS (SELECT nextval('courier.history_id_seq') AS id, u.* \
+             FROM unnest($_::text[], $_::text[], $_::timestamptz[], $_::text[], $_::text[], $_::text[], \
+             $_::text[], $_::int[], $_::timestamptz[], $_::timestamptz[], $_::text[], $_::text[], $_::text[]) \
+             WITH ORDINALITY AS u ({EVENT_COLUMNS}, n)), \
+             stored AS (INSERT INTO courier.history (id, {EVENT_COLUMNS}) \
+             SELECT id, endpoint, kind, at, message_id, message_type, conversation_id, causation_id, attempt, \
+             enqueued_at, received_at, detail::jsonb, saga_type, correlation FROM event), \
+             instance AS (INSERT INTO courier.history_instance (history_id, saga_type, correlation) \
+             SELECT event.id, i.t, i.c FROM event JOIN unnest($_::bigint[], $_::text[], $_::text[]) AS i (n, t, c) \
+             ON i.n = event.n) "
+        ),
         first,
     )
 }
@@ -94,46 +109,80 @@ fn numbered(template: &str, first: usize) -> String {
     sql
 }
 
-/// The common table expressions that insert ONE event and its instance rows, the
-/// parameters numbered from `first`: the event's columns (`first` to `first + 10`) as
-/// values, its instance rows' types and correlations as two arrays. A simpler plan than
-/// [`events_ctes`]'s (no sequence call, no arrays of columns, no join) for a handling's
-/// one event, the common case. A statement follows them.
-fn one_event_ctes(first: usize) -> String {
-    numbered(
-        "WITH stored AS (INSERT INTO courier.history (endpoint, kind, at, message_id, message_type, \
-         conversation_id, causation_id, attempt, enqueued_at, received_at, detail) \
-         VALUES ($_, $_, $_, $_, $_, $_, $_, $_, $_, $_, $_::jsonb) RETURNING id), \
-         instance AS (INSERT INTO courier.history_instance (history_id, saga_type, correlation) \
-         SELECT stored.id, i.t, i.c FROM stored, unnest($_::text[], $_::text[]) AS i (t, c)) ",
-        first,
-    )
+/// The common table expression that inserts ONE event's row, with its first instance, the
+/// parameters numbered from `first` (`first` to `first + 12`); with `more`, a second that
+/// inserts its other instance rows from its id, their types and correlations as two arrays
+/// (`first + 13`, `first + 14`). A simpler plan than [`events_ctes`]'s (no sequence call,
+/// no arrays of columns, no join) for a handling's one event, the common case. A statement
+/// follows them.
+fn one_event_ctes(first: usize, more: bool) -> String {
+    let stored = format!(
+        "WITH stored AS (INSERT INTO courier.history ({EVENT_COLUMNS}) {}",
+        event_values()
+    );
+    let template = if more {
+        format!(
+            "{stored} RETURNING id), \
+             instance AS (INSERT INTO courier.history_instance (history_id, saga_type, correlation) \
+             SELECT stored.id, i.t, i.c FROM stored, unnest($_::text[], $_::text[]) AS i (t, c)) "
+        )
+    } else {
+        format!("{stored}) ")
+    };
+    numbered(&template, first)
 }
 
-/// The one event of `WITH ... <statement>` ([`one_event_ctes`]) whose parameters start at
-/// `first`, after the statement's own (`$1` to `first - 1`).
-pub(crate) fn with_one_event(first: usize, statement: &str) -> String {
-    format!("{}{statement}", one_event_ctes(first))
+/// A statement after the inserts of a handling's events, in the three forms the events
+/// may need: one event with at most one saga instance, one with more, several. The
+/// events' parameters follow the statement's own (`$1` to `first - 1`).
+pub(crate) struct WithEvents {
+    one: String,
+    one_more: String,
+    many: String,
 }
 
-/// `query` with the parameters of [`one_event_ctes`] for `prepared` bound next.
-pub(crate) fn bind_one_event<'q>(
+impl WithEvents {
+    pub(crate) fn new(first: usize, statement: &str) -> Self {
+        Self {
+            one: format!("{}{statement}", one_event_ctes(first, false)),
+            one_more: format!("{}{statement}", one_event_ctes(first, true)),
+            many: format!("{}{statement}", events_ctes(first)),
+        }
+    }
+
+    /// The form for `events`, to bind with [`bind_events_if_any`]; none without events.
+    pub(crate) fn sql(&self, events: &[Prepared]) -> Option<&str> {
+        match events {
+            [] => None,
+            [one] if one.more_instances() => Some(&self.one_more),
+            [_] => Some(&self.one),
+            _ => Some(&self.many),
+        }
+    }
+}
+
+/// `query` with the parameters of [`one_event_ctes`] for `prepared` bound next (the
+/// other instances' only if it has any).
+fn bind_one_event<'q>(
     query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
     prepared: &'q Prepared,
 ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-    let event = &prepared.event;
-    let instances = event.instances();
-    let types: Vec<&'q str> = instances.iter().map(|(t, _)| *t).collect();
-    let correlations: Vec<&'q str> = instances.iter().map(|(_, c)| *c).collect();
-    bind_columns(query, prepared).bind(types).bind(correlations)
+    let query = bind_columns(query, prepared);
+    if !prepared.more_instances() {
+        return query;
+    }
+    let others = prepared.event.instances().into_iter().skip(1);
+    let (types, correlations): (Vec<&'q str>, Vec<&'q str>) = others.unzip();
+    query.bind(types).bind(correlations)
 }
 
-/// `query` with the event's eleven columns bound next, in the order of the tables'.
+/// `query` with the event's thirteen columns bound next, in [`EVENT_COLUMNS`]' order.
 fn bind_columns<'q>(
     query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
     prepared: &'q Prepared,
 ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
     let event = &prepared.event;
+    let first = event.instances().first().copied();
     query
         .bind(&event.endpoint)
         .bind(event.kind.as_str())
@@ -146,16 +195,8 @@ fn bind_columns<'q>(
         .bind(event.enqueued_at)
         .bind(event.received_at)
         .bind(prepared.detail.as_str())
-}
-
-/// Several events alone: [`events_ctes`] from `$1`.
-static EVENTS: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| format!("{} SELECT count(*) FROM event", events_ctes(1)));
-
-/// The events of `WITH ... <statement>` ([`events_ctes`]) whose parameters start at `first`,
-/// followed by the statement's own parameters (`$1` to `first - 1`).
-pub(crate) fn with_events(first: usize, statement: &str) -> String {
-    format!("{}{statement}", events_ctes(first))
+        .bind(first.map(|(t, _)| t))
+        .bind(first.map(|(_, c)| c))
 }
 
 /// An event made storable in Postgres ([`for_postgres`]) and its detail rendered: the
@@ -172,6 +213,12 @@ impl Prepared {
         let detail = super::history::detail_json(&event)?;
         Ok(Self { event, detail })
     }
+
+    /// Whether the event touched more than one saga instance: those past the first need
+    /// rows of `courier.history_instance`.
+    fn more_instances(&self) -> bool {
+        self.event.instances().len() > 1
+    }
 }
 
 /// Writes `events` and the saga instances each touched in one statement (one round trip
@@ -182,7 +229,7 @@ pub(crate) async fn record_many(conn: &mut PgConnection, events: &[Prepared]) ->
         [one] => return record_one(conn, one).await,
         _ => {}
     }
-    bind_events(sqlx::query(EVENTS.as_str()), events)
+    bind_events(sqlx::query(ALONE.many.as_str()), events)
         .execute(&mut *conn)
         .await
         .map_err(|e| db_error("cannot record the history of the messages", e))?;
@@ -191,7 +238,7 @@ pub(crate) async fn record_many(conn: &mut PgConnection, events: &[Prepared]) ->
 
 /// `query` with the parameters of the events' common table expressions bound next: none
 /// (`query` as it is, for its statement without the events), [`one_event_ctes`]'s for
-/// one, [`events_ctes`]'s for more.
+/// one, [`events_ctes`]'s for more; the statement is [`WithEvents::sql`]'s.
 pub(crate) fn bind_events_if_any<'q>(
     query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
     events: &'q [Prepared],
@@ -204,18 +251,25 @@ pub(crate) fn bind_events_if_any<'q>(
 }
 
 /// `query` with the parameters of [`events_ctes`] for `events` bound next.
-pub(crate) fn bind_events<'q>(
+fn bind_events<'q>(
     query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
     events: &'q [Prepared],
 ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
     let column = |f: fn(&HistoryEvent) -> Option<String>| events.iter().map(|p| f(&p.event)).collect::<Vec<_>>();
     let times = |f: fn(&HistoryEvent) -> Option<DateTime<Utc>>| events.iter().map(|p| f(&p.event)).collect::<Vec<_>>();
+    let (mut first_types, mut first_correlations) =
+        (Vec::with_capacity(events.len()), Vec::with_capacity(events.len()));
     let (mut owners, mut types, mut correlations) = (Vec::new(), Vec::new(), Vec::new());
     for (n, p) in (1i64..).zip(events) {
-        for (t, c) in p.event.instances() {
+        let instances = p.event.instances();
+        let mut instances = instances.into_iter();
+        let first = instances.next();
+        first_types.push(first.map(|(t, _)| t));
+        first_correlations.push(first.map(|(_, c)| c));
+        for (t, c) in instances {
             owners.push(n);
-            types.push(t.to_owned());
-            correlations.push(c.to_owned());
+            types.push(t);
+            correlations.push(c);
         }
     }
     query
@@ -235,6 +289,8 @@ pub(crate) fn bind_events<'q>(
         .bind(times(|e| e.enqueued_at))
         .bind(times(|e| e.received_at))
         .bind(events.iter().map(|p| p.detail.as_str()).collect::<Vec<_>>())
+        .bind(first_types)
+        .bind(first_correlations)
         .bind(owners)
         .bind(types)
         .bind(correlations)
@@ -259,7 +315,7 @@ pub(crate) async fn purge(conn: &mut PgConnection, endpoint: &str, before: DateT
 
 #[cfg(test)]
 mod tests {
-    use super::{events_ctes, numbered, one_event_ctes};
+    use super::{EVENT_ROW, events_ctes, numbered, one_event_ctes};
 
     #[test]
     fn placeholders_are_numbered_in_order_from_the_first() {
@@ -269,13 +325,20 @@ mod tests {
         let many = events_ctes(8);
         assert!(!many.contains("$_"));
         assert!(many.contains("unnest($8::text[], $9::text[], $10::timestamptz[]"));
-        assert!(many.contains("unnest($19::bigint[], $20::text[], $21::text[])"));
-        assert!(!many.contains("$22"));
-        let one = one_event_ctes(8);
+        assert!(many.contains("$18::text[], $19::text[], $20::text[])"));
+        assert!(many.contains("unnest($21::bigint[], $22::text[], $23::text[])"));
+        assert!(!many.contains("$24"));
+        let one = one_event_ctes(8, false);
         assert!(!one.contains("$_"));
         assert!(one.contains("VALUES ($8, $9, $10,"));
-        assert!(one.contains("$18::jsonb"));
-        assert!(one.contains("unnest($19::text[], $20::text[])"));
+        assert!(one.contains("$18::jsonb, $19, $20)"));
         assert!(!one.contains("$21"));
+        assert!(!one.contains("history_instance"));
+        let more = one_event_ctes(8, true);
+        assert!(more.starts_with(&one[..one.len() - 2]));
+        assert!(more.contains("unnest($21::text[], $22::text[])"));
+        assert!(!more.contains("$23"));
+        assert_eq!(EVENT_ROW.matches('$').count(), 13);
+        assert!(EVENT_ROW.ends_with("$11::jsonb, $12, $13)"));
     }
 }

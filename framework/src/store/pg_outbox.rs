@@ -45,12 +45,8 @@ const INSERT_OUTBOX: &str = "INSERT INTO courier.outbox (endpoint, source_id, de
      ORDER BY ord RETURNING id";
 
 /// The outbox insert after the history events' inserts (their parameters from `$8`).
-static INSERT_OUTBOX_WITH_EVENTS: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| crate::store::pg_history::with_events(8, INSERT_OUTBOX));
-
-/// The outbox insert after one history event's insert (its parameters from `$8`).
-static INSERT_OUTBOX_WITH_ONE_EVENT: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| crate::store::pg_history::with_one_event(8, INSERT_OUTBOX));
+static INSERT_OUTBOX_WITH_EVENTS: std::sync::LazyLock<crate::store::pg_history::WithEvents> =
+    std::sync::LazyLock::new(|| crate::store::pg_history::WithEvents::new(8, INSERT_OUTBOX));
 
 /// Stores outgoing messages in one statement; returns them with their outbox ids, in
 /// order.
@@ -97,11 +93,7 @@ pub(crate) async fn insert_outbox_with_history(
     }
     // The ids come from the sequence in the order of `ord`, so sorted they pair with the
     // rows in the order given.
-    let sql = match events {
-        [] => INSERT_OUTBOX,
-        [_] => INSERT_OUTBOX_WITH_ONE_EVENT.as_str(),
-        _ => INSERT_OUTBOX_WITH_EVENTS.as_str(),
-    };
+    let sql = INSERT_OUTBOX_WITH_EVENTS.sql(events).unwrap_or(INSERT_OUTBOX);
     let query = sqlx::query(sql)
         .bind(endpoint)
         .bind(&sources)
