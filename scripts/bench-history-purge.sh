@@ -3,10 +3,11 @@
 # events on Postgres: the tables and indexes of the history migrations
 # (migrations/postgres/*history*.sql: courier.history and courier.history_instance,
 # created in a schema of their own, dropped at exit), filled with ROWS events of which
-# EXPIRED are past the retention, 6 in 10 of them a saga's (one history_instance row each).
+# EXPIRED are past the retention, 6 in 10 of them a saga's (its instance in the event's
+# row since migration 20261208000001, in a history_instance row before it).
 # Then the purge statement of pg_history.rs `purge` runs in batches of 1,000, each batch a
 # transaction of its own, oldest first, as the endpoint's janitor does, while pgbench
-# writes handled events the way a handling does (an event and its instance row, in one
+# writes handled events the way a handling does (an event with its instance, in one
 # transaction), with 8 clients. Prints the plan of one batch, the purge's time per batch
 # and the inserts' latency with and without it.
 #
@@ -45,7 +46,25 @@ uptime
 } | psql "$url" -q -v ON_ERROR_STOP=1 >/dev/null
 psql "$url" -Atq -c "SELECT indexdef || ';' FROM pg_indexes WHERE schemaname = '$schema'
   AND indexname NOT IN (SELECT conname FROM pg_constraint WHERE connamespace = '$schema'::regnamespace)" > "$work/indexes.sql"
-echo "filling $schema.history with $rows events ($expired past the retention)..."
+# Whether an event's first saga instance is in its own row (20261208000001), or in a
+# history_instance row as before.
+inline=$(psql "$url" -Atc "SELECT count(*) FROM information_schema.columns
+  WHERE table_schema = '$schema' AND table_name = 'history' AND column_name = 'saga_type'")
+if [ "$inline" = 1 ]; then
+  fill_columns=", saga_type, correlation"
+  fill_values=", CASE WHEN g % 10 < 6 THEN 'shop.Checkout' END, CASE WHEN g % 10 < 6 THEN 'cart-' || (g / 3) END"
+  fill_instances=""
+  insert_columns=", saga_type, correlation"
+  insert_values=", 'shop.Checkout', 'cart-' || :cart"
+  insert_instance=""
+else
+  fill_columns="" fill_values="" insert_columns="" insert_values=""
+  fill_instances="INSERT INTO $schema.history_instance (history_id, saga_type, correlation)
+SELECT g, 'shop.Checkout', 'cart-' || (g / 3) FROM generate_series(1, $rows) g WHERE g % 10 < 6;"
+  insert_instance="INSERT INTO $schema.history_instance (history_id, saga_type, correlation)
+SELECT currval('$schema.history_id_seq'), 'shop.Checkout', 'cart-' || :cart;"
+fi
+echo "filling $schema.history with $rows events ($expired past the retention; instances in the event's row: $inline)..."
 start=$(date +%s)
 psql "$url" -q -v ON_ERROR_STOP=1 <<SQL
 $(sed -E 's/^CREATE INDEX ([a-z_]+) .*/DROP INDEX '"$schema"'.\1;/' "$work/indexes.sql")
@@ -58,7 +77,7 @@ CREATE FUNCTION $schema.v7(t timestamptz, salt bigint) RETURNS text LANGUAGE sql
 -- rise together); the first EXPIRED are older than 30 days. A saga's event (6 in 10) holds
 -- its state before and after; the others what they sent.
 INSERT INTO $schema.history (id, endpoint, kind, at, message_id, message_type, conversation_id, causation_id,
-                             attempt, enqueued_at, received_at, detail)
+                             attempt, enqueued_at, received_at, detail$fill_columns)
 SELECT g, 'orders', CASE WHEN g % 50 = 0 THEN 'retried' ELSE 'handled' END, t,
        $schema.v7(t, g), 'shop.PaymentReceived', $schema.v7(t - (g % 5) * interval '10 ms', g - g % 5),
        $schema.v7(t - interval '10 ms', g - 1), 1,
@@ -69,15 +88,14 @@ SELECT g, 'orders', CASE WHEN g % 50 = 0 THEN 'retried' ELSE 'handled' END, t,
               'after', '{"cart":"cart-' || (g / 3) || '","items":["a","b"],"paid":true,"note":"' || repeat('n', 100) || '"}')))
             ELSE jsonb_build_object('sent', jsonb_build_array(jsonb_build_object(
               'message_id', $schema.v7(t, g + 1), 'message_type', 'shop.Ship', 'destination', 'shipping')))
-       END
+       END$fill_values
 FROM generate_series(1, $rows) g,
      LATERAL (SELECT CASE WHEN g <= $expired
                        THEN now() - interval '30 days' - (($expired - g) || ' ms')::interval - interval '1 min'
                        ELSE now() - interval '30 days' + ((g - $expired) * (interval '30 days' / ($rows - $expired + 1)))
                      END AS t) tt;
 SELECT setval('$schema.history_id_seq', $rows);
-INSERT INTO $schema.history_instance (history_id, saga_type, correlation)
-SELECT g, 'shop.Checkout', 'cart-' || (g / 3) FROM generate_series(1, $rows) g WHERE g % 10 < 6;
+$fill_instances
 SET session_replication_role = origin;
 $(cat "$work/indexes.sql")
 VACUUM ANALYZE $schema.history;
@@ -100,15 +118,14 @@ cat > "$work/insert.sql" <<SQL
 \set cart random(1, 10000000)
 BEGIN;
 INSERT INTO $schema.history (endpoint, kind, at, message_id, message_type, conversation_id, causation_id,
-                             attempt, enqueued_at, received_at, detail)
+                             attempt, enqueued_at, received_at, detail$insert_columns)
 VALUES ('orders', 'handled', now(), $schema.v7(clock_timestamp(), :cart), 'shop.PaymentReceived',
         $schema.v7(now() - interval '1 s', :cart), $schema.v7(now() - interval '10 ms', :cart), 1,
         now() - interval '20 ms', now() - interval '5 ms',
         jsonb_build_object('sagas', jsonb_build_array(jsonb_build_object('saga_type', 'shop.Checkout',
           'correlation', 'cart-' || :cart, 'before', '{"cart":"cart-' || :cart || '","paid":false,"note":"' || repeat('n', 100) || '"}',
-          'after', '{"cart":"cart-' || :cart || '","paid":true,"note":"' || repeat('n', 100) || '"}'))));
-INSERT INTO $schema.history_instance (history_id, saga_type, correlation)
-SELECT currval('$schema.history_id_seq'), 'shop.Checkout', 'cart-' || :cart;
+          'after', '{"cart":"cart-' || :cart || '","paid":true,"note":"' || repeat('n', 100) || '"}')))$insert_values);
+$insert_instance
 END;
 SQL
 insert_latency() {
@@ -169,7 +186,10 @@ SQL
 # per batch of 1,000.
 sqlite_expired=$((sqlite_rows / 10))
 echo "SQLite: $sqlite_rows events ($sqlite_expired past the retention), $(sqlite3 --version | cut -d' ' -f1)"
-sqlite_migrations=$(for f in $migrations; do echo "$here/migrations/sqlite/$(basename "$f")"; done)
+sqlite_migrations=$(for f in $migrations; do
+  f="$here/migrations/sqlite/$(basename "$f")"
+  if [ -f "$f" ]; then echo "$f"; fi
+done)
 python3 - "$work/history.db" "$sqlite_rows" "$sqlite_expired" $sqlite_migrations <<'PY'
 import sqlite3, sys, time, os
 path, rows, expired, files = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
