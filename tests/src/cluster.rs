@@ -134,9 +134,26 @@ impl Cluster {
     }
 
     /// `docker pause`: the node's processes freeze; its TCP connections stay open and
-    /// answer nothing.
+    /// answer nothing. The freeze can fail when a process of the node is in the kernel
+    /// and cannot stop in time (a write to a slow disk): the runtime thaws the node again
+    /// and says "unable to freeze". Then it is tried again, up to [`FREEZE_TRIES`] times,
+    /// half a second apart; any other failure panics at once.
+    ///
+    /// # Panics
+    /// When the node cannot be paused.
+    #[allow(clippy::panic)]
     pub async fn pause(&self, i: usize) {
-        docker(&["pause", &self.nodes[i].name]).await;
+        let name = &self.nodes[i].name;
+        for tries in 1.. {
+            match docker_output(&["pause", name]).await {
+                Ok(_) => return,
+                Err(e) if tries < FREEZE_TRIES && e.contains("unable to freeze") => {
+                    eprintln!("docker pause {name}: {e}; trying again ({tries} of {FREEZE_TRIES})");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => panic!("docker pause {name} failed after {tries} tries: {e}"),
+            }
+        }
     }
 
     /// `docker unpause`.
@@ -243,6 +260,9 @@ async fn start_node(image: &str, tag: &str, network: &str) -> ClusterNode {
         }
     }
 }
+
+/// How many times [`Cluster::pause`] tries to freeze a node.
+const FREEZE_TRIES: u32 = 10;
 
 /// Runs `docker args`.
 ///

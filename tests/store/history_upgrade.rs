@@ -18,14 +18,14 @@ use sqlx::migrate::Migrator;
 /// The last migration before the one under test.
 const BEFORE: i64 = 20261203000001;
 
-/// `dir`'s migrations up to [`BEFORE`], recorded in `table` as the store records them.
-async fn migrations_before(dir: &str, table: &'static str) -> Migrator {
+/// `dir`'s migrations up to `last`, recorded in `table` as the store records them.
+async fn migrations_up_to(dir: &str, table: &'static str, last: i64) -> Migrator {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir);
     let mut migrator = Migrator::new(path).await.unwrap();
     migrator.migrations = migrator
         .migrations
         .iter()
-        .filter(|m| m.version <= BEFORE)
+        .filter(|m| m.version <= last)
         .cloned()
         .collect::<Vec<_>>()
         .into();
@@ -39,7 +39,7 @@ async fn a_sqlite_history_keeps_its_events_and_index_through_the_upgrade() {
     let file = dir.path().join("store.db");
     let store = SqliteStore::open(&file).await.unwrap();
     let pool = store.pool().clone();
-    migrations_before("migrations/sqlite", "courier_migrations")
+    migrations_up_to("migrations/sqlite", "courier_migrations", BEFORE)
         .await
         .run(&pool)
         .await
@@ -122,19 +122,25 @@ async fn a_sqlite_history_keeps_its_events_and_index_through_the_upgrade() {
     assert_eq!(left, 1, "ON DELETE CASCADE kept");
 }
 
-#[tokio::test]
-async fn a_postgres_history_keeps_its_events_through_the_upgrade() {
+/// A new database with the Postgres migrations up to `last` applied.
+async fn postgres_up_to(last: i64) -> (TestDatabase, sqlx::PgPool) {
     let db = TestDatabase::create().await;
     let pool = db.pool().await;
     sqlx::query("CREATE SCHEMA IF NOT EXISTS courier")
         .execute(&pool)
         .await
         .unwrap();
-    migrations_before("migrations/postgres", "courier.migrations")
+    migrations_up_to("migrations/postgres", "courier.migrations", last)
         .await
         .run(&pool)
         .await
         .unwrap();
+    (db, pool)
+}
+
+#[tokio::test]
+async fn a_postgres_history_keeps_its_events_through_the_upgrade() {
+    let (db, pool) = postgres_up_to(BEFORE).await;
     sqlx::query(
         "INSERT INTO courier.history (endpoint, kind, at, message_id, attempt, detail) \
          VALUES ('flows', 'handled', now(), 'm-1', 1, '{}')",
@@ -179,23 +185,7 @@ const BEFORE_FIRST_INSTANCE: i64 = 20261207000002;
 /// one timeline of the instance; a plain delete of both leaves no instance behind.
 #[tokio::test]
 async fn a_postgres_history_keeps_its_timelines_through_the_first_instance_upgrade() {
-    let db = TestDatabase::create().await;
-    let pool = db.pool().await;
-    sqlx::query("CREATE SCHEMA IF NOT EXISTS courier")
-        .execute(&pool)
-        .await
-        .unwrap();
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations/postgres");
-    let mut before = Migrator::new(path).await.unwrap();
-    before.migrations = before
-        .migrations
-        .iter()
-        .filter(|m| m.version <= BEFORE_FIRST_INSTANCE)
-        .cloned()
-        .collect::<Vec<_>>()
-        .into();
-    before.dangerous_set_table_name("courier.migrations");
-    before.run(&pool).await.unwrap();
+    let (db, pool) = postgres_up_to(BEFORE_FIRST_INSTANCE).await;
     let at = chrono::Utc::now() - chrono::Duration::minutes(5);
     sqlx::query(
         "WITH e AS (INSERT INTO courier.history (endpoint, kind, at, message_id, attempt, detail) \
