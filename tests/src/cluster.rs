@@ -136,7 +136,7 @@ impl Cluster {
     /// `docker pause`: the node's processes freeze; its TCP connections stay open and
     /// answer nothing. The freeze can fail when a process of the node is in the kernel
     /// and cannot stop in time (a write to a slow disk): the runtime thaws the node again
-    /// and says "unable to freeze". Then it is tried again, up to [`FREEZE_TRIES`] times,
+    /// and says "unable to freeze". Then it is tried again, up to ten times,
     /// half a second apart; any other failure panics at once.
     ///
     /// # Panics
