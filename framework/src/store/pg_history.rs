@@ -15,9 +15,9 @@ use crate::error::Result;
 use crate::store::db_error;
 use crate::store::history::{HistoryEvent, for_postgres};
 
-/// The columns of an event's row, in the order its statements bind them: the first saga
-/// instance it touched last (`saga_type`, `correlation`; migration
-/// `20261208000001_history_first_instance`), the others go to `courier.history_instance`.
+/// The columns of an event's row, in the order its statements bind them. The last two are
+/// the first saga instance it touched (`saga_type`, `correlation`; migration
+/// `20261208000001_history_first_instance`); the others go to `courier.history_instance`.
 const EVENT_COLUMNS: &str = "endpoint, kind, at, message_id, message_type, conversation_id, causation_id, attempt, \
      enqueued_at, received_at, detail, saga_type, correlation";
 
