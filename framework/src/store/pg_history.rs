@@ -56,12 +56,12 @@ pub(crate) async fn record(conn: &mut PgConnection, event: &HistoryEvent) -> Res
 /// instance rows inserted from its id in the same statement. A simpler statement than
 /// [`record_many`]'s (no sequence call, no arrays), for the common case of one.
 async fn record_one(conn: &mut PgConnection, prepared: &Prepared) -> Result<()> {
-    let query = if prepared.more_instances() {
-        bind_one_event(sqlx::query(ALONE.one_more.as_str()), prepared)
+    let sql = if prepared.more_instances() {
+        ALONE.one_more.as_str()
     } else {
-        bind_columns(sqlx::query(EVENT_ROW.as_str()), prepared)
+        EVENT_ROW.as_str()
     };
-    query
+    bind_one_event(sqlx::query(sql), prepared)
         .execute(&mut *conn)
         .await
         .map_err(|e| db_error("cannot record the history of a message", e))?;
@@ -167,22 +167,23 @@ fn bind_one_event<'q>(
     query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
     prepared: &'q Prepared,
 ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-    let query = bind_columns(query, prepared);
+    let instances = prepared.event.instances();
+    let query = bind_columns(query, prepared, instances.first().copied());
     if !prepared.more_instances() {
         return query;
     }
-    let others = prepared.event.instances().into_iter().skip(1);
-    let (types, correlations): (Vec<&'q str>, Vec<&'q str>) = others.unzip();
+    let (types, correlations): (Vec<&'q str>, Vec<&'q str>) = instances.into_iter().skip(1).unzip();
     query.bind(types).bind(correlations)
 }
 
-/// `query` with the event's thirteen columns bound next, in [`EVENT_COLUMNS`]' order.
+/// `query` with the event's thirteen columns bound next, in [`EVENT_COLUMNS`]' order:
+/// its eleven and its `first` saga instance.
 fn bind_columns<'q>(
     query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
     prepared: &'q Prepared,
+    first: Option<(&'q str, &'q str)>,
 ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
     let event = &prepared.event;
-    let first = event.instances().first().copied();
     query
         .bind(&event.endpoint)
         .bind(event.kind.as_str())
@@ -205,19 +206,26 @@ fn bind_columns<'q>(
 pub(crate) struct Prepared {
     event: HistoryEvent,
     detail: String,
+    /// How many saga instances it touched (`HistoryEvent::instances`, counted once).
+    instances: usize,
 }
 
 impl Prepared {
     pub(crate) fn new(event: &HistoryEvent) -> Result<Self> {
         let event = for_postgres(event);
         let detail = super::history::detail_json(&event)?;
-        Ok(Self { event, detail })
+        let instances = event.instances().len();
+        Ok(Self {
+            event,
+            detail,
+            instances,
+        })
     }
 
     /// Whether the event touched more than one saga instance: those past the first need
     /// rows of `courier.history_instance`.
     fn more_instances(&self) -> bool {
-        self.event.instances().len() > 1
+        self.instances > 1
     }
 }
 
