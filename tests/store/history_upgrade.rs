@@ -19,7 +19,7 @@ use sqlx::migrate::Migrator;
 const BEFORE: i64 = 20261203000001;
 
 /// `dir`'s migrations up to `last`, recorded in `table` as the store records them.
-async fn migrations_up_to(dir: &str, table: &'static str, last: i64) -> Migrator {
+pub(super) async fn migrations_up_to(dir: &str, table: &'static str, last: i64) -> Migrator {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(dir);
     let mut migrator = Migrator::new(path).await.unwrap();
     migrator.migrations = migrator

@@ -16,6 +16,7 @@ mod app_data;
 mod batch_ids;
 mod crash;
 mod group;
+mod history_checks;
 mod history_crash;
 mod history_outsiders;
 mod history_recent;

@@ -109,10 +109,21 @@ fn push_statements(sql: &mut String, instances: usize) {
     }
 }
 
-/// An event ready to be written: its detail rendered (the one step that can fail before
-/// the statement) and the saga instances it touched.
+/// An event ready to be written: its row's values, its detail rendered (the one step
+/// that can fail before the statement) and the saga instances it touched. The event
+/// itself is not kept: its detail (the states before and after, the messages sent) is
+/// in `detail` already, and a copy of it would be made and freed in the writer's turn.
 pub(crate) struct Rendered {
-    event: HistoryEvent,
+    endpoint: String,
+    kind: &'static str,
+    at: i64,
+    message_id: String,
+    message_type: Option<String>,
+    conversation_id: Option<String>,
+    causation_id: Option<String>,
+    attempt: i64,
+    enqueued_at: Option<i64>,
+    received_at: Option<i64>,
     detail: String,
     instances: Vec<(String, String)>,
 }
@@ -127,7 +138,16 @@ impl Rendered {
                 .into_iter()
                 .map(|(t, c)| (t.to_owned(), c.to_owned()))
                 .collect(),
-            event: event.clone(),
+            endpoint: event.endpoint.clone(),
+            kind: event.kind.as_str(),
+            at: micros(event.at),
+            message_id: event.message_id.clone(),
+            message_type: event.message_type.clone(),
+            conversation_id: event.conversation_id.clone(),
+            causation_id: event.causation_id.clone(),
+            attempt: i64::from(event.attempt),
+            enqueued_at: event.enqueued_at.map(micros),
+            received_at: event.received_at.map(micros),
         })
     }
 }
@@ -252,18 +272,17 @@ pub(crate) async fn record_then(
         let written = chunk.len();
         let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
         for r in chunk {
-            let event = &r.event;
             query = query
-                .bind(&event.endpoint)
-                .bind(event.kind.as_str())
-                .bind(micros(event.at))
-                .bind(&event.message_id)
-                .bind(&event.message_type)
-                .bind(&event.conversation_id)
-                .bind(&event.causation_id)
-                .bind(i64::from(event.attempt))
-                .bind(event.enqueued_at.map(micros))
-                .bind(event.received_at.map(micros))
+                .bind(&r.endpoint)
+                .bind(r.kind)
+                .bind(r.at)
+                .bind(&r.message_id)
+                .bind(&r.message_type)
+                .bind(&r.conversation_id)
+                .bind(&r.causation_id)
+                .bind(r.attempt)
+                .bind(r.enqueued_at)
+                .bind(r.received_at)
                 .bind(&r.detail);
             for (saga_type, correlation) in &r.instances {
                 query = query.bind(saga_type).bind(correlation);
