@@ -1,5 +1,5 @@
 //! `courier_history_recent`'s checks were rewritten to cost less (migration
-//! `20261209000001_history_recent_checks`: the outcome compared name by name instead of
+//! `20261209000001_history_recent_lighter`: the outcome compared name by name instead of
 //! with an `IN` list, the detail parsed once instead of twice). A row the recent table
 //! takes is moved into `courier_history`, whose checks are the old ones: if the recent
 //! table took a row that `courier_history` refuses, every later move would fail. So the
@@ -7,8 +7,10 @@
 //! the two rewritten columns (NULL, integers, reals with their extremes and infinities,
 //! any text, any bytes), weighted to the outcomes' names and their near misses and to
 //! JSON texts of every type with any white space around them, JSON5 forms and truncated
-//! ones: each table takes or refuses the row alike. And a file written before the
-//! migration keeps its recent rows (ids and saga instances) and moves them as before.
+//! ones: each table takes or refuses the row alike. The recent table's first saga
+//! instance (two columns, both set or both NULL) is taken with any values set alike, and
+//! what it takes `courier_history_instance` takes when the row is moved. And a file
+//! written before the migration keeps its recent rows (ids and saga instances).
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
@@ -164,25 +166,50 @@ fn bind<'q>(
     }
 }
 
-/// Whether `table` takes a row with this outcome and detail (the other columns valid);
-/// the row is deleted again.
-async fn takes(pool: &SqlitePool, table: &str, kind: &Value, detail: &Value) -> Result<bool, TestCaseError> {
+/// The id of the row `table` took with this outcome and detail (the other columns
+/// valid) and, for the recent table, this first saga instance; `None` when it refused it.
+async fn insert(
+    pool: &SqlitePool,
+    table: &str,
+    kind: &Value,
+    detail: &Value,
+    instance: Option<(&Value, &Value)>,
+) -> Result<Option<i64>, TestCaseError> {
+    let (columns, values) = match instance {
+        Some(_) => (", saga_type, correlation", ", ?3, ?4"),
+        None => ("", ""),
+    };
     let sql = format!(
-        "INSERT INTO {table} (endpoint, kind, at, message_id, attempt, detail) VALUES ('flows', ?1, 1, 'm', 1, ?2)"
+        "INSERT INTO {table} (endpoint, kind, at, message_id, attempt, detail{columns}) \
+         VALUES ('flows', ?1, 1, 'm', 1, ?2{values})"
     );
-    let query = bind(bind(sqlx::query(sqlx::AssertSqlSafe(sql)), kind), detail);
+    let mut query = bind(bind(sqlx::query(sqlx::AssertSqlSafe(sql)), kind), detail);
+    if let Some((saga_type, correlation)) = instance {
+        query = bind(bind(query, saga_type), correlation);
+    }
     match query.execute(pool).await {
-        Ok(done) => {
-            sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE id = ?1")))
-                .bind(done.last_insert_rowid())
-                .execute(pool)
-                .await
-                .map_err(failed)?;
-            Ok(true)
-        }
-        Err(sqlx::Error::Database(_)) => Ok(false),
+        Ok(done) => Ok(Some(done.last_insert_rowid())),
+        Err(sqlx::Error::Database(_)) => Ok(None),
         Err(e) => Err(failed(e)),
     }
+}
+
+async fn delete(pool: &SqlitePool, table: &str, id: Option<i64>) -> Result<(), TestCaseError> {
+    if let Some(id) = id {
+        sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM {table} WHERE id = ?1")))
+            .bind(id)
+            .execute(pool)
+            .await
+            .map_err(failed)?;
+    }
+    Ok(())
+}
+
+/// Whether `table` takes a row with this outcome and detail; the row is deleted again.
+async fn takes(pool: &SqlitePool, table: &str, kind: &Value, detail: &Value) -> Result<bool, TestCaseError> {
+    let id = insert(pool, table, kind, detail, None).await?;
+    delete(pool, table, id).await?;
+    Ok(id.is_some())
 }
 
 #[test]
@@ -195,19 +222,50 @@ fn the_recent_table_takes_exactly_the_rows_the_history_takes() {
     courier_tests::run_property(
         &rt,
         courier_tests::fuzz_cases(2_000),
-        &(kind(), detail()),
-        |_, (kind, detail)| {
+        &(kind(), detail(), instance_part(), instance_part()),
+        |_, (kind, detail, saga_type, correlation)| {
             let pool = pool.clone();
             async move {
-                let history = takes(&pool, "courier_history", &kind, &detail).await?;
-                let recent = takes(&pool, "courier_history_recent", &kind, &detail).await?;
+                let history = insert(&pool, "courier_history", &kind, &detail, None).await?;
+                let recent = insert(
+                    &pool,
+                    "courier_history_recent",
+                    &kind,
+                    &detail,
+                    Some((&saga_type, &correlation)),
+                )
+                .await?;
+                let paired = matches!(saga_type, Value::Null) == matches!(correlation, Value::Null);
                 prop_assert_eq!(
-                    history,
-                    recent,
-                    "courier_history takes the row: {}, courier_history_recent: {}",
-                    history,
-                    recent
+                    recent.is_some(),
+                    history.is_some() && paired,
+                    "courier_history takes the row: {}, courier_history_recent: {} (instance set or unset alike: {})",
+                    history.is_some(),
+                    recent.is_some(),
+                    paired
                 );
+                // The move puts a first instance the recent table took into
+                // courier_history_instance.
+                if let (Some(event), Some(_)) = (history, recent)
+                    && !matches!(saga_type, Value::Null)
+                {
+                    let moved = bind(
+                        bind(
+                            sqlx::query(
+                                "INSERT INTO courier_history_instance (history_id, saga_type, correlation) \
+                                 VALUES (?1, ?2, ?3)",
+                            )
+                            .bind(event),
+                            &saga_type,
+                        ),
+                        &correlation,
+                    )
+                    .execute(&pool)
+                    .await;
+                    prop_assert!(moved.is_ok(), "the first instance cannot be moved: {:?}", moved);
+                }
+                delete(&pool, "courier_history_recent", recent).await?;
+                delete(&pool, "courier_history", history).await?;
                 Ok(())
             }
         },
@@ -226,15 +284,24 @@ fn the_recent_table_takes_exactly_the_rows_the_history_takes() {
     );
 }
 
+/// A saga type or correlation: most often text, else any value (NULL among them).
+fn instance_part() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        3 => "\\PC{0,12}".prop_map(Value::Text),
+        2 => any_value(),
+    ]
+}
+
 /// The last migration before the one under test.
 const BEFORE: i64 = 20261206000001;
 
 /// Recent events written before the migration (one with white space around its detail,
 /// as another writer may write it, one with a saga instance) are there after it, ids and
-/// instances kept, read through the view as before; the rebuilt table still refuses what
-/// the old one did, and the next event takes the next id.
+/// instances kept, read through the views as before; the rebuilt table still refuses what
+/// the old one did; the next event takes the next id, its first saga instance in its row
+/// and its second in the instance table, and reads as one timeline with the old event.
 #[tokio::test]
-async fn a_sqlite_history_keeps_its_recent_events_through_the_checks_upgrade() {
+async fn a_sqlite_history_keeps_its_recent_events_through_the_lighter_recent_upgrade() {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(dir.path().join("store.db")).await.unwrap();
     let pool = store.pool().clone();
@@ -303,16 +370,48 @@ async fn a_sqlite_history_keeps_its_recent_events_through_the_checks_upgrade() {
         attempt: 1,
         enqueued_at: None,
         received_at: None,
-        detail: courier::HistoryDetail::default(),
+        detail: courier::HistoryDetail {
+            sagas: ["tests.Flow", "tests.Other"]
+                .map(|saga_type| courier::SagaChange {
+                    saga_type: saga_type.to_owned(),
+                    correlation: "c-1".to_owned(),
+                    after: Some("{}".to_owned()),
+                    ..Default::default()
+                })
+                .to_vec(),
+            ..Default::default()
+        },
     };
     store.record_history(&event).await.unwrap();
-    let last: (i64, String) = sqlx::query_as("SELECT id, message_id FROM courier_history_recent ORDER BY id DESC")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
+    let last: (i64, String, Option<String>) =
+        sqlx::query_as("SELECT id, message_id, saga_type FROM courier_history_recent ORDER BY id DESC")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
     assert_eq!(
         last,
-        (10, "new-1".to_owned()),
-        "the sequence goes on after the kept ids"
+        (10, "new-1".to_owned(), Some("tests.Flow".to_owned())),
+        "the sequence goes on after the kept ids; the first instance is in the row"
+    );
+    let others: Vec<(i64, String)> =
+        sqlx::query_as("SELECT history_id, saga_type FROM courier_history_instance_recent ORDER BY history_id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        others,
+        vec![(7, "tests.Flow".to_owned()), (10, "tests.Other".to_owned())]
+    );
+    let timeline: Vec<i64> = sqlx::query_scalar(
+        "SELECT history_id FROM courier_history_instance_all WHERE saga_type = 'tests.Flow' AND correlation = 'c-1' \
+         ORDER BY history_id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        timeline,
+        vec![7, 10],
+        "the old event's instance row and the new one's in its row"
     );
 }

@@ -4,8 +4,9 @@
 //! store and the embedded broker's file, another connection inserts event rows into
 //! `courier_history` and `courier_history_recent` with any id or none (SQLite then takes
 //! one more than that table's largest, which the other table may hold), including every
-//! extreme up to the largest SQLite allows, and instance rows naming any event id, in
-//! both instance tables. Checked: every Courier write succeeds; once a move follows,
+//! extreme up to the largest SQLite allows (a recent row one time in two with a first
+//! saga instance in its own columns), and instance rows naming any event id, in both
+//! instance tables, the same instance as such a recent row names when the ids meet. Checked: every Courier write succeeds; once a move follows,
 //! both recent tables are empty; every Courier event is read back once with exactly its
 //! saga instances (whatever id it ended with); every event row the other writer got in
 //! is there once; the admin reads the first and the last of Courier's.
@@ -107,15 +108,23 @@ fn program() -> impl Strategy<Value = (Vec<HistoryEvent>, Vec<(usize, Outsider)>
 async fn insert(pool: &sqlx::SqlitePool, k: usize, o: &Outsider) -> bool {
     let done = match o.table {
         Table::History | Table::HistoryRecent => {
+            // A recent row may name a first saga instance in its own columns, as Courier's
+            // do; every other one does, with the correlation of the other writer's instance
+            // rows, so that an instance row may name the same instance again.
+            let (columns, values) = match o.table {
+                Table::HistoryRecent => (", saga_type, correlation", ", ?4, 'c'"),
+                _ => ("", ""),
+            };
             let sql = format!(
-                "INSERT INTO {} (id, endpoint, kind, at, message_id, attempt, detail) \
-                 VALUES (?1, 'outsider', 'handled', 0, ?2, 0, ?3)",
+                "INSERT INTO {} (id, endpoint, kind, at, message_id, attempt, detail{columns}) \
+                 VALUES (?1, 'outsider', 'handled', 0, ?2, 0, ?3{values})",
                 o.table.name()
             );
             sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(o.id)
                 .bind(format!("outsider-{k}"))
                 .bind(format!("{{\"outsider\": {k}}}"))
+                .bind(k.is_multiple_of(2).then_some(OUTSIDER_SAGA))
                 .execute(pool)
                 .await
         }
@@ -127,7 +136,7 @@ async fn insert(pool: &sqlx::SqlitePool, k: usize, o: &Outsider) -> bool {
             sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(o.id.unwrap_or(1))
                 .bind(OUTSIDER_SAGA)
-                .bind(format!("c{k}"))
+                .bind("c")
                 .execute(pool)
                 .await
         }

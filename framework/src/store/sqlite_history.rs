@@ -3,10 +3,11 @@
 //! store run them in a handling's transaction (a handled event) or on their own (the
 //! others, the move of the recent events, and the janitor's purge).
 //!
-//! An event goes to `courier_history_recent`, which has no index but its row id, and the
-//! saga instances it names to `courier_history_instance_recent`, so that a handling's
-//! commit writes a page or two more instead of one per index (migration
-//! `20261206000001_history_recent`). Every [`MOVE_EVERY`] ids, the writer that crossed the
+//! An event goes to `courier_history_recent`, which has no index but its row id, with the
+//! first saga instance it names in its row and the others in
+//! `courier_history_instance_recent`, so that a handling's commit writes a page or two
+//! more instead of one per index (migrations `20261206000001_history_recent` and
+//! `20261209000001_history_recent_lighter`). Every [`MOVE_EVERY`] ids, the writer that crossed the
 //! mark moves the recent rows into `courier_history` and `courier_history_instance` (ids
 //! kept), in a transaction of its own after its commit ([`move_recent`]). Readers read
 //! `courier_history_all` and `courier_history_instance_all`, both tables of each as one.
@@ -26,8 +27,9 @@ fn micros(t: DateTime<Utc>) -> i64 {
 const EVENT_COLUMNS: &str = "endpoint, kind, at, message_id, message_type, conversation_id, causation_id, \
      attempt, enqueued_at, received_at, detail";
 
-/// The parameters of an event's row, and two per saga instance it touched.
-const EVENT_PARAMETERS: usize = 11;
+/// The parameters of an event's row (its first saga instance, or two NULLs, among them),
+/// and two per other saga instance it touched.
+const EVENT_PARAMETERS: usize = 13;
 
 /// The most parameters one query binds: SQLite's default bound on a statement's
 /// (`SQLITE_MAX_VARIABLE_NUMBER`, 32,766 since 3.32), which a query of several statements
@@ -74,33 +76,39 @@ pub(crate) const MOVE_EVERY: i64 = 512;
 /// the transaction [`move_recent`] began: first the recent instance rows whose event is in
 /// neither recent table are deleted (only another writer leaves such a row, which no read
 /// shows, as every read joins an instance row to its event), then both tables' rows are
-/// copied and deleted.
+/// copied and deleted, each event's first instance (in its row) into
+/// `courier_history_instance` with the others. An instance row `courier_history_instance`
+/// holds already (another writer put the same instance in the event's row and in the
+/// recent instance table) is there once: the copy is not inserted again.
 const MOVE: &str = "DELETE FROM courier_history_instance_recent WHERE NOT EXISTS \
        (SELECT 1 FROM courier_history_recent r WHERE r.id = history_id); \
      INSERT INTO courier_history (id, endpoint, kind, at, message_id, message_type, conversation_id, \
        causation_id, attempt, enqueued_at, received_at, detail) \
      SELECT id, endpoint, kind, at, message_id, message_type, conversation_id, causation_id, attempt, \
        enqueued_at, received_at, detail FROM courier_history_recent ORDER BY id; \
-     INSERT INTO courier_history_instance (history_id, saga_type, correlation) \
-     SELECT history_id, saga_type, correlation FROM courier_history_instance_recent; \
+     INSERT OR IGNORE INTO courier_history_instance (history_id, saga_type, correlation) \
+     SELECT history_id, saga_type, correlation FROM courier_history_instance_recent \
+     UNION ALL SELECT id, saga_type, correlation FROM courier_history_recent WHERE saga_type IS NOT NULL; \
      DELETE FROM courier_history_instance_recent; \
      DELETE FROM courier_history_recent; \
      COMMIT;";
 
 /// Appends to `sql` the statements of one event: the event's row in
-/// `courier_history_recent`, then its instance rows in `courier_history_instance_recent`,
-/// whose event is the row just inserted (`last_insert_rowid()`, which an insert into a
-/// table WITHOUT ROWID leaves as it is). Anonymous `?` placeholders: sqlx binds them in
-/// order across the query's statements, where a numbered `?N` in a later statement would
-/// be bound from the wrong place.
+/// `courier_history_recent` with its first saga instance (or two NULLs), then its other
+/// instance rows in `courier_history_instance_recent`, whose event is the row just
+/// inserted (`last_insert_rowid()`, which an insert into a table WITHOUT ROWID leaves as it
+/// is). Anonymous `?` placeholders: sqlx binds them in order across the query's
+/// statements, where a numbered `?N` in a later statement would be bound from the wrong
+/// place.
 fn push_statements(sql: &mut String, instances: usize) {
     use std::fmt::Write as _;
     let _ = write!(
         sql,
-        "INSERT INTO courier_history_recent (id, {EVENT_COLUMNS}) VALUES ({NEXT_ID}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);"
+        "INSERT INTO courier_history_recent (id, {EVENT_COLUMNS}, saga_type, correlation) \
+         VALUES ({NEXT_ID}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);"
     );
-    if instances > 0 {
-        let rows = vec!["(last_insert_rowid(), ?, ?)"; instances];
+    if instances > 1 {
+        let rows = vec!["(last_insert_rowid(), ?, ?)"; instances - 1];
         let _ = write!(
             sql,
             " INSERT INTO courier_history_instance_recent (history_id, saga_type, correlation) VALUES {};",
@@ -253,7 +261,7 @@ pub(crate) async fn record_then(
         let mut chunk = Vec::new();
         let mut bound = 0;
         while let Some(r) = rest.peek() {
-            let needs = EVENT_PARAMETERS + 2 * r.instances.len();
+            let needs = EVENT_PARAMETERS + 2 * r.instances.len().saturating_sub(1);
             if !chunk.is_empty() && bound + needs > MAX_PARAMETERS {
                 break;
             }
@@ -284,7 +292,12 @@ pub(crate) async fn record_then(
                 .bind(r.enqueued_at)
                 .bind(r.received_at)
                 .bind(&r.detail);
-            for (saga_type, correlation) in &r.instances {
+            let (first, others) = match r.instances.split_first() {
+                Some((first, others)) => (Some(first), others),
+                None => (None, &[][..]),
+            };
+            query = query.bind(first.map(|(t, _)| t)).bind(first.map(|(_, c)| c));
+            for (saga_type, correlation) in others {
                 query = query.bind(saga_type).bind(correlation);
             }
         }

@@ -1,6 +1,6 @@
--- The checks of courier_history_recent, the table every handling with a history writes
--- its event to, made cheaper to evaluate without accepting anything more or anything less
--- (issue 33, docs/history.md "Cost"):
+-- courier_history_recent, the table every handling with a history writes its event to,
+-- made lighter to write (issue 33, docs/history.md "Cost"). Its checks cost less to
+-- evaluate and accept exactly what they did:
 --
 -- * `kind IN ('handled', ...)`: SQLite evaluates a list of more than two constants by
 --   building a temporary b-tree of it at every statement that checks a row (a page cache,
@@ -12,11 +12,20 @@
 --   the detail is now parsed once. json_valid accepts no BLOB, so both forms reject every
 --   BLOB (tests/store/history_checks.rs compares the old and the new checks on any value).
 --
+-- * An event's first saga instance is two columns of its recent row (`saga_type`,
+--   `correlation`, both set or both NULL), as on Postgres: a saga's event is one insert
+--   of one row in a handling's transaction, where it was two statements and a page of
+--   `courier_history_instance_recent` more in the commit. Its other instances (a
+--   handling that touched two sagas) and the rows written before stay in
+--   `courier_history_instance_recent`. The move puts the first instance into
+--   `courier_history_instance` with the others: the indexed tables do not change.
+--
 -- SQLite cannot change a table's CHECK: the recent table (a few hundred rows, unless its
--- moves failed) is built anew and its rows copied, ids kept, under its view.
+-- moves failed) is built anew and its rows copied, ids kept, under its views.
 -- courier_history keeps its checks: building it anew would rewrite every event, and the
 -- move checks its rows once every few hundred events, not in a handling's transaction.
 DROP VIEW courier_history_all;
+DROP VIEW courier_history_instance_all;
 
 CREATE TABLE courier_history_recent_checked (
     id              INTEGER PRIMARY KEY,
@@ -33,7 +42,10 @@ CREATE TABLE courier_history_recent_checked (
     enqueued_at     INTEGER CHECK (enqueued_at IS NULL OR typeof(enqueued_at) = 'integer'),
     received_at     INTEGER CHECK (received_at IS NULL OR typeof(received_at) = 'integer'),
     detail          TEXT    NOT NULL CHECK (json_valid(detail)
-                                            AND substr(ltrim(detail, char(32, 9, 10, 13)), 1, 1) = '{')
+                                            AND substr(ltrim(detail, char(32, 9, 10, 13)), 1, 1) = '{'),
+    saga_type       TEXT,
+    correlation     TEXT,
+    CHECK ((saga_type IS NULL) = (correlation IS NULL))
 );
 
 INSERT INTO courier_history_recent_checked
@@ -54,3 +66,10 @@ CREATE VIEW courier_history_all AS
     SELECT id, endpoint, kind, at, message_id, message_type, conversation_id, causation_id, attempt,
            enqueued_at, received_at, detail
     FROM courier_history_recent;
+
+CREATE VIEW courier_history_instance_all AS
+    SELECT history_id, saga_type, correlation FROM courier_history_instance
+    UNION ALL
+    SELECT history_id, saga_type, correlation FROM courier_history_instance_recent
+    UNION ALL
+    SELECT id, saga_type, correlation FROM courier_history_recent WHERE saga_type IS NOT NULL;
