@@ -139,7 +139,7 @@ crate::store::sqlite_saga::sqlite_unit_of_work!(SqliteWork, {
 
     async fn commit(self: Box<Self>) -> Result<Committed> {
         let SqliteWork { tx, history, .. } = *self;
-        tx.commit_with(&history, "cannot commit the handler's transaction")
+        tx.commit_with(history, "cannot commit the handler's transaction")
             .await?;
         Ok(Committed::Pending)
     }
@@ -623,7 +623,7 @@ impl Store for SqliteStore {
         )
         .await?;
         let moved = dead_letter_outbox_row(tx.conn()?, id, reason, description, now).await?;
-        tx.commit_with(&[], "cannot move an outbox message to the dead letters")
+        tx.commit_with(Vec::new(), "cannot move an outbox message to the dead letters")
             .await?;
         Ok(moved)
     }
@@ -639,11 +639,11 @@ impl Store for SqliteStore {
     /// An event of its own (a failed attempt's, a duplicate's, a timeout's): its row and
     /// its instance rows in one transaction, whose `COMMIT` rides with them.
     async fn record_history(&self, event: &crate::store::history::HistoryEvent) -> Result<()> {
-        let rendered = [crate::store::sqlite_history::Rendered::new(event)?];
+        let rendered = vec![crate::store::sqlite_history::Rendered::new(event)?];
         let turn = self.writer.take().await?;
         WriteTx::begin(&self.pool, turn, "cannot begin recording the history of a message")
             .await?
-            .commit_with(&rendered, "cannot record the history of a message")
+            .commit_with(rendered, "cannot record the history of a message")
             .await
     }
 
@@ -651,7 +651,7 @@ impl Store for SqliteStore {
         let turn = self.writer.take().await?;
         let mut tx = WriteTx::begin(&self.pool, turn, "cannot begin purging the history").await?;
         let purged = crate::store::sqlite_history::purge(tx.conn()?, endpoint, before, limit).await?;
-        tx.commit_with(&[], "cannot purge the history").await?;
+        tx.commit_with(Vec::new(), "cannot purge the history").await?;
         Ok(purged)
     }
 

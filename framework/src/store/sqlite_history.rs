@@ -164,7 +164,7 @@ impl Rendered {
 /// connection's thread); whether the recent events are due to move (the caller runs
 /// [`move_recent`] once its transaction committed).
 pub(crate) async fn record(conn: &mut SqliteConnection, event: &HistoryEvent) -> Result<bool> {
-    record_then(conn, &[Rendered::new(event)?], None)
+    record_then(conn, vec![Rendered::new(event)?], None)
         .await
         .map_err(|e| db_error("cannot record the history of a message", e))
 }
@@ -251,11 +251,11 @@ async fn free_id(conn: &mut SqliteConnection) -> std::result::Result<i64, sqlx::
 /// `then` committed.
 pub(crate) async fn record_then(
     conn: &mut SqliteConnection,
-    events: &[Rendered],
+    events: Vec<Rendered>,
     then: Option<&str>,
 ) -> std::result::Result<bool, sqlx::Error> {
     let mut due = false;
-    let mut rest = events.iter().peekable();
+    let mut rest = events.into_iter().peekable();
     loop {
         let mut sql = String::new();
         let mut chunk = Vec::new();
@@ -280,24 +280,24 @@ pub(crate) async fn record_then(
         let written = chunk.len();
         let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
         for r in chunk {
+            // Bound by value: the values move into the query, where a reference would be
+            // copied (the detail is most of an event's bytes).
             query = query
-                .bind(&r.endpoint)
+                .bind(r.endpoint)
                 .bind(r.kind)
                 .bind(r.at)
-                .bind(&r.message_id)
-                .bind(&r.message_type)
-                .bind(&r.conversation_id)
-                .bind(&r.causation_id)
+                .bind(r.message_id)
+                .bind(r.message_type)
+                .bind(r.conversation_id)
+                .bind(r.causation_id)
                 .bind(r.attempt)
                 .bind(r.enqueued_at)
                 .bind(r.received_at)
-                .bind(&r.detail);
-            let (first, others) = match r.instances.split_first() {
-                Some((first, others)) => (Some(first), others),
-                None => (None, &[][..]),
-            };
-            query = query.bind(first.map(|(t, _)| t)).bind(first.map(|(_, c)| c));
-            for (saga_type, correlation) in others {
+                .bind(r.detail);
+            let mut instances = r.instances.into_iter();
+            let (saga_type, correlation) = instances.next().unzip();
+            query = query.bind(saga_type).bind(correlation);
+            for (saga_type, correlation) in instances {
                 query = query.bind(saga_type).bind(correlation);
             }
         }

@@ -114,7 +114,7 @@ impl WriteTx {
 
     /// Writes `history` and commits, in one query when SQLite's bound on parameters
     /// allows; rolled back if either fails.
-    pub(crate) async fn commit_with(mut self, history: &[Rendered], what: &'static str) -> Result<()> {
+    pub(crate) async fn commit_with(mut self, history: Vec<Rendered>, what: &'static str) -> Result<()> {
         match record_then(self.conn()?, history, Some("COMMIT")).await {
             Ok(due) => {
                 if due {

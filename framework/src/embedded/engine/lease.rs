@@ -183,7 +183,7 @@ impl Engine {
             }
             self.serve_waiters(now, &mut outcomes).await?;
             self.flush_sequences().await?;
-            let due = crate::store::sqlite_history::record_then(self.conn.get()?, &history, Some("COMMIT")).await?;
+            let due = crate::store::sqlite_history::record_then(self.conn.get()?, history, Some("COMMIT")).await?;
             Ok(Ok(due))
         }
         .await;
