@@ -359,29 +359,7 @@ async fn a_sqlite_history_keeps_its_recent_events_through_the_lighter_recent_upg
         .await;
         assert!(refused.is_err(), "{kind} {detail} is refused after the upgrade");
     }
-    let event = courier::HistoryEvent {
-        endpoint: "flows".to_owned(),
-        kind: courier::HistoryKind::Handled,
-        at: chrono::Utc::now(),
-        message_id: "new-1".to_owned(),
-        message_type: None,
-        conversation_id: None,
-        causation_id: None,
-        attempt: 1,
-        enqueued_at: None,
-        received_at: None,
-        detail: courier::HistoryDetail {
-            sagas: ["tests.Flow", "tests.Other"]
-                .map(|saga_type| courier::SagaChange {
-                    saga_type: saga_type.to_owned(),
-                    correlation: "c-1".to_owned(),
-                    after: Some("{}".to_owned()),
-                    ..Default::default()
-                })
-                .to_vec(),
-            ..Default::default()
-        },
-    };
+    let event = super::history_upgrade::new_event_of_two_sagas();
     store.record_history(&event).await.unwrap();
     let last: (i64, String, Option<String>) =
         sqlx::query_as("SELECT id, message_id, saga_type FROM courier_history_recent ORDER BY id DESC")

@@ -198,28 +198,7 @@ async fn a_postgres_history_keeps_its_timelines_through_the_first_instance_upgra
     .unwrap();
     let store = PostgresStore::from_pool(pool.clone());
     store.migrate().await.unwrap();
-    let change = |saga_type: &str| courier::SagaChange {
-        saga_type: saga_type.to_owned(),
-        correlation: "c-1".to_owned(),
-        after: Some("{}".to_owned()),
-        ..Default::default()
-    };
-    let event = courier::HistoryEvent {
-        endpoint: "flows".to_owned(),
-        kind: courier::HistoryKind::Handled,
-        at: chrono::Utc::now(),
-        message_id: "new-1".to_owned(),
-        message_type: None,
-        conversation_id: None,
-        causation_id: None,
-        attempt: 1,
-        enqueued_at: None,
-        received_at: None,
-        detail: courier::HistoryDetail {
-            sagas: vec![change("tests.Flow"), change("tests.Other")],
-            ..Default::default()
-        },
-    };
+    let event = new_event_of_two_sagas();
     let courier::Begin::Fresh(mut work) = store.begin("flows", "new-1", None, chrono::Utc::now()).await.unwrap() else {
         panic!("a fresh message id was taken for a duplicate");
     };
@@ -259,4 +238,31 @@ async fn a_postgres_history_keeps_its_timelines_through_the_first_instance_upgra
     assert_eq!(left, 0, "a plain delete takes every instance");
     pool.close().await;
     db.drop_now().await;
+}
+
+/// A handled event, message `new-1` of endpoint `flows`, that touched two saga instances
+/// of correlation `c-1`: `tests.Flow` (its first) and `tests.Other`.
+pub(super) fn new_event_of_two_sagas() -> courier::HistoryEvent {
+    let change = |saga_type: &str| courier::SagaChange {
+        saga_type: saga_type.to_owned(),
+        correlation: "c-1".to_owned(),
+        after: Some("{}".to_owned()),
+        ..Default::default()
+    };
+    courier::HistoryEvent {
+        endpoint: "flows".to_owned(),
+        kind: courier::HistoryKind::Handled,
+        at: chrono::Utc::now(),
+        message_id: "new-1".to_owned(),
+        message_type: None,
+        conversation_id: None,
+        causation_id: None,
+        attempt: 1,
+        enqueued_at: None,
+        received_at: None,
+        detail: courier::HistoryDetail {
+            sagas: vec![change("tests.Flow"), change("tests.Other")],
+            ..Default::default()
+        },
+    }
 }
