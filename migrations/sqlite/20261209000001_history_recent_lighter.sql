@@ -1,7 +1,9 @@
 -- courier_history_recent, the table every handling with a history writes its event to,
--- made lighter to write (issue 33, docs/history.md "Cost"). Its checks cost less to
--- evaluate and accept exactly what they did:
+-- made lighter to write (issue 33, docs/history.md "Cost"), in two ways.
 --
+-- Its checks cost less to evaluate and accept exactly the rows they did (a row this table
+-- takes and courier_history refuses would stop every move; tests/store/history_checks.rs
+-- compares the two tables' checks over any value):
 -- * `kind IN ('handled', ...)`: SQLite evaluates a list of more than two constants by
 --   building a temporary b-tree of it at every statement that checks a row (a page cache,
 --   a page and six inserts, about a tenth of an event's cost). The same six names are
@@ -10,15 +12,15 @@
 --   json_valid accepts is RFC 8259 JSON, whose type is an object exactly when its first
 --   character after JSON's white space (space, tab, line feed, carriage return) is `{`:
 --   the detail is now parsed once. json_valid accepts no BLOB, so both forms reject every
---   BLOB (tests/store/history_checks.rs compares the old and the new checks on any value).
+--   BLOB.
 --
--- * An event's first saga instance is two columns of its recent row (`saga_type`,
---   `correlation`, both set or both NULL), as on Postgres: a saga's event is one insert
---   of one row in a handling's transaction, where it was two statements and a page of
---   `courier_history_instance_recent` more in the commit. Its other instances (a
---   handling that touched two sagas) and the rows written before stay in
---   `courier_history_instance_recent`. The move puts the first instance into
---   `courier_history_instance` with the others: the indexed tables do not change.
+-- And an event's first saga instance is two columns of its recent row (`saga_type`,
+-- `correlation`, both set or both NULL), as on Postgres: a saga's event is one insert of
+-- one row in a handling's transaction, where it was two statements and a page of
+-- `courier_history_instance_recent` more in the commit. Its other instances (a handling
+-- that touched two sagas), and every instance of the recent events written before this
+-- migration, stay in `courier_history_instance_recent`. The move puts the first instance
+-- into `courier_history_instance` with the others: the indexed tables do not change.
 --
 -- SQLite cannot change a table's CHECK: the recent table (a few hundred rows, unless its
 -- moves failed) is built anew and its rows copied, ids kept, under its views.

@@ -23,9 +23,10 @@ fn micros(t: DateTime<Utc>) -> i64 {
     t.timestamp_micros()
 }
 
-/// The columns of an event's row, bound in this order.
+/// The columns of an event's row in `courier_history_recent`, bound in this order: the last
+/// two are its first saga instance (two NULLs when it touched none).
 const EVENT_COLUMNS: &str = "endpoint, kind, at, message_id, message_type, conversation_id, causation_id, \
-     attempt, enqueued_at, received_at, detail";
+     attempt, enqueued_at, received_at, detail, saga_type, correlation";
 
 /// The parameters of an event's row (its first saga instance, or two NULLs, among them),
 /// and two per other saga instance it touched.
@@ -104,7 +105,7 @@ fn push_statements(sql: &mut String, instances: usize) {
     use std::fmt::Write as _;
     let _ = write!(
         sql,
-        "INSERT INTO courier_history_recent (id, {EVENT_COLUMNS}, saga_type, correlation) \
+        "INSERT INTO courier_history_recent (id, {EVENT_COLUMNS}) \
          VALUES ({NEXT_ID}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?);"
     );
     if instances > 1 {
