@@ -82,6 +82,8 @@ pub(crate) struct Shared {
     keeper: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// The ids of the queues and topics the endpoint's store sent to (`store::send_in`).
     pub(crate) destinations: store::Destinations,
+    /// Notifies receivers of what this process sent, after each send committed.
+    notifier: wake::Notifier,
 }
 
 impl Shared {
@@ -123,6 +125,13 @@ impl Shared {
         Ok(())
     }
 
+    /// Notifies the receivers of `entities` (queues and topics sent to by a transaction
+    /// that has committed), soon, from a statement of the transport's own
+    /// ([`wake::Notifier`]).
+    pub(crate) fn wake_after_commit(&self, entities: impl IntoIterator<Item = i64>) {
+        self.notifier.after_commit(&self.pool, entities);
+    }
+
     /// `e`, or `Closed` when the transport was closed meanwhile (its pool refuses).
     pub(crate) fn closed_or(&self, e: Error) -> Error {
         if self.closed.load(Ordering::Acquire) {
@@ -141,6 +150,7 @@ impl Drop for Shared {
 
 impl Shared {
     fn stop_tasks(&self) {
+        self.notifier.stop();
         for slot in [&self.listener, &self.keeper] {
             if let Some(task) = slot.lock().unwrap_or_else(PoisonError::into_inner).take() {
                 task.abort();
@@ -268,6 +278,7 @@ impl PgTransportBuilder {
                 upkeeps: upkeep::Upkeeps::default(),
                 keeper: Mutex::new(Some(keeper)),
                 destinations: store::Destinations::default(),
+                notifier: wake::Notifier::default(),
             }),
         })
     }
@@ -484,6 +495,8 @@ impl Transport for PostgresTransport {
             return;
         }
         self.shared.stop_tasks();
+        // What was sent just before is notified, not left to the receivers' poll.
+        self.shared.notifier.flush(&self.shared.pool).await;
         if self.shared.owns_pool {
             self.shared.pool.close().await;
         }

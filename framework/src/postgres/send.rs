@@ -1,6 +1,6 @@
-//! Sending: one statement inserts a batch of messages, stamps their sequence numbers,
-//! fans a topic's messages out to its subscriptions and notifies waiting receivers, all
-//! in the sending transaction. Scheduled messages wait in the same table (a topic's on the
+//! Sending: one statement inserts a batch of messages, stamps their sequence numbers and
+//! fans a topic's messages out to its subscriptions, in the sending transaction; once it
+//! commits, the transport's notifier wakes the receivers (`wake::Notifier`). Scheduled messages wait in the same table (a topic's on the
 //! topic itself, fanned out when they activate) until a receiver or browser of their
 //! entity activates them.
 
@@ -24,7 +24,9 @@ use crate::transport::{SendError, Sender};
 /// get a copy; `queue` when it is known to be a queue) at `now`; returns their sequence
 /// numbers in order, or `None` when the entity does not exist (or is not a queue, with
 /// `queue`). Runs on any connection, inside the caller's transaction if it has one: the
-/// messages become receivable when it commits.
+/// messages become receivable when it commits. The statement notifies no one: when a
+/// message is not scheduled, `entity` is added to `woken`, for the caller to hand to
+/// [`Shared::wake_after_commit`] once the transaction committed.
 ///
 /// One message goes in with a statement of its own ([`INSERT_ONE`], [`INSERT_INTO_QUEUE`])
 /// and a batch to a queue with [`INSERT_BATCH_INTO_QUEUE`]: Postgres keeps one (generic)
@@ -37,19 +39,26 @@ pub(crate) async fn insert_messages(
     queue: bool,
     messages: &[Envelope],
     now: DateTime<Utc>,
+    woken: &mut Vec<i64>,
 ) -> Result<Option<Vec<SequenceNumber>>> {
-    if let [one] = messages {
-        return Ok(insert_one(conn, entity, queue, one, now).await?.map(|seq| vec![seq]));
+    let sent = if let [one] = messages {
+        insert_one(conn, entity, queue, one, now).await?.map(|seq| vec![seq])
+    } else {
+        let n = messages.len();
+        let mut cols = Columns::with_capacity(n);
+        for m in messages {
+            cols.push(m, now);
+        }
+        if queue {
+            insert_batch_into_queue(conn, entity, &cols, now).await?
+        } else {
+            insert_fanned_out(conn, entity, n, &cols, now).await?
+        }
+    };
+    if sent.is_some() && messages.iter().any(|m| scheduled(m, now).is_none()) {
+        woken.push(entity);
     }
-    let n = messages.len();
-    let mut cols = Columns::with_capacity(n);
-    for m in messages {
-        cols.push(m, now);
-    }
-    if queue {
-        return insert_batch_into_queue(conn, entity, &cols, now).await;
-    }
-    insert_fanned_out(conn, entity, n, &cols, now).await
+    Ok(sent)
 }
 
 /// The insert of the messages `u` (unnested columns) into the entities `t`, each row
@@ -89,7 +98,7 @@ macro_rules! insert_messages {
 /// numbered in the order given. No fan-out, so the queue's row is read by its key alone,
 /// and the plan is the same for any batch size (Postgres keeps a generic one after five
 /// executions: the statement with fan-out, its window and its join, never got one).
-/// Returns the sequence numbers (none when the queue does not exist) and the notification.
+/// Returns the sequence numbers (none when the queue does not exist).
 const INSERT_BATCH_INTO_QUEUE: &str = concat!(
     "WITH ins AS (",
     insert_messages!("nextval('courier.message_seq')", "$13"),
@@ -101,8 +110,7 @@ const INSERT_BATCH_INTO_QUEUE: &str = concat!(
      WHERE t.id = $1 AND t.kind = 0 \
      ORDER BY u.ord \
      RETURNING seq, state) \
-   SELECT ARRAY(SELECT seq FROM ins ORDER BY seq), \
-     (SELECT count(pg_notify('courier_transport', $1::text)) FROM (SELECT 1 FROM ins WHERE state <> 1 LIMIT 1) x)"
+   SELECT ARRAY(SELECT seq FROM ins ORDER BY seq)"
 );
 
 /// [`insert_messages`] of a batch to a queue: [`INSERT_BATCH_INTO_QUEUE`].
@@ -154,10 +162,8 @@ async fn insert_fanned_out(
                 insert_messages!("so.seq", "$14"),
                 "FROM u JOIN so USING (ord) \
                  JOIN t ON (CASE WHEN u.sched IS NOT NULL THEN t.id = $1 ELSE t.kind <> 1 END) \
-                 RETURNING entity_id, state), \
-         woke AS (SELECT count(pg_notify('courier_transport', x.entity_id::text)) AS n \
-                  FROM (SELECT DISTINCT entity_id FROM ins WHERE state <> 1) x) \
-         SELECT (SELECT count(*) FROM e), (SELECT n FROM woke), ARRAY(SELECT seq FROM so ORDER BY ord)"
+                 RETURNING entity_id, state) \
+         SELECT (SELECT count(*) FROM e), ARRAY(SELECT seq FROM so ORDER BY ord)"
             ))
             .bind(entity)
             .bind(i32::try_from(n).unwrap_or(i32::MAX)),
@@ -171,7 +177,7 @@ async fn insert_fanned_out(
     if found == 0 {
         return Ok(None);
     }
-    let seqs: Vec<i64> = row.try_get(2).map_err(get)?;
+    let seqs: Vec<i64> = row.try_get(1).map_err(get)?;
     Ok(Some(seqs))
 }
 
@@ -207,8 +213,8 @@ macro_rules! insert_one_row {
 }
 
 /// One message to entity `$1`, a queue or a topic (a copy per subscription; a scheduled
-/// message waits on the entity itself). Returns whether the entity exists, how many
-/// notifications were sent and the sequence number.
+/// message waits on the entity itself). Returns whether the entity exists and the
+/// sequence number.
 const INSERT_ONE: &str = concat!(
     "WITH t AS MATERIALIZED (SELECT id, kind, path, default_ttl_ms, requires_session \
      FROM courier.entity WHERE (id = $1 AND kind <> 2) OR (parent = $1 AND kind = 2)), \
@@ -218,21 +224,18 @@ const INSERT_ONE: &str = concat!(
         "s.seq",
         "t, s WHERE CASE WHEN $11::timestamptz IS NOT NULL THEN t.id = $1 ELSE t.kind <> 1 END"
     ),
-    ") SELECT (SELECT count(*) FROM t WHERE id = $1), \
-            (SELECT count(pg_notify('courier_transport', entity_id::text)) FROM ins WHERE state <> 1), \
-            (SELECT seq FROM s)"
+    ") SELECT (SELECT count(*) FROM t WHERE id = $1), (SELECT seq FROM s)"
 );
 
 /// One message to queue `$1`: no fan-out, so the entity row is read by its key alone.
-/// Returns the sequence number and the notification sent; no row when the queue does not
-/// exist (any more).
+/// Returns the sequence number; no row when the queue does not exist (any more).
 const INSERT_INTO_QUEUE: &str = concat!(
     "WITH ins AS (",
     insert_one_row!(
         "nextval('courier.message_seq')",
         "courier.entity t WHERE t.id = $1 AND t.kind = 0"
     ),
-    ") SELECT seq, CASE WHEN state <> 1 THEN pg_notify('courier_transport', $1::text) END FROM ins"
+    ") SELECT seq FROM ins"
 );
 
 /// [`insert_messages`] for one message; `queue` when the entity is known to be a queue.
@@ -269,7 +272,7 @@ async fn insert_one(
             if found == 0 {
                 return Ok(None);
             }
-            Ok(Some(row.try_get(2).map_err(get)?))
+            Ok(Some(row.try_get(1).map_err(get)?))
         }
     }
 }
@@ -434,14 +437,15 @@ async fn send_on_pool(
         .acquire()
         .await
         .map_err(|e| db_error("cannot get a connection to send", e))?;
-    let sent = match messages {
-        [one] if entity.kind == Kind::Queue => insert_one(&mut conn, entity.id, true, one, now)
-            .await
-            .map(|seq| seq.map(|seq| vec![seq])),
-        _ => insert_messages(&mut conn, entity.id, entity.kind == Kind::Queue, messages, now).await,
-    };
-    sent.map_err(|e| shared.closed_or(e))?
-        .ok_or_else(|| Error::new(ErrorKind::EntityNotFound { path: name.to_owned() }))
+    let mut woken = Vec::new();
+    let sent = insert_messages(&mut conn, entity.id, entity.kind == Kind::Queue, messages, now, &mut woken)
+        .await
+        .map_err(|e| shared.closed_or(e))?
+        .ok_or_else(|| Error::new(ErrorKind::EntityNotFound { path: name.to_owned() }))?;
+    // The statement committed on its own (no transaction around it).
+    drop(conn);
+    shared.wake_after_commit(woken);
+    Ok(sent)
 }
 
 #[async_trait]

@@ -18,7 +18,7 @@ use super::send::insert_messages;
 use crate::checks::check_envelope;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Envelope, LockToken};
-use crate::store::pg_group::{InTransaction, PgGroup, Settlement, poisoned_if_aborted};
+use crate::store::pg_group::{AfterCommit, InTransaction, PgGroup, Settlement, poisoned_if_aborted};
 use crate::store::pg_outbox::{OutboxRow, ensure_not_aborted, insert_outbox, outbox_of, record_batch};
 use crate::store::pg_saga::pg_unit_of_work;
 use crate::store::postgres::{claim_due, postpone_reclaim};
@@ -125,7 +125,8 @@ impl Destinations {
 /// publish on the transport's sender creates it (publishing before any subscriber
 /// exists is not an error; a topic without subscriptions keeps no copy). A queue that
 /// does not exist is an error. The destination's id is looked up once and kept
-/// ([`Destinations`]); one deleted since is looked up again.
+/// ([`Destinations`]); one deleted since is looked up again. The destination is added to
+/// `woken` when its receivers are to be woken once the transaction commits.
 ///
 /// # Errors
 /// [`ErrorKind::EntityNotFound`] for a missing queue; the name of a missing topic taken
@@ -138,6 +139,7 @@ async fn send_in(
     is_topic: bool,
     messages: &[Envelope],
     now: DateTime<Utc>,
+    woken: &mut Vec<i64>,
 ) -> Result<()> {
     let known = &transport.shared.destinations;
     if let Some((entity, requires_session)) = known.get(destination, is_topic) {
@@ -146,7 +148,7 @@ async fn send_in(
             .any(|m| check_envelope(transport.shared.max_message_size, m, destination, requires_session, now).is_err());
         // A refusal is decided on the entity as it is now, below.
         if !refused
-            && insert_messages(&mut *conn, entity, !is_topic, messages, now)
+            && insert_messages(&mut *conn, entity, !is_topic, messages, now, woken)
                 .await?
                 .is_some()
         {
@@ -178,7 +180,7 @@ async fn send_in(
     for m in messages {
         check_envelope(transport.shared.max_message_size, m, destination, requires_session, now)?;
     }
-    insert_messages(conn, entity, !is_topic, messages, now)
+    insert_messages(conn, entity, !is_topic, messages, now, woken)
         .await?
         .ok_or_else(|| {
             Error::new(ErrorKind::EntityNotFound {
@@ -268,15 +270,23 @@ struct OwnDelivery {
 
 #[async_trait]
 impl Settlement for OwnDelivery {
-    async fn settle(self: Box<Self>, conn: &mut PgConnection, staged: Vec<(String, bool, Envelope)>) -> Result<()> {
-        send_and_complete(conn, &self.transport, self.lock, staged).await
+    async fn settle(
+        self: Box<Self>,
+        conn: &mut PgConnection,
+        staged: Vec<(String, bool, Envelope)>,
+    ) -> Result<AfterCommit> {
+        let woken = send_and_complete(conn, &self.transport, self.lock, staged).await?;
+        let shared = self.transport.shared.clone();
+        Ok(Box::new(move || shared.wake_after_commit(woken)))
     }
 }
 
 /// The end of a handling of a message `transport` delivered, on the handling's
 /// transaction `conn`: inserts the messages the handlers sent (`staged`: destination,
 /// whether a topic, message) into their queues and subscriptions, then deletes the
-/// received message if `lock` is still its lock and unexpired (the fence).
+/// received message if `lock` is still its lock and unexpired (the fence). Returns the
+/// entities whose receivers to wake once the transaction committed
+/// (`Shared::wake_after_commit`).
 ///
 /// # Errors
 /// [`ErrorKind::LockLost`] when the lock is not the message's any more (nothing may
@@ -287,7 +297,7 @@ pub(crate) async fn send_and_complete(
     transport: &PostgresTransport,
     lock: Lock,
     staged: Vec<(String, bool, Envelope)>,
-) -> Result<()> {
+) -> Result<Vec<i64>> {
     let now = transport.shared.clock.now();
     let mut groups: Vec<(String, bool, Vec<Envelope>)> = Vec::new();
     for (destination, is_topic, envelope) in staged {
@@ -296,10 +306,12 @@ pub(crate) async fn send_and_complete(
             None => groups.push((destination, is_topic, vec![envelope])),
         }
     }
+    let mut woken = Vec::new();
     for (destination, is_topic, messages) in &groups {
-        send_in(&mut *conn, transport, destination, *is_topic, messages, now).await?;
+        send_in(&mut *conn, transport, destination, *is_topic, messages, now, &mut woken).await?;
     }
-    complete_in(conn, lock, now).await
+    complete_in(conn, lock, now).await?;
+    Ok(woken)
 }
 
 /// Deletes the received message on `conn` if `lock` is still its lock at `now`.
@@ -404,7 +416,7 @@ pg_unit_of_work!(TxWork, {
         // transaction the handler left aborted (SQLSTATE 25P02), as `ensure_not_aborted`
         // would, one round trip fewer.
         let staged = std::mem::take(&mut self.staged);
-        send_and_complete(&mut self.tx, &self.transport, lock, staged)
+        let woken = send_and_complete(&mut self.tx, &self.transport, lock, staged)
             .await
             .map_err(poisoned_if_aborted)?;
         if !self.more_locks.is_empty() {
@@ -417,6 +429,7 @@ pg_unit_of_work!(TxWork, {
             .commit()
             .await
             .map_err(|e| db_error("cannot commit the handler's transaction", e))?;
+        self.transport.shared.wake_after_commit(woken);
         Ok(Committed::Settled)
     }
 });
@@ -556,10 +569,11 @@ impl Store for PgTransportStore {
         if let Some(id) = timeout {
             postpone_reclaim(&mut tx, endpoint, id, due).await?;
         }
-        send_and_complete(&mut tx, &self.transport, lock, vec![(endpoint.to_owned(), false, copy)]).await?;
+        let woken = send_and_complete(&mut tx, &self.transport, lock, vec![(endpoint.to_owned(), false, copy)]).await?;
         tx.commit()
             .await
             .map_err(|e| db_error("cannot commit the delayed retry", e))?;
+        self.transport.shared.wake_after_commit(woken);
         Ok(true)
     }
 
@@ -620,8 +634,9 @@ impl Store for PgTransportStore {
             dead_lettered,
             taken,
         } = claim_due(&mut tx, endpoint, claim, claim.now).await?;
+        let mut woken = Vec::new();
         if !due.is_empty() {
-            send_in(&mut tx, &self.transport, endpoint, false, &due, claim.now).await?;
+            send_in(&mut tx, &self.transport, endpoint, false, &due, claim.now, &mut woken).await?;
         }
         if claim.history {
             for t in &taken {
@@ -635,6 +650,7 @@ impl Store for PgTransportStore {
         tx.commit()
             .await
             .map_err(|e| db_error("cannot commit the claimed saga timeouts", e))?;
+        self.transport.shared.wake_after_commit(woken);
         Ok(DueTimeouts {
             claimed: due.len(),
             to_send: Vec::new(),

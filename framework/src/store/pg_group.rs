@@ -61,16 +61,25 @@ pub(crate) trait InTransaction: Send + Sync {
     fn settlement(&self, token: Option<LockToken>) -> Option<Box<dyn Settlement>>;
 }
 
+/// What a [`Settlement`] does once the group's transaction committed with it (wakes the
+/// receivers of the queues it sent to).
+pub(crate) type AfterCommit = Box<dyn FnOnce() + Send>;
+
 /// How one delivery of an [`InTransaction`] transport ends in the handling's transaction.
 #[async_trait]
 pub(crate) trait Settlement: Send {
     /// Inserts `staged` (destination, whether a topic, message) into their queues and
-    /// deletes the received message if the lock is still its own, on `conn`.
+    /// deletes the received message if the lock is still its own, on `conn`; returns what
+    /// to do once the transaction committed with them.
     ///
     /// # Errors
     /// [`ErrorKind::LockLost`] when the lock is not the message's any more (the member is
     /// rolled back); a destination missing or refusing a message; a storage error.
-    async fn settle(self: Box<Self>, conn: &mut PgConnection, staged: Vec<(String, bool, Envelope)>) -> Result<()>;
+    async fn settle(
+        self: Box<Self>,
+        conn: &mut PgConnection,
+        staged: Vec<(String, bool, Envelope)>,
+    ) -> Result<AfterCommit>;
 }
 
 #[derive(Debug)]
@@ -489,19 +498,21 @@ pg_unit_of_work!(PgMember, {
     }
 
     async fn commit(mut self: Box<Self>) -> Result<Committed> {
-        let settled = match self.lock.take() {
+        let after_commit = match self.lock.take() {
             Some(settlement) => {
                 // Under this member's savepoint, with the connection: a failure here
                 // leaves it unfinished, and it is rolled back alone (see Drop).
                 let staged = std::mem::take(&mut self.staged);
-                settlement
-                    .settle(self.pg_conn()?, staged)
-                    .await
-                    .map_err(poisoned_if_aborted)?;
-                true
+                Some(
+                    settlement
+                        .settle(self.pg_conn()?, staged)
+                        .await
+                        .map_err(poisoned_if_aborted)?,
+                )
             }
-            None => false,
+            None => None,
         };
+        let settled = after_commit.is_some();
         self.finished = true;
         let mut done = self.group.done.subscribe();
         self.group.resolve(
@@ -522,7 +533,12 @@ pg_unit_of_work!(PgMember, {
             .get_mut(self.member)
             .and_then(Option::take);
         match share {
-            Some(Ok(committed)) => Ok(committed),
+            Some(Ok(committed)) => {
+                if let Some(after_commit) = after_commit {
+                    after_commit();
+                }
+                Ok(committed)
+            }
             Some(Err(kind)) => Err(Error::new(kind)),
             None => Err(group_gone()),
         }
