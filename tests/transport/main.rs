@@ -19,6 +19,7 @@ mod pg_send_function;
 mod pg_send_path;
 mod pg_transport;
 mod pg_unit_of_work;
+mod pg_wake;
 
 /// A Postgres database of its own with the application's table `effects` (one row per
 /// handler effect), for the tests of the one-transaction unit of work.
