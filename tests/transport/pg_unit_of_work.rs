@@ -266,6 +266,20 @@ async fn completion_inbox_writes_and_sends_commit_in_one_transaction() {
 /// been committed before the completion failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_lost_before_the_commit_leaves_no_effect() {
+    lock_lost_leaves_no_effect(false).await;
+}
+
+/// The same once the destination's id is known (an earlier handling sent to it): the send
+/// and the fenced completion are then one statement, and a lost lock still rolls back
+/// the send with everything else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_lost_before_a_send_with_its_completion_leaves_no_effect() {
+    lock_lost_leaves_no_effect(true).await;
+}
+
+/// `known`: a first handling sends to `done` and commits before the one whose lock is
+/// lost.
+async fn lock_lost_leaves_no_effect(known: bool) {
     let (db, pool, transport) = setup(&["gated", "done"]).await;
     let probe = Probe {
         calls: Arc::new(AtomicU32::new(0)),
@@ -283,9 +297,18 @@ async fn a_lock_lost_before_the_commit_leaves_no_effect() {
         .await
         .unwrap();
 
+    let earlier = i64::from(known);
+    if known {
+        probe.gate.add_permits(1);
+        gated.bus().send(&GatedJob { n: 6 }).await.unwrap();
+        eventually("the first handling committed", || async {
+            gated.stats().completed == 1
+        })
+        .await;
+    }
     gated.bus().send(&GatedJob { n: 7 }).await.unwrap();
     eventually("the handler wrote and sent", || async {
-        probe.calls.load(Ordering::SeqCst) == 1
+        probe.calls.load(Ordering::SeqCst) == 1 + u32::from(known)
     })
     .await;
     // Another process's lock: the row's delivery count moves on.
@@ -298,20 +321,20 @@ async fn a_lock_lost_before_the_commit_leaves_no_effect() {
     probe.gate.add_permits(1);
     eventually("the handling ended", || async { gated.stats().running == 0 }).await;
 
-    assert_eq!(gated.stats().completed, 0, "the completion failed");
+    assert_eq!(gated.stats().completed, earlier as u64, "the completion failed");
     assert_eq!(
         count(&pool, "SELECT count(*) FROM effects").await,
-        0,
+        earlier,
         "the write rolled back"
     );
     assert_eq!(
         count(&pool, "SELECT count(*) FROM courier.inbox").await,
-        0,
+        earlier,
         "the inbox record too"
     );
     assert_eq!(
         transport.counts(&EntityPath::queue("done")).await.unwrap().active,
-        0,
+        earlier as u64,
         "and the send"
     );
     assert_eq!(
@@ -322,5 +345,67 @@ async fn a_lock_lost_before_the_commit_leaves_no_effect() {
     no_connection_left_in_a_transaction(&pool).await;
 
     gated.shutdown().await.unwrap();
+    finish(db, pool, &transport).await;
+}
+
+/// A destination queue deleted and made again after a handling sent to it (its id kept
+/// by the store): the next handling's send finds no queue under the kept id, looks the
+/// name up again and sends to the new queue, completing its message once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_to_a_queue_made_again_goes_to_the_new_queue() {
+    let (db, pool, transport) = setup(&["jobs", "done"]).await;
+    let jobs = Endpoint::builder("jobs")
+        .transport(transport.clone())
+        .store(transport.store())
+        .routes(Routes::new().send::<Job>("jobs").send::<Done>("done"))
+        .handler(record)
+        .recoverability(RetryPolicy::none())
+        .start()
+        .await
+        .unwrap();
+    let done = EntityPath::queue("done");
+    jobs.bus().send(&Job { n: 1 }).await.unwrap();
+    eventually("the first handling", || async { jobs.stats().completed == 1 }).await;
+    transport.delete(&done).await.unwrap();
+    transport.create_queue("done", &QueueOptions::default()).await.unwrap();
+
+    jobs.bus().send(&Job { n: 2 }).await.unwrap();
+    eventually("the second handling", || async { jobs.stats().completed == 2 }).await;
+    assert_eq!(
+        transport.counts(&done).await.unwrap().active,
+        1,
+        "its Done, in the new queue"
+    );
+    assert_eq!(count(&pool, "SELECT count(*) FROM effects").await, 2);
+    assert_eq!(
+        transport.counts(&EntityPath::queue("jobs")).await.unwrap().active,
+        0,
+        "both completed"
+    );
+    assert_eq!(
+        transport
+            .counts(&EntityPath::queue("jobs"))
+            .await
+            .unwrap()
+            .dead_lettered,
+        0
+    );
+
+    // Deleted and not made again: the send fails, and nothing of the handling commits.
+    transport.delete(&done).await.unwrap();
+    jobs.bus().send(&Job { n: 3 }).await.unwrap();
+    eventually("the third job dead-lettered", || async {
+        transport
+            .counts(&EntityPath::queue("jobs"))
+            .await
+            .unwrap()
+            .dead_lettered
+            == 1
+    })
+    .await;
+    assert_eq!(count(&pool, "SELECT count(*) FROM effects WHERE n = 3").await, 0);
+    assert_eq!(jobs.stats().completed, 2);
+    no_connection_left_in_a_transaction(&pool).await;
+    jobs.shutdown().await.unwrap();
     finish(db, pool, &transport).await;
 }

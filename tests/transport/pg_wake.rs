@@ -107,7 +107,11 @@ async fn a_handlers_send_wakes_another_process(group: Option<usize>) {
         .await
         .unwrap()
         .iter()
-        .map(|b| serde_json::from_slice::<serde_json::Value>(b).unwrap()["n"].as_i64().unwrap())
+        .map(|b| {
+            serde_json::from_slice::<serde_json::Value>(b).unwrap()["n"]
+                .as_i64()
+                .unwrap()
+        })
         .collect();
     got.sort_unstable();
     assert_eq!(got, [1, 2, 3, 4], "every Done, each receive woken");

@@ -238,15 +238,68 @@ const INSERT_INTO_QUEUE: &str = concat!(
     ") SELECT seq FROM ins"
 );
 
-/// [`insert_messages`] for one message; `queue` when the entity is known to be a queue.
-async fn insert_one(
+/// [`INSERT_INTO_QUEUE`] with the fenced completion of a received message (`$14`: its
+/// row, `$15`: its entity, `$16`: its lock's delivery count) in the same statement: the
+/// usual end of a handling that sent one message, one round trip fewer. Returns whether
+/// the received message was deleted (`1`: its lock held) and the sequence number (`NULL`:
+/// the queue does not exist any more).
+const INSERT_INTO_QUEUE_AND_COMPLETE: &str = concat!(
+    "WITH done AS (DELETE FROM courier.message WHERE id = $14 AND entity_id = $15 \
+       AND (delivery_count & 65535) = $16 AND locked_until > $13 AND state <> 1 RETURNING 1), \
+     ins AS (",
+    insert_one_row!(
+        "nextval('courier.message_seq')",
+        "courier.entity t WHERE t.id = $1 AND t.kind = 0"
+    ),
+    ") SELECT (SELECT count(*) FROM done), (SELECT seq FROM ins)"
+);
+
+/// What [`insert_into_queue_and_complete`] did.
+pub(crate) struct SentAndCompleted {
+    /// Whether the received message was deleted: its lock still held.
+    pub(crate) completed: bool,
+    /// The message's sequence number; `None` when the queue does not exist any more.
+    pub(crate) seq: Option<SequenceNumber>,
+}
+
+/// Inserts `m` into queue `entity` and deletes the received message of `lock` if the lock
+/// still holds at `now`, in one statement ([`INSERT_INTO_QUEUE_AND_COMPLETE`]). When `m`
+/// is not scheduled and went in, `entity` is added to `woken` (see [`insert_messages`]).
+pub(crate) async fn insert_into_queue_and_complete(
     conn: &mut PgConnection,
     entity: i64,
-    queue: bool,
     m: &Envelope,
+    lock: super::rows::Lock,
     now: DateTime<Utc>,
-) -> Result<Option<SequenceNumber>> {
-    let row = sqlx::query(if queue { INSERT_INTO_QUEUE } else { INSERT_ONE })
+    woken: &mut Vec<i64>,
+) -> Result<SentAndCompleted> {
+    let row = bind_one(sqlx::query(INSERT_INTO_QUEUE_AND_COMPLETE), entity, m, now)
+        .bind(lock.id)
+        .bind(lock.entity)
+        .bind(lock.delivery_count)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(send_error)?;
+    let get = |e| db_error("cannot read the result of a send with its completion", e);
+    let done: i64 = row.try_get(0).map_err(get)?;
+    let seq: Option<i64> = row.try_get(1).map_err(get)?;
+    if seq.is_some() && scheduled(m, now).is_none() {
+        woken.push(entity);
+    }
+    Ok(SentAndCompleted {
+        completed: done == 1,
+        seq,
+    })
+}
+
+/// Binds `$1` (the entity) to `$13` (the time) of [`insert_one_row`]'s statements.
+fn bind_one<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    entity: i64,
+    m: &'q Envelope,
+    now: DateTime<Utc>,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    query
         .bind(entity)
         .bind(&m.message_id)
         .bind(&m.correlation_id)
@@ -260,9 +313,25 @@ async fn insert_one(
         .bind(scheduled(m, now))
         .bind(m.body.as_ref())
         .bind(now)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(send_error)?;
+}
+
+/// [`insert_messages`] for one message; `queue` when the entity is known to be a queue.
+async fn insert_one(
+    conn: &mut PgConnection,
+    entity: i64,
+    queue: bool,
+    m: &Envelope,
+    now: DateTime<Utc>,
+) -> Result<Option<SequenceNumber>> {
+    let row = bind_one(
+        sqlx::query(if queue { INSERT_INTO_QUEUE } else { INSERT_ONE }),
+        entity,
+        m,
+        now,
+    )
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(send_error)?;
     let get = |e| db_error("cannot read the sequence number of a send", e);
     match row {
         None => Ok(None),
@@ -438,10 +507,17 @@ async fn send_on_pool(
         .await
         .map_err(|e| db_error("cannot get a connection to send", e))?;
     let mut woken = Vec::new();
-    let sent = insert_messages(&mut conn, entity.id, entity.kind == Kind::Queue, messages, now, &mut woken)
-        .await
-        .map_err(|e| shared.closed_or(e))?
-        .ok_or_else(|| Error::new(ErrorKind::EntityNotFound { path: name.to_owned() }))?;
+    let sent = insert_messages(
+        &mut conn,
+        entity.id,
+        entity.kind == Kind::Queue,
+        messages,
+        now,
+        &mut woken,
+    )
+    .await
+    .map_err(|e| shared.closed_or(e))?
+    .ok_or_else(|| Error::new(ErrorKind::EntityNotFound { path: name.to_owned() }))?;
     // The statement committed on its own (no transaction around it).
     drop(conn);
     shared.wake_after_commit(woken);

@@ -14,7 +14,7 @@ use sqlx::{PgConnection, Postgres, Transaction};
 use super::PostgresTransport;
 pub(crate) use super::rows::Lock;
 use super::rows::read_token;
-use super::send::insert_messages;
+use super::send::{insert_into_queue_and_complete, insert_messages};
 use crate::checks::check_envelope;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Envelope, LockToken};
@@ -307,9 +307,42 @@ pub(crate) async fn send_and_complete(
         }
     }
     let mut woken = Vec::new();
-    for (destination, is_topic, messages) in &groups {
+    let Some(((destination, is_topic, messages), before)) = groups.split_last() else {
+        complete_in(conn, lock, now).await?;
+        return Ok(woken);
+    };
+    for (destination, is_topic, messages) in before {
         send_in(&mut *conn, transport, destination, *is_topic, messages, now, &mut woken).await?;
     }
+    // The usual end: one message to a queue whose id is known goes in with the completion,
+    // in one statement.
+    let known = &transport.shared.destinations;
+    if let [one] = messages.as_slice()
+        && !*is_topic
+        && let Some((entity, requires_session)) = known.get(destination, false)
+        && check_envelope(
+            transport.shared.max_message_size,
+            one,
+            destination,
+            requires_session,
+            now,
+        )
+        .is_ok()
+    {
+        let done = insert_into_queue_and_complete(&mut *conn, entity, one, lock, now, &mut woken).await?;
+        if !done.completed {
+            // The caller rolls everything back; the message comes again.
+            return Err(Error::new(ErrorKind::LockLost));
+        }
+        if done.seq.is_none() {
+            // The queue was deleted since its id was kept (nothing was inserted): looked
+            // up again, as `send_in` does; the completion is done.
+            known.forget(destination, false, entity);
+            send_in(&mut *conn, transport, destination, false, messages, now, &mut woken).await?;
+        }
+        return Ok(woken);
+    }
+    send_in(&mut *conn, transport, destination, *is_topic, messages, now, &mut woken).await?;
     complete_in(conn, lock, now).await?;
     Ok(woken)
 }
