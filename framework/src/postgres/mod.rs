@@ -84,6 +84,8 @@ pub(crate) struct Shared {
     pub(crate) destinations: store::Destinations,
     /// Notifies receivers of what this process sent, after each send committed.
     notifier: wake::Notifier,
+    /// `Sender` sends in flight (`send::send_on_pool`).
+    pub(crate) sends_in_flight: std::sync::atomic::AtomicUsize,
 }
 
 impl Shared {
@@ -279,6 +281,7 @@ impl PgTransportBuilder {
                 keeper: Mutex::new(Some(keeper)),
                 destinations: store::Destinations::default(),
                 notifier: wake::Notifier::default(),
+                sends_in_flight: std::sync::atomic::AtomicUsize::new(0),
             }),
         })
     }

@@ -5,13 +5,14 @@
 //! Notifications are a hint only: they are lost while the listener reconnects (then every
 //! waiter is woken to look again), and waiters also poll at a bounded interval.
 //!
-//! Sending them: [`Notifier`]. A send does not notify in its own transaction. Postgres
-//! serialises the commits of notifying transactions (a cluster-wide lock held from just
-//! before the commit to its end, WAL flush included), so handlers that each sent a message
-//! could no longer share their WAL flushes: that halved the rate of a handler that sends
-//! (docs/measurements-postgres.md, "Notifications after the commit"). Instead the sender
-//! hands the entities it sent to, once its transaction committed, to the transport's
-//! notifier, which notifies them from a statement of its own, many senders' at once.
+//! Sending them: [`Notifier`]. A send does not notify in its own transaction (except a
+//! lone `Sender` send, `send::send_on_pool`). Postgres serialises the commits of notifying
+//! transactions (a cluster-wide lock held from just before the commit to its end, WAL
+//! flush included), so handlers that each sent a message could no longer share their WAL
+//! flushes (docs/measurements-postgres.md, "Notifications after the commit"). Instead
+//! the sender hands the entities it sent to, once its transaction committed, to the
+//! transport's notifier, which notifies them from a statement of its own, many senders'
+//! at once.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
