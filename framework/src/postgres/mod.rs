@@ -130,8 +130,12 @@ impl Shared {
     /// Notifies the receivers of `entities` (queues and topics sent to by a transaction
     /// that has committed), soon, from a statement of the transport's own
     /// ([`wake::Notifier`]).
+    /// Once the transport is closed, nothing more is notified (its notifier stopped; a
+    /// send committing meanwhile is found by the receivers' poll).
     pub(crate) fn wake_after_commit(&self, entities: impl IntoIterator<Item = i64>) {
-        self.notifier.after_commit(&self.pool, entities);
+        if !self.closed.load(Ordering::Acquire) {
+            self.notifier.after_commit(&self.pool, entities);
+        }
     }
 
     /// `e`, or `Closed` when the transport was closed meanwhile (its pool refuses).
