@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use courier::{
-    Context, Endpoint, EntityPath, HandlerError, PostgresTransport, QueueOptions, RetryPolicy, Routes, Transport,
+    Context, Endpoint, EntityPath, HandlerError, PostgresTransport, QueueOptions, RetryPolicy, Routes, RunningEndpoint,
+    Transport,
 };
 use courier_tests::eventually;
 use courier_tests::pg::TestDatabase;
@@ -17,20 +18,20 @@ use tokio::sync::Semaphore;
 
 #[derive(Debug, Serialize, Deserialize, courier::Message)]
 #[message(name = "pguow.Job")]
-struct Job {
-    n: i64,
+pub(crate) struct Job {
+    pub(crate) n: i64,
 }
 
 #[derive(Debug, Serialize, Deserialize, courier::Message)]
 #[message(name = "pguow.Done")]
-struct Done {
+pub(crate) struct Done {
     n: i64,
 }
 
 /// Writes the job into the application's table and sends `Done`; a negative job fails
 /// after both.
 #[courier::handler]
-async fn record(job: Job, ctx: &mut Context) -> Result<(), HandlerError> {
+pub(crate) async fn record(job: Job, ctx: &mut Context) -> Result<(), HandlerError> {
     let tx = ctx.transaction::<sqlx::Postgres>()?;
     sqlx::query("INSERT INTO effects (n) VALUES ($1)")
         .bind(job.n)
@@ -85,6 +86,21 @@ async fn setup(queues: &[&str]) -> (TestDatabase, PgPool, Arc<PostgresTransport>
         transport.create_queue(q, &QueueOptions::default()).await.unwrap();
     }
     (db, pool, transport)
+}
+
+/// The endpoint `jobs` on `transport` with the transport's store: [`record`], its `Done`
+/// sent to the queue `done`, no retries, `group` messages a transaction (1: each alone).
+pub(crate) async fn jobs_endpoint(transport: &Arc<PostgresTransport>, group: usize) -> RunningEndpoint {
+    Endpoint::builder("jobs")
+        .transport(transport.clone())
+        .store(transport.store())
+        .routes(Routes::new().send::<Job>("jobs").send::<Done>("done"))
+        .handler(record)
+        .recoverability(RetryPolicy::none())
+        .group_commit(group)
+        .start()
+        .await
+        .unwrap()
 }
 
 /// Closes what `setup` opened and drops the database.
@@ -210,15 +226,7 @@ async fn odd_message_ids_duplicates_and_a_handlers_own_transactions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completion_inbox_writes_and_sends_commit_in_one_transaction() {
     let (db, pool, transport) = setup(&["jobs", "done"]).await;
-    let jobs = Endpoint::builder("jobs")
-        .transport(transport.clone())
-        .store(transport.store())
-        .routes(Routes::new().send::<Job>("jobs").send::<Done>("done"))
-        .handler(record)
-        .recoverability(RetryPolicy::none())
-        .start()
-        .await
-        .unwrap();
+    let jobs = jobs_endpoint(&transport, 1).await;
 
     jobs.bus().send(&Job { n: 1 }).await.unwrap();
     let done = EntityPath::queue("done");
@@ -354,15 +362,7 @@ async fn lock_lost_leaves_no_effect(known: bool) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_send_to_a_queue_made_again_goes_to_the_new_queue() {
     let (db, pool, transport) = setup(&["jobs", "done"]).await;
-    let jobs = Endpoint::builder("jobs")
-        .transport(transport.clone())
-        .store(transport.store())
-        .routes(Routes::new().send::<Job>("jobs").send::<Done>("done"))
-        .handler(record)
-        .recoverability(RetryPolicy::none())
-        .start()
-        .await
-        .unwrap();
+    let jobs = jobs_endpoint(&transport, 1).await;
     let done = EntityPath::queue("done");
     jobs.bus().send(&Job { n: 1 }).await.unwrap();
     eventually("the first handling", || async { jobs.stats().completed == 1 }).await;

@@ -9,41 +9,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use courier::{
-    Context, Endpoint, EntityPath, Envelope, HandlerError, PostgresTransport, QueueOptions, RetryPolicy, Routes,
-    SenderOptions, SubscriptionOptions, TopicOptions, Transport,
+    EntityPath, Envelope, PostgresTransport, QueueOptions, SenderOptions, SubscriptionOptions, TopicOptions, Transport,
 };
-use serde::{Deserialize, Serialize};
 use sqlx::PgPool;
+
+use super::pg_unit_of_work::{Job, jobs_endpoint};
 
 /// Longer than any test waits: a receive that returns was woken, not polled.
 const NEVER: Duration = Duration::from_secs(3600);
 
 /// How long a woken receive may take on a loaded machine.
 const WOKEN_WITHIN: Duration = Duration::from_secs(60);
-
-#[derive(Debug, Serialize, Deserialize, courier::Message)]
-#[message(name = "pgwake.Job")]
-struct Job {
-    n: i64,
-}
-
-#[derive(Debug, Serialize, Deserialize, courier::Message)]
-#[message(name = "pgwake.Done")]
-struct Done {
-    n: i64,
-}
-
-/// Writes a row in the handling's transaction and sends `Done`.
-#[courier::handler]
-async fn relay(job: Job, ctx: &mut Context) -> Result<(), HandlerError> {
-    let tx = ctx.transaction::<sqlx::Postgres>()?;
-    sqlx::query("INSERT INTO effects (n) VALUES ($1)")
-        .bind(job.n)
-        .execute(&mut *tx)
-        .await?;
-    ctx.send(&Done { n: job.n })?;
-    Ok(())
-}
 
 /// A transport on `pool` that polls once an hour: a process of its own.
 async fn process(pool: &PgPool) -> Arc<PostgresTransport> {
@@ -75,24 +51,15 @@ async fn receive_woken(transport: &PostgresTransport, path: &EntityPath, n: usiz
 }
 
 /// A handler's send, committed with its handling, wakes a receiver of another process;
-/// `group`: with that group commit. The endpoint's own receive (polling once an hour too)
+/// `group`: messages a transaction. The endpoint's own receive (polling once an hour too)
 /// is woken by the notification of `bus().send`.
-async fn a_handlers_send_wakes_another_process(group: Option<usize>) {
+async fn a_handlers_send_wakes_another_process(group: usize) {
     let (db, pool) = super::database_with_effects().await;
     let (ours, theirs) = (process(&pool).await, process(&pool).await);
     for q in ["jobs", "done"] {
         ours.create_queue(q, &QueueOptions::default()).await.unwrap();
     }
-    let mut builder = Endpoint::builder("jobs")
-        .transport(ours.clone())
-        .store(ours.store())
-        .routes(Routes::new().send::<Job>("jobs").send::<Done>("done"))
-        .handler(relay)
-        .recoverability(RetryPolicy::none());
-    if let Some(group) = group {
-        builder = builder.group_commit(group);
-    }
-    let jobs = builder.start().await.unwrap();
+    let jobs = jobs_endpoint(&ours, group).await;
     let done = EntityPath::queue("done");
     let waiting = tokio::spawn({
         let theirs = theirs.clone();
@@ -124,12 +91,12 @@ async fn a_handlers_send_wakes_another_process(group: Option<usize>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handlers_send_wakes_a_receiver_of_another_process() {
-    a_handlers_send_wakes_another_process(None).await;
+    a_handlers_send_wakes_another_process(1).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grouped_handlings_send_wakes_a_receiver_of_another_process() {
-    a_handlers_send_wakes_another_process(Some(4)).await;
+    a_handlers_send_wakes_another_process(4).await;
 }
 
 /// A message published to a topic, alone or in a batch, wakes the receiver of its
