@@ -103,6 +103,19 @@ pub(crate) async fn jobs_endpoint(transport: &Arc<PostgresTransport>, group: usi
         .unwrap()
 }
 
+/// Waits until the queue `jobs` holds `n` dead letters.
+async fn jobs_dead_lettered(transport: &PostgresTransport, n: u64, what: &str) {
+    eventually(what, || async {
+        transport
+            .counts(&EntityPath::queue("jobs"))
+            .await
+            .unwrap()
+            .dead_lettered
+            == n
+    })
+    .await;
+}
+
 /// Closes what `setup` opened and drops the database.
 async fn finish(db: TestDatabase, pool: PgPool, transport: &PostgresTransport) {
     transport.close().await;
@@ -247,15 +260,7 @@ async fn completion_inbox_writes_and_sends_commit_in_one_transaction() {
 
     // Writes and sends, then fails: all of it rolled back, the message dead-lettered.
     jobs.bus().send(&Job { n: -1 }).await.unwrap();
-    eventually("the failed job dead-lettered", || async {
-        transport
-            .counts(&EntityPath::queue("jobs"))
-            .await
-            .unwrap()
-            .dead_lettered
-            == 1
-    })
-    .await;
+    jobs_dead_lettered(&transport, 1, "the failed job dead-lettered").await;
     assert_eq!(count(&pool, "SELECT count(*) FROM effects WHERE n = -1").await, 0);
     assert_eq!(
         transport.counts(&done).await.unwrap().active,
@@ -394,15 +399,7 @@ async fn a_send_to_a_queue_made_again_goes_to_the_new_queue() {
     // Deleted and not made again: the send fails, and nothing of the handling commits.
     transport.delete(&done).await.unwrap();
     jobs.bus().send(&Job { n: 3 }).await.unwrap();
-    eventually("the third job dead-lettered", || async {
-        transport
-            .counts(&EntityPath::queue("jobs"))
-            .await
-            .unwrap()
-            .dead_lettered
-            == 1
-    })
-    .await;
+    jobs_dead_lettered(&transport, 1, "the third job dead-lettered").await;
     assert_eq!(count(&pool, "SELECT count(*) FROM effects WHERE n = 3").await, 0);
     assert_eq!(jobs.stats().completed, 2);
     no_connection_left_in_a_transaction(&pool).await;
