@@ -1,8 +1,8 @@
 //! Sending: one statement inserts a batch of messages, stamps their sequence numbers and
 //! fans a topic's messages out to its subscriptions, in the sending transaction; once it
-//! commits, the transport's notifier wakes the receivers (`wake::Notifier`). Scheduled messages wait in the same table (a topic's on the
-//! topic itself, fanned out when they activate) until a receiver or browser of their
-//! entity activates them.
+//! commits, the transport's notifier wakes the receivers (`wake::Notifier`). Scheduled
+//! messages wait in the same table (a topic's on the topic itself, fanned out when they
+//! activate) until a receiver or browser of their entity activates them.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
