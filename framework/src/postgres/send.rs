@@ -43,7 +43,9 @@ pub(crate) async fn insert_messages(
     woken: &mut Vec<i64>,
 ) -> Result<Option<Vec<SequenceNumber>>> {
     let sent = if let [one] = messages {
-        insert_one(conn, entity, queue, one, now).await?.map(|seq| vec![seq])
+        insert_one(conn, entity, queue, false, one, now)
+            .await?
+            .map(|seq| vec![seq])
     } else {
         let n = messages.len();
         let mut cols = Columns::with_capacity(n);
@@ -330,23 +332,26 @@ fn bind_one<'q>(
         .bind(now)
 }
 
-/// [`insert_messages`] for one message; `queue` when the entity is known to be a queue.
+/// [`insert_messages`] for one message; `queue` when the entity is known to be a queue,
+/// and then `notify`: the statement notifies the queue's receivers itself
+/// ([`INSERT_INTO_QUEUE_NOTIFYING`]).
 async fn insert_one(
     conn: &mut PgConnection,
     entity: i64,
     queue: bool,
+    notify: bool,
     m: &Envelope,
     now: DateTime<Utc>,
 ) -> Result<Option<SequenceNumber>> {
-    let row = bind_one(
-        sqlx::query(if queue { INSERT_INTO_QUEUE } else { INSERT_ONE }),
-        entity,
-        m,
-        now,
-    )
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(send_error)?;
+    let statement = match (queue, notify) {
+        (true, true) => INSERT_INTO_QUEUE_NOTIFYING,
+        (true, false) => INSERT_INTO_QUEUE,
+        (false, _) => INSERT_ONE,
+    };
+    let row = bind_one(sqlx::query(statement), entity, m, now)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(send_error)?;
     let get = |e| db_error("cannot read the sequence number of a send", e);
     match row {
         None => Ok(None),
@@ -551,14 +556,10 @@ async fn send_on_pool(
         // No other send of this process is in flight: its commit has no other to share a
         // WAL flush with, so notifying in the statement costs less than the notifier's
         // statement after it (one more transaction a send).
-        let row = bind_one(sqlx::query(INSERT_INTO_QUEUE_NOTIFYING), entity.id, one, now)
-            .fetch_optional(&mut *conn)
+        let seq = insert_one(&mut conn, entity.id, true, true, one, now)
             .await
-            .map_err(|e| shared.closed_or(send_error(e)))?
+            .map_err(|e| shared.closed_or(e))?
             .ok_or_else(|| Error::new(ErrorKind::EntityNotFound { path: name.to_owned() }))?;
-        let seq: i64 = row
-            .try_get(0)
-            .map_err(|e| db_error("cannot read the sequence number of a send", e))?;
         return Ok(vec![seq]);
     }
     let mut woken = Vec::new();

@@ -128,10 +128,16 @@ impl Destinations {
 /// ([`Destinations`]); one deleted since is looked up again. The destination is added to
 /// `woken` when its receivers are to be woken once the transaction commits.
 ///
+/// With `completing` (the lock of the received message), one message to a queue whose id
+/// is kept goes in with the fenced completion, in one statement; returns whether it did
+/// (otherwise the caller completes the message itself).
+///
 /// # Errors
 /// [`ErrorKind::EntityNotFound`] for a missing queue; the name of a missing topic taken
 /// by a queue ([`ErrorKind::InvalidOperation`]) or invalid; a message the destination
-/// refuses; a storage error.
+/// refuses; [`ErrorKind::LockLost`] when `completing` is not the message's lock any more
+/// (nothing may commit); a storage error.
+#[allow(clippy::too_many_arguments)]
 async fn send_in(
     conn: &mut PgConnection,
     transport: &PostgresTransport,
@@ -140,19 +146,37 @@ async fn send_in(
     messages: &[Envelope],
     now: DateTime<Utc>,
     woken: &mut Vec<i64>,
-) -> Result<()> {
+    completing: Option<Lock>,
+) -> Result<bool> {
     let known = &transport.shared.destinations;
+    let mut completed = false;
     if let Some((entity, requires_session)) = known.get(destination, is_topic) {
         let refused = messages
             .iter()
             .any(|m| check_envelope(transport.shared.max_message_size, m, destination, requires_session, now).is_err());
         // A refusal is decided on the entity as it is now, below.
-        if !refused
-            && insert_messages(&mut *conn, entity, !is_topic, messages, now, woken)
-                .await?
-                .is_some()
-        {
-            return Ok(());
+        if !refused {
+            match (messages, completing) {
+                ([one], Some(lock)) if !is_topic => {
+                    let done = insert_into_queue_and_complete(&mut *conn, entity, one, lock, now, woken).await?;
+                    if !done.completed {
+                        // The caller rolls everything back; the message comes again.
+                        return Err(Error::new(ErrorKind::LockLost));
+                    }
+                    completed = true;
+                    if done.seq.is_some() {
+                        return Ok(true);
+                    }
+                }
+                _ => {
+                    if insert_messages(&mut *conn, entity, !is_topic, messages, now, woken)
+                        .await?
+                        .is_some()
+                    {
+                        return Ok(false);
+                    }
+                }
+            }
         }
         // Deleted since it was looked up (nothing was inserted): look the name up again.
         known.forget(destination, is_topic, entity);
@@ -187,7 +211,7 @@ async fn send_in(
                 path: destination.to_owned(),
             })
         })?;
-    Ok(())
+    Ok(completed)
 }
 
 /// Creates topic `name` with the default options (as `Transport::create_topic` with
@@ -307,43 +331,26 @@ pub(crate) async fn send_and_complete(
         }
     }
     let mut woken = Vec::new();
-    let Some(((destination, is_topic, messages), before)) = groups.split_last() else {
-        complete_in(conn, lock, now).await?;
-        return Ok(woken);
-    };
-    for (destination, is_topic, messages) in before {
-        send_in(&mut *conn, transport, destination, *is_topic, messages, now, &mut woken).await?;
-    }
-    // The usual end: one message to a queue whose id is known goes in with the completion,
-    // in one statement.
-    let known = &transport.shared.destinations;
-    if let [one] = messages.as_slice()
-        && !*is_topic
-        && let Some((entity, requires_session)) = known.get(destination, false)
-        && check_envelope(
-            transport.shared.max_message_size,
-            one,
+    let last = groups.len().saturating_sub(1);
+    let mut completed = false;
+    for (i, (destination, is_topic, messages)) in groups.iter().enumerate() {
+        // The last send may carry the completion (`send_in`).
+        let completing = (i == last).then_some(lock);
+        completed = send_in(
+            &mut *conn,
+            transport,
             destination,
-            requires_session,
+            *is_topic,
+            messages,
             now,
+            &mut woken,
+            completing,
         )
-        .is_ok()
-    {
-        let done = insert_into_queue_and_complete(&mut *conn, entity, one, lock, now, &mut woken).await?;
-        if !done.completed {
-            // The caller rolls everything back; the message comes again.
-            return Err(Error::new(ErrorKind::LockLost));
-        }
-        if done.seq.is_none() {
-            // The queue was deleted since its id was kept (nothing was inserted): looked
-            // up again, as `send_in` does; the completion is done.
-            known.forget(destination, false, entity);
-            send_in(&mut *conn, transport, destination, false, messages, now, &mut woken).await?;
-        }
-        return Ok(woken);
+        .await?;
     }
-    send_in(&mut *conn, transport, destination, *is_topic, messages, now, &mut woken).await?;
-    complete_in(conn, lock, now).await?;
+    if !completed {
+        complete_in(conn, lock, now).await?;
+    }
     Ok(woken)
 }
 
@@ -669,7 +676,17 @@ impl Store for PgTransportStore {
         } = claim_due(&mut tx, endpoint, claim, claim.now).await?;
         let mut woken = Vec::new();
         if !due.is_empty() {
-            send_in(&mut tx, &self.transport, endpoint, false, &due, claim.now, &mut woken).await?;
+            send_in(
+                &mut tx,
+                &self.transport,
+                endpoint,
+                false,
+                &due,
+                claim.now,
+                &mut woken,
+                None,
+            )
+            .await?;
         }
         if claim.history {
             for t in &taken {
