@@ -4,7 +4,8 @@
 //! `courier-test-pg-worker <database url> <queue> <group>`: opens the Postgres transport
 //! on the database (its migrations applied already), and runs an endpoint on queue
 //! `<queue>` with the transport's own store (`PostgresTransport::store`: one transaction
-//! per handling), concurrency 4 and `group_commit(<group>)`. Its handler of
+//! per handling), concurrency 8 and `group_commit(<group>)` (a group takes at most half
+//! the handlers). Its handler of
 //! [`courier_tests::CrashJob`] inserts one row `(message id, process id)` into the table
 //! `effects` through `Context::transaction`, then sleeps a few milliseconds (so that a
 //! run lasts long enough to be killed in the middle). Prints `READY` once started, then
@@ -44,7 +45,7 @@ async fn main() {
     let running = Endpoint::builder(queue.as_str())
         .transport(transport.clone())
         .store(transport.store())
-        .concurrency(4)
+        .concurrency(8)
         .group_commit(group)
         .handler(record)
         .start()

@@ -115,7 +115,13 @@ impl Env {
         Self { env, script }
     }
 
+    /// The endpoint with `group_commit(group)` and twice as many handlers (a group takes
+    /// at most half of them).
     fn endpoint(&self, group: usize) -> EndpointBuilder {
+        self.endpoint_with(group, 2 * group)
+    }
+
+    fn endpoint_with(&self, group: usize, concurrency: usize) -> EndpointBuilder {
         let clock: Arc<dyn Clock> = Arc::new(self.env.fx.clock.clone());
         Endpoint::builder("orders")
             .transport(self.env.fx.transport.clone())
@@ -123,7 +129,7 @@ impl Env {
             .routes(Routes::new().send::<Accepted>("accepted"))
             .store(self.env.store.clone())
             .state(self.script.clone())
-            .concurrency(4)
+            .concurrency(concurrency)
             .group_commit(group)
             .handler(take)
     }
@@ -209,7 +215,8 @@ fn ids(v: &[&str]) -> BTreeSet<String> {
     v.iter().map(|s| format!("m-{s}")).collect()
 }
 
-/// Eight orders, four handlers, groups of four: two transactions, every effect once.
+/// Eight orders, eight handlers, groups of four: two transactions or more, every effect
+/// once.
 async fn members_commit_together(kind: StoreKind) {
     let env = Env::new(kind, &[], false).await;
     let all = ["1", "2", "3", "4", "5", "6", "7", "8"];
@@ -229,6 +236,35 @@ async fn members_commit_together(kind: StoreKind) {
     assert_eq!(accepted.iter().collect::<BTreeSet<_>>().len(), 8, "no copy was sent");
     assert_eq!(env.inbox().await, ids(&all));
     eventually("the outbox emptied", || async { env.outbox().await == 0 }).await;
+    env.env.finish().await;
+}
+
+/// A group takes at most half the handlers, so that two groups overlap: four orders
+/// received together, four handlers and `group_commit(4)` commit in groups of two (one
+/// group of four before the cap: it left the server idle while it ran).
+async fn a_group_takes_at_most_half_the_handlers(kind: StoreKind) {
+    let env = Env::new(kind, &[], false).await;
+    let all = ["1", "2", "3", "4"];
+    env.send(&all).await;
+    let running = env.endpoint_with(4, 4).start().await.unwrap();
+    drained(&env, &running, 4).await;
+    running.shutdown().await.unwrap();
+
+    let rows = env.rows().await;
+    assert_eq!(rows.len(), 4);
+    let mut members: BTreeMap<i64, usize> = BTreeMap::new();
+    for tx in rows.values().flatten() {
+        *members.entry(*tx).or_default() += 1;
+    }
+    assert!(
+        members.values().all(|&n| n <= 2),
+        "no group is larger than two: {rows:?}"
+    );
+    assert!(
+        members.values().any(|&n| n == 2),
+        "handlings still shared transactions: {rows:?}"
+    );
+    assert_eq!(env.inbox().await, ids(&all));
     env.env.finish().await;
 }
 
@@ -614,6 +650,7 @@ macro_rules! on_both_stores {
 
 on_both_stores!(
     members_commit_together,
+    a_group_takes_at_most_half_the_handlers,
     a_failing_member_is_rolled_back_alone,
     a_swallowed_failure_is_found_by_the_next_member,
     a_swallowed_failure_in_the_last_member_is_found,

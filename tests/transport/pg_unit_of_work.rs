@@ -406,3 +406,75 @@ async fn a_send_to_a_queue_made_again_goes_to_the_new_queue() {
     jobs.shutdown().await.unwrap();
     finish(db, pool, &transport).await;
 }
+
+/// A batch's transaction on the transport's own store completes every member in one
+/// statement, fenced by every lock (a batch that sends nothing): all three complete with
+/// their inbox records; and when one member's lock moved on (`stolen`: its index), the
+/// commit fails with `LockLost` and nothing of the batch stays.
+async fn batch_completion(stolen: Option<usize>) {
+    use courier::Store;
+    let (_db, pool, transport) = setup(&["jobs"]).await;
+    let sender = transport
+        .sender("jobs", courier::SenderOptions::default())
+        .await
+        .unwrap();
+    for n in 0..3 {
+        sender
+            .send(courier::Message::to_envelope(&Job { n }).unwrap())
+            .await
+            .unwrap();
+    }
+    let receiver = transport.receiver(&EntityPath::queue("jobs")).await.unwrap();
+    let mut received = Vec::new();
+    while received.len() < 3 {
+        received.extend(receiver.receive(3, std::time::Duration::from_secs(5)).await.unwrap());
+    }
+    received.sort_by_key(|d| d.message().envelope.message_id.clone());
+    if let Some(i) = stolen {
+        // Another process's lock: the row's delivery count moves on.
+        let moved = sqlx::query("UPDATE courier.message SET delivery_count = delivery_count + 1 WHERE message_id = $1")
+            .bind(&received[i].message().envelope.message_id)
+            .execute(&pool)
+            .await
+            .unwrap();
+        assert_eq!(moved.rows_affected(), 1);
+    }
+    let members = received
+        .iter()
+        .map(|d| (d.message().envelope.message_id.clone(), d.lock_token()))
+        .collect();
+    let store = transport.store();
+    let begun = store.begin_batch("jobs", members, chrono::Utc::now()).await.unwrap();
+    let committed = begun.work.expect("three fresh members").commit().await;
+    let active = transport.counts(&EntityPath::queue("jobs")).await.unwrap().active;
+    let inbox = count(&pool, "SELECT count(*) FROM courier.inbox").await;
+    match stolen {
+        None => {
+            committed.unwrap();
+            assert_eq!((active, inbox), (0, 3), "every member completed, each recorded");
+        }
+        Some(i) => {
+            let e = committed
+                .err()
+                .unwrap_or_else(|| panic!("member {i}'s lock was lost, yet the batch committed"));
+            assert!(matches!(e.kind(), courier::ErrorKind::LockLost), "{e}");
+            assert_eq!((active, inbox), (3, 0), "no member completed, no inbox record stayed");
+        }
+    }
+    no_connection_left_in_a_transaction(&pool).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_completes_every_member_in_its_transaction() {
+    batch_completion(None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_first_lock_was_lost_commits_nothing() {
+    batch_completion(Some(0)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_whose_last_lock_was_lost_commits_nothing() {
+    batch_completion(Some(2)).await;
+}

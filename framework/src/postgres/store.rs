@@ -456,15 +456,25 @@ pg_unit_of_work!(TxWork, {
         // transaction the handler left aborted (SQLSTATE 25P02), as `ensure_not_aborted`
         // would, one round trip fewer.
         let staged = std::mem::take(&mut self.staged);
-        let woken = send_and_complete(&mut self.tx, &self.transport, lock, staged)
-            .await
-            .map_err(poisoned_if_aborted)?;
-        if !self.more_locks.is_empty() {
-            let now = self.transport.shared.clock.now();
+        let now = self.transport.shared.clock.now();
+        let woken = if staged.is_empty() && !self.more_locks.is_empty() {
+            // A batch that sent nothing: every completion in one statement.
+            self.more_locks.push(lock);
             complete_many_in(&mut self.tx, &self.more_locks, now)
                 .await
                 .map_err(poisoned_if_aborted)?;
-        }
+            Vec::new()
+        } else {
+            let woken = send_and_complete(&mut self.tx, &self.transport, lock, staged)
+                .await
+                .map_err(poisoned_if_aborted)?;
+            if !self.more_locks.is_empty() {
+                complete_many_in(&mut self.tx, &self.more_locks, now)
+                    .await
+                    .map_err(poisoned_if_aborted)?;
+            }
+            woken
+        };
         self.tx
             .commit()
             .await
