@@ -186,13 +186,22 @@ pub(crate) enum Baseline {
     /// The same with a `pg_notify` in each enqueue (`PEEKLOCK_NOTIFY=1`), as Courier's send
     /// has: what the notification costs.
     PeekLockNotify,
+    /// The same with a savepoint before each message's statements
+    /// (`PEEKLOCK_SAVEPOINT=1`), as a member of a commit group has: what it costs.
+    PeekLockSavepoint,
+    /// The claim of `peeklock-baseline.sh`, then what a batch handler does: one multi-row
+    /// inbox insert, one multi-row insert of the application's rows, the delete
+    /// (`PEEKLOCK_BATCH=1`).
+    PeekLockBatch,
 }
 
 impl Baseline {
     pub(crate) fn script(self) -> &'static str {
         match self {
             Self::SetBased => "pg-handler-baseline.sh",
-            Self::PeekLock | Self::PeekLockNotify => "peeklock-baseline.sh",
+            Self::PeekLock | Self::PeekLockNotify | Self::PeekLockSavepoint | Self::PeekLockBatch => {
+                "peeklock-baseline.sh"
+            }
         }
     }
 }
@@ -216,6 +225,22 @@ pub(crate) fn baseline(
         .env(
             "PEEKLOCK_NOTIFY",
             if matches!(which, Baseline::PeekLockNotify) {
+                "1"
+            } else {
+                "0"
+            },
+        )
+        .env(
+            "PEEKLOCK_SAVEPOINT",
+            if matches!(which, Baseline::PeekLockSavepoint) {
+                "1"
+            } else {
+                "0"
+            },
+        )
+        .env(
+            "PEEKLOCK_BATCH",
+            if matches!(which, Baseline::PeekLockBatch) {
                 "1"
             } else {
                 "0"

@@ -15,7 +15,9 @@
 //!   with Courier doing the same work next to it, `courier` Courier with the peers' handler;
 //! - `--parts batch`: a batch handler (one multi-row insert per batch) of each of
 //!   `--batch-sizes` (default `10,100`) messages, `--clients` batches at once, compared
-//!   with the set-based baseline at 10 messages per transaction;
+//!   with the set-based baseline at 10 messages per transaction, and with the PeekLock
+//!   baseline doing a batch handler's statements (`PEEKLOCK_BATCH=1`) as the line that
+//!   says where the difference lies;
 //! - `--senders 1,8,32` and `--counter-secs S` (default 5, quick 2): the numbering part
 //!   and the send path;
 //! - `--parts send`: the send path (`send_path.rs`): `Sender::send` against the raw INSERT
@@ -40,9 +42,10 @@
 //! H pgbench clients, then Courier with H handlers doing the baseline's work (the inbox
 //! record, one saga row updated, one 1 KiB message sent, per message: `Work::PeekLock`),
 //! one message per transaction and with `group_commit(G)`; it prints Courier's ratio to
-//! the baseline at 1 and at 10 messages per transaction for each H. Two more lines per H
-//! say where the difference lies: the baseline with a `pg_notify` in each enqueue (as
-//! Courier's send has), and Courier with `group_commit(G)` and H x G handlers, as many
+//! the baseline at 1 and at 10 messages per transaction for each H. Three more lines per
+//! H say where the difference lies: the baseline with a `pg_notify` in each enqueue (as
+//! Courier's send has), the baseline with a savepoint per message (as a member of a
+//! commit group has), and Courier with `group_commit(G)` and H x G handlers, as many
 //! messages in flight as the baseline's H clients at 10 per transaction (its pool is still
 //! `--pool`).
 
@@ -169,11 +172,14 @@ struct Figure {
 /// A baseline's figures at 1 and at 10 messages per transaction, and the load around them.
 type Base = ((f64, f64), Load);
 
-/// The PeekLock baselines at one number of clients: plain, and with `pg_notify`.
+/// The PeekLock baselines at one number of clients: plain, with `pg_notify`, and with a
+/// batch handler's statements (measured by the `batch` part).
 #[derive(Default)]
 struct PeekLockBase {
     plain: Option<Base>,
     notify: Option<Base>,
+    savepoint: Option<Base>,
+    batch: Option<Base>,
 }
 
 /// The label of Courier's line with the PeekLock work, `group_commit(g)` and `h` x `g`
@@ -287,11 +293,16 @@ fn main() {
         );
         for &h in &opts.handlers {
             let bases = peeklock.entry(h).or_default();
-            for which in [Baseline::PeekLock, Baseline::PeekLockNotify] {
+            for which in [
+                Baseline::PeekLock,
+                Baseline::PeekLockNotify,
+                Baseline::PeekLockSavepoint,
+            ] {
                 quiesce(3);
                 let (b, load) = with_load(|| baseline(&rt, which, opts.secs, h));
                 match (b, which) {
                     (Ok(b), Baseline::PeekLock) => bases.plain = Some((b, load)),
+                    (Ok(b), Baseline::PeekLockSavepoint) => bases.savepoint = Some((b, load)),
                     (Ok(b), _) => bases.notify = Some((b, load)),
                     (Err(e), _) => println!("  {which:?} baseline at {h} clients not measured: {e}"),
                 }
@@ -325,6 +336,12 @@ fn main() {
              baseline's clients)",
             opts.clients
         );
+        quiesce(3);
+        let (b, load) = with_load(|| baseline(&rt, Baseline::PeekLockBatch, opts.secs, opts.clients));
+        match b {
+            Ok(b) => peeklock.entry(opts.clients).or_default().batch = Some((b, load)),
+            Err(e) => println!("  PeekLockBatch baseline at {} clients not measured: {e}", opts.clients),
+        }
         for &max in &opts.batch_sizes {
             let work = Work::Batch(max, opts.clients);
             measure(courier_label(work, opts.clients, 1), opts.clients, &|| {
@@ -512,10 +529,12 @@ fn report(
         for (name, base) in [
             ("PeekLock baseline", &bases.plain),
             ("PeekLock baseline with pg_notify", &bases.notify),
+            ("PeekLock baseline with a savepoint per message", &bases.savepoint),
+            ("PeekLock batch baseline", &bases.batch),
         ] {
             if let Some(((one, ten), load)) = base {
                 let (p1, p10) = match (&bases.plain, base) {
-                    (Some(((p1, p10), _)), _) if name.ends_with("notify") => {
+                    (Some(((p1, p10), _)), _) if name != "PeekLock baseline" => {
                         (pct(*one, Some(*p1)), pct(*ten, Some(*p10)))
                     }
                     _ => (String::new(), String::new()),
@@ -566,6 +585,31 @@ fn targets(
     let verdict = |ok: bool| if ok { "met" } else { "NOT met" };
     let g = opts.group;
     println!();
+    let batch_base = peeklock.get(&opts.clients).and_then(|b| b.batch.as_ref()).map(|b| b.0);
+    for &max in &opts.batch_sizes {
+        let c = opts.clients;
+        let Some(rate) = find(&courier_label(Work::Batch(max, c), c, 1)) else {
+            continue;
+        };
+        let set = ten.map_or_else(String::new, |b| {
+            format!(
+                "{rate:.0} / {b:.0} = {:.0}%, {}",
+                100.0 * rate / b,
+                verdict(rate >= 0.8 * b)
+            )
+        });
+        let peek = batch_base.map_or_else(String::new, |(_, b)| {
+            format!(
+                "; the PeekLock batch baseline at 10 msg/tx (its claim in a transaction of its own, then the batch's \
+                 statements): {b:.0}, Courier {:.0}% of it",
+                100.0 * rate / b
+            )
+        });
+        println!(
+            "target (issue 32), a batch handler of {max}, {c} batches at once: >= 80% of the set-based baseline at \
+             10 msg/tx ({c} clients): {set}{peek}"
+        );
+    }
     for &h in &opts.handlers {
         let alone = find(&courier_label(Work::PeekLock, h, 1));
         let grouped = find(&courier_label(Work::PeekLock, h, g));
@@ -584,6 +628,23 @@ fn targets(
                  >= 80% of the PeekLock baseline at 10 msg/tx ({h} clients): {a:.0} / {b:.0} = {:.0}%, {}",
                 100.0 * a / b,
                 verdict(a >= 0.8 * b)
+            );
+        }
+        let many = find(&in_flight_label(h, g));
+        let savepoint = peeklock.get(&h).and_then(|b| b.savepoint.as_ref()).map(|b| b.0.1);
+        if let (Some(a), Some((_, b))) = (many, base) {
+            let with = savepoint.map_or_else(String::new, |s| {
+                format!(
+                    "; the baseline with a savepoint per message: {s:.0} ({:.0}% of the baseline), Courier {:.0}% of it",
+                    100.0 * s / b,
+                    100.0 * a / s
+                )
+            });
+            println!(
+                "  where the rest lies, {h} at once: Courier with group_commit({g}) and {} handlers (as many in flight \
+                 as the baseline): {a:.0}, {:.0}% of the PeekLock baseline at 10 msg/tx{with}",
+                h * g,
+                100.0 * a / b
             );
         }
     }
