@@ -3,7 +3,8 @@
 //! the sending transaction committed (`postgres/wake.rs`, `Notifier`). Every transport
 //! here polls once an hour, so a receive that returns within the test's wait was woken by
 //! a notification: sent by `Sender::send`, by a handler's transaction on the transport's
-//! own store, alone and in a commit group, and for a topic through its subscription.
+//! own store, alone and in a commit group, for a topic through its subscription, and by a
+//! `send_batch` to a queue (its statement notifies itself).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -123,6 +124,45 @@ async fn a_publish_wakes_the_receiver_of_a_subscription_of_another_process() {
         .unwrap();
     let got = waiting.await.unwrap();
     assert_eq!(got, [b"one".to_vec(), b"two".to_vec(), b"later".to_vec()]);
+    ours.close().await;
+    theirs.close().await;
+    pool.close().await;
+    db.drop_now().await;
+}
+
+/// A `send_batch` to a queue notifies in its own statement, once, when a message of it is
+/// receivable: a batch of two, then a batch of one scheduled for later and one due, each
+/// wakes a receiver of another process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_to_a_queue_wakes_a_receiver_of_another_process() {
+    let (db, pool) = super::database_with_effects().await;
+    let (ours, theirs) = (process(&pool).await, process(&pool).await);
+    ours.create_queue("inbox", &QueueOptions::default()).await.unwrap();
+    let path = EntityPath::queue("inbox");
+    let sender = ours.sender("inbox", SenderOptions::default()).await.unwrap();
+
+    let waiting = tokio::spawn({
+        let (theirs, path) = (theirs.clone(), path.clone());
+        async move { receive_woken(&theirs, &path, 2).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    sender
+        .send_batch(vec![Envelope::new("one"), Envelope::new("two")])
+        .await
+        .unwrap();
+    assert_eq!(waiting.await.unwrap(), [b"one".to_vec(), b"two".to_vec()]);
+
+    let waiting = tokio::spawn({
+        let (theirs, path) = (theirs.clone(), path.clone());
+        async move { receive_woken(&theirs, &path, 1).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut later = Envelope::new("tomorrow");
+    later.scheduled_enqueue_time = Some(chrono::Utc::now() + chrono::Duration::days(1));
+    sender.send_batch(vec![later, Envelope::new("three")]).await.unwrap();
+    assert_eq!(waiting.await.unwrap(), [b"three".to_vec()]);
+    assert_eq!(ours.counts(&path).await.unwrap().scheduled, 1, "tomorrow's waits");
+
     ours.close().await;
     theirs.close().await;
     pool.close().await;

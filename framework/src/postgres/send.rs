@@ -53,7 +53,7 @@ pub(crate) async fn insert_messages(
             cols.push(m, now);
         }
         if queue {
-            insert_batch_into_queue(conn, entity, &cols, now).await?
+            insert_batch_into_queue(conn, entity, false, &cols, now).await?
         } else {
             insert_fanned_out(conn, entity, n, &cols, now).await?
         }
@@ -96,35 +96,58 @@ macro_rules! insert_messages {
     };
 }
 
+/// A batch of messages to queue `$1`, returning the sequence numbers and then `$notify`'s
+/// columns: [`INSERT_BATCH_INTO_QUEUE`] and [`INSERT_BATCH_INTO_QUEUE_NOTIFYING`].
+macro_rules! insert_batch_into_queue {
+    ($notify:literal) => {
+        concat!(
+            "WITH ins AS (",
+            insert_messages!("nextval('courier.message_seq')", "$13"),
+            "FROM courier.entity t, \
+               unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], \
+                      $9::text[], $10::int8[], $11::timestamptz[], $12::bytea[]) WITH ORDINALITY \
+               AS u(message_id, correlation_id, causation_id, message_type, content_type, reply_to, session_id, \
+                    props, ttl_ms, sched, body, ord) \
+             WHERE t.id = $1 AND t.kind = 0 \
+             ORDER BY u.ord \
+             RETURNING seq, state) \
+           SELECT ARRAY(SELECT seq FROM ins ORDER BY seq)",
+            $notify
+        )
+    };
+}
+
 /// A batch of messages to queue `$1`, their columns bound as arrays (`$2` to `$12`) and
 /// unnested in order: each row draws its sequence number as it is inserted, so the batch is
 /// numbered in the order given. No fan-out, so the queue's row is read by its key alone,
 /// and the plan is the same for any batch size (Postgres keeps a generic one after five
 /// executions: the statement with fan-out, its window and its join, never got one).
 /// Returns the sequence numbers (none when the queue does not exist).
-const INSERT_BATCH_INTO_QUEUE: &str = concat!(
-    "WITH ins AS (",
-    insert_messages!("nextval('courier.message_seq')", "$13"),
-    "FROM courier.entity t, \
-       unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::text[], \
-              $9::text[], $10::int8[], $11::timestamptz[], $12::bytea[]) WITH ORDINALITY \
-       AS u(message_id, correlation_id, causation_id, message_type, content_type, reply_to, session_id, \
-            props, ttl_ms, sched, body, ord) \
-     WHERE t.id = $1 AND t.kind = 0 \
-     ORDER BY u.ord \
-     RETURNING seq, state) \
-   SELECT ARRAY(SELECT seq FROM ins ORDER BY seq)"
+const INSERT_BATCH_INTO_QUEUE: &str = insert_batch_into_queue!("");
+
+/// [`INSERT_BATCH_INTO_QUEUE`] that notifies the queue's receivers itself, once, when it
+/// commits and a message of it is receivable: a `Sender::send_batch` to a queue
+/// ([`send_on_pool`]).
+const INSERT_BATCH_INTO_QUEUE_NOTIFYING: &str = insert_batch_into_queue!(
+    ", (SELECT pg_notify('courier_transport', $1::text) WHERE EXISTS (SELECT 1 FROM ins WHERE state <> 1))"
 );
 
-/// [`insert_messages`] of a batch to a queue: [`INSERT_BATCH_INTO_QUEUE`].
+/// [`insert_messages`] of a batch to a queue: [`INSERT_BATCH_INTO_QUEUE`], or with
+/// `notify` [`INSERT_BATCH_INTO_QUEUE_NOTIFYING`].
 async fn insert_batch_into_queue(
     conn: &mut PgConnection,
     entity: i64,
+    notify: bool,
     cols: &Columns,
     now: DateTime<Utc>,
 ) -> Result<Option<Vec<SequenceNumber>>> {
+    let statement = if notify {
+        INSERT_BATCH_INTO_QUEUE_NOTIFYING
+    } else {
+        INSERT_BATCH_INTO_QUEUE
+    };
     let row = cols
-        .bind_to(sqlx::query(INSERT_BATCH_INTO_QUEUE).bind(entity))
+        .bind_to(sqlx::query(statement).bind(entity))
         .bind(now)
         .fetch_one(&mut *conn)
         .await
@@ -534,8 +557,8 @@ impl Drop for InFlight<'_> {
 
 /// Sends `messages` to `entity` (looked up when the sender was made) on a connection of
 /// the pool, in a transaction of their own. The notifier wakes the receivers after the
-/// commit, unless this is one message to a queue while no other send of the transport is
-/// in flight: that statement notifies itself.
+/// commit, unless this is a batch to a queue, or one message to a queue while no other
+/// send of the transport is in flight: that statement notifies itself.
 async fn send_on_pool(
     shared: &Shared,
     entity: &EntityInfo,
@@ -561,6 +584,19 @@ async fn send_on_pool(
             .map_err(|e| shared.closed_or(e))?
             .ok_or_else(|| Error::new(ErrorKind::EntityNotFound { path: name.to_owned() }))?;
         return Ok(vec![seq]);
+    }
+    if messages.len() > 1 && entity.kind == Kind::Queue {
+        // A batch: its one commit carries all its messages, so the notification in its
+        // statement costs a fraction of a serialised commit a message, where the
+        // notifier's statement after it would cost one more transaction a batch.
+        let mut cols = Columns::with_capacity(messages.len());
+        for m in messages {
+            cols.push(m, now);
+        }
+        return insert_batch_into_queue(&mut conn, entity.id, true, &cols, now)
+            .await
+            .map_err(|e| shared.closed_or(e))?
+            .ok_or_else(|| Error::new(ErrorKind::EntityNotFound { path: name.to_owned() }));
     }
     let mut woken = Vec::new();
     let sent = insert_messages(
