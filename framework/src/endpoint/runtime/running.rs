@@ -496,3 +496,36 @@ impl Drop for RunningEndpoint {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::group_cap;
+
+    proptest! {
+        /// Over every size and concurrency the builder accepts (both at least 1) and
+        /// the extremes: a group is at least one message, never more than asked, and
+        /// never more than half the handlers unless that is less than one.
+        #[test]
+        fn a_group_is_at_most_what_was_asked_and_half_the_handlers(
+            group in prop_oneof![1..64usize, Just(usize::MAX)],
+            concurrency in prop_oneof![1..256usize, Just(usize::MAX)],
+        ) {
+            let cap = group_cap(group, concurrency);
+            prop_assert!(cap >= 1);
+            prop_assert!(cap <= group);
+            prop_assert!(cap == 1 || cap <= concurrency / 2);
+            // As large as those bounds allow: all that was asked, or half the handlers.
+            prop_assert!(cap == group || cap == (concurrency / 2).max(1));
+        }
+    }
+
+    #[test]
+    fn eight_handlers_make_groups_of_four_and_three_make_none() {
+        assert_eq!(group_cap(10, 8), 4);
+        assert_eq!(group_cap(4, 16), 4);
+        assert_eq!(group_cap(4, 3), 1);
+        assert_eq!(group_cap(1, 100), 1);
+    }
+}
