@@ -22,6 +22,10 @@
 # (no saga, no enqueue), the DELETE, COMMIT; "peeklock batch baseline" in its lines.
 # Needs psql, pgbench and bc.
 set -euo pipefail
+# Plain connections, as Courier's are (its Postgres client has no TLS): libpq's default
+# (sslmode=prefer) encrypts when the server has ssl on, which cost this baseline about a
+# fifth of its rate on the project's machine (docs/measurements-postgres.md, "TLS").
+export PGSSLMODE=${PGSSLMODE:-disable}
 url=${1:-${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}}
 secs=${2:-15}
 clients=${3:-8}
