@@ -255,6 +255,8 @@ mod pages {
     struct MeasurementsPostgres;
     #[doc = include_str!("../../docs/measurements-postgres-send.md")]
     struct MeasurementsPostgresSend;
+    #[doc = include_str!("../../docs/measurements-postgres-gaps.md")]
+    struct MeasurementsPostgresGaps;
     #[doc = include_str!("../../docs/containers.md")]
     struct Containers;
 }
