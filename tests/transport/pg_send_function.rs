@@ -4,7 +4,7 @@
 //! else it is only parsed), every argument out of range is refused with SQLSTATE CL100 or
 //! CL101 and a message that names it, and, over the whole space of arguments, the
 //! function accepts exactly what Courier's own sender accepts and the receiver gets what
-//! was sent.
+//! was sent; and a `send_batch` stores each message as a single send does.
 //!
 //! Long run: `COURIER_FUZZ_CASES=5000 cargo test -p courier-tests --test transport
 //! pg_send_function`.
@@ -505,6 +505,62 @@ async fn one_case(pool: &PgPool, t: &courier::PostgresTransport, q: &str, mirror
         .map(|p| serde_json::from_value(p).unwrap())
         .unwrap_or_default();
     assert_eq!(m.properties, want);
+}
+
+/// A `send_batch` to a queue (one statement, which notifies itself) stores each message
+/// as `Sender::send` stores it, over the whole space of arguments: the envelopes Courier's
+/// sender takes alone are taken as one batch, and its receiver gets, in order, what the
+/// receiver of the single sends got.
+#[test]
+fn a_batch_stores_each_message_as_a_single_send_does() {
+    let cases = std::env::var("COURIER_FUZZ_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(32);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (t, alone, batched) = rt.block_on(async {
+        let t = transport(&VirtualClock::starting_now()).await;
+        let alone = format!("sendfn-alone-{}", Uuid::new_v4().simple());
+        let batched = format!("sendfn-batch-{}", Uuid::new_v4().simple());
+        for name in [&alone, &batched] {
+            t.create_queue(name, &QueueOptions::default()).await.unwrap();
+        }
+        (t, alone, batched)
+    });
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&proptest::collection::vec(args(), 2..6), |batch| {
+            rt.block_on(batch_case(&t, &alone, &batched, &batch));
+            Ok(())
+        })
+        .unwrap();
+    rt.block_on(t.close());
+}
+
+async fn batch_case(t: &courier::PostgresTransport, alone: &str, batched: &str, batch: &[Args]) {
+    let one = t.sender(alone, SenderOptions::default()).await.unwrap();
+    let mut taken = Vec::new();
+    for a in batch {
+        if let Some(m) = envelope(a)
+            && one.send(m.clone()).await.is_ok()
+        {
+            taken.push(m);
+        }
+    }
+    let singles = received_waiting(t, &EntityPath::queue(alone), Duration::from_millis(10)).await;
+    if !taken.is_empty() {
+        let many = t.sender(batched, SenderOptions::default()).await.unwrap();
+        many.send_batch(taken.clone())
+            .await
+            .unwrap_or_else(|e| panic!("a batch of what was taken alone was refused: {e}: {batch:?}"));
+    }
+    let got = received_waiting(t, &EntityPath::queue(batched), Duration::from_millis(10)).await;
+    let envelopes = |r: &[courier::ReceivedMessage]| r.iter().map(|m| m.envelope.clone()).collect::<Vec<_>>();
+    assert_eq!(envelopes(&got), envelopes(&singles), "{batch:?}");
 }
 
 /// A float property comes back as the float that was sent, through Courier's sender as
