@@ -24,7 +24,8 @@
 set -euo pipefail
 # Plain connections, as Courier's are (its Postgres client has no TLS): libpq's default
 # (sslmode=prefer) encrypts when the server has ssl on, which cost this baseline about a
-# fifth of its rate on the project's machine (docs/measurements-postgres.md, "TLS").
+# fifth of its rate on the project's machine (docs/measurements-postgres-gaps.md, "The
+# baselines encrypted their connections").
 export PGSSLMODE=${PGSSLMODE:-disable}
 url=${1:-${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}}
 secs=${2:-15}
