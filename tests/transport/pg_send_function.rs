@@ -313,6 +313,19 @@ struct Args {
     body: Vec<u8>,
 }
 
+/// A property runner of `COURIER_FUZZ_CASES` cases (`default` when unset).
+fn runner(default: u32) -> TestRunner {
+    let cases = std::env::var("COURIER_FUZZ_CASES")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default);
+    TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    })
+}
+
 fn text(max: usize) -> impl Strategy<Value = String> {
     prop_oneof![
         proptest::string::string_regex(&format!("[a-z0-9-]{{0,{max}}}")).unwrap(),
@@ -394,10 +407,6 @@ fn envelope(a: &Args) -> Option<Envelope> {
 
 #[test]
 fn the_function_accepts_what_courier_s_sender_accepts_and_delivers_it_as_sent() {
-    let cases = std::env::var("COURIER_FUZZ_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(64);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (pool, t, q, mirror) = rt.block_on(async {
         let pool = PgPool::connect_with(database().await).await.unwrap();
@@ -410,11 +419,7 @@ fn the_function_accepts_what_courier_s_sender_accepts_and_delivers_it_as_sent() 
         }
         (pool, t, q, mirror)
     });
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = runner(64);
     runner
         .run(&args(), |a| {
             rt.block_on(one_case(&pool, &t, &q, &mirror, &a));
@@ -513,10 +518,6 @@ async fn one_case(pool: &PgPool, t: &courier::PostgresTransport, q: &str, mirror
 /// receiver of the single sends got.
 #[test]
 fn a_batch_stores_each_message_as_a_single_send_does() {
-    let cases = std::env::var("COURIER_FUZZ_CASES")
-        .ok()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(32);
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (t, alone, batched) = rt.block_on(async {
         let t = transport(&VirtualClock::starting_now()).await;
@@ -527,11 +528,7 @@ fn a_batch_stores_each_message_as_a_single_send_does() {
         }
         (t, alone, batched)
     });
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = runner(32);
     runner
         .run(&proptest::collection::vec(args(), 2..6), |batch| {
             rt.block_on(batch_case(&t, &alone, &batched, &batch));

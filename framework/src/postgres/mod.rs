@@ -133,7 +133,10 @@ impl Shared {
     /// Once the transport is closed, nothing more is notified (its notifier stopped; a
     /// send committing meanwhile is found by the receivers' poll).
     pub(crate) fn wake_after_commit(&self, entities: impl IntoIterator<Item = i64>) {
-        if !self.closed.load(Ordering::Acquire) {
+        // Nothing to wake (a handling that sent nothing, a send that notified itself):
+        // the notifier's lock is not taken.
+        let mut entities = entities.into_iter().peekable();
+        if entities.peek().is_some() && !self.closed.load(Ordering::Acquire) {
             self.notifier.after_commit(&self.pool, entities);
         }
     }

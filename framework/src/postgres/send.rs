@@ -25,9 +25,11 @@ use crate::transport::{SendError, Sender};
 /// get a copy; `queue` when it is known to be a queue) at `now`; returns their sequence
 /// numbers in order, or `None` when the entity does not exist (or is not a queue, with
 /// `queue`). Runs on any connection, inside the caller's transaction if it has one: the
-/// messages become receivable when it commits. The statement notifies no one: when a
-/// message is not scheduled, `entity` is added to `woken`, for the caller to hand to
-/// [`Shared::wake_after_commit`] once the transaction committed.
+/// messages become receivable when it commits. With `notify` and `queue`, the statement
+/// notifies the queue's receivers itself, when it commits and a message of it is
+/// receivable (a send in a transaction of its own: [`send_on_pool`]). Otherwise it
+/// notifies no one: when a message is not scheduled, `entity` is added to `woken`, for
+/// the caller to hand to [`Shared::wake_after_commit`] once the transaction committed.
 ///
 /// One message goes in with a statement of its own ([`INSERT_ONE`], [`INSERT_INTO_QUEUE`])
 /// and a batch to a queue with [`INSERT_BATCH_INTO_QUEUE`]: Postgres keeps one (generic)
@@ -38,12 +40,14 @@ pub(crate) async fn insert_messages(
     conn: &mut PgConnection,
     entity: i64,
     queue: bool,
+    notify: bool,
     messages: &[Envelope],
     now: DateTime<Utc>,
     woken: &mut Vec<i64>,
 ) -> Result<Option<Vec<SequenceNumber>>> {
+    let notify = notify && queue;
     let sent = if let [one] = messages {
-        insert_one(conn, entity, queue, false, one, now)
+        insert_one(conn, entity, queue, notify, one, now)
             .await?
             .map(|seq| vec![seq])
     } else {
@@ -53,12 +57,12 @@ pub(crate) async fn insert_messages(
             cols.push(m, now);
         }
         if queue {
-            insert_batch_into_queue(conn, entity, false, &cols, now).await?
+            insert_batch_into_queue(conn, entity, notify, &cols, now).await?
         } else {
             insert_fanned_out(conn, entity, n, &cols, now).await?
         }
     };
-    if sent.is_some() && messages.iter().any(|m| scheduled(m, now).is_none()) {
+    if !notify && sent.is_some() && messages.iter().any(|m| scheduled(m, now).is_none()) {
         woken.push(entity);
     }
     Ok(sent)
@@ -572,44 +576,17 @@ async fn send_on_pool(
         .acquire()
         .await
         .map_err(|e| db_error("cannot get a connection to send", e))?;
-    if let [one] = messages
-        && entity.kind == Kind::Queue
-        && in_flight.alone
-    {
-        // No other send of this process is in flight: its commit has no other to share a
-        // WAL flush with, so notifying in the statement costs less than the notifier's
-        // statement after it (one more transaction a send).
-        let seq = insert_one(&mut conn, entity.id, true, true, one, now)
-            .await
-            .map_err(|e| shared.closed_or(e))?
-            .ok_or_else(|| Error::new(ErrorKind::EntityNotFound { path: name.to_owned() }))?;
-        return Ok(vec![seq]);
-    }
-    if messages.len() > 1 && entity.kind == Kind::Queue {
-        // A batch: its one commit carries all its messages, so the notification in its
-        // statement costs a fraction of a serialised commit a message, where the
-        // notifier's statement after it would cost one more transaction a batch.
-        let mut cols = Columns::with_capacity(messages.len());
-        for m in messages {
-            cols.push(m, now);
-        }
-        return insert_batch_into_queue(&mut conn, entity.id, true, &cols, now)
-            .await
-            .map_err(|e| shared.closed_or(e))?
-            .ok_or_else(|| Error::new(ErrorKind::EntityNotFound { path: name.to_owned() }));
-    }
+    let queue = entity.kind == Kind::Queue;
+    // To a queue, the statement notifies itself when nothing would share its commit (no
+    // other send of this process is in flight), or when its one commit carries a batch:
+    // then notifying in the statement costs less than the notifier's statement after it
+    // (one more transaction a send, or a batch).
+    let notify = queue && (messages.len() > 1 || in_flight.alone);
     let mut woken = Vec::new();
-    let sent = insert_messages(
-        &mut conn,
-        entity.id,
-        entity.kind == Kind::Queue,
-        messages,
-        now,
-        &mut woken,
-    )
-    .await
-    .map_err(|e| shared.closed_or(e))?
-    .ok_or_else(|| Error::new(ErrorKind::EntityNotFound { path: name.to_owned() }))?;
+    let sent = insert_messages(&mut conn, entity.id, queue, notify, messages, now, &mut woken)
+        .await
+        .map_err(|e| shared.closed_or(e))?
+        .ok_or_else(|| Error::new(ErrorKind::EntityNotFound { path: name.to_owned() }))?;
     // The statement committed on its own (no transaction around it).
     drop(conn);
     shared.wake_after_commit(woken);

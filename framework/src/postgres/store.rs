@@ -169,7 +169,7 @@ async fn send_in(
                     }
                 }
                 _ => {
-                    if insert_messages(&mut *conn, entity, !is_topic, messages, now, woken)
+                    if insert_messages(&mut *conn, entity, !is_topic, false, messages, now, woken)
                         .await?
                         .is_some()
                     {
@@ -204,7 +204,7 @@ async fn send_in(
     for m in messages {
         check_envelope(transport.shared.max_message_size, m, destination, requires_session, now)?;
     }
-    insert_messages(conn, entity, !is_topic, messages, now, woken)
+    insert_messages(conn, entity, !is_topic, false, messages, now, woken)
         .await?
         .ok_or_else(|| {
             Error::new(ErrorKind::EntityNotFound {
