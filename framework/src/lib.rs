@@ -388,7 +388,9 @@ pub use amqp::{
 #[cfg(feature = "sqlite")]
 pub use embedded::{DEFAULT_READ_CONNECTIONS, Durability, Embedded, EmbeddedBuilder, EmbeddedStore};
 #[cfg(feature = "postgres")]
-pub use postgres::{DEFAULT_PG_POLL_INTERVAL, PgTransportBuilder, PgTransportStore, PostgresTransport};
+pub use postgres::{
+    DEFAULT_PG_NOTIFY_INTERVAL, DEFAULT_PG_POLL_INTERVAL, PgTransportBuilder, PgTransportStore, PostgresTransport,
+};
 #[cfg(feature = "postgres")]
 pub use store::PostgresStore;
 #[cfg(feature = "sqlite")]

@@ -95,7 +95,10 @@ fn saga_of(n: u64) -> i32 {
 
 /// A transport on a fresh database with queue `orders` and the handlers' tables. With
 /// `--log-statements`, the server logs every statement run in that database
-/// (`log_statement = 'all'`, set on the database alone), to count them per message.
+/// (`log_statement = 'all'`, set on the database alone), to count them per message; with
+/// `--notify-interval-ms M`, the transport's `notify_interval`; with `--schema-sql FILE`,
+/// the SQL in FILE runs on the database once the transport opened it (to measure what a
+/// piece of Courier's schema costs, for example its foreign key).
 pub(crate) async fn open(pool: u32) -> (TestDatabase, PostgresTransport) {
     let db = fresh_database().await;
     if std::env::args().any(|a| a == "--log-statements") {
@@ -106,8 +109,11 @@ pub(crate) async fn open(pool: u32) -> (TestDatabase, PostgresTransport) {
             .unwrap();
         println!("    logging every statement of database {}", db.name());
     }
-    let transport = PostgresTransport::builder(db.url())
-        .max_connections(pool)
+    let mut builder = PostgresTransport::builder(db.url()).max_connections(pool);
+    if let Some(ms) = crate::arg::<u64>("--notify-interval-ms") {
+        builder = builder.notify_interval(Duration::from_millis(ms));
+    }
+    let transport = builder
         .open()
         .await
         .expect("open the Postgres transport");
@@ -121,6 +127,14 @@ pub(crate) async fn open(pool: u32) -> (TestDatabase, PostgresTransport) {
         .unwrap();
     for statement in [CREATE_ORDERS, CREATE_SAGA, FILL_SAGA, "VACUUM ANALYZE saga"] {
         sqlx::query(statement).execute(transport.pool()).await.unwrap();
+    }
+    if let Some(file) = crate::arg::<String>("--schema-sql") {
+        let sql = std::fs::read_to_string(&file).expect("read the --schema-sql file");
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(transport.pool())
+            .await
+            .expect("run the --schema-sql file");
+        println!("    ran {file} on database {}", db.name());
     }
     (db, transport)
 }

@@ -57,6 +57,13 @@ use crate::transport::{
 /// How often a waiting receiver looks again when no notification came (by default).
 pub const DEFAULT_PG_POLL_INTERVAL: Duration = Duration::from_secs(2);
 
+/// The shortest time between two of a transport's statements notifying waiting receivers
+/// (by default): see [`PgTransportBuilder::notify_interval`].
+pub const DEFAULT_PG_NOTIFY_INTERVAL: Duration = Duration::from_millis(2);
+
+/// The longest [`PgTransportBuilder::notify_interval`] taken.
+const MAX_NOTIFY_INTERVAL: Duration = Duration::from_secs(1);
+
 /// What the transport's handles share.
 pub(crate) struct Shared {
     pub(crate) pool: PgPool,
@@ -177,6 +184,7 @@ pub struct PgTransportBuilder {
     clock: Option<Arc<dyn Clock>>,
     max_message_size: usize,
     poll_interval: Duration,
+    notify_interval: Duration,
     migrate: bool,
     max_connections: u32,
 }
@@ -206,6 +214,20 @@ impl PgTransportBuilder {
     /// notification was lost, and the cost of an idle receiver (one query per interval).
     pub fn poll_interval(mut self, every: Duration) -> Self {
         self.poll_interval = every.max(Duration::from_millis(10));
+        self
+    }
+
+    /// The shortest time between two statements by which this transport notifies waiting
+    /// receivers (of any process) of what it sent (default [`DEFAULT_PG_NOTIFY_INTERVAL`],
+    /// 2 ms; at most 1 s). Sends are notified after they commit, from a statement of the
+    /// transport's own: the first send after a quiet interval at once, the sends during
+    /// an interval together at its end. A longer interval spares the server work under a
+    /// steady load (each notification is a transaction, and every listening connection
+    /// reads it) and makes a waiting receiver see a message up to that much later;
+    /// `Duration::ZERO` sends one statement right after the other. Figures:
+    /// docs/measurements-postgres-gaps.md ("Notifications at most every 2 ms").
+    pub fn notify_interval(mut self, interval: Duration) -> Self {
+        self.notify_interval = interval.min(MAX_NOTIFY_INTERVAL);
         self
     }
 
@@ -287,7 +309,7 @@ impl PgTransportBuilder {
                 upkeeps: upkeep::Upkeeps::default(),
                 keeper: Mutex::new(Some(keeper)),
                 destinations: store::Destinations::default(),
-                notifier: wake::Notifier::default(),
+                notifier: wake::Notifier::new(self.notify_interval),
                 sends_in_flight: std::sync::atomic::AtomicUsize::new(0),
             }),
         })
@@ -349,6 +371,7 @@ impl PostgresTransport {
             clock: None,
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
             poll_interval: DEFAULT_PG_POLL_INTERVAL,
+            notify_interval: DEFAULT_PG_NOTIFY_INTERVAL,
             migrate: true,
             max_connections: 10,
         }
