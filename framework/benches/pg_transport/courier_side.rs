@@ -113,10 +113,7 @@ pub(crate) async fn open(pool: u32) -> (TestDatabase, PostgresTransport) {
     if let Some(ms) = crate::arg::<u64>("--notify-interval-ms") {
         builder = builder.notify_interval(Duration::from_millis(ms));
     }
-    let transport = builder
-        .open()
-        .await
-        .expect("open the Postgres transport");
+    let transport = builder.open().await.expect("open the Postgres transport");
     transport
         .create_queue("orders", &QueueOptions::default())
         .await

@@ -225,7 +225,7 @@ impl PgTransportBuilder {
     /// steady load (each notification is a transaction, and every listening connection
     /// reads it) and makes a waiting receiver see a message up to that much later;
     /// `Duration::ZERO` sends one statement right after the other. Figures:
-    /// docs/measurements-postgres-gaps.md ("Notifications at most every 2 ms").
+    /// docs/measurements-postgres-gaps.md ("The notify interval, in turns").
     pub fn notify_interval(mut self, interval: Duration) -> Self {
         self.notify_interval = interval.min(MAX_NOTIFY_INTERVAL);
         self
