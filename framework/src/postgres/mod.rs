@@ -543,3 +543,38 @@ impl Transport for PostgresTransport {
         Some(self)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// Any interval a caller may pass, up to `Duration::MAX`: taken as it is up to a
+        /// second, a second above it.
+        #[test]
+        fn the_notify_interval_is_taken_up_to_a_second(secs in any::<u64>(), nanos in 0u32..1_000_000_000) {
+            let asked = Duration::new(secs, nanos);
+            let b = PostgresTransport::builder("postgres://x").notify_interval(asked);
+            prop_assert_eq!(b.notify_interval, asked.min(Duration::from_secs(1)));
+            prop_assert!(b.notify_interval <= MAX_NOTIFY_INTERVAL);
+        }
+    }
+
+    #[test]
+    fn the_notify_interval_defaults_to_2_ms_and_takes_the_extremes() {
+        assert_eq!(
+            PostgresTransport::builder("postgres://x").notify_interval,
+            DEFAULT_PG_NOTIFY_INTERVAL
+        );
+        for (asked, taken) in [
+            (Duration::ZERO, Duration::ZERO),
+            (Duration::from_secs(1), Duration::from_secs(1)),
+            (Duration::MAX, Duration::from_secs(1)),
+        ] {
+            let b = PostgresTransport::builder("postgres://x").notify_interval(asked);
+            assert_eq!(b.notify_interval, taken, "asked {asked:?}");
+        }
+    }
+}
