@@ -258,6 +258,7 @@ impl Needles {
     /// The needles as Postgres holds the text: its text holds no NUL, so a NUL in an id
     /// or an error was written as U+FFFD (`history::for_postgres`); in a state or a body,
     /// JSON held it escaped (`\u0000`), as the escaped forms already say.
+    #[cfg(feature = "postgres")]
     pub(crate) fn as_postgres_stores(&self) -> Self {
         Self {
             text: self.text.replace('\0', "\u{FFFD}"),
