@@ -226,6 +226,18 @@ impl PgTransportBuilder {
     /// reads it) and makes a waiting receiver see a message up to that much later;
     /// `Duration::ZERO` sends one statement right after the other. Figures:
     /// docs/measurements-postgres-gaps.md ("The notify interval, in turns").
+    ///
+    /// ```no_run
+    /// # async fn open() -> Result<(), courier::Error> {
+    /// use std::time::Duration;
+    /// // Many sending processes, receivers that may wait 10 ms more in a burst:
+    /// let broker = courier::PostgresTransport::builder("postgres://app@localhost/app")
+    ///     .notify_interval(Duration::from_millis(10))
+    ///     .open()
+    ///     .await?;
+    /// # drop(broker);
+    /// # Ok(()) }
+    /// ```
     pub fn notify_interval(mut self, interval: Duration) -> Self {
         self.notify_interval = interval.min(MAX_NOTIFY_INTERVAL);
         self
