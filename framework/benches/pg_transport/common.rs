@@ -120,6 +120,16 @@ pub(crate) async fn fresh_database() -> TestDatabase {
         .expect("create a database (DATABASE_URL's user must be allowed to)")
 }
 
+/// A builder of Courier's Postgres transport on `url` with `max_connections(pool)`, as
+/// every part of the bench opens it: with `--notify-interval-ms M`, `notify_interval(M ms)`.
+pub(crate) fn courier_transport(url: String, pool: u32) -> courier::PgTransportBuilder {
+    let builder = courier::PostgresTransport::builder(url).max_connections(pool);
+    match crate::arg::<u64>("--notify-interval-ms") {
+        Some(ms) => builder.notify_interval(Duration::from_millis(ms)),
+        None => builder,
+    }
+}
+
 /// The 1-, 5- and 15-minute load averages.
 pub(crate) fn loadavg() -> String {
     std::fs::read_to_string("/proc/loadavg")

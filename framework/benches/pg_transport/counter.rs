@@ -75,8 +75,7 @@ pub(crate) async fn sends(numbering: Numbering, senders: usize, secs: f64) -> f6
         sqlx::query(*statement).execute(&pool).await.unwrap();
     }
     let transport = if numbering == Numbering::Courier {
-        let t = courier::PostgresTransport::builder(db.url())
-            .max_connections(u32::try_from(senders).unwrap_or(u32::MAX) + 2)
+        let t = crate::common::courier_transport(db.url(), u32::try_from(senders).unwrap_or(u32::MAX) + 2)
             .open()
             .await
             .unwrap();

@@ -13,7 +13,7 @@ use courier::test_servers::TestDatabase;
 
 use crate::common::{
     CREATE_ORDERS, CREATE_SAGA, CpuMark, Drain, FILL_SAGA, INSERT_ORDER, PlaceOrder, Progress, SAGA_ROWS, Shipment,
-    UPDATE_SAGA, admin_connection, completed, fresh_database, order_bytes, order_key, xacts,
+    UPDATE_SAGA, admin_connection, completed, courier_transport, fresh_database, order_bytes, order_key, xacts,
 };
 
 /// What the handler does with each message.
@@ -96,7 +96,7 @@ fn saga_of(n: u64) -> i32 {
 /// A transport on a fresh database with queue `orders` and the handlers' tables. With
 /// `--log-statements`, the server logs every statement run in that database
 /// (`log_statement = 'all'`, set on the database alone), to count them per message; with
-/// `--notify-interval-ms M`, the transport's `notify_interval`; with `--schema-sql FILE`,
+/// `--schema-sql FILE`,
 /// the SQL in FILE runs on the database once the transport opened it (to measure what a
 /// piece of Courier's schema costs, for example its foreign key).
 pub(crate) async fn open(pool: u32) -> (TestDatabase, PostgresTransport) {
@@ -109,11 +109,10 @@ pub(crate) async fn open(pool: u32) -> (TestDatabase, PostgresTransport) {
             .unwrap();
         println!("    logging every statement of database {}", db.name());
     }
-    let mut builder = PostgresTransport::builder(db.url()).max_connections(pool);
-    if let Some(ms) = crate::arg::<u64>("--notify-interval-ms") {
-        builder = builder.notify_interval(Duration::from_millis(ms));
-    }
-    let transport = builder.open().await.expect("open the Postgres transport");
+    let transport = courier_transport(db.url(), pool)
+        .open()
+        .await
+        .expect("open the Postgres transport");
     transport
         .create_queue("orders", &QueueOptions::default())
         .await

@@ -25,7 +25,8 @@
 //!   one multi-row INSERT, in turns, `--send-rounds R` times (default 3, quick 1), at each
 //!   number of `--senders`, for `--counter-secs` each; with `--log-statements` the server
 //!   logs every statement of those databases;
-//! - `--notify-interval-ms M`: Courier's transports notify with `notify_interval(M ms)`;
+//! - `--notify-interval-ms M`: every Courier transport of the bench (drains, send path,
+//!   numbering) notifies with `notify_interval(M ms)` (`common::courier_transport`);
 //!   `--schema-sql FILE`: the SQL in FILE runs on each Courier database of the drains once
 //!   the transport opened it (what a piece of the schema costs: drop it there);
 //! - `--soak SECS` (with `--soak-every S`, default 60, and `--soak-vacuum`): only the

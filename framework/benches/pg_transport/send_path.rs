@@ -106,8 +106,7 @@ pub(crate) async fn rate(way: Way, senders: usize, secs: f64, batch: usize) -> R
         sqlx::query(*statement).execute(&pool).await.unwrap();
     }
     let transport = if way.courier() {
-        let t = courier::PostgresTransport::builder(db.url())
-            .max_connections(conns + 2)
+        let t = crate::common::courier_transport(db.url(), conns + 2)
             .open()
             .await
             .unwrap();

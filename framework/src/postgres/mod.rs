@@ -224,7 +224,9 @@ impl PgTransportBuilder {
     /// an interval together at its end. A longer interval spares the server work under a
     /// steady load (each notification is a transaction, and every listening connection
     /// reads it) and makes a waiting receiver see a message up to that much later;
-    /// `Duration::ZERO` sends one statement right after the other. Figures:
+    /// `Duration::ZERO` sends one statement right after the other. The interval is wall-clock
+    /// time (tokio's timer), not the transport's [`clock`](Self::clock): it paces
+    /// statements, it stamps nothing. Figures:
     /// docs/measurements-postgres-gaps.md ("The notify interval, in turns").
     ///
     /// ```no_run
