@@ -10,7 +10,8 @@
 //!   grouped runs (default 10); `--pool P`: connections of each system's pool (default
 //!   20, the same for all);
 //! - `--parts baseline,peeklock,courier,batch,apalis,graphile,counter,send`: which parts run
-//!   (default all): `baseline` is the set-based `pg-handler-baseline.sh` (with `--clients`),
+//!   (default all; `--no-baselines` leaves the `peeklock` part's baselines out):
+//!   `baseline` is the set-based `pg-handler-baseline.sh` (with `--clients`),
 //!   `peeklock` the PeekLock baseline `peeklock-baseline.sh` at each number of handlers
 //!   with Courier doing the same work next to it, `courier` Courier with the peers' handler;
 //! - `--parts batch`: a batch handler (one multi-row insert per batch) of each of
@@ -46,12 +47,14 @@
 //! H pgbench clients, then Courier with H handlers doing the baseline's work (the inbox
 //! record, one saga row updated, one 1 KiB message sent, per message: `Work::PeekLock`),
 //! one message per transaction and with `group_commit(G)`; it prints Courier's ratio to
-//! the baseline at 1 and at 10 messages per transaction for each H. Three more lines per
-//! H say where the difference lies: the baseline with a `pg_notify` in each enqueue (as
+//! the baseline at 1 and at 10 messages per transaction for each H. More lines per H say
+//! where the difference lies: the baseline with a `pg_notify` in each enqueue (as
 //! Courier's send has), the baseline with a savepoint per message (as a member of a
-//! commit group has), and Courier with `group_commit(G)` and H x G handlers, as many
-//! messages in flight as the baseline's H clients at 10 per transaction (its pool is still
-//! `--pool`).
+//! commit group has), the baseline's statements sent by sqlx on tokio instead of pgbench
+//! (`sqlx_peeklock.rs`: what a Rust client costs by itself, at 1 and 10 per transaction,
+//! and at 10 with a savepoint per message), and Courier with `group_commit(G)` and H x G
+//! handlers, as many messages in flight as the baseline's H clients at 10 per transaction
+//! (its pool is still `--pool`).
 
 #![allow(
     clippy::print_stdout,
@@ -68,6 +71,7 @@ mod courier_side;
 mod peers;
 mod send_path;
 mod soak;
+mod sqlx_peeklock;
 
 use std::collections::BTreeMap;
 
@@ -184,6 +188,9 @@ struct PeekLockBase {
     notify: Option<Base>,
     savepoint: Option<Base>,
     batch: Option<Base>,
+    /// The plain baseline's statements through sqlx (`sqlx_peeklock.rs`), in the order of
+    /// [`SQLX_FIGURES`].
+    sqlx: [Option<(sqlx_peeklock::Rate, Load)>; 3],
 }
 
 /// The label of Courier's line with the PeekLock work, `group_commit(g)` and `h` x `g`
@@ -193,6 +200,16 @@ fn in_flight_label(h: usize, g: usize) -> String {
         "courier (PeekLock work), {} at once, group_commit({g}): as many in flight as {h} clients x {g}",
         h * g
     )
+}
+
+/// The figures of the PeekLock baseline through sqlx: messages per transaction, and
+/// whether each message has a savepoint of its own.
+const SQLX_FIGURES: [(i64, bool); 3] = [(1, false), (10, false), (10, true)];
+
+/// The label of the PeekLock baseline's line through sqlx.
+fn sqlx_label(per_tx: i64, savepoint: bool, h: usize) -> String {
+    let with = if savepoint { " with a savepoint per message" } else { "" };
+    format!("PeekLock baseline through sqlx (no framework){with}, {per_tx} msg/tx, {h} tasks")
 }
 
 /// The label of Courier's line with `work`, `h` handlers at once and `group_commit(group)`.
@@ -208,6 +225,38 @@ fn courier_label(work: Work, h: usize, group: usize) -> String {
         format!("{who}, {h} at once, one transaction per message")
     } else {
         format!("{who}, {h} at once, group_commit({group})")
+    }
+}
+
+/// The PeekLock baselines at `h` clients: pgbench's (plain, with `pg_notify`, with a
+/// savepoint per message), then the same statements through sqlx.
+fn peeklock_baselines(rt: &tokio::runtime::Runtime, opts: &Opts, h: usize, bases: &mut PeekLockBase) {
+    for which in [
+        Baseline::PeekLock,
+        Baseline::PeekLockNotify,
+        Baseline::PeekLockSavepoint,
+    ] {
+        quiesce(3);
+        let (b, load) = with_load(|| baseline(rt, which, opts.secs, h));
+        match (b, which) {
+            (Ok(b), Baseline::PeekLock) => bases.plain = Some((b, load)),
+            (Ok(b), Baseline::PeekLockSavepoint) => bases.savepoint = Some((b, load)),
+            (Ok(b), _) => bases.notify = Some((b, load)),
+            (Err(e), _) => println!("  {which:?} baseline at {h} clients not measured: {e}"),
+        }
+    }
+    for (slot, (per_tx, savepoint)) in bases.sqlx.iter_mut().zip(SQLX_FIGURES) {
+        quiesce(3);
+        let (rate, load) = with_load(|| rt.block_on(sqlx_peeklock::peeklock(opts.secs, h, per_tx, savepoint)));
+        println!(
+            "    {}: {:.0} messages/s, CPU per message {:.0} µs in the bench's process, {:.0} µs on the \
+             machine (load {load})",
+            sqlx_label(per_tx, savepoint, h),
+            rate.messages,
+            rate.cpu.process_us,
+            rate.cpu.machine_us
+        );
+        *slot = Some((rate, load));
     }
 }
 
@@ -296,20 +345,9 @@ fn main() {
             opts.secs
         );
         for &h in &opts.handlers {
-            let bases = peeklock.entry(h).or_default();
-            for which in [
-                Baseline::PeekLock,
-                Baseline::PeekLockNotify,
-                Baseline::PeekLockSavepoint,
-            ] {
-                quiesce(3);
-                let (b, load) = with_load(|| baseline(&rt, which, opts.secs, h));
-                match (b, which) {
-                    (Ok(b), Baseline::PeekLock) => bases.plain = Some((b, load)),
-                    (Ok(b), Baseline::PeekLockSavepoint) => bases.savepoint = Some((b, load)),
-                    (Ok(b), _) => bases.notify = Some((b, load)),
-                    (Err(e), _) => println!("  {which:?} baseline at {h} clients not measured: {e}"),
-                }
+            // `--no-baselines`: Courier's figures alone (to compare builds or schemas in turns).
+            if !std::env::args().any(|a| a == "--no-baselines") {
+                peeklock_baselines(&rt, &opts, h, peeklock.entry(h).or_default());
             }
             for &group in &groups {
                 measure(courier_label(Work::PeekLock, h, group), h, &|| {
@@ -547,6 +585,26 @@ fn report(
                 println!("| {name}, 10 msg/tx, {h} clients | {ten:.0} | | | | {p10} | 0.2 | | (same run) |");
             }
         }
+        for (figure, (per_tx, savepoint)) in bases.sqlx.iter().zip(SQLX_FIGURES) {
+            let Some((rate, load)) = figure else { continue };
+            let of = bases
+                .plain
+                .as_ref()
+                .map(|((p1, p10), _)| if per_tx == 1 { *p1 } else { *p10 });
+            let (p1, p10, tx) = if per_tx == 1 {
+                (pct(rate.messages, of), String::new(), "2")
+            } else {
+                (String::new(), pct(rate.messages, of), "0.2")
+            };
+            println!(
+                "| {} | {:.0} | | | {p1} | {p10} | {tx} | {:.0}, {:.0} ({:.0}%) | {load} |",
+                sqlx_label(per_tx, savepoint, *h),
+                rate.messages,
+                rate.cpu.process_us,
+                rate.cpu.machine_us,
+                100.0 * rate.cpu.busy
+            );
+        }
     }
     let (one, ten) = (base.map(|b| b.0.0), base.map(|b| b.0.1));
     for f in figures {
@@ -632,6 +690,44 @@ fn targets(
                  >= 80% of the PeekLock baseline at 10 msg/tx ({h} clients): {a:.0} / {b:.0} = {:.0}%, {}",
                 100.0 * a / b,
                 verdict(a >= 0.8 * b)
+            );
+        }
+        // What a Rust client with sqlx costs by itself: the same statements as pgbench's,
+        // one per transaction, and ten (with and without savepoints) against Courier with as
+        // many messages in flight.
+        let through = |i: usize| peeklock.get(&h).and_then(|b| b.sqlx[i].as_ref()).map(|(r, _)| *r);
+        let drain = |label: &str| figures.iter().find(|f| f.label == label).map(|f| f.drain);
+        if let (Some(c), Some(s), Some((b, _))) = (drain(&courier_label(Work::PeekLock, h, 1)), through(0), base) {
+            println!(
+                "  where the rest lies, {h} at once, one transaction per message: the PeekLock baseline's statements \
+                 through sqlx on tokio (no framework): {:.0}, {:.0}% of pgbench's; Courier {:.0}% of it; CPU µs a \
+                 message in the bench's process: sqlx {:.0}, Courier {:.0}",
+                s.messages,
+                100.0 * s.messages / b,
+                100.0 * c.rate / s.messages,
+                s.cpu.process_us,
+                c.cpu.process_us
+            );
+        }
+        if let (Some(c), Some(s), Some((_, b))) = (drain(&in_flight_label(h, g)), through(1), base) {
+            let with = through(2).map_or_else(String::new, |sp| {
+                format!(
+                    "; with a savepoint per message: {:.0}, Courier {:.0}% of it (CPU µs {:.0})",
+                    sp.messages,
+                    100.0 * c.rate / sp.messages,
+                    sp.cpu.process_us
+                )
+            });
+            println!(
+                "  where the rest lies, {h} at once, group_commit({g}) with {} handlers: the PeekLock baseline's \
+                 statements through sqlx on tokio at 10 msg/tx: {:.0}, {:.0}% of pgbench's; Courier {:.0}% of it; CPU \
+                 µs a message in the bench's process: sqlx {:.0}, Courier {:.0}{with}",
+                h * g,
+                s.messages,
+                100.0 * s.messages / b,
+                100.0 * c.rate / s.messages,
+                s.cpu.process_us,
+                c.cpu.process_us
             );
         }
         let many = find(&in_flight_label(h, g));
