@@ -13,6 +13,7 @@ mod pg_foreign;
 mod pg_listen;
 mod pg_odd_rows;
 mod pg_one_transaction;
+mod pg_pool;
 mod pg_publish_new_topic;
 mod pg_row_property;
 mod pg_send_function;

@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::postgres::PgPool;
 use tokio::sync::Semaphore;
 
 use self::entities::Kind;
@@ -272,7 +272,7 @@ impl PgTransportBuilder {
         let owns_pool = self.pool.is_none();
         let pool = match (self.pool, &self.url) {
             (Some(pool), _) => pool,
-            (None, Some(url)) => PgPoolOptions::new()
+            (None, Some(url)) => crate::store::postgres::pool_options()
                 .max_connections(self.max_connections)
                 .connect(url)
                 .await
