@@ -1,4 +1,5 @@
-//! The Postgres store: the inbox and outbox in the schema `courier`.
+//! The Postgres store: the inbox and outbox in the schema `courier`; and the options of
+//! the pools Courier opens itself (here and for the Postgres transport).
 
 use std::sync::Arc;
 use std::time::Duration;
