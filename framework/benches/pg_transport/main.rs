@@ -695,9 +695,13 @@ fn targets(
         // What a Rust client with sqlx costs by itself: the same statements as pgbench's,
         // one per transaction, and ten (with and without savepoints) against Courier with as
         // many messages in flight.
-        let through = |i: usize| peeklock.get(&h).and_then(|b| b.sqlx[i].as_ref()).map(|(r, _)| *r);
+        let through = |per_tx: i64, savepoint: bool| {
+            let i = SQLX_FIGURES.iter().position(|f| *f == (per_tx, savepoint))?;
+            peeklock.get(&h).and_then(|b| b.sqlx[i].as_ref()).map(|(r, _)| *r)
+        };
         let drain = |label: &str| figures.iter().find(|f| f.label == label).map(|f| f.drain);
-        if let (Some(c), Some(s), Some((b, _))) = (drain(&courier_label(Work::PeekLock, h, 1)), through(0), base) {
+        if let (Some(c), Some(s), Some((b, _))) = (drain(&courier_label(Work::PeekLock, h, 1)), through(1, false), base)
+        {
             println!(
                 "  where the rest lies, {h} at once, one transaction per message: the PeekLock baseline's statements \
                  through sqlx on tokio (no framework): {:.0}, {:.0}% of pgbench's; Courier {:.0}% of it; CPU µs a \
@@ -709,8 +713,8 @@ fn targets(
                 c.cpu.process_us
             );
         }
-        if let (Some(c), Some(s), Some((_, b))) = (drain(&in_flight_label(h, g)), through(1), base) {
-            let with = through(2).map_or_else(String::new, |sp| {
+        if let (Some(c), Some(s), Some((_, b))) = (drain(&in_flight_label(h, g)), through(10, false), base) {
+            let with = through(10, true).map_or_else(String::new, |sp| {
                 format!(
                     "; with a savepoint per message: {:.0}, Courier {:.0}% of it (CPU µs {:.0})",
                     sp.messages,

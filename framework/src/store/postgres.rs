@@ -31,7 +31,7 @@ use crate::store::{
 /// than this long ago is taken as it is, and one that died meanwhile fails its first
 /// statement, as it would if it died just after the test (docs/postgres-reference.md,
 /// "Several processes, a killed process, Postgres going away").
-pub(crate) const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
+const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 
 /// The options of every pool Courier opens itself (the transport's and
 /// [`PostgresStore::connect`]'s): a connection is tested as it is taken only after
