@@ -40,6 +40,9 @@ enum Act {
     SwallowFirst,
     /// Writes its row, then waits for a permit of the script's gate.
     Hang,
+    /// Writes its row and deletes the queue `accepted` (if it is there), from another
+    /// connection; sends nothing.
+    DeleteAccepted,
 }
 
 #[derive(Clone)]
@@ -50,6 +53,7 @@ struct Script {
     /// Calls per order id.
     calls: Arc<Mutex<BTreeMap<String, u32>>>,
     gate: Arc<tokio::sync::Semaphore>,
+    transport: Arc<dyn courier::Transport>,
 }
 
 impl Script {
@@ -76,6 +80,14 @@ async fn take(order: Order, ctx: &mut Context) -> Result<(), HandlerError> {
     if act == Act::SwallowFirst && first {
         let failed = sqlx::query("SELECT 1 / 0").execute(&mut *tx).await;
         assert!(failed.is_err(), "the statement fails");
+    }
+    if act == Act::DeleteAccepted {
+        match script.transport.delete(&EntityPath::queue("accepted")).await {
+            Ok(()) => {}
+            Err(e) if matches!(e.kind(), courier::ErrorKind::EntityNotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        return Ok(());
     }
     if !script.quiet {
         ctx.send(&Accepted { id: order.id.clone() })?;
@@ -111,6 +123,7 @@ impl Env {
             quiet,
             calls: Arc::default(),
             gate: Arc::new(tokio::sync::Semaphore::new(0)),
+            transport: env.fx.transport.clone(),
         };
         Self { env, script }
     }
@@ -622,6 +635,96 @@ async fn a_member_whose_lock_went_stale_does_not_poison_the_group(kind: StoreKin
     }
     let dead = env.env.fx.transport.counts(&EntityPath::queue("orders")).await.unwrap();
     assert_eq!(dead.dead_lettered, 0);
+    env.env.finish().await;
+}
+
+/// On the transport's own store, a group's sends go into their queues at its commit, every
+/// member's to one queue in one statement: in the members' order, each once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_groups_sends_keep_the_members_order_in_one_transaction() {
+    let env = Env::new(StoreKind::PgTransport, &[], false).await;
+    let all = ["1", "2", "3", "4", "5", "6", "7", "8"];
+    env.send(&all).await;
+    // One group at a time: the members' order is the receive order throughout.
+    let running = env.endpoint_with(4, 4).start().await.unwrap();
+    drained(&env, &running, 8).await;
+    running.shutdown().await.unwrap();
+    let rows = env.rows().await;
+    let txs: BTreeSet<i64> = rows.values().flatten().copied().collect();
+    assert!(txs.len() < 8, "handlings shared transactions: {rows:?}");
+    // Peeked in sequence order.
+    let accepted: Vec<String> = env.env.queued_ids("accepted").await;
+    assert_eq!(accepted.len(), 8, "{accepted:?}");
+    let mut order_ids = Vec::new();
+    for m in env
+        .env
+        .fx
+        .transport
+        .peek(&EntityPath::queue("accepted"), 0, 100)
+        .await
+        .unwrap()
+    {
+        let a: Accepted = serde_json::from_slice(&m.envelope.body).unwrap();
+        order_ids.push(a.id);
+    }
+    assert_eq!(order_ids, all, "sent in the order the members took their turns");
+    env.env.finish().await;
+}
+
+/// On the transport's own store, a queue a member sent to is deleted (by another member,
+/// from another connection) after that member's turn and before the group commits: the
+/// group's insert finds no queue, the whole group rolls back with a transient error, and
+/// each member is retried. The one that sent to the deleted queue then fails alone at its
+/// turn (dead-lettered: the queue does not exist) with none of its effects; the other
+/// commits once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_deleted_while_its_group_commits_fails_the_group_and_each_member_is_retried() {
+    let env = Env::new(StoreKind::PgTransport, &[("2", Act::DeleteAccepted)], false).await;
+    env.send(&["1", "2"]).await;
+    let running = env
+        .endpoint(2)
+        .recoverability(courier::RetryPolicy::none().immediate(2))
+        .start()
+        .await
+        .unwrap();
+    eventually("the first member dead-lettered", || async {
+        env.env
+            .fx
+            .transport
+            .counts(&EntityPath::queue("orders"))
+            .await
+            .unwrap()
+            .dead_lettered
+            == 1
+    })
+    .await;
+    drained(&env, &running, 1).await;
+    running.shutdown().await.unwrap();
+    let rows = env.rows().await;
+    assert_eq!(
+        rows.keys().collect::<Vec<_>>(),
+        ["2"],
+        "the sender's write rolled back: {rows:?}"
+    );
+    assert_eq!(rows["2"].len(), 1, "once: {rows:?}");
+    assert_eq!(env.inbox().await, ids(&["2"]));
+    assert!(
+        env.script.calls("1") >= 2,
+        "the sender was retried after the group failed"
+    );
+    assert!(env.script.calls("2") >= 2, "the other member was retried with it");
+    let dead = env
+        .env
+        .fx
+        .transport
+        .peek(&EntityPath::queue("orders").dead_letter(), 0, 10)
+        .await
+        .unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].envelope.message_id, "m-1");
+    let open = "SELECT COUNT(*) FROM pg_stat_activity \
+                WHERE datname = current_database() AND state LIKE 'idle in transaction%'";
+    eventually("no transaction left open", || async { env.env.count(open).await == 0 }).await;
     env.env.finish().await;
 }
 

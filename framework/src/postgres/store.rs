@@ -18,7 +18,7 @@ use super::send::{insert_into_queue_and_complete, insert_messages};
 use crate::checks::check_envelope;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Envelope, LockToken};
-use crate::store::pg_group::{AfterCommit, InTransaction, PgGroup, Settlement, poisoned_if_aborted};
+use crate::store::pg_group::{AfterCommit, InTransaction, PgGroup, Resolved, Settlement, poisoned_if_aborted};
 use crate::store::pg_outbox::{OutboxRow, ensure_not_aborted, insert_outbox, outbox_of, record_batch};
 use crate::store::pg_saga::pg_unit_of_work;
 use crate::store::postgres::{claim_due, postpone_reclaim};
@@ -181,26 +181,7 @@ async fn send_in(
         // Deleted since it was looked up (nothing was inserted): look the name up again.
         known.forget(destination, is_topic, entity);
     }
-    let found: Option<(i64, bool)> =
-        sqlx::query_as("SELECT id, requires_session FROM courier.entity WHERE parent = 0 AND name = $1 AND kind = $2")
-            .bind(destination)
-            .bind(if is_topic { 1_i16 } else { 0 })
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(|e| db_error("cannot look up a destination", e))?;
-    let (entity, requires_session) = match found {
-        Some(found) => {
-            known.keep(destination, is_topic, found);
-            found
-        }
-        // Not kept: the transaction that creates it may roll back.
-        None if is_topic => (create_topic_in(&mut *conn, destination, now).await?, false),
-        None => {
-            return Err(Error::new(ErrorKind::EntityNotFound {
-                path: destination.to_owned(),
-            }));
-        }
-    };
+    let (entity, requires_session) = look_up(&mut *conn, transport, destination, is_topic, now).await?;
     for m in messages {
         check_envelope(transport.shared.max_message_size, m, destination, requires_session, now)?;
     }
@@ -212,6 +193,66 @@ async fn send_in(
             })
         })?;
     Ok(completed)
+}
+
+/// The id of the queue or topic `destination` and whether it requires sessions, read from
+/// the database (and kept in [`Destinations`]); a topic that does not exist is created
+/// in the caller's transaction (and not kept: that transaction may roll back).
+///
+/// # Errors
+/// [`ErrorKind::EntityNotFound`] for a missing queue; the name of a missing topic taken
+/// by a queue ([`ErrorKind::InvalidOperation`]) or invalid; a storage error.
+async fn look_up(
+    conn: &mut PgConnection,
+    transport: &PostgresTransport,
+    destination: &str,
+    is_topic: bool,
+    now: DateTime<Utc>,
+) -> Result<(i64, bool)> {
+    let found: Option<(i64, bool)> =
+        sqlx::query_as("SELECT id, requires_session FROM courier.entity WHERE parent = 0 AND name = $1 AND kind = $2")
+            .bind(destination)
+            .bind(if is_topic { 1_i16 } else { 0 })
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(|e| db_error("cannot look up a destination", e))?;
+    match found {
+        Some(found) => {
+            transport.shared.destinations.keep(destination, is_topic, found);
+            Ok(found)
+        }
+        None if is_topic => Ok((create_topic_in(&mut *conn, destination, now).await?, false)),
+        None => Err(Error::new(ErrorKind::EntityNotFound {
+            path: destination.to_owned(),
+        })),
+    }
+}
+
+/// The id of `destination` for a message `m` sent to it at `now`, checked as a send
+/// would be: the kept id ([`Destinations`]) when the message passes the checks against
+/// it, otherwise (none kept, or a refusal, which is decided on the entity as it is now)
+/// the one read from the database ([`look_up`]).
+///
+/// # Errors
+/// As [`look_up`]; a message the destination refuses.
+async fn resolve(
+    conn: &mut PgConnection,
+    transport: &PostgresTransport,
+    destination: &str,
+    is_topic: bool,
+    m: &Envelope,
+    now: DateTime<Utc>,
+) -> Result<i64> {
+    let max = transport.shared.max_message_size;
+    if let Some((entity, requires_session)) = transport.shared.destinations.get(destination, is_topic) {
+        if check_envelope(max, m, destination, requires_session, now).is_ok() {
+            return Ok(entity);
+        }
+        transport.shared.destinations.forget(destination, is_topic, entity);
+    }
+    let (entity, requires_session) = look_up(conn, transport, destination, is_topic, now).await?;
+    check_envelope(max, m, destination, requires_session, now)?;
+    Ok(entity)
 }
 
 /// Creates topic `name` with the default options (as `Transport::create_topic` with
@@ -274,7 +315,9 @@ pub(crate) fn own_lock(transport: &PostgresTransport, token: Option<LockToken>) 
 }
 
 /// The transport's own store's group commit completes the transport's deliveries in the
-/// group's transaction (`store::pg_group`).
+/// group's transaction, and inserts what the members sent at its commit
+/// (`store::pg_group`).
+#[async_trait]
 impl InTransaction for PostgresTransport {
     fn settlement(&self, token: Option<LockToken>) -> Option<Box<dyn Settlement>> {
         own_lock(self, token).map(|lock| {
@@ -283,6 +326,41 @@ impl InTransaction for PostgresTransport {
                 lock,
             }) as Box<dyn Settlement>
         })
+    }
+
+    async fn insert_sent(&self, conn: &mut PgConnection, sent: Vec<Resolved>) -> Result<AfterCommit> {
+        let now = self.shared.clock.now();
+        // One statement per destination, the messages in the members' order.
+        let mut groups: Vec<(i64, String, bool, Vec<Envelope>)> = Vec::new();
+        for r in sent {
+            match groups
+                .iter_mut()
+                .find(|(e, _, t, _)| *e == r.entity && *t == r.is_topic)
+            {
+                Some((_, _, _, messages)) => messages.push(r.envelope),
+                None => groups.push((r.entity, r.destination, r.is_topic, vec![r.envelope])),
+            }
+        }
+        let mut woken = Vec::new();
+        for (entity, destination, is_topic, messages) in groups {
+            let inserted = insert_messages(&mut *conn, entity, !is_topic, false, &messages, now, &mut woken).await?;
+            if inserted.is_none() {
+                // Deleted since the member looked it up: nothing was inserted, and the
+                // members' checks were against an entity that is gone. The group fails;
+                // each member is retried and looks its destinations up again.
+                self.shared.destinations.forget(&destination, is_topic, entity);
+                return Err(Error::new(ErrorKind::Storage {
+                    detail: format!(
+                        "{} {} was deleted while the messages sent to it were being committed; the handlings will be retried",
+                        if is_topic { "topic" } else { "queue" },
+                        crate::logtext::Escaped(&destination)
+                    ),
+                    transient: true,
+                }));
+            }
+        }
+        let shared = self.shared.clone();
+        Ok(Box::new(move || shared.wake_after_commit(woken)))
     }
 }
 
@@ -298,10 +376,20 @@ impl Settlement for OwnDelivery {
         self: Box<Self>,
         conn: &mut PgConnection,
         staged: Vec<(String, bool, Envelope)>,
-    ) -> Result<AfterCommit> {
-        let woken = send_and_complete(conn, &self.transport, self.lock, staged).await?;
-        let shared = self.transport.shared.clone();
-        Ok(Box::new(move || shared.wake_after_commit(woken)))
+    ) -> Result<Vec<Resolved>> {
+        let now = self.transport.shared.clock.now();
+        let mut sent = Vec::with_capacity(staged.len());
+        for (destination, is_topic, envelope) in staged {
+            let entity = resolve(&mut *conn, &self.transport, &destination, is_topic, &envelope, now).await?;
+            sent.push(Resolved {
+                destination,
+                is_topic,
+                entity,
+                envelope,
+            });
+        }
+        complete_in(conn, self.lock, now).await?;
+        Ok(sent)
     }
 }
 

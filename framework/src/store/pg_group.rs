@@ -17,15 +17,21 @@
 //!
 //! On the Postgres transport's own store (`PostgresTransport::store`), a member whose
 //! message that transport delivered ends differently: still holding the connection, under
-//! its savepoint, it inserts the messages it sent into their queues and deletes the
-//! received message, fenced by its lock token. The transport says how through
+//! its savepoint, it looks up and checks the destinations of the messages it sent and
+//! deletes the received message, fenced by its lock token. The messages themselves go
+//! into their queues at the group's commit, every member's to one destination in one
+//! multi-row INSERT: Postgres plans a table's CHECK constraints again at every statement
+//! that writes to it, so ten members' sends in one statement cost about a tenth of ten
+//! (docs/measurements-postgres-gaps.md). The transport says how through
 //! [`InTransaction`], defined here and implemented by `postgres::store`, so that the
-//! stores (`store/`) do not depend on the transport (`postgres/`). If
-//! the lock is not its any more (`LockLost`), a destination refuses a message, or the
+//! stores (`store/`) do not depend on the transport (`postgres/`). If the lock is not its
+//! any more (`LockLost`), a destination is missing or refuses a message, or the
 //! transaction was aborted by its handler, it fails like a member whose handler failed:
 //! rolled back to its savepoint by whoever takes the connection next, its inbox record
 //! deleted at the commit, the others untouched. Its commit then returns
-//! `Committed::Settled` once the group commits.
+//! `Committed::Settled` once the group commits. A destination deleted between a member's
+//! turn and the commit fails the whole group with a transient error: every member is
+//! retried, and the one that sent there then fails alone at its turn.
 
 use std::sync::{Arc, Mutex as StdMutex, PoisonError};
 
@@ -55,22 +61,45 @@ type Conn = Option<Transaction<'static, Postgres>>;
 
 /// A transport whose queues are in the group's database and whose deliveries the members
 /// complete in the group's transaction (the Postgres transport's own store).
+#[async_trait]
 pub(crate) trait InTransaction: Send + Sync {
     /// The settlement of the delivery whose lock is `token`, when this transport delivered
     /// it (`None`: another transport's delivery, or none).
     fn settlement(&self, token: Option<LockToken>) -> Option<Box<dyn Settlement>>;
+
+    /// Inserts the messages the members sent (in the members' order) into their queues on
+    /// `conn`, in the group's transaction: one statement for each destination. Returns
+    /// what to do once the transaction committed with them.
+    ///
+    /// # Errors
+    /// A transient storage error when a destination was deleted since a member looked it
+    /// up (every member is retried); a storage error.
+    async fn insert_sent(&self, conn: &mut PgConnection, sent: Vec<Resolved>) -> Result<AfterCommit>;
 }
 
-/// What a [`Settlement`] does once the group's transaction committed with it (wakes the
-/// receivers of the queues it sent to).
+/// What [`InTransaction::insert_sent`] leaves to do once the group's transaction committed
+/// (wake the receivers of the queues sent to).
 pub(crate) type AfterCommit = Box<dyn FnOnce() + Send>;
+
+/// A message a member sent, its destination looked up and the message checked against it
+/// at the member's turn ([`Settlement::settle`]); inserted at the group's commit.
+#[derive(Debug, Clone)]
+pub(crate) struct Resolved {
+    /// The queue's or topic's name, to look it up again if its id is gone.
+    pub(crate) destination: String,
+    pub(crate) is_topic: bool,
+    /// The destination's id when the member looked it up.
+    pub(crate) entity: i64,
+    pub(crate) envelope: Envelope,
+}
 
 /// How one delivery of an [`InTransaction`] transport ends in the handling's transaction.
 #[async_trait]
 pub(crate) trait Settlement: Send {
-    /// Inserts `staged` (destination, whether a topic, message) into their queues and
-    /// deletes the received message if the lock is still its own, on `conn`; returns what
-    /// to do once the transaction committed with them.
+    /// Looks up the destination of each of `staged` (destination, whether a topic,
+    /// message) and checks the message against it, then deletes the received message if
+    /// the lock is still its own, on `conn`; returns the messages to insert at the
+    /// group's commit ([`InTransaction::insert_sent`]).
     ///
     /// # Errors
     /// [`ErrorKind::LockLost`] when the lock is not the message's any more (the member is
@@ -79,7 +108,7 @@ pub(crate) trait Settlement: Send {
         self: Box<Self>,
         conn: &mut PgConnection,
         staged: Vec<(String, bool, Envelope)>,
-    ) -> Result<AfterCommit>;
+    ) -> Result<Vec<Resolved>>;
 }
 
 #[derive(Debug)]
@@ -90,15 +119,25 @@ enum Seat {
     Duplicate,
     /// Handling, with the connection.
     Running,
-    /// Done: these messages go into the outbox at the group's commit; `true` when the
-    /// member also sent its messages and completed its received message in the
-    /// transaction (the Postgres transport's store).
-    /// Its history events are written at the group's commit.
-    Finished(Vec<OutboxRow>, bool, Vec<Prepared>),
+    /// Done: what it leaves for the group's commit.
+    Finished(Finished),
     /// Failed or left: its inbox record, if this group made it, is deleted at the commit.
     Failed,
     /// Finished, but left the transaction aborted: rolled back; its commit fails.
     Poisoned,
+}
+
+/// What a member that finished leaves for the group's commit.
+#[derive(Debug)]
+struct Finished {
+    /// Messages to store in the outbox (a message another transport delivered).
+    outbox: Vec<OutboxRow>,
+    /// Whether it completed its received message in the transaction (the Postgres
+    /// transport's store); then `sent` holds what it sent, to insert into their queues.
+    settled: bool,
+    sent: Vec<Resolved>,
+    /// Its history events.
+    history: Vec<Prepared>,
 }
 
 impl Seat {
@@ -261,11 +300,11 @@ impl PgGroup {
             for (i, seat) in members.seats.iter().enumerate() {
                 let share = match (seat, &mut outcome) {
                     (Seat::Poisoned, _) => Err(poisoned_kind()),
-                    (Seat::Finished(_, true, _), Ok(_)) => Ok(Committed::Settled),
-                    (Seat::Finished(_, false, _), Ok(stored)) => Ok(Committed::Stored(
+                    (Seat::Finished(f), Ok(_)) if f.settled => Ok(Committed::Settled),
+                    (Seat::Finished(_), Ok(stored)) => Ok(Committed::Stored(
                         stored.get_mut(i).and_then(Option::take).unwrap_or_default(),
                     )),
-                    (Seat::Finished(..), Err(kind)) => Err(kind.clone()),
+                    (Seat::Finished(_), Err(kind)) => Err(kind.clone()),
                     _ => continue,
                 };
                 if let Some(slot) = shares.get_mut(i) {
@@ -289,20 +328,22 @@ impl PgGroup {
             raw(&mut tx, ROLLBACK).await.map_err(|e| e.kind().clone())?;
         }
         loop {
-            let (forget, rows, owners, history) = {
+            let (forget, rows, owners, history, sent) = {
                 let m = self.members();
                 let mut forget = Vec::new();
                 let mut rows = Vec::new();
                 let mut owners = Vec::new();
                 let mut history = Vec::new();
+                let mut sent = Vec::new();
                 for (i, seat) in m.seats.iter().enumerate() {
                     match seat {
-                        Seat::Finished(out, _, events) => {
-                            for row in out {
+                        Seat::Finished(f) => {
+                            for row in &f.outbox {
                                 rows.push(row.clone());
                                 owners.push(i);
                             }
-                            history.extend(events.iter().cloned());
+                            history.extend(f.history.iter().cloned());
+                            sent.extend(f.sent.iter().cloned());
                         }
                         Seat::Duplicate => {}
                         _ if fresh.get(i).copied().unwrap_or(false) => {
@@ -311,7 +352,7 @@ impl PgGroup {
                         _ => {}
                     }
                 }
-                (forget, rows, owners, history)
+                (forget, rows, owners, history, sent)
             };
             // The newest member finished by completing its message on the connection (the
             // transport's own store): that statement, sent last, found the transaction
@@ -319,9 +360,9 @@ impl PgGroup {
             let owner_settled = {
                 let m = self.members();
                 m.owner
-                    .is_some_and(|o| matches!(m.seats.get(o), Some(Seat::Finished(_, true, _))))
+                    .is_some_and(|o| matches!(m.seats.get(o), Some(Seat::Finished(f)) if f.settled))
             };
-            let check = forget.is_empty() && rows.is_empty() && history.is_empty() && !owner_settled;
+            let check = forget.is_empty() && rows.is_empty() && history.is_empty() && sent.is_empty() && !owner_settled;
             let step = async {
                 if !forget.is_empty() {
                     sqlx::query("DELETE FROM courier.inbox WHERE endpoint = $1 AND message_id = ANY($2)")
@@ -343,18 +384,26 @@ impl PgGroup {
                     &history,
                 )
                 .await?;
+                // The members' messages into their queues (the transport's own store).
+                let after_commit = match (&self.transport, sent.is_empty()) {
+                    (Some(transport), false) => Some(transport.insert_sent(&mut tx, sent).await?),
+                    _ => None,
+                };
                 if check {
                     // No statement above would have found an aborted transaction.
                     ensure_not_aborted(&mut tx).await?;
                 }
-                Ok::<_, Error>(stored)
+                Ok::<_, Error>((stored, after_commit))
             }
             .await;
             match step {
-                Ok(stored) => {
+                Ok((stored, after_commit)) => {
                     tx.commit()
                         .await
                         .map_err(|e| db_error("cannot commit the group's transaction", e).kind().clone())?;
+                    if let Some(after_commit) = after_commit {
+                        after_commit();
+                    }
                     let mut per_member: Vec<Option<Vec<OutboxMessage>>> = (0..self.ids.len()).map(|_| None).collect();
                     for (message, i) in stored.into_iter().zip(owners) {
                         if let Some(slot) = per_member.get_mut(i) {
@@ -498,7 +547,7 @@ pg_unit_of_work!(PgMember, {
     }
 
     async fn commit(mut self: Box<Self>) -> Result<Committed> {
-        let after_commit = match self.lock.take() {
+        let sent = match self.lock.take() {
             Some(settlement) => {
                 // Under this member's savepoint, with the connection: a failure here
                 // leaves it unfinished, and it is rolled back alone (see Drop).
@@ -512,16 +561,17 @@ pg_unit_of_work!(PgMember, {
             }
             None => None,
         };
-        let settled = after_commit.is_some();
+        let settled = sent.is_some();
         self.finished = true;
         let mut done = self.group.done.subscribe();
         self.group.resolve(
             self.member,
-            Seat::Finished(
-                std::mem::take(&mut self.outgoing),
+            Seat::Finished(Finished {
+                outbox: std::mem::take(&mut self.outgoing),
                 settled,
-                std::mem::take(&mut self.history),
-            ),
+                sent: sent.unwrap_or_default(),
+                history: std::mem::take(&mut self.history),
+            }),
         );
         self.guard = None;
         done.wait_for(|d| *d).await.map_err(|_| group_gone())?;
@@ -533,12 +583,7 @@ pg_unit_of_work!(PgMember, {
             .get_mut(self.member)
             .and_then(Option::take);
         match share {
-            Some(Ok(committed)) => {
-                if let Some(after_commit) = after_commit {
-                    after_commit();
-                }
-                Ok(committed)
-            }
+            Some(Ok(committed)) => Ok(committed),
             Some(Err(kind)) => Err(Error::new(kind)),
             None => Err(group_gone()),
         }
