@@ -8,6 +8,7 @@ mod embedded_durability;
 mod embedded_engine;
 mod embedded_odd_rows;
 mod embedded_row_property;
+mod pg_any_envelope;
 mod pg_corpus;
 mod pg_foreign;
 mod pg_listen;

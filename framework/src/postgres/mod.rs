@@ -42,9 +42,10 @@ use tokio::sync::Semaphore;
 
 use self::entities::Kind;
 use self::receive::{Link, PgReceiver};
+use self::rows::check_outgoing;
 use self::send::PgSender;
 pub use self::store::PgTransportStore;
-use crate::checks::{DEFAULT_MAX_MESSAGE_SIZE, check_envelope};
+use crate::checks::DEFAULT_MAX_MESSAGE_SIZE;
 use crate::clock::{Clock, SystemClock};
 use crate::entity::{EntityCounts, EntityPath, QueueOptions, SubscriptionOptions, TopicOptions};
 use crate::error::{Error, ErrorKind, Result};
@@ -456,7 +457,7 @@ impl Transport for PostgresTransport {
     }
 
     fn check_message(&self, message: &Envelope) -> Result<()> {
-        check_envelope(
+        check_outgoing(
             self.shared.max_message_size,
             message,
             "",

@@ -8,9 +8,10 @@ use sqlx::Row;
 use sqlx::postgres::PgRow;
 use uuid::Uuid;
 
-use crate::checks::unreadable_properties;
+use crate::checks::{check_envelope, unreadable_properties};
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{BrokerProperties, Envelope, LockToken, MessageState, Properties, ReceivedMessage};
+use crate::store::pg_outbox::check_storable;
 
 /// Message states as stored.
 pub(crate) const ACTIVE: i16 = 0;
@@ -205,6 +206,22 @@ pub(crate) fn read_token(tag: u32, token: LockToken) -> Option<Lock> {
         id: i64::try_from(u64::from_be_bytes(id)).ok()?,
         delivery_count,
     })
+}
+
+/// Every check a message passes before this transport stores it: those of every
+/// transport ([`check_envelope`]) and what Postgres can store ([`check_storable`]).
+///
+/// # Errors
+/// As [`check_envelope`] and [`check_storable`].
+pub(crate) fn check_outgoing(
+    max_message_size: usize,
+    m: &Envelope,
+    entity: &str,
+    requires_session: bool,
+    now: DateTime<Utc>,
+) -> Result<()> {
+    check_envelope(max_message_size, m, entity, requires_session, now)?;
+    check_storable(m)
 }
 
 /// The properties to merge into a message, as JSON (`None`: nothing to merge).

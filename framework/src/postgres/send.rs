@@ -14,8 +14,7 @@ use tokio::sync::Semaphore;
 
 use super::Shared;
 use super::entities::{EntityInfo, Kind};
-use super::rows::props_json;
-use crate::checks::check_envelope;
+use super::rows::{check_outgoing, props_json};
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Envelope, SequenceNumber};
 use crate::store::db_error;
@@ -511,7 +510,7 @@ pub(crate) struct PgSender {
 
 impl PgSender {
     fn check(&self, m: &Envelope, now: DateTime<Utc>) -> Result<()> {
-        check_envelope(
+        check_outgoing(
             self.shared.max_message_size,
             m,
             &self.name,

@@ -13,9 +13,8 @@ use sqlx::{PgConnection, Postgres, Transaction};
 
 use super::PostgresTransport;
 pub(crate) use super::rows::Lock;
-use super::rows::read_token;
+use super::rows::{check_outgoing, read_token};
 use super::send::{insert_into_queue_and_complete, insert_messages};
-use crate::checks::check_envelope;
 use crate::error::{Error, ErrorKind, Result};
 use crate::message::{Envelope, LockToken};
 use crate::store::pg_group::{AfterCommit, InTransaction, PgGroup, Resolved, Settlement, poisoned_if_aborted};
@@ -153,7 +152,7 @@ async fn send_in(
     if let Some((entity, requires_session)) = known.get(destination, is_topic) {
         let refused = messages
             .iter()
-            .any(|m| check_envelope(transport.shared.max_message_size, m, destination, requires_session, now).is_err());
+            .any(|m| check_outgoing(transport.shared.max_message_size, m, destination, requires_session, now).is_err());
         // A refusal is decided on the entity as it is now, below.
         if !refused {
             match (messages, completing) {
@@ -183,7 +182,7 @@ async fn send_in(
     }
     let (entity, requires_session) = look_up(&mut *conn, transport, destination, is_topic, now).await?;
     for m in messages {
-        check_envelope(transport.shared.max_message_size, m, destination, requires_session, now)?;
+        check_outgoing(transport.shared.max_message_size, m, destination, requires_session, now)?;
     }
     insert_messages(conn, entity, !is_topic, false, messages, now, woken)
         .await?
@@ -245,13 +244,13 @@ async fn resolve(
 ) -> Result<i64> {
     let max = transport.shared.max_message_size;
     if let Some((entity, requires_session)) = transport.shared.destinations.get(destination, is_topic) {
-        if check_envelope(max, m, destination, requires_session, now).is_ok() {
+        if check_outgoing(max, m, destination, requires_session, now).is_ok() {
             return Ok(entity);
         }
         transport.shared.destinations.forget(destination, is_topic, entity);
     }
     let (entity, requires_session) = look_up(conn, transport, destination, is_topic, now).await?;
-    check_envelope(max, m, destination, requires_session, now)?;
+    check_outgoing(max, m, destination, requires_session, now)?;
     Ok(entity)
 }
 

@@ -46,7 +46,7 @@ use crate::logtext::Escaped;
 use crate::message::{Envelope, LockToken};
 use crate::store::pg_history::Prepared;
 use crate::store::pg_outbox::{
-    ABORTED_BY_HANDLER, OutboxRow, ensure_not_aborted, insert_outbox_with_history, outbox_of,
+    ABORTED_BY_HANDLER, OutboxRow, check_storable, ensure_not_aborted, insert_outbox_with_history, outbox_of,
 };
 use crate::store::pg_saga::pg_unit_of_work;
 use crate::store::{Begin, CommitGroup, Committed, OutboxMessage, db_error};
@@ -523,6 +523,11 @@ pg_unit_of_work!(PgMember, {
         messages: Vec<(String, bool, Envelope)>,
         now: DateTime<Utc>,
     ) -> Result<Vec<OutboxMessage>> {
+        // Whatever Postgres cannot store fails this member now, alone, rather than the
+        // group's statement at its commit.
+        for (_, _, envelope) in &messages {
+            check_storable(envelope)?;
+        }
         if self.lock.is_some() {
             self.staged.extend(messages);
             return Ok(Vec::new());

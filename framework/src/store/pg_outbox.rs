@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
 
 use crate::error::{Error, ErrorKind, Result};
-use crate::message::Envelope;
+use crate::message::{Envelope, PropertyValue};
 use crate::store::{OutboxMessage, StoredEnvelope, db_error};
 
 /// What a handler that swallowed the error of a failed statement is told.
@@ -48,6 +48,50 @@ const INSERT_OUTBOX: &str = "INSERT INTO courier.outbox (endpoint, source_id, de
 static INSERT_OUTBOX_WITH_EVENTS: std::sync::LazyLock<crate::store::pg_history::WithEvents> =
     std::sync::LazyLock::new(|| crate::store::pg_history::WithEvents::new(8, INSERT_OUTBOX));
 
+/// Refuses a message Postgres cannot store: a NUL character (U+0000) in one of its texts,
+/// a property's name or a property's string. Postgres' `text` cannot hold one (SQLSTATE
+/// 22021) nor can `jsonb` (22P05): the insert into a queue of the Postgres transport or
+/// into the outbox would fail with a storage error, and in a commit group, whose members'
+/// messages go in one statement at its commit (`store::pg_group`), it would fail every
+/// member. Refused before, it fails its own send, or its own handling (a member at its
+/// turn), with a reason that names the field: the handling's message is dead-lettered
+/// with it, as for any message a transport refuses.
+///
+/// # Errors
+/// [`ErrorKind::InvalidMessage`] naming the first field that holds one.
+pub(crate) fn check_storable(m: &Envelope) -> Result<()> {
+    let texts = [
+        ("message id", Some(m.message_id.as_str())),
+        ("correlation id", m.correlation_id.as_deref()),
+        ("causation id", m.causation_id.as_deref()),
+        ("message type", m.message_type.as_deref()),
+        ("content type", m.content_type.as_deref()),
+        ("session id", m.session_id.as_deref()),
+        ("reply-to address", m.reply_to.as_deref()),
+    ];
+    let refuse = |field: String| {
+        Err(Error::new(ErrorKind::InvalidMessage {
+            reason: format!(
+                "the {field} contains a NUL character (U+0000), which Postgres cannot store in text: remove it or encode the value (for example as hexadecimal)"
+            ),
+        }))
+    };
+    if let Some((field, _)) = texts.iter().find(|(_, t)| t.is_some_and(|t| t.contains('\0'))) {
+        return refuse((*field).to_owned());
+    }
+    for (name, value) in &m.properties {
+        if name.contains('\0') {
+            return refuse(format!("name of property {name:?}"));
+        }
+        if let PropertyValue::String(v) = value
+            && v.contains('\0')
+        {
+            return refuse(format!("value of property {name:?}"));
+        }
+    }
+    Ok(())
+}
+
 /// Stores outgoing messages in one statement; returns them with their outbox ids, in
 /// order.
 pub(crate) async fn insert_outbox(
@@ -69,6 +113,9 @@ pub(crate) async fn insert_outbox_with_history(
     now: DateTime<Utc>,
     events: &[crate::store::pg_history::Prepared],
 ) -> Result<Vec<OutboxMessage>> {
+    for row in &rows {
+        check_storable(&row.envelope)?;
+    }
     if rows.is_empty() {
         crate::store::pg_history::record_many(conn, events).await?;
         return Ok(Vec::new());

@@ -165,13 +165,17 @@ pub(super) fn start_group(
     want: usize,
     buffered: &mut std::collections::VecDeque<Delivery>,
 ) {
-    // A message without an id is never grouped: it is refused, or gets an id, alone.
-    let alone = first.message().envelope.message_id.is_empty();
+    // A message without an id is never grouped: it is refused, or gets an id, alone. Nor
+    // is one whose id holds a NUL character (a producer may send one over RabbitMQ):
+    // Postgres cannot record it in the inbox, and the group records every member's id
+    // in one statement, which would fail them all.
+    let ungroupable = |id: &str| id.is_empty() || id.contains('\0');
+    let alone = ungroupable(&first.message().envelope.message_id);
     let mut members = vec![first];
     while !alone && members.len() < want {
         let Some(next) = buffered.front() else { break };
         let id = &next.message().envelope.message_id;
-        if id.is_empty() || members.iter().any(|d| &d.message().envelope.message_id == id) {
+        if ungroupable(id) || members.iter().any(|d| &d.message().envelope.message_id == id) {
             break;
         }
         members.extend(buffered.pop_front());
