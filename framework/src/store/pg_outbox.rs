@@ -1,8 +1,9 @@
 //! The outbox on Postgres, shared by the plain Postgres store (`store/postgres.rs`), its
 //! group commit (`store/pg_group.rs`) and the Postgres transport's own store
 //! (`postgres/store.rs`): the rows a handling stores, written in one statement and read
-//! back by the handling's id; and the check that a handler did not leave its transaction
-//! aborted before Courier commits it.
+//! back by the handling's id; the check that a handler did not leave its transaction
+//! aborted before Courier commits it; and the check of what Postgres cannot store in a
+//! message (`check_storable`), which the Postgres transport's sends run too.
 
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
