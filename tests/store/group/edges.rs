@@ -112,15 +112,9 @@ async fn a_queue_deleted_while_its_group_commits_fails_the_group_and_each_member
     env.env.finish().await;
 }
 
-/// A member sends a message with a header Postgres cannot store (a NUL character). On the
-/// transport's own store the transport refuses it at `send_with`; with an outbox the
-/// store refuses it at the member's turn. Either way that member alone is dead-lettered
-/// with the reason, and the others commit at their first attempt. Regression: with an
-/// outbox, the group's one outbox statement failed at its commit (SQLSTATE 22P05), and
-/// every member with it.
-async fn a_message_postgres_cannot_store_fails_its_member_alone(kind: StoreKind) {
-    let env = Env::new(kind, &[("2", Act::SendNul)], false).await;
-    env.send(&["1", "2", "3", "4"]).await;
+/// Runs the endpoint with groups of up to 4 and no retries until one message is
+/// dead-lettered and three are completed, then stops it.
+async fn one_dead_lettered_three_completed(env: &Env) {
     let running = env
         .endpoint(4)
         .recoverability(RetryPolicy::none())
@@ -133,6 +127,18 @@ async fn a_message_postgres_cannot_store_fails_its_member_alone(kind: StoreKind)
     })
     .await;
     running.shutdown().await.unwrap();
+}
+
+/// A member sends a message with a header Postgres cannot store (a NUL character). On the
+/// transport's own store the transport refuses it at `send_with`; with an outbox the
+/// store refuses it at the member's turn. Either way that member alone is dead-lettered
+/// with the reason, and the others commit at their first attempt. Regression: with an
+/// outbox, the group's one outbox statement failed at its commit (SQLSTATE 22P05), and
+/// every member with it.
+async fn a_message_postgres_cannot_store_fails_its_member_alone(kind: StoreKind) {
+    let env = Env::new(kind, &[("2", Act::SendNul)], false).await;
+    env.send(&["1", "2", "3", "4"]).await;
+    one_dead_lettered_three_completed(&env).await;
     let rows = env.rows().await;
     assert_eq!(
         rows.keys().map(String::as_str).collect::<Vec<_>>(),
@@ -190,18 +196,7 @@ async fn a_received_id_the_inbox_cannot_record_is_handled_alone() {
         })
         .collect();
     env.send_envelopes(batch).await;
-    let running = env
-        .endpoint(4)
-        .recoverability(RetryPolicy::none())
-        .start()
-        .await
-        .unwrap();
-    eventually("every message settled", || async {
-        let c = env.env.fx.transport.counts(&EntityPath::queue("orders")).await.unwrap();
-        c.dead_lettered == 1 && c.active == 0 && running.stats().completed == 3
-    })
-    .await;
-    running.shutdown().await.unwrap();
+    one_dead_lettered_three_completed(&env).await;
     for id in ["1", "3", "4"] {
         assert_eq!(env.script.calls(id), 1, "order {id} committed at its first attempt");
     }
