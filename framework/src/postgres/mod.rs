@@ -23,6 +23,7 @@
 mod browse;
 mod entities;
 mod holder;
+mod in_tx;
 mod receive;
 mod rows;
 mod send;
@@ -89,7 +90,7 @@ pub(crate) struct Shared {
     /// Keeps the holder's advisory lock.
     keeper: Mutex<Option<tokio::task::JoinHandle<()>>>,
     /// The ids of the queues and topics the endpoint's store sent to (`store::send_in`).
-    pub(crate) destinations: store::Destinations,
+    pub(crate) destinations: in_tx::Destinations,
     /// Notifies receivers of what this process sent, after each send committed.
     notifier: wake::Notifier,
     /// `Sender` sends in flight (`send::send_on_pool`).
@@ -323,7 +324,7 @@ impl PgTransportBuilder {
                 holder,
                 upkeeps: upkeep::Upkeeps::default(),
                 keeper: Mutex::new(Some(keeper)),
-                destinations: store::Destinations::default(),
+                destinations: in_tx::Destinations::default(),
                 notifier: wake::Notifier::new(self.notify_interval),
                 sends_in_flight: std::sync::atomic::AtomicUsize::new(0),
             }),

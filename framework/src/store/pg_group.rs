@@ -23,7 +23,7 @@
 //! multi-row INSERT: Postgres plans a table's CHECK constraints again at every statement
 //! that writes to it, so ten members' sends in one statement cost about a tenth of ten
 //! (docs/measurements-postgres-gaps.md). The transport says how through
-//! [`InTransaction`], defined here and implemented by `postgres::store`, so that the
+//! [`InTransaction`], defined here and implemented by `postgres::in_tx`, so that the
 //! stores (`store/`) do not depend on the transport (`postgres/`). If the lock is not its
 //! any more (`LockLost`), a destination is missing or refuses a message, or the
 //! transaction was aborted by its handler, it fails like a member whose handler failed:
