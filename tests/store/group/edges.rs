@@ -7,9 +7,13 @@
 
 use std::collections::BTreeSet;
 
-use courier::{EntityPath, Envelope, Message, RetryPolicy};
+use courier::{
+    Context, Endpoint, EntityPath, Envelope, HandlerError, Message, RetryPolicy, Routes, SubscriptionOptions,
+    TopicOptions,
+};
 use courier_tests::eventually;
 use courier_tests::stores::StoreKind;
+use serde::{Deserialize, Serialize};
 
 use super::{Accepted, Act, Env, drained, ids};
 
@@ -209,5 +213,56 @@ async fn a_received_id_the_inbox_cannot_record_is_handled_alone() {
     assert_eq!(env.inbox().await, ids(&["1", "3", "4"]));
     let txs: BTreeSet<i64> = ["1", "3", "4"].iter().map(|id| rows[*id][0]).collect();
     assert!(txs.len() < 3, "the others were grouped: {rows:?}");
+    env.env.finish().await;
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, courier::Message)]
+#[message(name = "group.Announced")]
+struct Announced {
+    id: String,
+}
+
+#[courier::handler]
+async fn announce(order: super::Order, ctx: &mut Context) -> Result<(), HandlerError> {
+    ctx.publish(&Announced { id: order.id })?;
+    Ok(())
+}
+
+/// On the transport's own store, the members' publishes to a topic go in at the group's
+/// commit too, one statement fanning them out: the subscription gets each event once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_groups_publishes_reach_the_subscription_once_each() {
+    let env = Env::new(StoreKind::PgTransport, &[], false).await;
+    let t = env.env.fx.transport.clone();
+    t.create_topic("announced", &TopicOptions::default()).await.unwrap();
+    t.create_subscription("announced", "audit", &SubscriptionOptions::default())
+        .await
+        .unwrap();
+    let all = ["1", "2", "3", "4", "5", "6", "7", "8"];
+    env.send(&all).await;
+    let running = Endpoint::builder("orders")
+        .transport(t.clone())
+        .store(env.env.store.clone())
+        .routes(Routes::new().event_on::<Announced>("announced"))
+        .concurrency(8)
+        .group_commit(4)
+        .handler(announce)
+        .start()
+        .await
+        .unwrap();
+    drained(&env, &running, 8).await;
+    running.shutdown().await.unwrap();
+    let mut announced = Vec::new();
+    for m in t
+        .peek(&EntityPath::subscription("announced", "audit"), 0, 100)
+        .await
+        .unwrap()
+    {
+        let a: Announced = serde_json::from_slice(&m.envelope.body).unwrap();
+        announced.push(a.id);
+    }
+    announced.sort();
+    assert_eq!(announced, all, "each event once");
+    assert_eq!(env.inbox().await, ids(&all));
     env.env.finish().await;
 }
