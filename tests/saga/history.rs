@@ -86,11 +86,20 @@ async fn the_history_of_a_saga_commits_with_its_effects(kind: StoreKind) {
     eventually("the reminder", || async { env.fired() == 1 }).await;
     eventually("its handling", || async { flows.stats().completed == 3 }).await;
     handled(&flows, &Finish { id: "h-1".into() }, 4).await;
+    // The dispatcher's event of the reminder: on a store that enqueues in its claim it is
+    // written there, before the handling; on the others right after the send, a step of
+    // its own, so it may come after the handling's (both at the same virtual time), and
+    // even after the handling of `Finish` on a loaded machine (a CI run read the history
+    // before it was written).
+    eventually("the reminder's dispatched event", || async {
+        events(&env)
+            .await
+            .iter()
+            .any(|e| e.kind == HistoryKind::TimeoutDispatched)
+    })
+    .await;
 
     let all = events(&env).await;
-    // The dispatcher's event of the reminder: on a store that enqueues in its claim it is
-    // written there, before the handling; on the others right after the send, so it
-    // may come after the handling's (both at the same virtual time).
     let (dispatched, events): (Vec<Row>, Vec<Row>) =
         all.into_iter().partition(|e| e.kind == HistoryKind::TimeoutDispatched);
     assert_eq!(dispatched.len(), 1, "one timeout dispatched: {dispatched:?}");
