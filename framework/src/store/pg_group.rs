@@ -523,14 +523,16 @@ pg_unit_of_work!(PgMember, {
         messages: Vec<(String, bool, Envelope)>,
         now: DateTime<Utc>,
     ) -> Result<Vec<OutboxMessage>> {
-        // Whatever Postgres cannot store fails this member now, alone, rather than the
-        // group's statement at its commit.
-        for (_, _, envelope) in &messages {
-            check_storable(envelope)?;
-        }
         if self.lock.is_some() {
+            // Checked (what Postgres cannot store among it) by the settlement at this
+            // member's commit, still at its turn.
             self.staged.extend(messages);
             return Ok(Vec::new());
+        }
+        // Whatever Postgres cannot store fails this member now, alone, rather than the
+        // group's outbox statement at its commit.
+        for (_, _, envelope) in &messages {
+            check_storable(envelope)?;
         }
         if !messages.is_empty() {
             *self.group.stored_at.lock().unwrap_or_else(PoisonError::into_inner) = Some(now);

@@ -101,19 +101,23 @@ async fn a_queue_deleted_while_its_group_commits_fails_the_group_and_each_member
         "the sender was retried after the group failed"
     );
     assert!(env.script.calls("2") >= 2, "the other member was retried with it");
-    let dead = env
-        .env
-        .fx
-        .transport
-        .peek(&EntityPath::queue("orders").dead_letter(), 0, 10)
-        .await
-        .unwrap();
+    let dead = dead_letters(&env).await;
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].envelope.message_id, "m-1");
     let open = "SELECT COUNT(*) FROM pg_stat_activity \
                 WHERE datname = current_database() AND state LIKE 'idle in transaction%'";
     eventually("no transaction left open", || async { env.env.count(open).await == 0 }).await;
     env.env.finish().await;
+}
+
+/// The dead letters of the queue `orders`.
+async fn dead_letters(env: &Env) -> Vec<courier::ReceivedMessage> {
+    env.env
+        .fx
+        .transport
+        .peek(&EntityPath::queue("orders").dead_letter(), 0, 10)
+        .await
+        .unwrap()
 }
 
 /// Runs the endpoint with groups of up to 4 and no retries until one message is
@@ -153,13 +157,7 @@ async fn a_message_postgres_cannot_store_fails_its_member_alone(kind: StoreKind)
         assert_eq!(env.script.calls(id), 1, "order {id} committed at its first attempt");
     }
     assert_eq!(env.accepted().await.len(), 3, "the others' messages sent once each");
-    let dead = env
-        .env
-        .fx
-        .transport
-        .peek(&EntityPath::queue("orders").dead_letter(), 0, 10)
-        .await
-        .unwrap();
+    let dead = dead_letters(&env).await;
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0].envelope.message_id, "m-2");
     let description = dead[0].broker.dead_letter_description.clone().unwrap_or_default();
